@@ -1,0 +1,1 @@
+//! ARM emulator.

@@ -1,0 +1,32 @@
+//! vmss-capacity-controller: keeps Azure VM Scale Set capacity where a plan says it should be,
+//! and never silently overwrites another writer's change.
+//!
+//! Every capacity write is a sparse PUT carrying `If-Match: <cached ETag>`; a `412 Precondition
+//! Failed` means somebody else changed the scale set since we read it, so the controller
+//! invalidates its caches, re-reads and re-plans instead of clobbering.
+//!
+//! Module map (one concern each):
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`config`] | YAML, environment and `azure.json` loading; validation into [`config::Settings`] |
+//! | [`azure`] | the ARM client (sparse conditional PUT, GET, LIST), credentials, LRO polling, throttle gates |
+//! | [`cache`] | the copy-on-write scale-set cache, the size cache, the instance cache |
+//! | [`planner`] | pure capacity planning: bounds, schedules, scale-down steps, coalescing |
+//! | [`reconciler`] | the loop, the ETag protocol and the per-class error policy |
+//! | [`metrics`] | the Prometheus registry and every metric the daemon exports |
+//! | [`http`] | `/metrics`, `/healthz`, `/readyz` |
+//! | [`emulator`] | a faithful ARM emulator (scale sets, AKS, identity, throttling, faults) |
+//! | [`demo`] | the zero-setup showcase: emulator, rival writer, controller, summary |
+//! | [`cli`] | subcommands and their implementations; `main.rs` only dispatches |
+
+pub mod azure;
+pub mod cache;
+pub mod cli;
+pub mod config;
+pub mod demo;
+pub mod emulator;
+pub mod http;
+pub mod metrics;
+pub mod planner;
+pub mod reconciler;
