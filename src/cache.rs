@@ -1,1 +1,342 @@
-//! TODO
+//! The controller's three caches.
+//!
+//! - [`ScaleSetCache`]: copy-on-write map of scale sets, like kube's reflector store. Readers take
+//!   an `Arc` snapshot under a `parking_lot` read lock held for one pointer copy; they never block
+//!   on I/O and never see a half-built map. Writers build the new map off to the side (serialized
+//!   by a writer mutex so two single-entry updates cannot lose each other) and swap it in. A full
+//!   resync (one LIST per resource group) replaces the whole map at once. Entries may be stale by
+//!   up to `vmssCacheTTL` plus one scan interval; a 412 or an ambiguous write refreshes a single
+//!   entry with a GET.
+//! - [`SizeCache`]: per node group `cur_size` and `last_refresh`, refreshed from the scale-set
+//!   cache every `vmssCacheTTL`; invalidated means "refresh on the next read"; unknown means no
+//!   write (the planner never plans from an unknown size).
+//! - [`InstanceCache`]: `moka` cache of instance lists with TTL plus per-entry jitter so refreshes
+//!   do not align; invalidated after every own write and every 412. (moka keeps its own clock, so
+//!   its TTL does not follow tokio's paused clock; tests exercise invalidation, not expiry.)
+
+use parking_lot::{Mutex, RwLock};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// What the controller knows of one scale set: the fields a capacity write needs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScaleSet {
+    /// Scale-set name.
+    pub name: String,
+    /// Azure region (required by ARM on every PUT).
+    pub location: String,
+    /// SKU name, e.g. `Standard_D2s_v5`.
+    pub sku_name: Option<String>,
+    /// SKU tier, e.g. `Standard`.
+    pub sku_tier: Option<String>,
+    /// `sku.capacity`; `None` when ARM did not say.
+    pub capacity: Option<i64>,
+    /// The ETag exactly as ARM returned it (quotes included).
+    pub etag: Option<String>,
+    /// Resource tags.
+    pub tags: BTreeMap<String, String>,
+    /// `properties.provisioningState`.
+    pub provisioning_state: Option<String>,
+    /// Edge-zone `extendedLocation` as ARM returned it, sent back on writes when present.
+    pub extended_location: Option<serde_json::Value>,
+}
+
+/// A cached scale set and when it was fetched.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CachedScaleSet {
+    /// The scale set.
+    pub scale_set: ScaleSet,
+    /// When ARM returned it.
+    pub fetched_at: Instant,
+}
+
+/// An immutable view of the cache; cheap to clone and hold.
+pub type Snapshot = Arc<HashMap<String, Arc<CachedScaleSet>>>;
+
+/// Copy-on-write scale-set cache.
+#[derive(Debug, Default)]
+pub struct ScaleSetCache {
+    current: RwLock<Snapshot>,
+    writer: Mutex<()>,
+    last_full_refresh: Mutex<Option<Instant>>,
+}
+
+impl ScaleSetCache {
+    /// An empty cache that has never been refreshed.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The current snapshot. Holds the read lock for one `Arc` clone.
+    pub fn snapshot(&self) -> Snapshot {
+        self.current.read().clone()
+    }
+
+    /// One entry.
+    pub fn get(&self, name: &str) -> Option<Arc<CachedScaleSet>> {
+        self.current.read().get(name).cloned()
+    }
+
+    /// Replaces the whole map (a full resync) and records the refresh time.
+    pub fn replace_all(&self, scale_sets: Vec<ScaleSet>, now: Instant) {
+        let map: HashMap<_, _> = scale_sets
+            .into_iter()
+            .map(|s| (s.name.clone(), Arc::new(CachedScaleSet { scale_set: s, fetched_at: now })))
+            .collect();
+        let _w = self.writer.lock();
+        *self.current.write() = Arc::new(map);
+        *self.last_full_refresh.lock() = Some(now);
+    }
+
+    /// Inserts or replaces one entry, copy-on-write.
+    pub fn upsert(&self, scale_set: ScaleSet, now: Instant) {
+        self.update(|map| {
+            map.insert(scale_set.name.clone(), Arc::new(CachedScaleSet { scale_set, fetched_at: now }));
+        });
+    }
+
+    /// Removes one entry (the scale set is gone), copy-on-write.
+    pub fn remove(&self, name: &str) {
+        self.update(|map| {
+            map.remove(name);
+        });
+    }
+
+    fn update(&self, f: impl FnOnce(&mut HashMap<String, Arc<CachedScaleSet>>)) {
+        let _w = self.writer.lock();
+        // Clone off to the side: readers keep using the old snapshot meanwhile.
+        let mut next = HashMap::clone(&self.current.read());
+        f(&mut next);
+        *self.current.write() = Arc::new(next);
+    }
+
+    /// When the last full resync happened.
+    pub fn last_full_refresh(&self) -> Option<Instant> {
+        *self.last_full_refresh.lock()
+    }
+
+    /// Makes the next [`ScaleSetCache::refresh_due`] true (the seed PR's `invalidateCache`).
+    pub fn invalidate_all(&self) {
+        *self.last_full_refresh.lock() = None;
+    }
+
+    /// Whether a full resync is due.
+    pub fn refresh_due(&self, ttl: Duration, now: Instant) -> bool {
+        match self.last_full_refresh() {
+            None => true,
+            Some(at) => now.saturating_duration_since(at) >= ttl,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct SizeEntry {
+    cur_size: Option<i64>,
+    last_refresh: Option<Instant>,
+}
+
+/// Per node group size cache (`cur_size`, `last_refresh`).
+#[derive(Debug)]
+pub struct SizeCache {
+    period: Duration,
+    entries: Mutex<HashMap<String, SizeEntry>>,
+}
+
+impl SizeCache {
+    /// A cache whose entries are re-read from the scale-set cache every `period`.
+    pub fn new(period: Duration) -> Self {
+        Self { period, entries: Mutex::new(HashMap::new()) }
+    }
+
+    /// The node group's size (cluster-autoscaler's `TargetSize`): the cached value while fresh,
+    /// otherwise re-read from `scale_sets`. `None` when unknown.
+    pub fn target_size(&self, name: &str, scale_sets: &ScaleSetCache, now: Instant) -> Option<i64> {
+        let mut entries = self.entries.lock();
+        let entry = entries.entry(name.to_string()).or_default();
+        let fresh = entry
+            .last_refresh
+            .is_some_and(|at| now.saturating_duration_since(at) < self.period);
+        if fresh {
+            return entry.cur_size;
+        }
+        let size = scale_sets.get(name).and_then(|c| c.scale_set.capacity);
+        *entry = SizeEntry { cur_size: size, last_refresh: size.map(|_| now) };
+        size
+    }
+
+    /// Records a size this controller just wrote (or learned from a fresh GET).
+    pub fn publish(&self, name: &str, size: i64, now: Instant) {
+        self.entries
+            .lock()
+            .insert(name.to_string(), SizeEntry { cur_size: Some(size), last_refresh: Some(now) });
+    }
+
+    /// Forces the next read to go to the scale-set cache.
+    pub fn invalidate(&self, name: &str) {
+        if let Some(e) = self.entries.lock().get_mut(name) {
+            e.last_refresh = None;
+        }
+    }
+
+    /// Forgets a group entirely (its scale set is gone).
+    pub fn remove(&self, name: &str) {
+        self.entries.lock().remove(name);
+    }
+}
+
+/// One VM instance of a scale set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instance {
+    /// The scale set's instance id (`"0"`, `"1"`, ...).
+    pub instance_id: String,
+    /// `properties.provisioningState` (`Creating`, `Succeeded`, `Deleting`, ...).
+    pub provisioning_state: Option<String>,
+}
+
+struct JitteredTtl {
+    ttl: Duration,
+    jitter: Duration,
+}
+
+impl moka::Expiry<String, Arc<Vec<Instance>>> for JitteredTtl {
+    fn expire_after_create(
+        &self,
+        _key: &String,
+        _value: &Arc<Vec<Instance>>,
+        _now: std::time::Instant,
+    ) -> Option<Duration> {
+        let jitter_ms = self.jitter.as_millis() as u64;
+        let extra = if jitter_ms == 0 { 0 } else { rand::random::<u64>() % jitter_ms };
+        Some(self.ttl + Duration::from_millis(extra))
+    }
+}
+
+/// Instance lists per scale set, with TTL and jitter.
+#[derive(Clone)]
+pub struct InstanceCache {
+    cache: moka::sync::Cache<String, Arc<Vec<Instance>>>,
+}
+
+impl std::fmt::Debug for InstanceCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InstanceCache").field("entries", &self.cache.entry_count()).finish()
+    }
+}
+
+impl InstanceCache {
+    /// A cache whose entries live `ttl` plus up to `jitter`.
+    pub fn new(ttl: Duration, jitter: Duration) -> Self {
+        let cache = moka::sync::Cache::builder()
+            .max_capacity(100_000)
+            .expire_after(JitteredTtl { ttl, jitter })
+            .build();
+        Self { cache }
+    }
+
+    /// The cached instances of `name`, if present and not expired.
+    pub fn get(&self, name: &str) -> Option<Arc<Vec<Instance>>> {
+        self.cache.get(name)
+    }
+
+    /// Stores a fresh instance list.
+    pub fn insert(&self, name: &str, instances: Vec<Instance>) {
+        self.cache.insert(name.to_string(), Arc::new(instances));
+    }
+
+    /// Drops the entry so the next read lists the instances again.
+    pub fn invalidate(&self, name: &str) {
+        self.cache.invalidate(name);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) fn scale_set(name: &str, capacity: i64, etag: &str) -> ScaleSet {
+        ScaleSet {
+            name: name.into(),
+            location: "westeurope".into(),
+            sku_name: Some("Standard_D2s_v5".into()),
+            sku_tier: Some("Standard".into()),
+            capacity: Some(capacity),
+            etag: Some(etag.into()),
+            tags: BTreeMap::new(),
+            provisioning_state: Some("Succeeded".into()),
+            extended_location: None,
+        }
+    }
+
+    #[test]
+    fn a_reader_keeps_its_snapshot_while_a_writer_swaps_in_a_new_map() {
+        let cache = ScaleSetCache::new();
+        let now = Instant::now();
+        cache.replace_all(vec![scale_set("a", 3, "\"1\"")], now);
+        let before = cache.snapshot();
+        cache.upsert(scale_set("a", 5, "\"2\""), now);
+        assert_eq!(before["a"].scale_set.capacity, Some(3), "old snapshot untouched");
+        assert_eq!(cache.get("a").unwrap().scale_set.capacity, Some(5));
+    }
+
+    #[test]
+    fn concurrent_single_entry_updates_are_never_lost() {
+        let cache = Arc::new(ScaleSetCache::new());
+        let now = Instant::now();
+        let threads: Vec<_> = (0..8)
+            .map(|t| {
+                let cache = cache.clone();
+                std::thread::spawn(move || {
+                    for i in 0..200 {
+                        cache.upsert(scale_set(&format!("s{t}-{i}"), i, "\"1\""), now);
+                        let _ = cache.snapshot().len();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(cache.snapshot().len(), 8 * 200);
+    }
+
+    #[test]
+    fn size_cache_serves_the_cached_size_until_invalidated() {
+        let scale_sets = ScaleSetCache::new();
+        let now = Instant::now();
+        scale_sets.replace_all(vec![scale_set("a", 3, "\"1\"")], now);
+        let sizes = SizeCache::new(Duration::from_secs(60));
+        assert_eq!(sizes.target_size("a", &scale_sets, now), Some(3));
+        scale_sets.upsert(scale_set("a", 5, "\"2\""), now);
+        assert_eq!(sizes.target_size("a", &scale_sets, now), Some(3), "fresh entry is served");
+        sizes.invalidate("a");
+        assert_eq!(sizes.target_size("a", &scale_sets, now), Some(5), "invalidated entry is re-read");
+    }
+
+    #[test]
+    fn size_cache_refreshes_after_its_period() {
+        let scale_sets = ScaleSetCache::new();
+        let now = Instant::now();
+        scale_sets.replace_all(vec![scale_set("a", 3, "\"1\"")], now);
+        let sizes = SizeCache::new(Duration::from_secs(60));
+        assert_eq!(sizes.target_size("a", &scale_sets, now), Some(3));
+        scale_sets.upsert(scale_set("a", 4, "\"2\""), now);
+        assert_eq!(sizes.target_size("a", &scale_sets, now + Duration::from_secs(61)), Some(4));
+    }
+
+    #[test]
+    fn an_unknown_scale_set_has_no_size() {
+        let sizes = SizeCache::new(Duration::from_secs(60));
+        assert_eq!(sizes.target_size("missing", &ScaleSetCache::new(), Instant::now()), None);
+    }
+
+    #[test]
+    fn instance_cache_invalidation_drops_the_entry() {
+        let c = InstanceCache::new(Duration::from_secs(300), Duration::from_secs(30));
+        c.insert("a", vec![Instance { instance_id: "0".into(), provisioning_state: None }]);
+        assert!(c.get("a").is_some());
+        c.invalidate("a");
+        assert!(c.get("a").is_none());
+    }
+}

@@ -1,1 +1,380 @@
-//! TODO
+//! Subcommands and their implementations. `main.rs` parses flags and dispatches here.
+
+use crate::azure::arm::{http_client, ArmTarget};
+use crate::azure::{credentials, ArmClient, Precondition};
+use crate::config::{self, ConfigSources, Settings};
+use crate::metrics::Metrics;
+use crate::reconciler::Reconciler;
+use anyhow::{bail, Context};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Keeps Azure VM Scale Set capacity where a plan says it should be, and never silently
+/// overwrites another writer's change: every capacity write carries If-Match with the ETag last
+/// read, and a 412 makes the controller re-read and re-plan instead of clobbering.
+#[derive(Debug, Parser)]
+#[command(name = "vmss-capacity-controller", version, about, long_about = None)]
+pub struct Cli {
+    /// Log format: `json` for production, `text` for people.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "LOG_FORMAT")]
+    pub log_format: LogFormat,
+    /// Log filter, e.g. `info` or `vmss_capacity_controller=debug`.
+    #[arg(long, global = true, default_value = "info", env = "RUST_LOG")]
+    pub log_level: String,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// One JSON object per line.
+    Json,
+    /// Human-readable lines.
+    Text,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the controller (the daemon). Reads scale sets, plans, writes with If-Match.
+    Run(RunArgs),
+    /// Zero-setup showcase: built-in ARM emulator, scale sets, a rival writer, the controller.
+    Demo(DemoArgs),
+    /// Run the ARM emulator as a standalone server (for tests, demos and your own CI).
+    Emulator(EmulatorArgs),
+    /// Show one scale set as ARM has it (capacity, ETag, provisioning state, tags).
+    Get(GetArgs),
+    /// Set one scale set's capacity once, optionally conditional like `az ... --if-match`.
+    Scale(ScaleArgs),
+    /// Validate a configuration; print every problem with its path; exit 2 if any.
+    CheckConfig(ConfigArgs),
+}
+
+/// Where the configuration comes from.
+#[derive(Debug, Args, Clone)]
+pub struct ConfigArgs {
+    /// YAML configuration file.
+    #[arg(long, short = 'c', env = "VMSS_CONTROLLER_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// An existing cluster-autoscaler `azure.json` cloud-config file.
+    #[arg(long)]
+    pub cloud_config: Option<PathBuf>,
+    /// cluster-autoscaler style node group `MIN:MAX:NAME`; repeatable.
+    #[arg(long = "nodes", value_name = "MIN:MAX:NAME")]
+    pub nodes: Vec<String>,
+}
+
+/// `run` flags.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// One refresh + plan + actuate pass, then exit (non-zero if the pass failed).
+    #[arg(long)]
+    pub once: bool,
+    /// Plan and log, never write.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Override `metricsListen` (e.g. `127.0.0.1:0`).
+    #[arg(long)]
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+/// `demo` flags.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// How long the scenario runs.
+    #[arg(long, default_value = "40s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Blind writes (no If-Match): shows the lost updates that ETags prevent.
+    #[arg(long)]
+    pub no_etag: bool,
+    /// Number of scale sets.
+    #[arg(long, default_value_t = 4)]
+    pub scale_sets: usize,
+    /// How often the rival writer changes a scale set.
+    #[arg(long, default_value = "700ms", value_parser = parse_duration)]
+    pub rival_interval: Duration,
+    /// Seed for the rival writer's choices (same seed, same scenario).
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// Only the summary, no live progress.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// `emulator` flags (a contract: tests outside the project use them).
+#[derive(Debug, Args)]
+pub struct EmulatorArgs {
+    /// Address to listen on, e.g. `127.0.0.1:8443` or `127.0.0.1:0`.
+    #[arg(long, default_value = "127.0.0.1:8443")]
+    pub listen: SocketAddr,
+    /// Serve HTTPS with a generated certificate.
+    #[arg(long)]
+    pub tls: bool,
+    /// Write the CA certificate (PEM) here so clients can trust it.
+    #[arg(long)]
+    pub cert_out: Option<PathBuf>,
+    /// How long writes stay `InProgress`.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    pub lro_delay: Duration,
+    /// Enforce Azure's compute throttling limits (token buckets, 429 with Retry-After).
+    #[arg(long)]
+    pub throttling: bool,
+}
+
+/// `get` flags.
+#[derive(Debug, Args)]
+pub struct GetArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Scale-set name.
+    pub name: String,
+}
+
+/// `scale` flags.
+#[derive(Debug, Args)]
+pub struct ScaleArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Scale-set name.
+    pub name: String,
+    /// New capacity.
+    #[arg(long)]
+    pub to: i64,
+    /// Write only if the scale set still has this ETag (as printed by `get`).
+    #[arg(long, conflicts_with = "if_none_match")]
+    pub if_match: Option<String>,
+    /// `*`: create only (fails with 412 if the scale set exists).
+    #[arg(long)]
+    pub if_none_match: Option<String>,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 30s, 1m30s, 500ms)"))
+}
+
+/// Loads and validates configuration; on problems prints them all and returns exit code 2.
+pub fn load_settings(args: &ConfigArgs) -> Result<Settings, ExitCode> {
+    let sources = ConfigSources {
+        config_file: args.config.clone(),
+        cloud_config_file: args.cloud_config.clone(),
+        nodes: args.nodes.clone(),
+        env: std::env::vars().collect(),
+    };
+    config::load(&sources).map_err(|errs| {
+        eprintln!("configuration has {} problem(s):", errs.0.len());
+        eprintln!("{errs}");
+        ExitCode(2)
+    })
+}
+
+/// A process exit code chosen by a subcommand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitCode(pub u8);
+
+/// Builds the ARM client (HTTP client, credential) for `settings`.
+pub fn arm_client(settings: &Settings, metrics: Arc<Metrics>) -> anyhow::Result<Arc<ArmClient>> {
+    let extra_root = match &settings.azure.ca_bundle_file {
+        Some(p) => Some(std::fs::read(p).with_context(|| format!("reading azure.caBundleFile {}", p.display()))?),
+        None => None,
+    };
+    let http = http_client(settings.request_timeout, extra_root.as_deref()).context("building the HTTP client")?;
+    let m = metrics.clone();
+    let hook: credentials::CredentialHook = Arc::new(move |kind: &'static str, ok: bool| {
+        if !ok {
+            m.credential_errors_total.with_label_values(&[kind]).inc();
+        }
+    });
+    let credential = credentials::build_credential(&settings.azure, http.clone(), Some(hook))
+        .context("building the Azure credential")?;
+    let target = ArmTarget {
+        endpoint: settings.azure.resource_manager_endpoint.clone(),
+        subscription: settings.azure.subscription_id.clone(),
+        resource_group: settings.azure.resource_group.clone(),
+    };
+    Ok(Arc::new(ArmClient::new(target, credential, http, metrics)))
+}
+
+/// `check-config`.
+pub fn check_config(args: &ConfigArgs) -> ExitCode {
+    match load_settings(args) {
+        Ok(s) => {
+            println!(
+                "configuration OK: {} node group(s){}, ETag concurrency {}",
+                s.node_groups.len(),
+                if s.auto_discovery.is_some() { " + auto-discovery" } else { "" },
+                if s.enable_vmss_etag { "on" } else { "OFF (blind writes)" }
+            );
+            ExitCode(0)
+        }
+        Err(code) => code,
+    }
+}
+
+/// `run`: the daemon, or one pass with `--once`.
+pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let mut settings = match load_settings(&args.config) {
+        Ok(s) => s,
+        Err(code) => return Ok(code),
+    };
+    if let Some(addr) = args.metrics_listen {
+        settings.metrics_listen = Some(addr);
+    }
+    if !settings.enable_vmss_etag {
+        tracing::warn!("enableVMSSEtag is off: capacity writes are blind and can overwrite other writers' changes");
+    }
+    let settings = Arc::new(settings);
+    let metrics = Arc::new(Metrics::new());
+    let arm = arm_client(&settings, metrics.clone())?;
+    let reconciler = Arc::new(Reconciler::builder(settings.clone(), arm, metrics.clone()).dry_run(args.dry_run).build());
+
+    if args.once {
+        return Ok(match reconciler.run_once().await {
+            Ok(report) => {
+                tracing::info!(planned = report.planned, written = report.written, conflicts = report.conflicts, held = report.held, "pass complete");
+                ExitCode(0)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, cause = ?std::error::Error::source(&e).map(|s| s.to_string()), "pass failed");
+                ExitCode(1)
+            }
+        });
+    }
+
+    let shutdown = CancellationToken::new();
+    let mut http_task = None;
+    if let Some(addr) = settings.metrics_listen {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(crate::http::serve(addr, metrics.clone(), reconciler.clone(), shutdown.clone(), tx));
+        match rx.await {
+            Ok(bound) => tracing::info!(%bound, "serving /metrics, /healthz, /readyz"),
+            Err(_) => {
+                let err = task.await.map_err(anyhow::Error::from).and_then(|r| r.map_err(anyhow::Error::from));
+                bail!("cannot listen on {addr}: {err:?}");
+            }
+        }
+        http_task = Some(task);
+    }
+    let signals = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("signal received: shutting down");
+        signals.cancel();
+    });
+    reconciler.run(shutdown.clone()).await;
+    shutdown.cancel();
+    if let Some(task) = http_task {
+        let _ = task.await;
+    }
+    Ok(ExitCode(0))
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// `get`.
+pub async fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
+    let settings = match load_settings(&args.config) {
+        Ok(s) => s,
+        Err(code) => return Ok(code),
+    };
+    let arm = arm_client(&settings, Arc::new(Metrics::new()))?;
+    match arm.get_scale_set(&args.name).await? {
+        None => {
+            eprintln!("scale set {} not found in resource group {}", args.name, settings.azure.resource_group);
+            Ok(ExitCode(1))
+        }
+        Some(s) => {
+            println!("name:               {}", s.name);
+            println!("capacity:           {}", s.capacity.map(|c| c.to_string()).unwrap_or_else(|| "-".into()));
+            println!("etag:               {}", s.etag.as_deref().unwrap_or("-"));
+            println!("provisioningState:  {}", s.provisioning_state.as_deref().unwrap_or("-"));
+            println!("sku:                {} {}", s.sku_name.as_deref().unwrap_or("-"), s.sku_tier.as_deref().unwrap_or(""));
+            println!("location:           {}", s.location);
+            for (k, v) in &s.tags {
+                println!("tag:                {k}={v}");
+            }
+            Ok(ExitCode(0))
+        }
+    }
+}
+
+/// `scale`.
+pub async fn scale(args: ScaleArgs) -> anyhow::Result<ExitCode> {
+    let settings = match load_settings(&args.config) {
+        Ok(s) => s,
+        Err(code) => return Ok(code),
+    };
+    if args.to < 0 {
+        bail!("--to must be a non-negative capacity, got {}", args.to);
+    }
+    let precondition = match (&args.if_match, &args.if_none_match) {
+        (Some(e), None) => Precondition::IfMatch(e.clone()),
+        (None, Some(star)) if star == "*" => Precondition::IfNoneMatch,
+        (None, Some(other)) => bail!("--if-none-match takes only '*', got {other:?}"),
+        (None, None) => Precondition::None,
+        (Some(_), Some(_)) => bail!("--if-match and --if-none-match cannot be combined"),
+    };
+    let arm = arm_client(&settings, Arc::new(Metrics::new()))?;
+    let current = match arm.get_scale_set(&args.name).await? {
+        Some(s) => s,
+        None => bail!("scale set {} not found; `scale` changes capacity, it does not create scale sets", args.name),
+    };
+    match arm.put_capacity(&current, args.to, &precondition).await {
+        Ok(acc) => {
+            println!(
+                "{}: capacity {} -> {} (HTTP {}), new etag {}",
+                args.name,
+                current.capacity.map(|c| c.to_string()).unwrap_or_else(|| "-".into()),
+                args.to,
+                acc.status,
+                acc.etag.as_deref().unwrap_or("-")
+            );
+            Ok(ExitCode(0))
+        }
+        Err(crate::azure::ArmError::PreconditionFailed { message, .. }) => {
+            eprintln!("412 Precondition Failed: {message}\nthe scale set changed since that ETag was read; run `get` again");
+            Ok(ExitCode(3))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `emulator`.
+pub async fn emulator(args: EmulatorArgs) -> anyhow::Result<ExitCode> {
+    let mut builder = crate::emulator::EmulatorBuilder::new()
+        .listen(args.listen)
+        .tls(args.tls)
+        .lro_delay(args.lro_delay);
+    if args.throttling {
+        builder = builder.throttling(crate::emulator::ThrottleLimits::azure_compute());
+    }
+    crate::emulator::serve_until(builder, args.cert_out, wait_for_signal()).await?;
+    Ok(ExitCode(0))
+}

@@ -188,3 +188,39 @@ pub struct AutoDiscovery {
     /// Default max when a scale set has no `max` tag; `None` skips such scale sets.
     pub default_max: Option<u32>,
 }
+
+/// cluster-autoscaler style tag auto-discovery over listed scale sets: returns the discovered
+/// groups and the skipped scale sets with the reason (logged by the reconciler).
+pub fn discover_node_groups(
+    auto: &AutoDiscovery,
+    scale_sets: &[(String, std::collections::BTreeMap<String, String>)],
+) -> (Vec<NodeGroupSpec>, Vec<(String, String)>) {
+    let mut groups = Vec::new();
+    let mut skipped = Vec::new();
+    for (name, tags) in scale_sets {
+        if tags.get("cluster-autoscaler-enabled").map(String::as_str) != Some("true") {
+            continue;
+        }
+        if tags.get("cluster-autoscaler-name") != Some(&auto.cluster_name) {
+            skipped.push((name.clone(), format!("cluster-autoscaler-name is not {}", auto.cluster_name)));
+            continue;
+        }
+        let read = |k: &str, default: Option<u32>| match tags.get(k) {
+            Some(v) => v.trim().parse::<u32>().map_err(|_| format!("tag {k}={v} is not a non-negative integer")),
+            None => default.ok_or_else(|| format!("no {k} tag and no default")),
+        };
+        match (read("min", auto.default_min), read("max", auto.default_max)) {
+            (Ok(min), Ok(max)) if min <= max => groups.push(NodeGroupSpec {
+                name: name.clone(),
+                min_size: min,
+                max_size: max,
+                desired_capacity: None,
+                schedules: Vec::new(),
+                max_scale_down_step: None,
+            }),
+            (Ok(min), Ok(max)) => skipped.push((name.clone(), format!("max {max} is below min {min}"))),
+            (Err(e), _) | (_, Err(e)) => skipped.push((name.clone(), e)),
+        }
+    }
+    (groups, skipped)
+}

@@ -1,1 +1,68 @@
-//! TODO
+//! `/metrics` (Prometheus text), `/healthz` (the loop made progress recently) and `/readyz`
+//! (the first full refresh is done). The listen address comes from configuration, never a
+//! constant. Answers carry no secrets: only metric values and a one-word status.
+
+use crate::metrics::Metrics;
+use crate::reconciler::Reconciler;
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+#[derive(Clone)]
+struct AppState {
+    metrics: Arc<Metrics>,
+    reconciler: Arc<Reconciler>,
+}
+
+/// The router, for tests that serve it themselves.
+pub fn router(metrics: Arc<Metrics>, reconciler: Arc<Reconciler>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics_handler))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(AppState { metrics, reconciler })
+}
+
+/// Binds `addr` and serves until `shutdown`. Returns the bound address through `bound` first,
+/// so a caller that asked for port 0 learns the port.
+pub async fn serve(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    reconciler: Arc<Reconciler>,
+    shutdown: CancellationToken,
+    bound: tokio::sync::oneshot::Sender<SocketAddr>,
+) -> std::io::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let _ = bound.send(listener.local_addr()?);
+    axum::serve(listener, router(metrics, reconciler))
+        .with_graceful_shutdown(async move { shutdown.cancelled().await })
+        .await
+}
+
+async fn metrics_handler(State(s): State<AppState>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        s.metrics.encode(),
+    )
+}
+
+async fn healthz(State(s): State<AppState>) -> impl IntoResponse {
+    if s.reconciler.health().live(s.reconciler.started()) {
+        (StatusCode::OK, "ok\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "reconcile loop made no progress recently\n")
+    }
+}
+
+async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
+    if s.reconciler.health().ready() {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "first scale-set refresh not done yet\n")
+    }
+}

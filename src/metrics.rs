@@ -1,1 +1,277 @@
-//! TODO
+//! Every metric the daemon exports, registered next to its definition into one registry that
+//! `main` (or a test) creates and passes down. Names are a contract (ARCHITECTURE.md section 7);
+//! `tests/metrics_names.rs` scrapes `/metrics` and asserts them so docs and code cannot drift.
+//!
+//! The `scale_set` label only ever takes names of configured or discovered node groups, so its
+//! cardinality is bounded by configuration.
+
+use prometheus::{
+    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+use std::time::Instant;
+
+const NAMESPACE: &str = "vmss_capacity";
+
+/// Buckets for ARM latency and reconcile duration, in seconds (loopback to slow ARM).
+const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// The controller's metrics. Cheap to clone handles live inside; share it behind an `Arc`.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Registry,
+    /// Reconcile passes by result (`ok`, `error`).
+    pub reconcile_total: IntCounterVec,
+    /// Duration of one reconcile pass.
+    pub reconcile_duration_seconds: HistogramVec,
+    /// ARM requests by operation and HTTP status code (`transport` when no status).
+    pub arm_requests_total: IntCounterVec,
+    /// ARM request latency by operation.
+    pub arm_request_duration_seconds: HistogramVec,
+    /// Capacity writes by scale set and result (`ok`, `precondition_failed`, `throttled`, `quota`, `error`).
+    pub capacity_writes_total: IntCounterVec,
+    /// What became of a 412 (`skipped`, `retried_ok`, `gave_up`, `gone`).
+    pub etag_conflicts_total: IntCounterVec,
+    /// Cache invalidations by cache (`instance`, `size`, `scale_set`) and reason.
+    pub cache_invalidations_total: IntCounterVec,
+    /// ETag changes the controller did not cause, per scale set.
+    pub foreign_writes_total: IntCounterVec,
+    /// Last known capacity per scale set.
+    pub scale_set_capacity: IntGaugeVec,
+    /// Planned capacity per scale set.
+    pub scale_set_desired_capacity: IntGaugeVec,
+    /// Configured minimum per scale set.
+    pub scale_set_min_size: IntGaugeVec,
+    /// Configured maximum per scale set.
+    pub scale_set_max_size: IntGaugeVec,
+    /// Instances seen by the last instance-cache refresh, per scale set.
+    pub scale_set_instances: IntGaugeVec,
+    /// Age of the cached scale-set entry, seconds.
+    pub cache_age_seconds: GaugeVec,
+    /// Last `x-ms-ratelimit-remaining-*` value seen, by scope (header suffix or policy).
+    pub arm_ratelimit_remaining: IntGaugeVec,
+    /// Seconds calls were held back by a `Retry-After` gate (summed per skipped call).
+    pub throttle_wait_seconds_total: Gauge,
+    /// Unix time of the last reconcile pass that succeeded.
+    pub last_successful_reconcile_timestamp_seconds: Gauge,
+    /// Writes refused before sending, by scale set and reason (`no_etag`, `budget`, `cooldown`, `backoff`, `gated`).
+    pub writes_held_total: IntCounterVec,
+    /// Long-running operations by final status (`succeeded`, `failed`, `canceled`, `timeout`, `error`).
+    pub lro_total: IntCounterVec,
+    /// Token acquisition failures by credential kind.
+    pub credential_errors_total: IntCounterVec,
+    /// Build information, always 1.
+    pub build_info: IntGaugeVec,
+}
+
+impl Metrics {
+    /// Creates every metric and registers it in a fresh registry.
+    pub fn new() -> Self {
+        let registry = Registry::new();
+        let m = Metrics {
+            reconcile_total: counter(&registry, "reconcile_total", "Reconcile passes by result.", &["result"]),
+            reconcile_duration_seconds: histogram(
+                &registry,
+                "reconcile_duration_seconds",
+                "Duration of one reconcile pass.",
+                &[],
+            ),
+            arm_requests_total: counter(
+                &registry,
+                "arm_requests_total",
+                "ARM requests by operation and status code.",
+                &["operation", "code"],
+            ),
+            arm_request_duration_seconds: histogram(
+                &registry,
+                "arm_request_duration_seconds",
+                "ARM request latency by operation.",
+                &["operation"],
+            ),
+            capacity_writes_total: counter(
+                &registry,
+                "capacity_writes_total",
+                "Capacity writes by scale set and result.",
+                &["scale_set", "result"],
+            ),
+            etag_conflicts_total: counter(
+                &registry,
+                "etag_conflicts_total",
+                "412 Precondition Failed answers by what the controller did next.",
+                &["scale_set", "outcome"],
+            ),
+            cache_invalidations_total: counter(
+                &registry,
+                "cache_invalidations_total",
+                "Cache invalidations by cache and reason.",
+                &["cache", "reason"],
+            ),
+            foreign_writes_total: counter(
+                &registry,
+                "foreign_writes_total",
+                "Changes to a scale set that this controller did not make.",
+                &["scale_set"],
+            ),
+            scale_set_capacity: int_gauge(&registry, "scale_set_capacity", "Last known capacity.", &["scale_set"]),
+            scale_set_desired_capacity: int_gauge(
+                &registry,
+                "scale_set_desired_capacity",
+                "Planned capacity.",
+                &["scale_set"],
+            ),
+            scale_set_min_size: int_gauge(&registry, "scale_set_min_size", "Configured minimum.", &["scale_set"]),
+            scale_set_max_size: int_gauge(&registry, "scale_set_max_size", "Configured maximum.", &["scale_set"]),
+            scale_set_instances: int_gauge(
+                &registry,
+                "scale_set_instances",
+                "Instances seen by the last instance-cache refresh.",
+                &["scale_set"],
+            ),
+            cache_age_seconds: gauge_vec(
+                &registry,
+                "cache_age_seconds",
+                "Age of the cached scale-set entry.",
+                &["scale_set"],
+            ),
+            arm_ratelimit_remaining: int_gauge(
+                &registry,
+                "arm_ratelimit_remaining",
+                "Last x-ms-ratelimit-remaining value seen, by scope.",
+                &["scope"],
+            ),
+            throttle_wait_seconds_total: gauge(
+                &registry,
+                "throttle_wait_seconds_total",
+                "Seconds of Retry-After that held calls back.",
+            ),
+            last_successful_reconcile_timestamp_seconds: gauge(
+                &registry,
+                "last_successful_reconcile_timestamp_seconds",
+                "Unix time of the last successful reconcile pass.",
+            ),
+            writes_held_total: counter(
+                &registry,
+                "writes_held_total",
+                "Planned writes not sent, by reason.",
+                &["scale_set", "reason"],
+            ),
+            lro_total: counter(&registry, "lro_total", "Long-running operations by final status.", &["status"]),
+            credential_errors_total: counter(
+                &registry,
+                "credential_errors_total",
+                "Token acquisition failures by credential kind.",
+                &["kind"],
+            ),
+            build_info: int_gauge(&registry, "build_info", "Build information.", &["version"]),
+            registry,
+        };
+        m.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        m
+    }
+
+    /// The registry, for callers that add their own collectors.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut buf = Vec::new();
+        // Encoding into a Vec cannot fail for the text format; an error would mean a
+        // malformed metric family, which registration already rejects.
+        if TextEncoder::new().encode(&self.registry.gather(), &mut buf).is_err() {
+            return String::new();
+        }
+        String::from_utf8(buf).unwrap_or_default()
+    }
+
+    /// Starts timing an ARM call; record it with [`ArmTimer::finish`].
+    pub fn arm_timer(&self, operation: &'static str) -> ArmTimer<'_> {
+        ArmTimer { metrics: self, operation, start: Instant::now() }
+    }
+
+    /// Sum of a counter over all label values (tests and the demo summary).
+    pub fn counter_sum(counter: &IntCounterVec, matching: &[(&str, &str)]) -> u64 {
+        use prometheus::core::Collector;
+        counter
+            .collect()
+            .iter()
+            .flat_map(|mf| mf.get_metric())
+            .filter(|m| {
+                matching.iter().all(|(k, v)| {
+                    m.get_label().iter().any(|l| l.name() == *k && l.value() == *v)
+                })
+            })
+            .map(|m| m.get_counter().get_value() as u64)
+            .sum()
+    }
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Times one ARM call and records its status code.
+pub struct ArmTimer<'a> {
+    metrics: &'a Metrics,
+    operation: &'static str,
+    start: Instant,
+}
+
+impl ArmTimer<'_> {
+    /// Records the call's latency and its status code (`"transport"`, `"gated"` when none).
+    pub fn finish(self, code: &str) {
+        self.metrics
+            .arm_request_duration_seconds
+            .with_label_values(&[self.operation])
+            .observe(self.start.elapsed().as_secs_f64());
+        self.metrics.arm_requests_total.with_label_values(&[self.operation, code]).inc();
+    }
+}
+
+fn opts(name: &str, help: &str) -> Opts {
+    Opts::new(name, help).namespace(NAMESPACE)
+}
+
+// Registration only fails for duplicate or invalid names, which are constants here: a failure is
+// a programming error caught by every test that builds `Metrics`.
+fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(opts(name, help), labels).expect("valid counter definition");
+    registry.register(Box::new(c.clone())).expect("unique counter name");
+    c
+}
+
+fn int_gauge(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let g = IntGaugeVec::new(opts(name, help), labels).expect("valid gauge definition");
+    registry.register(Box::new(g.clone())).expect("unique gauge name");
+    g
+}
+
+fn gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
+    let g = GaugeVec::new(opts(name, help), labels).expect("valid gauge definition");
+    registry.register(Box::new(g.clone())).expect("unique gauge name");
+    g
+}
+
+fn gauge(registry: &Registry, name: &str, help: &str) -> Gauge {
+    let g = Gauge::with_opts(opts(name, help)).expect("valid gauge definition");
+    registry.register(Box::new(g.clone())).expect("unique gauge name");
+    g
+}
+
+fn histogram(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
+    let opts = HistogramOpts::new(name, help).namespace(NAMESPACE).buckets(LATENCY_BUCKETS.to_vec());
+    let h = HistogramVec::new(opts, labels).expect("valid histogram definition");
+    registry.register(Box::new(h.clone())).expect("unique histogram name");
+    h
+}

@@ -1,1 +1,927 @@
-//! TODO
+//! The reconcile loop, the ETag protocol and the per-class error policy.
+//!
+//! One pass: refresh the scale-set cache if its TTL has passed (one LIST per resource group),
+//! read sizes through the size cache, plan (pure), and actuate with bounded concurrency, never
+//! two writes to one scale set at once. Each write follows ARCHITECTURE.md section 3:
+//!
+//! - flag on: a sparse PUT with `If-Match: <cached ETag>`; no cached ETag → GET first; still none
+//!   → no write (never blind);
+//! - success → adopt the returned ETag (keep the old one if none came back: the next write then
+//!   gets a 412, which is handled, where clearing it would make that write blind), publish the
+//!   size, replace the cache entry copy-on-write, invalidate the instance cache, and track the
+//!   long-running operation in the background;
+//! - 412 → invalidate the instance and size caches, GET fresh, replace the entry and re-plan with
+//!   the fresh capacity: satisfied → `skipped`; otherwise one more write with the fresh ETag
+//!   (`retried_ok`), refused again → `gave_up` until the next pass; 404 → `gone` (dropped, never
+//!   re-created). A 412 is a re-plan signal, never a backoff;
+//! - ambiguous outcome (the answer was lost after the PUT was sent) → mark stale and GET before
+//!   any further write; never resend blindly;
+//! - 429 closes the `Retry-After` gate of that call class (in [`crate::azure::ArmClient`]);
+//!   409 `OperationNotAllowed` cools the node group down; 5xx and transport errors back it off
+//!   exponentially with jitter; a per-scale-set token bucket keeps writes within Azure's limits.
+
+use crate::azure::arm::OperationStatus;
+use crate::azure::{ArmClient, ArmError, Precondition, PutAccepted};
+use crate::cache::{InstanceCache, ScaleSet, ScaleSetCache, SizeCache};
+use crate::config::{ConflictStrategy, NodeGroupSpec, Settings};
+use crate::metrics::Metrics;
+use crate::planner::{self, CapacityChange, ConfiguredDemand, DemandSource, Hold};
+use parking_lot::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use time::OffsetDateTime;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+/// First backoff after a 5xx or transport error; doubles per failure.
+const BACKOFF_BASE: Duration = Duration::from_secs(2);
+/// Longest backoff.
+const BACKOFF_CAP: Duration = Duration::from_secs(300);
+/// How long a long-running operation is tracked before giving up on it.
+const LRO_DEADLINE: Duration = Duration::from_secs(30 * 60);
+/// Shortest interval between two polls of one operation.
+const LRO_MIN_POLL: Duration = Duration::from_secs(1);
+
+/// Wall clock for the planner (schedules). Replaceable in tests.
+pub type WallClock = Arc<dyn Fn() -> OffsetDateTime + Send + Sync>;
+
+/// Why a reconcile pass failed as a whole.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    /// The scale-set LIST failed, so nothing could be planned from fresh data.
+    #[error("refreshing the scale-set cache failed")]
+    Refresh(#[source] ArmError),
+    /// Some writes failed; the rest of the pass completed.
+    #[error("{failed} of {planned} capacity writes failed")]
+    Writes {
+        /// Writes that ended in an error.
+        failed: usize,
+        /// Writes planned.
+        planned: usize,
+    },
+}
+
+/// What one pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct PassReport {
+    /// Writes the planner asked for.
+    pub planned: usize,
+    /// Writes ARM accepted.
+    pub written: usize,
+    /// 412s met.
+    pub conflicts: usize,
+    /// Writes that ended in an error.
+    pub failed: usize,
+    /// Writes not sent (budget, cooldown, backoff, gate, no ETag, dry run).
+    pub held: usize,
+}
+
+/// How one planned write ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WriteEnd {
+    Written,
+    Satisfied,
+    Held,
+    Failed,
+    GaveUp,
+}
+
+#[derive(Debug)]
+struct TokenBucket {
+    tokens: f64,
+    last: Instant,
+}
+
+#[derive(Debug)]
+struct GroupState {
+    /// The last ETag we saw or produced: a different one on a read means another writer.
+    known_etag: Option<String>,
+    /// An ambiguous write or a failed operation: GET before the next write.
+    stale: bool,
+    in_flight: bool,
+    cooldown_until: Option<Instant>,
+    backoff_until: Option<Instant>,
+    backoff_attempts: u32,
+    budget: TokenBucket,
+}
+
+/// Liveness and readiness, read by `/healthz` and `/readyz`.
+#[derive(Debug)]
+pub struct Health {
+    last_pass: Mutex<Option<Instant>>,
+    ready: AtomicBool,
+    stale_after: Duration,
+}
+
+impl Health {
+    fn new(scan_interval: Duration) -> Self {
+        Self {
+            last_pass: Mutex::new(None),
+            ready: AtomicBool::new(false),
+            stale_after: (scan_interval * 6).max(Duration::from_secs(60)),
+        }
+    }
+
+    /// The first full refresh has completed.
+    pub fn ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// A pass completed recently (or none was due yet since start).
+    pub fn live(&self, started: Instant) -> bool {
+        let now = Instant::now();
+        match *self.last_pass.lock() {
+            Some(at) => now.saturating_duration_since(at) < self.stale_after,
+            None => now.saturating_duration_since(started) < self.stale_after,
+        }
+    }
+}
+
+/// Builds a [`Reconciler`].
+pub struct ReconcilerBuilder {
+    settings: Arc<Settings>,
+    arm: Arc<ArmClient>,
+    metrics: Arc<Metrics>,
+    demand: Arc<dyn DemandSource>,
+    clock: WallClock,
+    dry_run: bool,
+}
+
+impl ReconcilerBuilder {
+    /// Plans and logs but never writes.
+    pub fn dry_run(mut self, dry_run: bool) -> Self {
+        self.dry_run = dry_run;
+        self
+    }
+
+    /// Replaces the demand source (default: schedules and `desiredCapacity`).
+    pub fn demand(mut self, demand: Arc<dyn DemandSource>) -> Self {
+        self.demand = demand;
+        self
+    }
+
+    /// Replaces the wall clock the planner reads schedules against.
+    pub fn clock(mut self, clock: WallClock) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The reconciler.
+    pub fn build(self) -> Reconciler {
+        let settings = self.settings;
+        let groups = Arc::new(settings.node_groups.clone());
+        Reconciler {
+            inner: Arc::new(Inner {
+                sizes: SizeCache::new(settings.vmss_cache_ttl),
+                instances: InstanceCache::new(settings.instance_cache_ttl, settings.instance_cache_jitter),
+                write_slots: Arc::new(Semaphore::new(settings.max_concurrent_writes.max(1))),
+                health: Health::new(settings.scan_interval),
+                demand: self.demand,
+                clock: self.clock,
+                scale_sets: ScaleSetCache::new(),
+                groups: Mutex::new(groups),
+                state: Mutex::new(HashMap::new()),
+                lro_tasks: Mutex::new(JoinSet::new()),
+                dry_run: self.dry_run,
+                started: Instant::now(),
+                settings,
+                arm: self.arm,
+                metrics: self.metrics,
+            }),
+        }
+    }
+}
+
+/// The controller: caches, planner input and the ETag protocol. Dropping it aborts the
+/// background operation trackers.
+pub struct Reconciler {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    settings: Arc<Settings>,
+    arm: Arc<ArmClient>,
+    metrics: Arc<Metrics>,
+    demand: Arc<dyn DemandSource>,
+    clock: WallClock,
+    scale_sets: ScaleSetCache,
+    sizes: SizeCache,
+    instances: InstanceCache,
+    groups: Mutex<Arc<Vec<NodeGroupSpec>>>,
+    state: Mutex<HashMap<String, GroupState>>,
+    write_slots: Arc<Semaphore>,
+    lro_tasks: Mutex<JoinSet<()>>,
+    dry_run: bool,
+    started: Instant,
+    health: Health,
+}
+
+impl std::fmt::Debug for Reconciler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reconciler").field("arm", &self.inner.arm).finish_non_exhaustive()
+    }
+}
+
+impl Drop for Reconciler {
+    fn drop(&mut self) {
+        // The trackers hold the inner state; aborting them breaks that cycle.
+        self.inner.lro_tasks.lock().abort_all();
+    }
+}
+
+impl Reconciler {
+    /// A builder for a reconciler of `settings`, writing through `arm`.
+    pub fn builder(settings: Arc<Settings>, arm: Arc<ArmClient>, metrics: Arc<Metrics>) -> ReconcilerBuilder {
+        ReconcilerBuilder {
+            settings,
+            arm,
+            metrics,
+            demand: Arc::new(ConfiguredDemand),
+            clock: Arc::new(OffsetDateTime::now_utc),
+            dry_run: false,
+        }
+    }
+
+    /// Liveness and readiness.
+    pub fn health(&self) -> &Health {
+        &self.inner.health
+    }
+
+    /// Operation trackers still running (tests wait for them).
+    pub fn operations_in_flight(&self) -> usize {
+        let mut tasks = self.inner.lro_tasks.lock();
+        while tasks.try_join_next().is_some() {}
+        tasks.len()
+    }
+
+    /// The scale-set cache (read-only use: tests, `get`, the demo).
+    pub fn scale_sets(&self) -> &ScaleSetCache {
+        &self.inner.scale_sets
+    }
+
+    /// The instance cache.
+    pub fn instances(&self) -> &InstanceCache {
+        &self.inner.instances
+    }
+
+    /// The node groups under management (configured plus discovered).
+    pub fn groups(&self) -> Arc<Vec<NodeGroupSpec>> {
+        self.inner.groups()
+    }
+
+    /// When the process started (for liveness).
+    pub fn started(&self) -> Instant {
+        self.inner.started
+    }
+
+    /// cluster-autoscaler's `TargetSize`: the size the planner would use now, `None` if unknown.
+    pub fn target_size(&self, name: &str) -> Option<i64> {
+        self.inner.sizes.target_size(name, &self.inner.scale_sets, Instant::now())
+    }
+
+    /// Runs passes every `scanInterval` (jittered) until `shutdown` is cancelled; a pass under
+    /// way when it is gets `shutdownGrace` to finish its writes.
+    pub async fn run(&self, shutdown: CancellationToken) {
+        let settings = self.inner.settings.clone();
+        loop {
+            let pass = self.run_once();
+            tokio::pin!(pass);
+            tokio::select! {
+                result = &mut pass => self.log_pass(result),
+                _ = shutdown.cancelled() => {
+                    info!(grace_secs = settings.shutdown_grace.as_secs(), "shutdown: letting the pass in flight finish");
+                    match tokio::time::timeout(settings.shutdown_grace, pass).await {
+                        Ok(result) => self.log_pass(result),
+                        Err(_) => warn!("shutdown grace expired with writes in flight; their outcome will be read on the next start"),
+                    }
+                    break;
+                }
+            }
+            let pause = jittered(settings.scan_interval, 0.1);
+            tokio::select! {
+                _ = tokio::time::sleep(pause) => {}
+                _ = shutdown.cancelled() => break,
+            }
+        }
+        self.inner.lro_tasks.lock().abort_all();
+        info!("reconciler stopped");
+    }
+
+    fn log_pass(&self, result: Result<PassReport, ReconcileError>) {
+        match result {
+            Ok(r) => debug!(planned = r.planned, written = r.written, conflicts = r.conflicts, held = r.held, "pass done"),
+            Err(e) => warn!(error = %e, cause = ?std::error::Error::source(&e).map(|s| s.to_string()), "pass failed"),
+        }
+    }
+
+    /// One refresh + plan + actuate pass.
+    pub async fn run_once(&self) -> Result<PassReport, ReconcileError> {
+        self.inner.clone().run_once().await
+    }
+}
+
+impl Inner {
+    fn groups(&self) -> Arc<Vec<NodeGroupSpec>> {
+        self.groups.lock().clone()
+    }
+
+    async fn run_once(self: Arc<Self>) -> Result<PassReport, ReconcileError> {
+        let started = Instant::now();
+        let result = self.clone().pass().await;
+        self.metrics.reconcile_duration_seconds.with_label_values::<&str>(&[]).observe(started.elapsed().as_secs_f64());
+        *self.health.last_pass.lock() = Some(Instant::now());
+        match &result {
+            Ok(_) => {
+                self.metrics.reconcile_total.with_label_values(&["ok"]).inc();
+                let unix = OffsetDateTime::now_utc().unix_timestamp_nanos() as f64 / 1e9;
+                self.metrics.last_successful_reconcile_timestamp_seconds.set(unix);
+            }
+            Err(_) => self.metrics.reconcile_total.with_label_values(&["error"]).inc(),
+        }
+        result
+    }
+
+    async fn pass(self: Arc<Self>) -> Result<PassReport, ReconcileError> {
+        if self.scale_sets.refresh_due(self.settings.vmss_cache_ttl, Instant::now()) {
+            self.refresh_all().await.map_err(ReconcileError::Refresh)?;
+        }
+        let groups = self.groups();
+        let now = Instant::now();
+        let observed: HashMap<String, Option<i64>> = groups
+            .iter()
+            .map(|g| (g.name.clone(), self.sizes.target_size(&g.name, &self.scale_sets, now)))
+            .collect();
+        let in_flight: HashSet<String> = self
+            .state
+            .lock()
+            .iter()
+            .filter(|(_, s)| s.in_flight)
+            .map(|(n, _)| n.clone())
+            .collect();
+        let wall = (self.clock)();
+        let plan = planner::plan(&groups, &observed, &in_flight, self.demand.as_ref(), wall);
+        self.publish_gauges(&groups, &plan.held, &plan.changes, now);
+        for (name, hold, _) in &plan.held {
+            if *hold == Hold::UnknownSize {
+                debug!(scale_set = %name, "size unknown (scale set not found or no capacity): no write");
+            }
+        }
+        self.refresh_instances(&groups).await;
+
+        let mut report = PassReport { planned: plan.changes.len(), ..PassReport::default() };
+        let by_name: HashMap<&str, &NodeGroupSpec> = groups.iter().map(|g| (g.name.as_str(), g)).collect();
+        let mut tasks = JoinSet::new();
+        for change in plan.changes {
+            let Some(group) = by_name.get(change.scale_set.as_str()).map(|g| (*g).clone()) else { continue };
+            if !self.claim(&group.name) {
+                continue;
+            }
+            let this = self.clone();
+            tasks.spawn(async move {
+                // Closed only if the semaphore is dropped, which cannot happen while `this` lives.
+                let _permit = this.write_slots.clone().acquire_owned().await;
+                let end = this.clone().write(&group, change).await;
+                this.release(&group.name);
+                end
+            });
+        }
+        while let Some(joined) = tasks.join_next().await {
+            let (end, conflicted) = match joined {
+                Ok(r) => r,
+                Err(e) => {
+                    warn!(error = %e, "write task failed");
+                    (WriteEnd::Failed, false)
+                }
+            };
+            report.conflicts += usize::from(conflicted);
+            match end {
+                WriteEnd::Written => report.written += 1,
+                WriteEnd::Satisfied => {}
+                WriteEnd::Held => report.held += 1,
+                WriteEnd::Failed | WriteEnd::GaveUp => report.failed += 1,
+            }
+        }
+        if report.failed > 0 {
+            return Err(ReconcileError::Writes { failed: report.failed, planned: report.planned });
+        }
+        Ok(report)
+    }
+
+    fn claim(&self, name: &str) -> bool {
+        let mut state = self.state.lock();
+        let s = state.entry(name.to_string()).or_insert_with(|| self.new_group_state());
+        if s.in_flight {
+            return false;
+        }
+        s.in_flight = true;
+        true
+    }
+
+    fn release(&self, name: &str) {
+        if let Some(s) = self.state.lock().get_mut(name) {
+            s.in_flight = false;
+        }
+    }
+
+    fn new_group_state(&self) -> GroupState {
+        GroupState {
+            known_etag: None,
+            stale: false,
+            in_flight: false,
+            cooldown_until: None,
+            backoff_until: None,
+            backoff_attempts: 0,
+            budget: TokenBucket { tokens: f64::from(self.settings.write_budget.burst), last: Instant::now() },
+        }
+    }
+
+    fn with_state<R>(&self, name: &str, f: impl FnOnce(&mut GroupState) -> R) -> R {
+        let mut state = self.state.lock();
+        let s = state.entry(name.to_string()).or_insert_with(|| self.new_group_state());
+        f(s)
+    }
+
+    /// Records what a read showed; counts an ETag change we did not cause as a foreign write.
+    fn observe(&self, fresh: &ScaleSet) {
+        let Some(etag) = fresh.etag.clone() else { return };
+        let managed = self.groups().iter().any(|g| g.name == fresh.name);
+        let foreign = self.with_state(&fresh.name, |s| {
+            let foreign = s.known_etag.as_ref().is_some_and(|k| *k != etag);
+            s.known_etag = Some(etag.clone());
+            foreign
+        });
+        if foreign && managed {
+            self.metrics.foreign_writes_total.with_label_values(&[&fresh.name]).inc();
+            info!(scale_set = %fresh.name, etag = %etag, capacity = ?fresh.capacity, "foreign write: another writer changed the scale set");
+        }
+    }
+
+    /// One LIST for the resource group; replaces the whole cache.
+    async fn refresh_all(&self) -> Result<(), ArmError> {
+        let listed = self.arm.list_scale_sets().await?;
+        for s in &listed {
+            self.observe(s);
+        }
+        let now = Instant::now();
+        let present: HashSet<String> = listed.iter().map(|s| s.name.clone()).collect();
+        self.update_groups(&listed);
+        self.scale_sets.replace_all(listed, now);
+        // Sizes follow the fresh LIST at once; our own published sizes are older than it.
+        for g in self.groups().iter() {
+            self.sizes.invalidate(&g.name);
+            if !present.contains(&g.name) {
+                warn!(scale_set = %g.name, "configured scale set not found in the resource group: no writes until it exists");
+            }
+        }
+        if !self.health.ready.swap(true, Ordering::AcqRel) {
+            info!(scale_sets = present.len(), "first full refresh done: ready");
+        }
+        Ok(())
+    }
+
+    /// Configured groups plus those discovered from tags.
+    fn update_groups(&self, listed: &[ScaleSet]) {
+        let Some(auto) = &self.settings.auto_discovery else { return };
+        let tagged: Vec<(String, std::collections::BTreeMap<String, String>)> =
+            listed.iter().map(|s| (s.name.clone(), s.tags.clone())).collect();
+        let (discovered, skipped) = crate::config::discover_node_groups(auto, &tagged);
+        for (name, reason) in &skipped {
+            debug!(scale_set = %name, %reason, "auto-discovery skipped scale set");
+        }
+        let mut groups = self.settings.node_groups.clone();
+        let explicit: HashSet<String> = groups.iter().map(|g| g.name.clone()).collect();
+        groups.extend(discovered.into_iter().filter(|g| !explicit.contains(&g.name)));
+        let mut current = self.groups.lock();
+        if **current != groups {
+            info!(groups = ?groups.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(), "node groups changed");
+            *current = Arc::new(groups);
+        }
+    }
+
+    async fn refresh_instances(&self, groups: &[NodeGroupSpec]) {
+        if self.settings.instance_cache_ttl.is_zero() {
+            return;
+        }
+        for g in groups {
+            if self.instances.get(&g.name).is_some() || self.scale_sets.get(&g.name).is_none() {
+                continue;
+            }
+            match self.arm.list_instances(&g.name).await {
+                Ok(list) => {
+                    self.metrics.scale_set_instances.with_label_values(&[&g.name]).set(list.len() as i64);
+                    self.instances.insert(&g.name, list);
+                }
+                Err(e) => debug!(scale_set = %g.name, error = %e, "instance list failed; keeping the last one"),
+            }
+        }
+    }
+
+    fn publish_gauges(
+        &self,
+        groups: &[NodeGroupSpec],
+        held: &[(String, Hold, Option<i64>)],
+        changes: &[CapacityChange],
+        now: Instant,
+    ) {
+        let desired: HashMap<&str, Option<i64>> = held
+            .iter()
+            .map(|(n, _, d)| (n.as_str(), *d))
+            .chain(changes.iter().map(|c| (c.scale_set.as_str(), Some(c.to))))
+            .collect();
+        let snapshot = self.scale_sets.snapshot();
+        for g in groups {
+            let name = g.name.as_str();
+            self.metrics.scale_set_min_size.with_label_values(&[name]).set(i64::from(g.min_size));
+            self.metrics.scale_set_max_size.with_label_values(&[name]).set(i64::from(g.max_size));
+            if let Some(Some(d)) = desired.get(name) {
+                self.metrics.scale_set_desired_capacity.with_label_values(&[name]).set(*d);
+            }
+            if let Some(entry) = snapshot.get(name) {
+                if let Some(c) = entry.scale_set.capacity {
+                    self.metrics.scale_set_capacity.with_label_values(&[name]).set(c);
+                }
+                let age = now.saturating_duration_since(entry.fetched_at).as_secs_f64();
+                self.metrics.cache_age_seconds.with_label_values(&[name]).set(age);
+            }
+        }
+    }
+
+    /// Everything that stops a write before it is sent. Returns the reason label if held.
+    fn hold_reason(&self, name: &str) -> Option<&'static str> {
+        let now = Instant::now();
+        let budget = self.settings.write_budget;
+        self.with_state(name, |s| {
+            if s.cooldown_until.is_some_and(|t| t > now) {
+                return Some("cooldown");
+            }
+            if s.backoff_until.is_some_and(|t| t > now) {
+                return Some("backoff");
+            }
+            let elapsed = now.saturating_duration_since(s.budget.last).as_secs_f64();
+            s.budget.tokens = (s.budget.tokens + elapsed * budget.per_minute / 60.0).min(f64::from(budget.burst));
+            s.budget.last = now;
+            if s.budget.tokens < 1.0 {
+                return Some("budget");
+            }
+            None
+        })
+    }
+
+    fn spend_budget(&self, name: &str) {
+        self.with_state(name, |s| s.budget.tokens -= 1.0);
+    }
+
+    fn held(&self, name: &str, reason: &str) -> (WriteEnd, bool) {
+        self.metrics.writes_held_total.with_label_values(&[name, reason]).inc();
+        (WriteEnd::Held, false)
+    }
+
+    /// One planned write through the ETag protocol. Returns how it ended and whether a 412 was met.
+    async fn write(self: Arc<Self>, group: &NodeGroupSpec, change: CapacityChange) -> (WriteEnd, bool) {
+        let name = group.name.as_str();
+        if let Some(reason) = self.hold_reason(name) {
+            debug!(scale_set = name, reason, "write held");
+            return self.held(name, reason);
+        }
+        let etag_on = self.settings.enable_vmss_etag;
+        let stale = self.with_state(name, |s| s.stale);
+        let mut current = self.scale_sets.get(name).map(|c| c.scale_set.clone());
+        let mut target = change.to;
+        let needs_get = stale || current.is_none() || (etag_on && current.as_ref().is_some_and(|c| c.etag.is_none()));
+        if needs_get {
+            match self.fresh_read(name, if stale { "stale" } else { "no_etag" }).await {
+                Ok(Some(fresh)) => {
+                    self.with_state(name, |s| s.stale = false);
+                    match fresh.capacity.and_then(|c| planner::target_for(group, c, self.demand.as_ref(), (self.clock)())) {
+                        None => {
+                            if stale {
+                                info!(scale_set = name, capacity = ?fresh.capacity, "stale entry re-read: the capacity already satisfies the plan (an ambiguous write landed)");
+                            }
+                            return (WriteEnd::Satisfied, false);
+                        }
+                        Some(c) => target = c.to,
+                    }
+                    current = Some(fresh);
+                }
+                Ok(None) => return (self.gone(name), false),
+                Err(e) => return (self.write_error(name, &e), false),
+            }
+        }
+        let Some(current) = current else { return (WriteEnd::Failed, false) };
+        let precondition = if etag_on {
+            match &current.etag {
+                Some(e) => Precondition::IfMatch(e.clone()),
+                None => {
+                    warn!(scale_set = name, "no ETag even after a fresh GET: not writing blind");
+                    return self.held(name, "no_etag");
+                }
+            }
+        } else {
+            Precondition::None
+        };
+        if self.dry_run {
+            info!(scale_set = name, from = ?current.capacity, to = target, reason = %change.reason, "dry run: would write capacity");
+            return self.held(name, "dry_run");
+        }
+        self.spend_budget(name);
+        match self.arm.put_capacity(&current, target, &precondition).await {
+            Ok(acc) => {
+                self.write_ok(group, &current, target, &precondition, acc);
+                (WriteEnd::Written, false)
+            }
+            Err(ArmError::PreconditionFailed { .. }) => (self.conflict(group, target, &precondition).await, true),
+            Err(e) => (self.write_error(name, &e), false),
+        }
+    }
+
+    /// GET one scale set, replace its cache entry and record what it shows.
+    async fn fresh_read(&self, name: &str, reason: &str) -> Result<Option<ScaleSet>, ArmError> {
+        debug!(scale_set = name, reason, "GET fresh scale set");
+        match self.arm.get_scale_set(name).await? {
+            Some(fresh) => {
+                self.observe(&fresh);
+                let now = Instant::now();
+                self.scale_sets.upsert(fresh.clone(), now);
+                if let Some(c) = fresh.capacity {
+                    self.sizes.publish(name, c, now);
+                }
+                Ok(Some(fresh))
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn invalidate_after_conflict(&self, name: &str) {
+        self.sizes.invalidate(name);
+        self.instances.invalidate(name);
+        self.metrics.cache_invalidations_total.with_label_values(&["size", "precondition_failed"]).inc();
+        self.metrics.cache_invalidations_total.with_label_values(&["instance", "precondition_failed"]).inc();
+    }
+
+    fn write_ok(self: &Arc<Self>, group: &NodeGroupSpec, sent_from: &ScaleSet, target: i64, precondition: &Precondition, acc: PutAccepted) {
+        let name = group.name.as_str();
+        let now = Instant::now();
+        // Keep the previous ETag when none came back: a stale If-Match gets a 412 (handled);
+        // no If-Match would be a blind write.
+        let etag = acc.etag.clone().or_else(|| sent_from.etag.clone());
+        if acc.etag.is_none() {
+            warn!(scale_set = name, "write accepted without an ETag; keeping the previous one");
+        }
+        let mut entry = acc.scale_set.clone();
+        entry.capacity = Some(target);
+        entry.etag = etag.clone();
+        if entry.location.is_empty() {
+            entry.location = sent_from.location.clone();
+        }
+        self.scale_sets.upsert(entry, now);
+        self.sizes.publish(name, target, now);
+        self.instances.invalidate(name);
+        self.metrics.cache_invalidations_total.with_label_values(&["instance", "own_write"]).inc();
+        self.with_state(name, |s| {
+            s.known_etag = etag.clone();
+            s.backoff_attempts = 0;
+            s.backoff_until = None;
+        });
+        self.metrics.capacity_writes_total.with_label_values(&[name, "ok"]).inc();
+        self.metrics.scale_set_capacity.with_label_values(&[name]).set(target);
+        info!(
+            scale_set = name,
+            from = ?sent_from.capacity,
+            to = target,
+            if_match = precondition.if_match().unwrap_or("-"),
+            status = acc.status,
+            etag = etag.as_deref().unwrap_or("-"),
+            "capacity written"
+        );
+        if let Some(url) = acc.async_operation {
+            self.track_operation(name.to_string(), url, acc.retry_after, target, etag);
+        }
+    }
+
+    /// After a 412: the strategy decides; the design's is "refresh and re-plan now".
+    async fn conflict(self: &Arc<Self>, group: &NodeGroupSpec, attempted: i64, sent: &Precondition) -> WriteEnd {
+        let name = group.name.as_str();
+        self.metrics.capacity_writes_total.with_label_values(&[name, "precondition_failed"]).inc();
+        info!(scale_set = name, if_match = sent.if_match().unwrap_or("-"), to = attempted, "412 Precondition Failed: another writer changed the scale set; refreshing");
+        self.invalidate_after_conflict(name);
+        let outcome = |o: &str| self.metrics.etag_conflicts_total.with_label_values(&[name, o]).inc();
+        let strategy = self.settings.conflict_strategy;
+        if strategy == ConflictStrategy::NextLoop {
+            self.scale_sets.invalidate_all();
+            self.metrics.cache_invalidations_total.with_label_values(&["scale_set", "precondition_failed"]).inc();
+            outcome("gave_up");
+            return WriteEnd::GaveUp;
+        }
+        let fresh = match self.fresh_read(name, "precondition_failed").await {
+            Ok(Some(f)) => f,
+            Ok(None) => {
+                outcome("gone");
+                return self.gone(name);
+            }
+            Err(e) => {
+                outcome("gave_up");
+                self.with_state(name, |s| s.stale = true);
+                return self.write_error(name, &e);
+            }
+        };
+        let Some(fresh_capacity) = fresh.capacity else {
+            outcome("gave_up");
+            return WriteEnd::GaveUp;
+        };
+        let next = match strategy {
+            ConflictStrategy::Replan | ConflictStrategy::NextLoop => {
+                planner::target_for(group, fresh_capacity, self.demand.as_ref(), (self.clock)()).map(|c| c.to)
+            }
+            // cluster-autoscaler: a scale-up already reached by someone else is satisfied.
+            ConflictStrategy::RetryOnceThenBackoff { .. } => {
+                let satisfied = planner::target_for(group, fresh_capacity, self.demand.as_ref(), (self.clock)()).is_none()
+                    || (attempted > fresh_capacity.min(attempted) && fresh_capacity >= attempted);
+                (!satisfied).then_some(attempted)
+            }
+        };
+        let Some(next) = next else {
+            info!(scale_set = name, capacity = fresh_capacity, "fresh capacity already satisfies the plan: no write");
+            outcome("skipped");
+            return WriteEnd::Satisfied;
+        };
+        let Some(etag) = fresh.etag.clone() else {
+            warn!(scale_set = name, "fresh GET returned no ETag: not writing blind");
+            outcome("gave_up");
+            self.metrics.writes_held_total.with_label_values(&[name, "no_etag"]).inc();
+            return WriteEnd::GaveUp;
+        };
+        if let Some(reason) = self.hold_reason(name) {
+            outcome("gave_up");
+            self.metrics.writes_held_total.with_label_values(&[name, reason]).inc();
+            return WriteEnd::Held;
+        }
+        self.spend_budget(name);
+        let precondition = Precondition::IfMatch(etag);
+        match self.arm.put_capacity(&fresh, next, &precondition).await {
+            Ok(acc) => {
+                self.write_ok(group, &fresh, next, &precondition, acc);
+                outcome("retried_ok");
+                WriteEnd::Written
+            }
+            Err(ArmError::PreconditionFailed { .. }) => {
+                self.metrics.capacity_writes_total.with_label_values(&[name, "precondition_failed"]).inc();
+                self.invalidate_after_conflict(name);
+                outcome("gave_up");
+                if let ConflictStrategy::RetryOnceThenBackoff { backoff } = strategy {
+                    self.with_state(name, |s| s.backoff_until = Some(Instant::now() + backoff));
+                    warn!(scale_set = name, backoff_secs = backoff.as_secs(), "retry refused again: node group backed off");
+                } else {
+                    info!(scale_set = name, "retry refused again (busy writer): re-planning on the next pass");
+                }
+                WriteEnd::GaveUp
+            }
+            Err(e) => self.write_error(name, &e),
+        }
+    }
+
+    /// The scale set no longer exists: forget it, never re-create it.
+    fn gone(&self, name: &str) -> WriteEnd {
+        warn!(scale_set = name, "scale set is gone (404): dropped from the cache, not re-created");
+        self.scale_sets.remove(name);
+        self.sizes.remove(name);
+        self.instances.invalidate(name);
+        self.metrics.cache_invalidations_total.with_label_values(&["scale_set", "gone"]).inc();
+        self.with_state(name, |s| s.known_etag = None);
+        WriteEnd::Failed
+    }
+
+    /// The per-class error policy for everything but 412.
+    fn write_error(&self, name: &str, e: &ArmError) -> WriteEnd {
+        self.metrics.capacity_writes_total.with_label_values(&[name, e.metric_label()]).inc();
+        match e {
+            ArmError::Throttled { retry_after, local, .. } => {
+                // The gate in ArmClient already holds every call of this class back.
+                info!(scale_set = name, retry_after_secs = retry_after.as_secs_f64(), local, "throttled: holding this call class until Retry-After");
+                WriteEnd::Held
+            }
+            ArmError::Quota { message, .. } => {
+                let until = Instant::now() + self.settings.quota_cooldown;
+                self.with_state(name, |s| s.cooldown_until = Some(until));
+                warn!(scale_set = name, cooldown_secs = self.settings.quota_cooldown.as_secs(), %message, "quota or operation not allowed: node group cooling down");
+                WriteEnd::Failed
+            }
+            ArmError::Ambiguous { .. } => {
+                self.with_state(name, |s| s.stale = true);
+                self.sizes.invalidate(name);
+                self.metrics.cache_invalidations_total.with_label_values(&["size", "ambiguous_write"]).inc();
+                warn!(scale_set = name, error = %e, "write outcome unknown: will GET before any further write, never resend blindly");
+                self.backoff(name);
+                WriteEnd::Failed
+            }
+            _ => {
+                warn!(scale_set = name, error = %e, cause = ?std::error::Error::source(e).map(|s| s.to_string()), "capacity write failed");
+                if e.is_retryable() {
+                    self.backoff(name);
+                }
+                WriteEnd::Failed
+            }
+        }
+    }
+
+    fn backoff(&self, name: &str) {
+        self.with_state(name, |s| {
+            s.backoff_attempts = s.backoff_attempts.saturating_add(1);
+            let exp = BACKOFF_BASE.saturating_mul(1 << s.backoff_attempts.min(10).saturating_sub(1));
+            s.backoff_until = Some(Instant::now() + jittered(exp.min(BACKOFF_CAP), 0.2));
+        });
+    }
+
+    /// Polls the write's `Azure-AsyncOperation` in the background; adopts the final ETag on
+    /// success, invalidates caches on failure.
+    fn track_operation(self: &Arc<Self>, name: String, url: String, hint: Option<Duration>, written: i64, adopted: Option<String>) {
+        let this = self.clone();
+        let interval = hint.unwrap_or(LRO_MIN_POLL).max(LRO_MIN_POLL);
+        let mut tasks = self.lro_tasks.lock();
+        // Reap finished trackers so the set does not grow.
+        while tasks.try_join_next().is_some() {}
+        tasks.spawn(async move {
+            let deadline = Instant::now() + LRO_DEADLINE;
+            let mut errors = 0u32;
+            let end = loop {
+                tokio::time::sleep(interval).await;
+                if Instant::now() > deadline {
+                    break OperationEnd::Timeout;
+                }
+                match this.arm.poll_operation(&url).await {
+                    Ok(OperationStatus::InProgress) => {}
+                    Ok(OperationStatus::Succeeded) => break OperationEnd::Succeeded,
+                    Ok(OperationStatus::Failed(code)) => break OperationEnd::Failed(code),
+                    Ok(OperationStatus::Canceled) => break OperationEnd::Failed("Canceled".into()),
+                    Err(ArmError::Throttled { retry_after, .. }) => tokio::time::sleep(retry_after).await,
+                    Err(e) => {
+                        errors += 1;
+                        if errors >= 5 {
+                            break OperationEnd::Error(e.to_string());
+                        }
+                    }
+                }
+            };
+            this.operation_ended(&name, end, written, adopted).await;
+        });
+    }
+
+    async fn operation_ended(&self, name: &str, end: OperationEnd, written: i64, adopted: Option<String>) {
+        match end {
+            OperationEnd::Succeeded => {
+                self.metrics.lro_total.with_label_values(&["succeeded"]).inc();
+                // Adopt the final ETag (ARM may change it when provisioning completes). If the
+                // entry moved on meanwhile (a newer write or read), the newer state wins.
+                let Ok(Some(fresh)) = self.arm.get_scale_set(name).await else { return };
+                let ours = self.with_state(name, |s| s.known_etag == adopted) && fresh.capacity == Some(written);
+                if ours {
+                    self.with_state(name, |s| s.known_etag = fresh.etag.clone());
+                } else {
+                    self.observe(&fresh);
+                }
+                let now = Instant::now();
+                self.scale_sets.upsert(fresh, now);
+                debug!(scale_set = name, "operation succeeded; final ETag adopted");
+            }
+            OperationEnd::Failed(code) => {
+                self.metrics.lro_total.with_label_values(&["failed"]).inc();
+                warn!(scale_set = name, %code, "capacity operation failed: caches invalidated, re-reading before the next write");
+                self.operation_failed(name);
+            }
+            OperationEnd::Timeout => {
+                self.metrics.lro_total.with_label_values(&["timeout"]).inc();
+                self.operation_failed(name);
+            }
+            OperationEnd::Error(e) => {
+                self.metrics.lro_total.with_label_values(&["error"]).inc();
+                warn!(scale_set = name, error = %e, "could not follow the capacity operation");
+                self.operation_failed(name);
+            }
+        }
+    }
+
+    fn operation_failed(&self, name: &str) {
+        self.sizes.invalidate(name);
+        self.instances.invalidate(name);
+        self.metrics.cache_invalidations_total.with_label_values(&["size", "operation_failed"]).inc();
+        self.metrics.cache_invalidations_total.with_label_values(&["instance", "operation_failed"]).inc();
+        self.with_state(name, |s| s.stale = true);
+    }
+}
+
+enum OperationEnd {
+    Succeeded,
+    Failed(String),
+    Timeout,
+    Error(String),
+}
+
+/// `d` plus or minus `fraction` of it, at random.
+fn jittered(d: Duration, fraction: f64) -> Duration {
+    let f = 1.0 + fraction * (rand::random::<f64>() * 2.0 - 1.0);
+    d.mul_f64(f.max(0.0))
+}

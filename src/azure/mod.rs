@@ -1,1 +1,11 @@
-//! Azure Resource Manager access.
+//! Azure Resource Manager access: the ARM client (sparse conditional PUT, GET, LIST, LRO polling),
+//! credentials, and the `Retry-After` gates that stop a class of calls while ARM throttles us.
+//!
+//! Built on `azure_mgmt_compute` 0.21 with its traps avoided (see the crate docs of [`arm`]):
+//! `.send()` only, the built-in retry policy off, request timeouts on our own HTTP client, and a
+//! response policy that keeps the headers of error answers.
+
+pub mod arm;
+pub mod throttle;
+
+pub use arm::{ArmClient, ArmError, ArmOp, Precondition, PutAccepted};

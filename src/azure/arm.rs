@@ -1,0 +1,817 @@
+//! The ARM client for scale sets, on `azure_mgmt_compute` 0.21 with its traps avoided:
+//!
+//! - PUTs use `.send()` only. Awaiting the builder runs the crate's "LRO" loop, which re-sends
+//!   the PUT with the same `If-Match` and turns our own success into a 412. We poll
+//!   `Azure-AsyncOperation` ourselves ([`ArmClient::poll_operation`]).
+//! - The built-in retry policy is off (`RetryOptions::none()`): retrying a write is a decision the
+//!   reconciler makes, never a reflex. Our own `reqwest` client sets request timeouts.
+//! - A response policy ([`ResponsePolicy`]) keeps what error answers carry (`Retry-After`, the
+//!   ARM error code and message) and records `x-ms-ratelimit-remaining-*` on every answer.
+//! - The capacity PUT body is sparse, `{name, location, sku{name, tier, capacity}}` plus
+//!   `extendedLocation`, never the model read back from a GET.
+//! - Every call first checks the `Retry-After` gate of its class.
+
+use crate::azure::throttle::{parse_retry_after, CallClass, ThrottleGates};
+use crate::cache::{Instance, ScaleSet};
+use crate::metrics::Metrics;
+use azure_core::auth::TokenCredential;
+use azure_core::error::ErrorKind;
+use azure_core::headers::{HeaderName, Headers, AZURE_ASYNCOPERATION, ETAG};
+use azure_core::{ClientOptions, Context, Policy, PolicyResult, Request, RetryOptions, TransportOptions, Url};
+use azure_mgmt_compute::package_2024_07_01 as compute;
+use compute::models;
+use futures::StreamExt;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// The token scope for ARM, whatever the endpoint (the SDK would derive it from the endpoint).
+pub const ARM_SCOPE: &str = "https://management.azure.com/.default";
+
+/// The ARM operations this client makes, for metrics and errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArmOp {
+    /// LIST scale sets in the resource group.
+    ListScaleSets,
+    /// GET one scale set.
+    GetScaleSet,
+    /// PUT capacity.
+    PutCapacity,
+    /// LIST a scale set's VM instances.
+    ListInstances,
+    /// GET an `Azure-AsyncOperation` status.
+    PollOperation,
+}
+
+impl ArmOp {
+    /// Metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ArmOp::ListScaleSets => "list_scale_sets",
+            ArmOp::GetScaleSet => "get_scale_set",
+            ArmOp::PutCapacity => "put_capacity",
+            ArmOp::ListInstances => "list_instances",
+            ArmOp::PollOperation => "poll_operation",
+        }
+    }
+
+    /// Which throttle class the call spends.
+    pub fn class(self) -> CallClass {
+        match self {
+            ArmOp::PutCapacity => CallClass::Write,
+            _ => CallClass::Read,
+        }
+    }
+}
+
+impl std::fmt::Display for ArmOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The concurrency precondition of a write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Precondition {
+    /// No header: a blind write (`enableVMSSEtag: false`).
+    None,
+    /// `If-Match: <etag>`, exactly as ARM returned it.
+    IfMatch(String),
+    /// `If-None-Match: *`: create only.
+    IfNoneMatch,
+}
+
+impl Precondition {
+    /// The `If-Match` value sent, for logs.
+    pub fn if_match(&self) -> Option<&str> {
+        match self {
+            Precondition::IfMatch(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// A PUT that ARM accepted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PutAccepted {
+    /// 200 or 201.
+    pub status: u16,
+    /// The new ETag (header, else body); `None` when ARM sent none.
+    pub etag: Option<String>,
+    /// `Azure-AsyncOperation` URL to poll, if any.
+    pub async_operation: Option<String>,
+    /// Server's poll interval hint.
+    pub retry_after: Option<Duration>,
+    /// The scale set as the answer described it (capacity = what we wrote when the body is unreadable).
+    pub scale_set: ScaleSet,
+}
+
+/// Final or current state of a long-running operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OperationStatus {
+    /// Still running.
+    InProgress,
+    /// Done.
+    Succeeded,
+    /// Failed, with ARM's error code.
+    Failed(String),
+    /// Canceled.
+    Canceled,
+}
+
+/// Why an ARM call failed. Variants say what the caller does next.
+#[derive(Debug, thiserror::Error)]
+pub enum ArmError {
+    /// 412: the `If-Match` ETag is stale (or the resource is absent and `If-Match` was sent).
+    #[error("{op} {scale_set}: precondition failed: {message}")]
+    PreconditionFailed {
+        /// Operation.
+        op: ArmOp,
+        /// Scale set.
+        scale_set: String,
+        /// ARM's message.
+        message: String,
+    },
+    /// 404.
+    #[error("{op} {scale_set}: not found")]
+    NotFound {
+        /// Operation.
+        op: ArmOp,
+        /// Scale set.
+        scale_set: String,
+    },
+    /// 429 from ARM, or held back locally by an earlier 429's `Retry-After`.
+    #[error("{op}: throttled, retry after {}s{}", retry_after.as_secs_f64(), if *local { " (held back locally)" } else { "" })]
+    Throttled {
+        /// Operation.
+        op: ArmOp,
+        /// How long to wait.
+        retry_after: Duration,
+        /// The call never left the process.
+        local: bool,
+    },
+    /// 409 `OperationNotAllowed` and friends: quota or a conflicting operation.
+    #[error("{op} {scale_set}: operation not allowed ({code}): {message}")]
+    Quota {
+        /// Operation.
+        op: ArmOp,
+        /// Scale set.
+        scale_set: String,
+        /// ARM error code.
+        code: String,
+        /// ARM's message.
+        message: String,
+    },
+    /// 401/403: the identity is not accepted or not allowed.
+    #[error("{op}: ARM refused the identity ({status} {code}): {message}")]
+    Unauthorized {
+        /// Operation.
+        op: ArmOp,
+        /// HTTP status.
+        status: u16,
+        /// ARM error code.
+        code: String,
+        /// ARM's message.
+        message: String,
+    },
+    /// Any other HTTP error status.
+    #[error("{op} {scale_set}: ARM answered {status} {code}: {message}")]
+    Http {
+        /// Operation.
+        op: ArmOp,
+        /// Scale set (empty for resource-group calls).
+        scale_set: String,
+        /// HTTP status.
+        status: u16,
+        /// ARM error code.
+        code: String,
+        /// ARM's message.
+        message: String,
+    },
+    /// A write whose request may have reached ARM but whose answer was lost (timeout, reset):
+    /// it may or may not have committed. Never resend blindly; GET first.
+    #[error("{op} {scale_set}: outcome unknown, the answer was lost after the request was sent")]
+    Ambiguous {
+        /// Operation.
+        op: ArmOp,
+        /// Scale set.
+        scale_set: String,
+        /// The transport error.
+        #[source]
+        source: azure_core::Error,
+    },
+    /// Connection or timeout on a read.
+    #[error("{op} {scale_set}: transport error")]
+    Transport {
+        /// Operation.
+        op: ArmOp,
+        /// Scale set (empty for resource-group calls).
+        scale_set: String,
+        /// The transport error.
+        #[source]
+        source: azure_core::Error,
+    },
+    /// The answer did not parse or lacked a required field.
+    #[error("{op} {scale_set}: malformed ARM response: {detail}")]
+    Decode {
+        /// Operation.
+        op: ArmOp,
+        /// Scale set.
+        scale_set: String,
+        /// What was wrong.
+        detail: String,
+    },
+    /// No token could be obtained.
+    #[error("{op}: could not get a token")]
+    Credential {
+        /// Operation.
+        op: ArmOp,
+        /// Why.
+        #[source]
+        source: azure_core::Error,
+    },
+}
+
+impl ArmError {
+    /// Label for `capacity_writes_total{result}` and logs.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            ArmError::PreconditionFailed { .. } => "precondition_failed",
+            ArmError::Throttled { .. } => "throttled",
+            ArmError::Quota { .. } => "quota",
+            ArmError::NotFound { .. }
+            | ArmError::Unauthorized { .. }
+            | ArmError::Http { .. }
+            | ArmError::Ambiguous { .. }
+            | ArmError::Transport { .. }
+            | ArmError::Decode { .. }
+            | ArmError::Credential { .. } => "error",
+        }
+    }
+
+    /// Whether backing off and trying again later can help (5xx, transport, throttling).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ArmError::Throttled { .. } | ArmError::Transport { .. } | ArmError::Ambiguous { .. } => true,
+            ArmError::Http { status, .. } => *status >= 500 || *status == 408,
+            ArmError::Credential { .. } | ArmError::Decode { .. } => true,
+            ArmError::PreconditionFailed { .. }
+            | ArmError::NotFound { .. }
+            | ArmError::Quota { .. }
+            | ArmError::Unauthorized { .. } => false,
+        }
+    }
+
+    /// How long ARM asked us to wait, if it did.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ArmError::Throttled { retry_after, .. } => Some(*retry_after),
+            _ => None,
+        }
+    }
+}
+
+/// The error body and headers of a non-2xx answer, kept by [`ResponsePolicy`].
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("ARM answered {status} {code}: {message}")]
+pub struct ArmHttpError {
+    /// HTTP status.
+    pub status: u16,
+    /// ARM error code (header `x-ms-error-code`, else body `error.code`).
+    pub code: String,
+    /// ARM error message.
+    pub message: String,
+    /// Parsed `Retry-After` family.
+    pub retry_after: Option<Duration>,
+}
+
+/// Per-retry pipeline policy (between the retry policy and the transport): records rate-limit
+/// headers of every answer and turns a non-2xx answer into an error that keeps its headers.
+#[derive(Debug)]
+pub struct ResponsePolicy {
+    metrics: Arc<Metrics>,
+}
+
+#[async_trait::async_trait]
+impl Policy for ResponsePolicy {
+    async fn send(&self, ctx: &Context, request: &mut Request, next: &[Arc<dyn Policy>]) -> PolicyResult {
+        let rsp = next[0].send(ctx, request, &next[1..]).await?;
+        record_ratelimits(&self.metrics, rsp.headers());
+        let status = rsp.status();
+        if (status as u16) < 300 {
+            return Ok(rsp);
+        }
+        let (status, headers, body) = rsp.deconstruct();
+        let body = body.collect().await.unwrap_or_default();
+        let kind = ErrorKind::http_response_from_parts(status, &headers, &body);
+        Err(azure_core::Error::new(kind, http_error(status as u16, &headers, &body)))
+    }
+}
+
+fn header<'h>(headers: &'h Headers, name: &'static str) -> Option<&'h str> {
+    headers.get_optional_str(&HeaderName::from_static(name))
+}
+
+fn record_ratelimits(metrics: &Metrics, headers: &Headers) {
+    for (k, v) in headers.iter() {
+        let Some(scope) = k.as_str().strip_prefix("x-ms-ratelimit-remaining-") else { continue };
+        let v = v.as_str();
+        if scope == "resource" {
+            // "Microsoft.Compute/UpdateVMScaleSet3Min;7,Microsoft.Compute/...;12": one per policy.
+            for part in v.split(',') {
+                if let Some((policy, n)) = part.trim().rsplit_once(';') {
+                    if let Ok(n) = n.trim().parse::<i64>() {
+                        metrics.arm_ratelimit_remaining.with_label_values(&[policy.trim()]).set(n);
+                    }
+                }
+            }
+        } else if let Ok(n) = v.trim().parse::<i64>() {
+            metrics.arm_ratelimit_remaining.with_label_values(&[scope]).set(n);
+        }
+    }
+}
+
+fn http_error(status: u16, headers: &Headers, body: &[u8]) -> ArmHttpError {
+    #[derive(serde::Deserialize)]
+    struct Body {
+        error: Option<Inner>,
+        code: Option<String>,
+        message: Option<String>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Inner {
+        code: Option<String>,
+        message: Option<String>,
+    }
+    let parsed: Option<Body> = serde_json::from_slice(body).ok();
+    let (code, message) = match parsed {
+        Some(Body { error: Some(e), .. }) => (e.code, e.message),
+        Some(b) => (b.code, b.message),
+        None => (None, None),
+    };
+    let code = header(headers, "x-ms-error-code").map(str::to_string).or(code).unwrap_or_default();
+    let message = message.unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned());
+    let retry_after = parse_retry_after(|n| header(headers, static_name(n)), std::time::SystemTime::now());
+    ArmHttpError { status, code, message, retry_after }
+}
+
+fn static_name(n: &str) -> &'static str {
+    match n {
+        "retry-after-ms" => "retry-after-ms",
+        "x-ms-retry-after-ms" => "x-ms-retry-after-ms",
+        _ => "retry-after",
+    }
+}
+
+/// Where the client points and as whom.
+#[derive(Clone)]
+pub struct ArmTarget {
+    /// ARM endpoint (the SDK drops any path prefix).
+    pub endpoint: Url,
+    /// Subscription id.
+    pub subscription: String,
+    /// Resource group of the scale sets.
+    pub resource_group: String,
+}
+
+/// Scale-set operations against ARM.
+pub struct ArmClient {
+    compute: compute::Client,
+    http: reqwest::Client,
+    credential: Arc<dyn TokenCredential>,
+    target: ArmTarget,
+    gates: ThrottleGates,
+    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for ArmClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArmClient")
+            .field("endpoint", &self.target.endpoint.as_str())
+            .field("subscription", &self.target.subscription)
+            .field("resource_group", &self.target.resource_group)
+            .finish()
+    }
+}
+
+/// Builds the HTTP client used for ARM and token calls: timeouts, connection reuse, rustls, and
+/// an optional extra trusted root (e.g. the emulator's CA).
+pub fn http_client(timeout: Duration, extra_root_pem: Option<&[u8]>) -> Result<reqwest::Client, reqwest::Error> {
+    let mut b = reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout.min(Duration::from_secs(10)))
+        .pool_idle_timeout(Duration::from_secs(60))
+        .user_agent(concat!("vmss-capacity-controller/", env!("CARGO_PKG_VERSION")));
+    if let Some(pem) = extra_root_pem {
+        b = b.add_root_certificate(reqwest::Certificate::from_pem(pem)?);
+    }
+    b.build()
+}
+
+impl ArmClient {
+    /// A client for `target`, sending through `http` with `credential`.
+    pub fn new(
+        target: ArmTarget,
+        credential: Arc<dyn TokenCredential>,
+        http: reqwest::Client,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let mut options = ClientOptions::default()
+            .retry(RetryOptions::none())
+            .transport(TransportOptions::new(Arc::new(http.clone())));
+        options
+            .per_retry_policies_mut()
+            .push(Arc::new(ResponsePolicy { metrics: metrics.clone() }));
+        let compute = compute::Client::new(target.endpoint.clone(), credential.clone(), vec![ARM_SCOPE.to_string()], options);
+        Self { compute, http, credential, target, gates: ThrottleGates::new(), metrics }
+    }
+
+    /// The subscription and resource group this client serves.
+    pub fn target(&self) -> &ArmTarget {
+        &self.target
+    }
+
+    /// The `Retry-After` gates (shared by every call of this client).
+    pub fn gates(&self) -> &ThrottleGates {
+        &self.gates
+    }
+
+    fn gate(&self, op: ArmOp) -> Result<(), ArmError> {
+        match self.gates.closed_for(op.class(), Instant::now()) {
+            Some(retry_after) => {
+                self.metrics.arm_requests_total.with_label_values(&[op.as_str(), "gated"]).inc();
+                Err(ArmError::Throttled { op, retry_after, local: true })
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Classifies an SDK error, records its code, and closes the gate on a 429.
+    fn classify(&self, op: ArmOp, scale_set: &str, err: azure_core::Error) -> (ArmError, String) {
+        let scale_set = scale_set.to_string();
+        let http = find_http_error(&err).cloned();
+        if let Some(h) = http {
+            let code = h.status.to_string();
+            let e = match h.status {
+                412 => ArmError::PreconditionFailed { op, scale_set, message: h.message },
+                404 => ArmError::NotFound { op, scale_set },
+                429 => {
+                    let retry_after = h.retry_after.unwrap_or(Duration::from_secs(10));
+                    let moved = self.gates.close(op.class(), retry_after, Instant::now());
+                    self.metrics.throttle_wait_seconds_total.add(moved.as_secs_f64());
+                    ArmError::Throttled { op, retry_after, local: false }
+                }
+                409 if h.code == "OperationNotAllowed" || h.code.contains("Quota") => {
+                    ArmError::Quota { op, scale_set, code: h.code, message: h.message }
+                }
+                401 | 403 => ArmError::Unauthorized { op, status: h.status, code: h.code, message: h.message },
+                status => ArmError::Http { op, scale_set, status, code: h.code, message: h.message },
+            };
+            return (e, code);
+        }
+        match err.kind() {
+            ErrorKind::Credential => (ArmError::Credential { op, source: err }, "credential".into()),
+            ErrorKind::DataConversion => {
+                (ArmError::Decode { op, scale_set, detail: err.to_string() }, "decode".into())
+            }
+            ErrorKind::HttpResponse { status, error_code } => {
+                // A status the policy did not see (should not happen): keep what we know.
+                let status = *status as u16;
+                let code = error_code.clone().unwrap_or_default();
+                (ArmError::Http { op, scale_set, status, code, message: err.to_string() }, status.to_string())
+            }
+            _ if op.class() == CallClass::Write => {
+                (ArmError::Ambiguous { op, scale_set, source: err }, "transport".into())
+            }
+            _ => (ArmError::Transport { op, scale_set, source: err }, "transport".into()),
+        }
+    }
+
+    /// LIST every scale set in the resource group (follows `nextLink`).
+    pub async fn list_scale_sets(&self) -> Result<Vec<ScaleSet>, ArmError> {
+        let op = ArmOp::ListScaleSets;
+        self.gate(op)?;
+        let timer = self.metrics.arm_timer(op.as_str());
+        let mut stream = self
+            .compute
+            .virtual_machine_scale_sets_client()
+            .list(&self.target.resource_group, &self.target.subscription)
+            .into_stream();
+        let mut out = Vec::new();
+        while let Some(page) = stream.next().await {
+            match page {
+                Ok(page) => {
+                    for vmss in page.value {
+                        out.push(scale_set_from_model(vmss, None).map_err(|detail| ArmError::Decode {
+                            op,
+                            scale_set: String::new(),
+                            detail,
+                        })?);
+                    }
+                }
+                Err(e) => {
+                    let (err, code) = self.classify(op, "", e);
+                    timer.finish(&code);
+                    return Err(err);
+                }
+            }
+        }
+        timer.finish("200");
+        Ok(out)
+    }
+
+    /// GET one scale set; `Ok(None)` when it does not exist.
+    pub async fn get_scale_set(&self, name: &str) -> Result<Option<ScaleSet>, ArmError> {
+        let op = ArmOp::GetScaleSet;
+        self.gate(op)?;
+        let timer = self.metrics.arm_timer(op.as_str());
+        let sent = self
+            .compute
+            .virtual_machine_scale_sets_client()
+            .get(&self.target.resource_group, name, &self.target.subscription)
+            .send()
+            .await;
+        let rsp = match sent {
+            Ok(rsp) => rsp,
+            Err(e) => {
+                let (err, code) = self.classify(op, name, e);
+                timer.finish(&code);
+                return match err {
+                    ArmError::NotFound { .. } => Ok(None),
+                    err => Err(err),
+                };
+            }
+        };
+        let etag = rsp.as_raw_response().headers().get_optional_string(&ETAG);
+        let status = (rsp.as_raw_response().status() as u16).to_string();
+        let body = rsp.into_body().await;
+        timer.finish(&status);
+        let model = body.map_err(|e| ArmError::Decode { op, scale_set: name.into(), detail: e.to_string() })?;
+        scale_set_from_model(model, etag)
+            .map(Some)
+            .map_err(|detail| ArmError::Decode { op, scale_set: name.into(), detail })
+    }
+
+    /// Sparse capacity PUT with the given precondition. One request, never retried here.
+    pub async fn put_capacity(
+        &self,
+        current: &ScaleSet,
+        capacity: i64,
+        precondition: &Precondition,
+    ) -> Result<PutAccepted, ArmError> {
+        let op = ArmOp::PutCapacity;
+        self.gate(op)?;
+        let timer = self.metrics.arm_timer(op.as_str());
+        let mut builder = self.compute.virtual_machine_scale_sets_client().create_or_update(
+            &self.target.resource_group,
+            &current.name,
+            sparse_capacity_body(current, capacity),
+            &self.target.subscription,
+        );
+        builder = match precondition {
+            Precondition::None => builder,
+            Precondition::IfMatch(etag) => builder.if_match(etag.clone()),
+            Precondition::IfNoneMatch => builder.if_none_match("*"),
+        };
+        // `.send()`: exactly one PUT. Awaiting the builder would loop re-PUTting.
+        let rsp = match builder.send().await {
+            Ok(rsp) => rsp,
+            Err(e) => {
+                let (err, code) = self.classify(op, &current.name, e);
+                timer.finish(&code);
+                return Err(err);
+            }
+        };
+        let raw = rsp.as_raw_response();
+        let status = raw.status() as u16;
+        let headers = raw.headers();
+        let header_etag = headers.get_optional_string(&ETAG);
+        let async_operation = headers.get_optional_string(&AZURE_ASYNCOPERATION);
+        let retry_after = parse_retry_after(|n| header(headers, static_name(n)), std::time::SystemTime::now());
+        timer.finish(&status.to_string());
+        // The write committed (2xx). An unreadable body must not turn that into an error: the
+        // capacity is what we sent and the ETag comes from the header.
+        let scale_set = match rsp.into_body().await.map_err(|e| e.to_string()).and_then(|m| scale_set_from_model(m, header_etag.clone())) {
+            Ok(s) => s,
+            Err(detail) => {
+                tracing::warn!(scale_set = %current.name, %detail, "capacity PUT accepted but its body is unreadable; using the header ETag");
+                ScaleSet { capacity: Some(capacity), etag: header_etag.clone(), ..current.clone() }
+            }
+        };
+        let etag = header_etag.or_else(|| scale_set.etag.clone());
+        Ok(PutAccepted { status, etag, async_operation, retry_after, scale_set })
+    }
+
+    /// LIST the VM instances of a scale set (follows `nextLink`).
+    pub async fn list_instances(&self, name: &str) -> Result<Vec<Instance>, ArmError> {
+        let op = ArmOp::ListInstances;
+        self.gate(op)?;
+        let timer = self.metrics.arm_timer(op.as_str());
+        let mut stream = self
+            .compute
+            .virtual_machine_scale_set_v_ms_client()
+            .list(&self.target.resource_group, name, &self.target.subscription)
+            .into_stream();
+        let mut out = Vec::new();
+        while let Some(page) = stream.next().await {
+            match page {
+                Ok(page) => out.extend(page.value.into_iter().map(|vm| Instance {
+                    instance_id: vm.instance_id.unwrap_or_default(),
+                    provisioning_state: vm.properties.and_then(|p| p.provisioning_state),
+                })),
+                Err(e) => {
+                    let (err, code) = self.classify(op, name, e);
+                    timer.finish(&code);
+                    return Err(err);
+                }
+            }
+        }
+        timer.finish("200");
+        Ok(out)
+    }
+
+    /// GET an `Azure-AsyncOperation` URL once. Only URLs on the configured ARM host are polled
+    /// (the bearer token is never sent anywhere else).
+    pub async fn poll_operation(&self, url: &str) -> Result<OperationStatus, ArmError> {
+        let op = ArmOp::PollOperation;
+        self.gate(op)?;
+        let parsed = Url::parse(url).map_err(|e| ArmError::Decode { op, scale_set: String::new(), detail: format!("bad Azure-AsyncOperation URL: {e}") })?;
+        if parsed.host_str() != self.target.endpoint.host_str() || parsed.port_or_known_default() != self.target.endpoint.port_or_known_default() {
+            return Err(ArmError::Decode { op, scale_set: String::new(), detail: format!("Azure-AsyncOperation URL is not on the ARM endpoint: {}", parsed.host_str().unwrap_or("")) });
+        }
+        let token = self
+            .credential
+            .get_token(&[ARM_SCOPE])
+            .await
+            .map_err(|source| ArmError::Credential { op, source })?;
+        let timer = self.metrics.arm_timer(op.as_str());
+        let sent = self.http.get(parsed).bearer_auth(token.token.secret()).send().await;
+        let rsp = match sent {
+            Ok(r) => r,
+            Err(e) => {
+                timer.finish("transport");
+                return Err(ArmError::Transport { op, scale_set: String::new(), source: azure_core::Error::new(ErrorKind::Io, e) });
+            }
+        };
+        let status = rsp.status().as_u16();
+        timer.finish(&status.to_string());
+        if status == 429 {
+            let retry_after = parse_retry_after(|n| rsp.headers().get(n).and_then(|v| v.to_str().ok()), std::time::SystemTime::now())
+                .unwrap_or(Duration::from_secs(10));
+            let moved = self.gates.close(CallClass::Read, retry_after, Instant::now());
+            self.metrics.throttle_wait_seconds_total.add(moved.as_secs_f64());
+            return Err(ArmError::Throttled { op, retry_after, local: false });
+        }
+        let body = rsp.bytes().await.map_err(|e| ArmError::Transport { op, scale_set: String::new(), source: azure_core::Error::new(ErrorKind::Io, e) })?;
+        if status >= 300 {
+            let h = http_error(status, &Headers::new(), &body);
+            return Err(ArmError::Http { op, scale_set: String::new(), status, code: h.code, message: h.message });
+        }
+        #[derive(serde::Deserialize)]
+        struct Status {
+            status: String,
+            error: Option<serde_json::Value>,
+        }
+        let s: Status = serde_json::from_slice(&body)
+            .map_err(|e| ArmError::Decode { op, scale_set: String::new(), detail: e.to_string() })?;
+        Ok(match s.status.as_str() {
+            "Succeeded" => OperationStatus::Succeeded,
+            "Failed" => OperationStatus::Failed(
+                s.error
+                    .and_then(|e| e.get("code").and_then(|c| c.as_str()).map(str::to_string))
+                    .unwrap_or_else(|| "Failed".into()),
+            ),
+            "Canceled" | "Cancelled" => OperationStatus::Canceled,
+            _ => OperationStatus::InProgress,
+        })
+    }
+}
+
+fn find_http_error(err: &azure_core::Error) -> Option<&ArmHttpError> {
+    if let Some(h) = err.downcast_ref::<ArmHttpError>() {
+        return Some(h);
+    }
+    let mut source = std::error::Error::source(err);
+    while let Some(s) = source {
+        if let Some(h) = s.downcast_ref::<ArmHttpError>() {
+            return Some(h);
+        }
+        source = s.source();
+    }
+    None
+}
+
+/// The sparse capacity body cluster-autoscaler sends: name, location, sku (+ extendedLocation).
+pub fn sparse_capacity_body(current: &ScaleSet, capacity: i64) -> models::VirtualMachineScaleSet {
+    let mut resource = models::Resource::new(current.location.clone());
+    resource.name = Some(current.name.clone());
+    let mut body = models::VirtualMachineScaleSet::new(resource);
+    body.sku = Some(models::Sku {
+        name: current.sku_name.clone(),
+        tier: current.sku_tier.clone(),
+        capacity: Some(capacity),
+    });
+    body.extended_location = current
+        .extended_location
+        .clone()
+        .and_then(|v| serde_json::from_value(v).ok());
+    body
+}
+
+/// Converts the SDK model into the cache's shape. `header_etag` wins over the body's.
+pub fn scale_set_from_model(
+    vmss: models::VirtualMachineScaleSet,
+    header_etag: Option<String>,
+) -> Result<ScaleSet, String> {
+    let name = vmss.resource.name.clone().ok_or("scale set without a name")?;
+    let tags: BTreeMap<String, String> = match vmss.resource.tags {
+        Some(serde_json::Value::Object(m)) => m
+            .into_iter()
+            .map(|(k, v)| {
+                let v = match v {
+                    serde_json::Value::String(s) => s,
+                    other => other.to_string(),
+                };
+                (k, v)
+            })
+            .collect(),
+        _ => BTreeMap::new(),
+    };
+    let sku = vmss.sku.unwrap_or_default();
+    if let Some(c) = sku.capacity {
+        if c < 0 {
+            return Err(format!("scale set {name} has negative capacity {c}"));
+        }
+    }
+    Ok(ScaleSet {
+        name,
+        location: vmss.resource.location,
+        sku_name: sku.name,
+        sku_tier: sku.tier,
+        capacity: sku.capacity,
+        etag: header_etag.or(vmss.etag),
+        tags,
+        provisioning_state: vmss.properties.and_then(|p| p.provisioning_state),
+        extended_location: vmss.extended_location.and_then(|e| serde_json::to_value(e).ok()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_capacity_body_is_sparse() {
+        let current = ScaleSet {
+            name: "pool-a".into(),
+            location: "westeurope".into(),
+            sku_name: Some("Standard_D2s_v5".into()),
+            sku_tier: Some("Standard".into()),
+            capacity: Some(3),
+            etag: Some("\"7\"".into()),
+            tags: [("team".to_string(), "x".to_string())].into(),
+            provisioning_state: Some("Succeeded".into()),
+            extended_location: None,
+        };
+        let json = serde_json::to_value(sparse_capacity_body(&current, 5)).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"name": "pool-a", "location": "westeurope", "sku": {"name": "Standard_D2s_v5", "tier": "Standard", "capacity": 5}})
+        );
+    }
+
+    #[test]
+    fn a_header_etag_wins_over_the_body_etag() {
+        let model: models::VirtualMachineScaleSet = serde_json::from_value(serde_json::json!({
+            "name": "a", "location": "x", "etag": "\"1\"", "sku": {"capacity": 2}
+        }))
+        .unwrap();
+        let s = scale_set_from_model(model, Some("\"2\"".into())).unwrap();
+        assert_eq!(s.etag.as_deref(), Some("\"2\""));
+        assert_eq!(s.capacity, Some(2));
+    }
+
+    #[test]
+    fn a_negative_capacity_is_a_decode_error() {
+        let model: models::VirtualMachineScaleSet =
+            serde_json::from_value(serde_json::json!({"name": "a", "location": "x", "sku": {"capacity": -1}})).unwrap();
+        assert!(scale_set_from_model(model, None).unwrap_err().contains("negative"));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic_the_error_parser(body in proptest::collection::vec(proptest::num::u8::ANY, 0..300), status in 400u16..600) {
+            let e = http_error(status, &Headers::new(), &body);
+            proptest::prop_assert_eq!(e.status, status);
+        }
+
+        #[test]
+        fn arbitrary_json_never_panics_the_model_conversion(cap in proptest::num::i64::ANY, name in "[a-z]{0,8}", tags in proptest::collection::btree_map("[a-z]{1,5}", proptest::num::i32::ANY, 0..4)) {
+            let v = serde_json::json!({"name": name, "location": "x", "sku": {"capacity": cap}, "tags": tags});
+            if let Ok(model) = serde_json::from_value::<models::VirtualMachineScaleSet>(v) {
+                let _ = scale_set_from_model(model, None);
+            }
+        }
+    }
+}

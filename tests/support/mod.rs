@@ -1,0 +1,147 @@
+//! Shared fixtures for the controller's tests: an emulator, settings pointing at it, and a
+//! reconciler whose credential is a token minted by the emulator.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::sync::Arc;
+use std::time::Duration;
+use vmss_capacity_controller::azure::arm::{http_client, ArmTarget};
+use vmss_capacity_controller::azure::ArmClient;
+use vmss_capacity_controller::config::{
+    AuthSettings, AzureSettings, ConflictStrategy, NodeGroupSpec, SecretSource, Settings, WriteBudget,
+};
+use vmss_capacity_controller::emulator::{EmulatorBuilder, EmulatorHandle, EmulatorState, RequestRecord, ScaleSetSeed};
+use vmss_capacity_controller::metrics::Metrics;
+use vmss_capacity_controller::reconciler::Reconciler;
+
+pub const SUB: &str = "00000000-0000-0000-0000-000000000000";
+pub const RG: &str = "rg-test";
+
+/// A bearer token minted by the emulator, so the writer identity is `client_id`.
+#[derive(Debug)]
+pub struct EmulatorToken(pub String);
+
+#[async_trait::async_trait]
+impl azure_core::auth::TokenCredential for EmulatorToken {
+    async fn get_token(&self, _scopes: &[&str]) -> azure_core::Result<azure_core::auth::AccessToken> {
+        let expires = time::OffsetDateTime::now_utc() + Duration::from_secs(3600);
+        Ok(azure_core::auth::AccessToken::new(self.0.clone(), expires))
+    }
+    async fn clear_cache(&self) -> azure_core::Result<()> {
+        Ok(())
+    }
+}
+
+pub fn group(name: &str, min: u32, max: u32, desired: Option<u32>) -> NodeGroupSpec {
+    NodeGroupSpec { name: name.into(), min_size: min, max_size: max, desired_capacity: desired, schedules: vec![], max_scale_down_step: None }
+}
+
+pub fn settings(base_url: &str, groups: Vec<NodeGroupSpec>) -> Settings {
+    let url = url::Url::parse(base_url).unwrap();
+    Settings {
+        azure: AzureSettings {
+            resource_manager_endpoint: url.clone(),
+            authority_host: url.clone(),
+            imds_endpoint: url,
+            tenant_id: "tenant".into(),
+            subscription_id: SUB.into(),
+            resource_group: RG.into(),
+            auth: AuthSettings::ClientSecret { client_id: "controller".into(), secret: SecretSource::Env("UNUSED".into()) },
+            ca_bundle_file: None,
+        },
+        enable_vmss_etag: true,
+        conflict_strategy: ConflictStrategy::Replan,
+        scan_interval: Duration::from_secs(10),
+        vmss_cache_ttl: Duration::from_secs(60),
+        instance_cache_ttl: Duration::from_secs(300),
+        instance_cache_jitter: Duration::ZERO,
+        metrics_listen: None,
+        max_concurrent_writes: 4,
+        write_budget: WriteBudget { per_minute: 600.0, burst: 100 },
+        shutdown_grace: Duration::from_secs(5),
+        request_timeout: Duration::from_secs(10),
+        quota_cooldown: Duration::from_secs(300),
+        node_groups: groups,
+        auto_discovery: None,
+    }
+}
+
+pub struct Harness {
+    pub emulator: EmulatorHandle,
+    pub state: EmulatorState,
+    pub metrics: Arc<Metrics>,
+    pub arm: Arc<ArmClient>,
+    pub reconciler: Reconciler,
+    pub settings: Arc<Settings>,
+}
+
+impl Harness {
+    /// Emulator with `seeds` as (name, capacity), and a reconciler for `groups`.
+    pub async fn new(seeds: &[(&str, i64)], groups: Vec<NodeGroupSpec>, tweak: impl FnOnce(&mut Settings)) -> Self {
+        Self::with_emulator(EmulatorBuilder::new(), seeds, groups, tweak).await
+    }
+
+    pub async fn with_emulator(builder: EmulatorBuilder, seeds: &[(&str, i64)], groups: Vec<NodeGroupSpec>, tweak: impl FnOnce(&mut Settings)) -> Self {
+        let emulator = builder.start().await.expect("emulator starts");
+        let state = emulator.state();
+        for (name, capacity) in seeds {
+            state.seed_scale_set(ScaleSetSeed::new(SUB, RG, name, *capacity));
+        }
+        let mut s = settings(&emulator.base_url(), groups);
+        tweak(&mut s);
+        let settings = Arc::new(s);
+        let metrics = Arc::new(Metrics::new());
+        let arm = arm_client(&emulator, &state, "controller", metrics.clone());
+        let reconciler = Reconciler::builder(settings.clone(), arm.clone(), metrics.clone()).build();
+        Harness { emulator, state, metrics, arm, reconciler, settings }
+    }
+
+    /// Another reconciler (a second replica) with its own identity and metrics.
+    pub fn replica(&self, writer: &str) -> (Reconciler, Arc<Metrics>) {
+        let metrics = Arc::new(Metrics::new());
+        let arm = arm_client(&self.emulator, &self.state, writer, metrics.clone());
+        (Reconciler::builder(self.settings.clone(), arm, metrics.clone()).build(), metrics)
+    }
+
+    pub fn puts(&self) -> Vec<RequestRecord> {
+        self.state.request_log().into_iter().filter(|r| r.method == "PUT").collect()
+    }
+
+    pub fn requests(&self, method: &str, path_suffix: &str) -> Vec<RequestRecord> {
+        self.state
+            .request_log()
+            .into_iter()
+            .filter(|r| r.method == method && r.path.split('?').next().unwrap_or("").ends_with(path_suffix))
+            .collect()
+    }
+
+    pub fn capacity(&self, name: &str) -> i64 {
+        self.state.scale_set(SUB, RG, name).expect("scale set exists").capacity
+    }
+
+    pub fn etag(&self, name: &str) -> String {
+        self.state.scale_set(SUB, RG, name).expect("scale set exists").etag
+    }
+
+    pub fn counter(&self, c: &prometheus::IntCounterVec, labels: &[(&str, &str)]) -> u64 {
+        Metrics::counter_sum(c, labels)
+    }
+}
+
+pub fn arm_client(emulator: &EmulatorHandle, state: &EmulatorState, writer: &str, metrics: Arc<Metrics>) -> Arc<ArmClient> {
+    let token = state.issue_token(writer);
+    let http = http_client(Duration::from_secs(10), emulator.ca_pem().as_deref().map(str::as_bytes)).unwrap();
+    let target = ArmTarget { endpoint: url::Url::parse(&emulator.base_url()).unwrap(), subscription: SUB.into(), resource_group: RG.into() };
+    Arc::new(ArmClient::new(target, Arc::new(EmulatorToken(token)), http, metrics))
+}
+
+/// Polls `cond` every 20 ms for at most `patience`.
+pub async fn eventually(patience: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + patience;
+    while std::time::Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cond()
+}
