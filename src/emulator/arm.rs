@@ -1,0 +1,1117 @@
+//! ARM routes: authentication, api-version, throttling, faults, the conditional-request table,
+//! scale sets, their VM instances and long-running operations.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use http::request::Parts;
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use super::aks;
+use super::faults::{self, FaultKind};
+use super::state::{
+    describe_change, vmss_key, Data, RequestRecord, ScaleSetSeed, Settings, MAX_CAPACITY,
+};
+use super::{ConnKill, EmulatorState, Reply, ReplyBody};
+
+/// Tenant named in `WWW-Authenticate` challenges.
+const CHALLENGE_TENANT: &str = "common";
+
+/// What one request knows about itself while it is handled.
+pub(crate) struct Ctx {
+    pub writer: String,
+    pub seq: u64,
+    pub now: Instant,
+    /// `scheme://host[:port]` as the client addressed us, for absolute links.
+    pub base: String,
+    pub api_version: String,
+    pub lro_failed: bool,
+    pub query: Vec<(String, String)>,
+}
+
+impl Ctx {
+    pub fn query(&self, name: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Which kind of conditional write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WriteKind {
+    Put,
+    Patch,
+    Delete,
+}
+
+/// The outcome of the conditional-request table.
+pub(crate) enum Decision {
+    Create,
+    Update,
+    Answer(Reply),
+}
+
+fn non_empty(v: Option<&str>) -> Option<&str> {
+    v.map(str::trim).filter(|s| !s.is_empty())
+}
+
+/// The seeds' prevalidation: If-None-Match is empty or `*`, and never `*` with an If-Match.
+pub(crate) fn prevalidate(
+    if_match: Option<&str>,
+    if_none_match: Option<&str>,
+) -> Result<(), Reply> {
+    let im = non_empty(if_match);
+    let inm = non_empty(if_none_match);
+    if let Some(v) = inm {
+        if v != "*" {
+            return Err(Reply::arm_error(
+                400,
+                "BadRequest",
+                format!("The If-None-Match header can only be empty or '*', got '{v}'."),
+            ));
+        }
+    }
+    if im.is_some() && inm.is_some() {
+        return Err(Reply::arm_error(
+            400,
+            "BadRequest",
+            "A non-empty If-Match header cannot be combined with If-None-Match: '*'.",
+        ));
+    }
+    Ok(())
+}
+
+/// The seeds' table, cell for cell. `current` is the resource's ETag when it exists.
+pub(crate) fn decide(
+    kind: WriteKind,
+    if_match: Option<&str>,
+    if_none_match: Option<&str>,
+    current: Option<&str>,
+    not_found: impl FnOnce() -> Reply,
+) -> Decision {
+    if let Err(r) = prevalidate(if_match, if_none_match) {
+        return Decision::Answer(r);
+    }
+    let im = non_empty(if_match);
+    let inm = non_empty(if_none_match);
+    match current {
+        None => match kind {
+            WriteKind::Put if im.is_some() => Decision::Answer(Reply::arm_error(
+                412,
+                "PreconditionFailed",
+                format!(
+                    "The condition If-Match: {} was not met: the resource does not exist.",
+                    im.unwrap_or_default()
+                ),
+            )),
+            WriteKind::Put => Decision::Create,
+            WriteKind::Patch => Decision::Answer(not_found()),
+            WriteKind::Delete => Decision::Answer(Reply::empty(204)),
+        },
+        Some(etag) => {
+            if inm.is_some() {
+                return Decision::Answer(Reply::arm_error(
+                    412,
+                    "PreconditionFailed",
+                    "The condition If-None-Match: * was not met: the resource already exists.",
+                ));
+            }
+            match im {
+                None | Some("*") => Decision::Update,
+                Some(v) if v == etag => Decision::Update,
+                Some(v) => Decision::Answer(Reply::arm_error(
+                    412,
+                    "PreconditionFailed",
+                    format!("The condition If-Match: {v} was not met: the current ETag is {etag}."),
+                )),
+            }
+        }
+    }
+}
+
+/// Parsed ARM route (segments compared case-insensitively, names kept as sent).
+enum Route {
+    VmssList {
+        sub: String,
+        rg: String,
+    },
+    Vmss {
+        sub: String,
+        rg: String,
+        name: String,
+    },
+    VmssVms {
+        sub: String,
+        rg: String,
+        name: String,
+    },
+    VmssDeleteInstances {
+        sub: String,
+        rg: String,
+        name: String,
+    },
+    Cluster {
+        sub: String,
+        rg: String,
+        name: String,
+    },
+    Pools {
+        sub: String,
+        rg: String,
+        cluster: String,
+    },
+    Pool {
+        sub: String,
+        rg: String,
+        cluster: String,
+        pool: String,
+    },
+    Operation {
+        sub: String,
+        id: String,
+    },
+}
+
+impl Route {
+    fn parse(path: &str) -> Option<Route> {
+        let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+        let low: Vec<String> = segs.iter().map(|s| s.to_ascii_lowercase()).collect();
+        let l: Vec<&str> = low.iter().map(String::as_str).collect();
+        let s = |i: usize| segs[i].to_string();
+        match l.as_slice() {
+            ["subscriptions", _, "resourcegroups", _, "providers", "microsoft.compute", "virtualmachinescalesets"] => {
+                Some(Route::VmssList {
+                    sub: s(1),
+                    rg: s(3),
+                })
+            }
+            ["subscriptions", _, "resourcegroups", _, "providers", "microsoft.compute", "virtualmachinescalesets", _] => {
+                Some(Route::Vmss {
+                    sub: s(1),
+                    rg: s(3),
+                    name: s(7),
+                })
+            }
+            ["subscriptions", _, "resourcegroups", _, "providers", "microsoft.compute", "virtualmachinescalesets", _, "virtualmachines"] => {
+                Some(Route::VmssVms {
+                    sub: s(1),
+                    rg: s(3),
+                    name: s(7),
+                })
+            }
+            ["subscriptions", _, "resourcegroups", _, "providers", "microsoft.compute", "virtualmachinescalesets", _, "delete"] => {
+                Some(Route::VmssDeleteInstances {
+                    sub: s(1),
+                    rg: s(3),
+                    name: s(7),
+                })
+            }
+            ["subscriptions", _, "resourcegroups", _, "providers", "microsoft.containerservice", "managedclusters", _] => {
+                Some(Route::Cluster {
+                    sub: s(1),
+                    rg: s(3),
+                    name: s(7),
+                })
+            }
+            ["subscriptions", _, "resourcegroups", _, "providers", "microsoft.containerservice", "managedclusters", _, "agentpools"] => {
+                Some(Route::Pools {
+                    sub: s(1),
+                    rg: s(3),
+                    cluster: s(7),
+                })
+            }
+            ["subscriptions", _, "resourcegroups", _, "providers", "microsoft.containerservice", "managedclusters", _, "agentpools", _] => {
+                Some(Route::Pool {
+                    sub: s(1),
+                    rg: s(3),
+                    cluster: s(7),
+                    pool: s(9),
+                })
+            }
+            ["subscriptions", _, "providers", _, "locations", _, "operations" | "operationresults" | "operationstatuses", _] => {
+                Some(Route::Operation {
+                    sub: s(1),
+                    id: s(7),
+                })
+            }
+            _ => None,
+        }
+    }
+
+    fn sub(&self) -> &str {
+        match self {
+            Route::VmssList { sub, .. }
+            | Route::Vmss { sub, .. }
+            | Route::VmssVms { sub, .. }
+            | Route::VmssDeleteInstances { sub, .. }
+            | Route::Cluster { sub, .. }
+            | Route::Pools { sub, .. }
+            | Route::Pool { sub, .. }
+            | Route::Operation { sub, .. } => sub,
+        }
+    }
+
+    /// The scale set whose own throttle buckets this request draws on.
+    fn vmss_key(&self) -> Option<String> {
+        match self {
+            Route::Vmss { sub, rg, name }
+            | Route::VmssVms { sub, rg, name }
+            | Route::VmssDeleteInstances { sub, rg, name } => Some(vmss_key(sub, rg, name)),
+            _ => None,
+        }
+    }
+
+    fn allows(&self, method: &str) -> bool {
+        match self {
+            Route::VmssList { .. }
+            | Route::VmssVms { .. }
+            | Route::Pools { .. }
+            | Route::Operation { .. } => method == "GET",
+            Route::VmssDeleteInstances { .. } => method == "POST",
+            Route::Vmss { .. } | Route::Cluster { .. } | Route::Pool { .. } => {
+                matches!(method, "GET" | "PUT" | "PATCH" | "DELETE")
+            }
+        }
+    }
+}
+
+fn header(parts: &Parts, name: &str) -> Option<String> {
+    parts
+        .headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
+/// `scheme://host` as the client addressed the emulator, so links work through any alias.
+fn request_base(state: &EmulatorState, parts: &Parts) -> String {
+    let base = state.base_url();
+    let scheme = if base.starts_with("https://") {
+        "https"
+    } else {
+        "http"
+    };
+    match header(parts, "host") {
+        Some(host) if !host.is_empty() => format!("{scheme}://{host}"),
+        _ => base.to_string(),
+    }
+}
+
+enum Outcome {
+    Reply(Reply),
+    Drop,
+}
+
+/// Handles one ARM request end to end and logs it.
+pub(crate) async fn handle(state: &EmulatorState, parts: &Parts, body: Bytes) -> Reply {
+    let method = parts.method.as_str().to_ascii_uppercase();
+    let path = parts.uri.path().to_string();
+    let if_match = header(parts, "if-match");
+    let if_none_match = header(parts, "if-none-match");
+    let body_capacity = if body.is_empty() {
+        None
+    } else {
+        serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|v| v.pointer("/sku/capacity").and_then(Value::as_i64))
+    };
+    let query: Vec<(String, String)> = parts
+        .uri
+        .query()
+        .map(|q| {
+            url::form_urlencoded::parse(q.as_bytes())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let now = Instant::now();
+    let seq = {
+        let mut d = state.lock();
+        d.seq += 1;
+        d.seq
+    };
+    let mut ctx = Ctx {
+        writer: String::new(),
+        seq,
+        now,
+        base: request_base(state, parts),
+        api_version: String::new(),
+        lro_failed: false,
+        query,
+    };
+    let outcome = process(
+        state,
+        parts,
+        &mut ctx,
+        &method,
+        &path,
+        &body,
+        if_match.as_deref(),
+        if_none_match.as_deref(),
+    )
+    .await;
+    let writer = (!ctx.writer.is_empty()).then(|| ctx.writer.clone());
+    let mut record = RequestRecord {
+        seq,
+        method,
+        path,
+        if_match,
+        if_none_match,
+        status: 0,
+        writer,
+        body_capacity,
+    };
+    match outcome {
+        Outcome::Reply(mut reply) => {
+            reply.push_header("x-ms-request-id", uuid::Uuid::new_v4().to_string());
+            record.status = reply.status;
+            state.lock().log(record);
+            reply
+        }
+        Outcome::Drop => {
+            state.lock().log(record);
+            match parts.extensions.get::<ConnKill>() {
+                Some(kill) => kill.drop_connection().await,
+                None => Reply::arm_error(500, "InternalServerError", "connection drop unavailable"),
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn process(
+    state: &EmulatorState,
+    parts: &Parts,
+    ctx: &mut Ctx,
+    method: &str,
+    path: &str,
+    body: &[u8],
+    if_match: Option<&str>,
+    if_none_match: Option<&str>,
+) -> Outcome {
+    let settings = state.settings().clone();
+    // Authentication first, as ARM does.
+    let token = header(parts, "authorization").and_then(|h| {
+        let (scheme, tok) = h.split_once(' ')?;
+        scheme
+            .eq_ignore_ascii_case("bearer")
+            .then(|| tok.trim().to_string())
+    });
+    let challenge = |error: &str| {
+        format!(
+            "Bearer authorization_uri=\"{}/{CHALLENGE_TENANT}\", error=\"invalid_token\", error_description=\"{error}\"",
+            ctx.base
+        )
+    };
+    let Some(token) = token else {
+        return Outcome::Reply(
+            Reply::arm_error(
+                401,
+                "AuthenticationFailed",
+                "Authentication failed. The 'Authorization' header is missing.",
+            )
+            .header("WWW-Authenticate", challenge("The access token is missing")),
+        );
+    };
+    let info = state.lock().tokens.get(&token).cloned();
+    match info {
+        None => {
+            return Outcome::Reply(
+                Reply::arm_error(
+                    401,
+                    "AuthenticationFailed",
+                    "Authentication failed. The access token is not one this emulator issued.",
+                )
+                .header("WWW-Authenticate", challenge("The access token is invalid")),
+            )
+        }
+        Some(info) if ctx.now >= info.expires_at => {
+            ctx.writer = info.subject;
+            return Outcome::Reply(
+                Reply::arm_error(
+                    401,
+                    "ExpiredAuthenticationToken",
+                    "The access token expiry UTC time is earlier than current UTC time.",
+                )
+                .header(
+                    "WWW-Authenticate",
+                    challenge("The access token has expired"),
+                ),
+            );
+        }
+        Some(info) => ctx.writer = info.subject,
+    }
+    match ctx.query("api-version") {
+        Some(v) if !v.trim().is_empty() => ctx.api_version = v.trim().to_string(),
+        _ => {
+            return Outcome::Reply(Reply::arm_error(
+                400,
+                "MissingApiVersionParameter",
+                "The api-version query parameter (?api-version=) is required for all requests.",
+            ))
+        }
+    }
+    let Some(route) = Route::parse(path) else {
+        return Outcome::Reply(Reply::arm_error(
+            404,
+            "InvalidResourceType",
+            format!("The emulator does not serve the path '{path}'."),
+        ));
+    };
+    if !route.allows(method) {
+        return Outcome::Reply(Reply::arm_error(
+            405,
+            "MethodNotAllowed",
+            format!("The method '{method}' is not allowed on '{path}'."),
+        ));
+    }
+    let write = method != "GET";
+    let admission = state.lock().throttle.admit(
+        settings.throttling.as_ref(),
+        route.sub(),
+        route.vmss_key().as_deref(),
+        write,
+        ctx.now,
+    );
+    let with_limits = |mut reply: Reply| {
+        for (n, v) in &admission.headers {
+            reply.push_header(n, v.clone());
+        }
+        reply
+    };
+    if let Some(secs) = admission.retry_after {
+        return Outcome::Reply(with_limits(
+            Reply::arm_error(
+                429,
+                "TooManyRequests",
+                format!("The request is being throttled; retry after {secs} seconds."),
+            )
+            .header("Retry-After", secs.to_string()),
+        ));
+    }
+
+    let plan = faults::take(&mut state.lock().faults, method, path);
+    if plan.latency_ms > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(plan.latency_ms)).await;
+        ctx.now = Instant::now();
+    }
+    match &plan.action {
+        Some(FaultKind::Status {
+            code,
+            code_name,
+            retry_after_secs,
+        }) => {
+            let (name, message) = faults::status_error(*code, code_name.as_deref());
+            let mut reply = Reply::arm_error(*code, &name, message);
+            let retry = retry_after_secs.or((*code == 429).then_some(1));
+            if let Some(secs) = retry {
+                reply.push_header("Retry-After", secs.to_string());
+            }
+            return Outcome::Reply(with_limits(reply));
+        }
+        Some(FaultKind::DropBeforeCommit) => return Outcome::Drop,
+        Some(FaultKind::DeleteBeforeHandling) => {
+            let mut d = state.lock();
+            match &route {
+                Route::Vmss { sub, rg, name }
+                | Route::VmssVms { sub, rg, name }
+                | Route::VmssDeleteInstances { sub, rg, name } => {
+                    d.delete_scale_set(sub, rg, name);
+                }
+                Route::Cluster { sub, rg, name } => {
+                    aks::delete_cluster_out_of_band(&mut d, sub, rg, name)
+                }
+                Route::Pool {
+                    sub,
+                    rg,
+                    cluster,
+                    pool,
+                } => aks::delete_pool_out_of_band(&mut d, sub, rg, cluster, pool),
+                _ => {}
+            }
+        }
+        Some(FaultKind::LroFailed) => ctx.lro_failed = true,
+        _ => {}
+    }
+
+    let mut reply = {
+        let mut d = state.lock();
+        execute(
+            &mut d,
+            &settings,
+            ctx,
+            &route,
+            method,
+            body,
+            if_match,
+            if_none_match,
+        )
+    };
+    let success = (200..300).contains(&reply.status);
+    match plan.action {
+        Some(FaultKind::DropAfterCommit) => return Outcome::Drop,
+        Some(FaultKind::NoEtag) if success => {
+            reply.remove_header("etag");
+            if let ReplyBody::Json(Value::Object(map)) = &mut reply.body {
+                map.remove("etag");
+            }
+        }
+        Some(FaultKind::Truncate) if success => {
+            let text = match &reply.body {
+                ReplyBody::Json(v) => serde_json::to_string(v).unwrap_or_default(),
+                ReplyBody::Text(t) => t.clone(),
+                ReplyBody::Empty => String::new(),
+            };
+            let mut cut = text.len() / 2;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            reply.body = ReplyBody::Text(text[..cut].to_string());
+        }
+        _ => {}
+    }
+    Outcome::Reply(with_limits(reply))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn execute(
+    d: &mut Data,
+    s: &Settings,
+    ctx: &Ctx,
+    route: &Route,
+    method: &str,
+    body: &[u8],
+    if_match: Option<&str>,
+    if_none_match: Option<&str>,
+) -> Reply {
+    match route {
+        Route::VmssList { sub, rg } => vmss_list(d, s, ctx, sub, rg),
+        Route::Vmss { sub, rg, name } => match method {
+            "GET" => vmss_get(d, ctx, sub, rg, name),
+            "PUT" => vmss_write(
+                d,
+                s,
+                ctx,
+                sub,
+                rg,
+                name,
+                WriteKind::Put,
+                body,
+                if_match,
+                if_none_match,
+            ),
+            "PATCH" => vmss_write(
+                d,
+                s,
+                ctx,
+                sub,
+                rg,
+                name,
+                WriteKind::Patch,
+                body,
+                if_match,
+                if_none_match,
+            ),
+            _ => vmss_write(
+                d,
+                s,
+                ctx,
+                sub,
+                rg,
+                name,
+                WriteKind::Delete,
+                body,
+                if_match,
+                if_none_match,
+            ),
+        },
+        Route::VmssVms { sub, rg, name } => vmss_vms(d, s, ctx, sub, rg, name),
+        Route::VmssDeleteInstances { sub, rg, name } => {
+            vmss_delete_instances(d, s, ctx, sub, rg, name, body)
+        }
+        Route::Cluster { sub, rg, name } => aks::cluster(
+            d,
+            s,
+            ctx,
+            sub,
+            rg,
+            name,
+            method,
+            body,
+            if_match,
+            if_none_match,
+        ),
+        Route::Pools { sub, rg, cluster } => aks::pools(d, ctx, sub, rg, cluster),
+        Route::Pool {
+            sub,
+            rg,
+            cluster,
+            pool,
+        } => aks::pool(
+            d,
+            s,
+            ctx,
+            sub,
+            rg,
+            cluster,
+            pool,
+            method,
+            body,
+            if_match,
+            if_none_match,
+        ),
+        Route::Operation { id, .. } => operation(d, ctx, id),
+    }
+}
+
+pub(crate) fn not_found(kind: &str, name: &str, rg: &str) -> Reply {
+    Reply::arm_error(
+        404,
+        "ResourceNotFound",
+        format!("The Resource '{kind}/{name}' under resource group '{rg}' was not found."),
+    )
+}
+
+/// Adds `Azure-AsyncOperation`, `Location` and `Retry-After` for a new long-running operation.
+pub(crate) fn add_lro_headers(
+    d: &mut Data,
+    s: &Settings,
+    ctx: &Ctx,
+    reply: &mut Reply,
+    sub: &str,
+    provider: &str,
+    location: &str,
+) {
+    let id = d.start_operation(s.lro_delay, ctx.lro_failed, ctx.now);
+    let loc: String = location
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect::<String>()
+        .to_ascii_lowercase();
+    let url = format!(
+        "{}/subscriptions/{sub}/providers/{provider}/locations/{loc}/operations/{id}?api-version={}",
+        ctx.base, ctx.api_version
+    );
+    reply.push_header("Location", format!("{url}&monitor=true"));
+    reply.push_header("Azure-AsyncOperation", url);
+    let retry = if s.lro_delay.is_zero() { "0" } else { "1" };
+    reply.push_header("Retry-After", retry);
+}
+
+/// One page of `items` with an absolute `nextLink` back to this emulator when more remain.
+pub(crate) fn page(ctx: &Ctx, path: &str, items: Vec<Value>, page_size: usize) -> Value {
+    let skip: usize = ctx
+        .query("$skiptoken")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(0);
+    let total = items.len();
+    let value: Vec<Value> = items.into_iter().skip(skip).take(page_size).collect();
+    let next = skip + value.len();
+    let mut out = json!({ "value": value });
+    if next < total {
+        out["nextLink"] = Value::String(format!(
+            "{}{path}?api-version={}&$skiptoken={next}",
+            ctx.base, ctx.api_version
+        ));
+    }
+    out
+}
+
+fn vmss_get(d: &mut Data, ctx: &Ctx, sub: &str, rg: &str, name: &str) -> Reply {
+    let key = vmss_key(sub, rg, name);
+    let Some(ss) = d.scale_sets.get(&key) else {
+        return not_found("Microsoft.Compute/virtualMachineScaleSets", name, rg);
+    };
+    let etag = ss.etag();
+    let body = ss.to_json(ctx.now);
+    d.mark_seen(&ctx.writer, &key, &etag);
+    Reply::json(200, body).header("ETag", etag)
+}
+
+fn vmss_list(d: &mut Data, s: &Settings, ctx: &Ctx, sub: &str, rg: &str) -> Reply {
+    let prefix = vmss_key(sub, rg, "");
+    let mut keys: Vec<&String> = d
+        .scale_sets
+        .keys()
+        .filter(|k| k.starts_with(&prefix))
+        .collect();
+    keys.sort();
+    let items: Vec<(String, String, Value)> = keys
+        .into_iter()
+        .filter_map(|k| {
+            d.scale_sets
+                .get(k)
+                .map(|ss| (k.clone(), ss.etag(), ss.to_json(ctx.now)))
+        })
+        .collect();
+    let skip: usize = ctx
+        .query("$skiptoken")
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(0);
+    for (key, etag, _) in items.iter().skip(skip).take(s.page_size) {
+        d.mark_seen(&ctx.writer, key, etag);
+    }
+    let path = format!(
+        "/subscriptions/{sub}/resourceGroups/{rg}/providers/Microsoft.Compute/virtualMachineScaleSets"
+    );
+    let values = items.into_iter().map(|(_, _, v)| v).collect();
+    Reply::json(200, page(ctx, &path, values, s.page_size))
+}
+
+fn vmss_vms(d: &mut Data, s: &Settings, ctx: &Ctx, sub: &str, rg: &str, name: &str) -> Reply {
+    let Some(ss) = d.scale_sets.get(&vmss_key(sub, rg, name)) else {
+        return not_found("Microsoft.Compute/virtualMachineScaleSets", name, rg);
+    };
+    let items: Vec<Value> = ss
+        .instances
+        .iter()
+        .map(|(id, inst)| ss.instance_json(*id, inst, ctx.now))
+        .collect();
+    let path = format!("{}/virtualMachines", ss.id());
+    Reply::json(200, page(ctx, &path, items, s.page_size))
+}
+
+/// Fields of a scale-set PUT/PATCH body; absent fields keep their value.
+#[derive(Default)]
+struct VmssBody {
+    location: Option<String>,
+    sku_name: Option<String>,
+    tier: Option<String>,
+    capacity: Option<i64>,
+    tags: Option<BTreeMap<String, String>>,
+}
+
+fn invalid_content(msg: impl Into<String>) -> Reply {
+    Reply::arm_error(400, "InvalidRequestContent", msg)
+}
+
+fn invalid_param(msg: impl Into<String>) -> Reply {
+    Reply::arm_error(400, "InvalidParameter", msg)
+}
+
+/// Parses `sku.capacity`-style integers: a JSON integer in 0..=1000.
+pub(crate) fn parse_count(v: &Value, what: &str) -> Result<i64, Reply> {
+    match v.as_i64() {
+        Some(n) if (0..=MAX_CAPACITY).contains(&n) => Ok(n),
+        _ => Err(invalid_param(format!(
+            "The value {v} of '{what}' is invalid: it must be an integer between 0 and {MAX_CAPACITY}."
+        ))),
+    }
+}
+
+pub(crate) fn parse_json_object(body: &[u8]) -> Result<serde_json::Map<String, Value>, Reply> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(m)) => Ok(m),
+        Ok(_) => Err(invalid_content(
+            "The request content must be a JSON object.",
+        )),
+        Err(e) => Err(invalid_content(format!(
+            "The request content was invalid and could not be deserialized: {e}."
+        ))),
+    }
+}
+
+pub(crate) fn parse_tags(v: &Value) -> Result<Option<BTreeMap<String, String>>, Reply> {
+    match v {
+        Value::Null => Ok(None),
+        Value::Object(m) => m
+            .iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => Ok((k.clone(), s.clone())),
+                other => Err(invalid_param(format!(
+                    "The value {other} of tag '{k}' must be a string."
+                ))),
+            })
+            .collect::<Result<BTreeMap<_, _>, _>>()
+            .map(Some),
+        other => Err(invalid_param(format!(
+            "'tags' must be an object, got {other}."
+        ))),
+    }
+}
+
+fn parse_vmss_body(body: &[u8]) -> Result<VmssBody, Reply> {
+    let m = parse_json_object(body)?;
+    let mut out = VmssBody::default();
+    if let Some(loc) = m.get("location") {
+        match loc {
+            Value::String(s) => out.location = Some(s.clone()),
+            Value::Null => {}
+            other => {
+                return Err(invalid_param(format!(
+                    "'location' must be a string, got {other}."
+                )))
+            }
+        }
+    }
+    if let Some(tags) = m.get("tags") {
+        out.tags = parse_tags(tags)?;
+    }
+    match m.get("sku") {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(sku)) => {
+            out.sku_name = sku.get("name").and_then(Value::as_str).map(str::to_string);
+            out.tier = sku.get("tier").and_then(Value::as_str).map(str::to_string);
+            match sku.get("capacity") {
+                None | Some(Value::Null) => {}
+                Some(c) => out.capacity = Some(parse_count(c, "sku.capacity")?),
+            }
+        }
+        Some(other) => {
+            return Err(invalid_param(format!(
+                "'sku' must be an object, got {other}."
+            )))
+        }
+    }
+    Ok(out)
+}
+
+pub(crate) fn same_location(a: &str, b: &str) -> bool {
+    let norm = |s: &str| {
+        s.chars()
+            .filter(|c| !c.is_whitespace())
+            .collect::<String>()
+            .to_ascii_lowercase()
+    };
+    norm(a) == norm(b)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn vmss_write(
+    d: &mut Data,
+    s: &Settings,
+    ctx: &Ctx,
+    sub: &str,
+    rg: &str,
+    name: &str,
+    kind: WriteKind,
+    body: &[u8],
+    if_match: Option<&str>,
+    if_none_match: Option<&str>,
+) -> Reply {
+    if let Err(r) = prevalidate(if_match, if_none_match) {
+        return r;
+    }
+    let parsed = match kind {
+        WriteKind::Delete => VmssBody::default(),
+        _ => match parse_vmss_body(body) {
+            Ok(p) => p,
+            Err(r) => return r,
+        },
+    };
+    let key = vmss_key(sub, rg, name);
+    let current = d.scale_sets.get(&key).map(|ss| ss.etag());
+    let decision = decide(kind, if_match, if_none_match, current.as_deref(), || {
+        not_found("Microsoft.Compute/virtualMachineScaleSets", name, rg)
+    });
+    let busy_until = ctx.now + s.lro_delay;
+    match decision {
+        Decision::Answer(r) => r,
+        Decision::Create => {
+            let Some(location) = parsed.location else {
+                return Reply::arm_error(
+                    400,
+                    "LocationRequired",
+                    "The location property is required for this definition.",
+                );
+            };
+            let mut seed = ScaleSetSeed::new(sub, rg, name, parsed.capacity.unwrap_or(0));
+            seed.location = location;
+            if let Some(n) = parsed.sku_name {
+                seed.sku_name = n;
+            }
+            if let Some(t) = parsed.tier {
+                seed.tier = t;
+            }
+            seed.tags = parsed.tags.unwrap_or_default();
+            let etag = d.create_scale_set(seed, &ctx.writer, busy_until, ctx.lro_failed);
+            d.mark_seen(&ctx.writer, &key, &etag);
+            let Some(ss) = d.scale_sets.get(&key) else {
+                return Reply::arm_error(500, "InternalServerError", "created scale set vanished");
+            };
+            let location = ss.location.clone();
+            let mut reply = Reply::json(201, ss.to_json(ctx.now)).header("ETag", etag);
+            add_lro_headers(d, s, ctx, &mut reply, sub, "Microsoft.Compute", &location);
+            reply
+        }
+        Decision::Update if kind == WriteKind::Delete => {
+            let Some(ss) = d.scale_sets.remove(&key) else {
+                return Reply::empty(204);
+            };
+            let old_etag = ss.etag();
+            d.check_lost(&ctx.writer, &key, &ss.id(), &old_etag, ctx.seq);
+            d.next_version(&key);
+            let mut reply = Reply::empty(200);
+            add_lro_headers(
+                d,
+                s,
+                ctx,
+                &mut reply,
+                sub,
+                "Microsoft.Compute",
+                &ss.location,
+            );
+            reply
+        }
+        Decision::Update => {
+            let Some(ss) = d.scale_sets.get_mut(&key) else {
+                return Reply::arm_error(500, "InternalServerError", "scale set vanished");
+            };
+            if let Some(loc) = &parsed.location {
+                if !same_location(loc, &ss.location) {
+                    return invalid_param(format!(
+                        "The location '{loc}' does not match the scale set's location '{}'; a resource cannot move.",
+                        ss.location
+                    ));
+                }
+            }
+            let old_etag = ss.etag();
+            let old_cap = ss.capacity;
+            let old_tags = ss.tags.clone();
+            if let Some(n) = parsed.sku_name {
+                ss.sku_name = n;
+            }
+            if let Some(t) = parsed.tier {
+                ss.tier = t;
+            }
+            if let Some(t) = parsed.tags {
+                ss.tags = t;
+            }
+            let new_cap = parsed.capacity.unwrap_or(ss.capacity);
+            ss.busy_until = busy_until;
+            ss.failed = ctx.lro_failed;
+            ss.resize(new_cap, busy_until);
+            let change = describe_change(Some((old_cap, &old_tags)), ss.capacity, &ss.tags);
+            let id = ss.id();
+            d.check_lost(&ctx.writer, &key, &id, &old_etag, ctx.seq);
+            commit_vmss_version(d, s, ctx, &key, sub, change, 200)
+        }
+    }
+}
+
+/// Bumps the version after a successful write and answers with the new state.
+fn commit_vmss_version(
+    d: &mut Data,
+    s: &Settings,
+    ctx: &Ctx,
+    key: &str,
+    sub: &str,
+    change: String,
+    status: u16,
+) -> Reply {
+    let version = d.next_version(key);
+    let Some(ss) = d.scale_sets.get_mut(key) else {
+        return Reply::arm_error(500, "InternalServerError", "scale set vanished");
+    };
+    ss.version = version;
+    let etag = ss.etag();
+    let location = ss.location.clone();
+    let body = ss.to_json(ctx.now);
+    d.record_version(key, &etag, &ctx.writer, change);
+    d.mark_seen(&ctx.writer, key, &etag);
+    let mut reply = if status == 202 {
+        Reply::empty(202)
+    } else {
+        Reply::json(status, body)
+    }
+    .header("ETag", etag);
+    add_lro_headers(d, s, ctx, &mut reply, sub, "Microsoft.Compute", &location);
+    reply
+}
+
+fn vmss_delete_instances(
+    d: &mut Data,
+    s: &Settings,
+    ctx: &Ctx,
+    sub: &str,
+    rg: &str,
+    name: &str,
+    body: &[u8],
+) -> Reply {
+    let m = match parse_json_object(body) {
+        Ok(m) => m,
+        Err(r) => return r,
+    };
+    let ids: Vec<u64> = match m.get("instanceIds") {
+        Some(Value::Array(a)) if !a.is_empty() => {
+            let parsed: Option<Vec<u64>> = a
+                .iter()
+                .map(|v| v.as_str().and_then(|s| s.parse().ok()))
+                .collect();
+            match parsed {
+                Some(p) => p,
+                None => {
+                    return invalid_param("'instanceIds' must be a list of instance id strings.")
+                }
+            }
+        }
+        _ => return invalid_param("'instanceIds' must be a non-empty list of instance ids."),
+    };
+    let key = vmss_key(sub, rg, name);
+    let Some(ss) = d.scale_sets.get_mut(&key) else {
+        return not_found("Microsoft.Compute/virtualMachineScaleSets", name, rg);
+    };
+    let old_etag = ss.etag();
+    let old_cap = ss.capacity;
+    let old_tags = ss.tags.clone();
+    let mut removed = 0;
+    for id in ids {
+        if ss.instances.remove(&id).is_some() {
+            removed += 1;
+        }
+    }
+    ss.capacity = (ss.capacity - removed).max(0);
+    ss.busy_until = ctx.now + s.lro_delay;
+    ss.failed = ctx.lro_failed;
+    let change = format!(
+        "{} (instances deleted)",
+        describe_change(Some((old_cap, &old_tags)), ss.capacity, &ss.tags)
+    );
+    let id = ss.id();
+    d.check_lost(&ctx.writer, &key, &id, &old_etag, ctx.seq);
+    commit_vmss_version(d, s, ctx, &key, sub, change, 202)
+}
+
+fn operation(d: &mut Data, ctx: &Ctx, id: &str) -> Reply {
+    let Some(op) = d.operations.get(id) else {
+        return Reply::arm_error(
+            404,
+            "NotFound",
+            format!("The operation '{id}' was not found."),
+        );
+    };
+    let done = ctx.now >= op.done_at;
+    let monitor = ctx
+        .query("monitor")
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+    if monitor {
+        return if done {
+            Reply::empty(200)
+        } else {
+            Reply::empty(202).header("Retry-After", "1")
+        };
+    }
+    let status = match (done, op.failed) {
+        (false, _) => "InProgress",
+        (true, false) => "Succeeded",
+        (true, true) => "Failed",
+    };
+    let mut body = json!({"startTime": op.start, "status": status, "name": id});
+    if done {
+        body["endTime"] = Value::String(op.end.clone());
+    }
+    if done && op.failed {
+        body["error"] = json!({
+            "code": "InternalExecutionError",
+            "message": "The long-running operation failed (injected fault)."
+        });
+    }
+    let mut reply = Reply::json(200, body);
+    if !done {
+        reply.push_header("Retry-After", "1");
+    }
+    reply
+}

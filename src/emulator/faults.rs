@@ -1,0 +1,154 @@
+//! Scriptable faults: matched in injection order by method and path, for the next N requests or
+//! with a seeded probability.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+
+/// One fault to inject into matching ARM requests.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FaultSpec {
+    /// HTTP method to match (case-insensitive); `None` matches any.
+    #[serde(default)]
+    pub method: Option<String>,
+    /// Substring the request path must contain (case-insensitive); `None` matches any.
+    #[serde(default)]
+    pub path_contains: Option<String>,
+    /// What happens to a matching request.
+    pub kind: FaultKind,
+    /// Applies to the next N matching requests; `None` means until cleared.
+    #[serde(default)]
+    pub count: Option<u32>,
+    /// Chance (0..=1) that a matching request is hit; `None` means always.
+    #[serde(default)]
+    pub probability: Option<f64>,
+    /// Seed of the random generator behind `probability`.
+    #[serde(default)]
+    pub seed: Option<u64>,
+}
+
+/// The kinds of fault the emulator can inject.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum FaultKind {
+    /// Delay the answer by `ms` milliseconds (tokio clock), then handle the request normally.
+    Latency {
+        /// Added delay in milliseconds.
+        ms: u64,
+    },
+    /// Answer with this status and an ARM error body, without handling the request.
+    Status {
+        /// HTTP status code.
+        code: u16,
+        /// ARM error code in the body; a default per status when `None`.
+        #[serde(default)]
+        code_name: Option<String>,
+        /// `Retry-After` header in seconds.
+        #[serde(default)]
+        retry_after_secs: Option<u64>,
+    },
+    /// Close the connection without an answer, before the write commits.
+    DropBeforeCommit,
+    /// Commit the write, then close the connection without an answer (the ambiguous case).
+    DropAfterCommit,
+    /// Answer successfully but without the `ETag` header and body `etag`.
+    NoEtag,
+    /// Delete the target out of band, then handle the request.
+    DeleteBeforeHandling,
+    /// The long-running operation started by this write ends `Failed`.
+    LroFailed,
+    /// Cut the success body in half (malformed JSON).
+    Truncate,
+}
+
+#[derive(Debug)]
+pub(crate) struct ActiveFault {
+    pub spec: FaultSpec,
+    remaining: Option<u32>,
+    rng: StdRng,
+}
+
+impl ActiveFault {
+    pub fn new(spec: FaultSpec) -> Self {
+        let rng = match spec.seed {
+            Some(seed) => StdRng::seed_from_u64(seed),
+            None => StdRng::from_entropy(),
+        };
+        ActiveFault {
+            remaining: spec.count,
+            spec,
+            rng,
+        }
+    }
+
+    fn matches(&self, method: &str, path: &str) -> bool {
+        let method_ok = self
+            .spec
+            .method
+            .as_deref()
+            .map_or(true, |m| m.eq_ignore_ascii_case(method));
+        let path_ok = self.spec.path_contains.as_deref().map_or(true, |p| {
+            path.to_ascii_lowercase().contains(&p.to_ascii_lowercase())
+        });
+        method_ok && path_ok && self.remaining != Some(0)
+    }
+}
+
+/// The faults that apply to one request: accumulated latency and at most one action.
+#[derive(Debug, Default)]
+pub(crate) struct FaultPlan {
+    pub latency_ms: u64,
+    pub action: Option<FaultKind>,
+}
+
+/// Consumes the faults that match this request, in injection order.
+pub(crate) fn take(faults: &mut Vec<ActiveFault>, method: &str, path: &str) -> FaultPlan {
+    let mut plan = FaultPlan::default();
+    for fault in faults.iter_mut() {
+        if !fault.matches(method, path) {
+            continue;
+        }
+        let is_latency = matches!(fault.spec.kind, FaultKind::Latency { .. });
+        if !is_latency && plan.action.is_some() {
+            continue;
+        }
+        if let Some(p) = fault.spec.probability {
+            if fault.rng.gen::<f64>() >= p {
+                continue;
+            }
+        }
+        if let Some(n) = fault.remaining.as_mut() {
+            *n = n.saturating_sub(1);
+        }
+        match &fault.spec.kind {
+            FaultKind::Latency { ms } => plan.latency_ms += ms,
+            other => plan.action = Some(other.clone()),
+        }
+    }
+    faults.retain(|f| f.remaining != Some(0));
+    plan
+}
+
+/// The ARM error code and message a status fault answers with.
+pub(crate) fn status_error(code: u16, code_name: Option<&str>) -> (String, String) {
+    let (default_code, message) = match code {
+        400 => ("BadRequest", "The request is invalid."),
+        404 => ("NotFound", "The resource was not found."),
+        408 => ("RequestTimeout", "The request timed out."),
+        409 => (
+            "OperationNotAllowed",
+            "Operation could not be completed as it results in exceeding approved standardDSv5Family Cores quota.",
+        ),
+        412 => ("PreconditionFailed", "The precondition failed."),
+        429 => ("TooManyRequests", "The request is being throttled."),
+        500 => ("InternalServerError", "An internal server error occurred."),
+        502 => ("BadGateway", "The gateway received an invalid response."),
+        503 => ("ServiceUnavailable", "The service is temporarily unavailable."),
+        504 => ("GatewayTimeout", "The gateway timed out."),
+        _ => ("Error", "Injected fault."),
+    };
+    (
+        code_name.unwrap_or(default_code).to_string(),
+        format!("{message} (injected fault)"),
+    )
+}

@@ -1,0 +1,693 @@
+//! The emulator's state: resources and their versions, the ETag rules, lost-update tracking, the
+//! request log, faults, tokens. One `parking_lot` mutex guards it all; every method is synchronous
+//! so tests and the `/_emulator/` routes share it.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use super::aks::Cluster;
+use super::faults::{ActiveFault, FaultSpec};
+use super::throttle::{Throttle, ThrottleLimits};
+use super::EmulatorError;
+
+/// How many request records the log keeps (oldest dropped first).
+pub(crate) const MAX_LOG: usize = 200_000;
+/// How many finished long-running operations are remembered.
+const MAX_OPERATIONS: usize = 100_000;
+/// Largest capacity a scale set accepts.
+pub(crate) const MAX_CAPACITY: i64 = 1000;
+/// Writer recorded for seeds and out-of-band deletes made without a writer.
+pub(crate) const SEED_WRITER: &str = "seed";
+
+/// Runtime settings chosen by the builder.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub lro_delay: Duration,
+    pub page_size: usize,
+    pub token_lifetime: Duration,
+    pub throttling: Option<ThrottleLimits>,
+}
+
+/// Handle on the emulator's state: cheap to clone, usable from tests and from the control API.
+#[derive(Clone)]
+pub struct EmulatorState {
+    pub(crate) shared: Arc<Shared>,
+}
+
+pub(crate) struct Shared {
+    pub settings: Settings,
+    pub base_url: String,
+    pub data: Mutex<Data>,
+}
+
+/// A scale set to create (or replace) through [`EmulatorState::seed_scale_set`].
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ScaleSetSeed {
+    /// Subscription id.
+    pub subscription: String,
+    /// Resource group name.
+    pub resource_group: String,
+    /// Scale set name.
+    pub name: String,
+    /// Azure region, e.g. `westeurope`.
+    #[serde(default = "default_location")]
+    pub location: String,
+    /// VM size, e.g. `Standard_D2s_v5`.
+    #[serde(default = "default_sku")]
+    pub sku_name: String,
+    /// SKU tier, e.g. `Standard`.
+    #[serde(default = "default_tier")]
+    pub tier: String,
+    /// Number of instances.
+    pub capacity: i64,
+    /// Resource tags.
+    #[serde(default)]
+    pub tags: BTreeMap<String, String>,
+}
+
+fn default_location() -> String {
+    "westeurope".to_string()
+}
+fn default_sku() -> String {
+    "Standard_D2s_v5".to_string()
+}
+fn default_tier() -> String {
+    "Standard".to_string()
+}
+
+impl ScaleSetSeed {
+    /// A seed in `westeurope`, `Standard_D2s_v5`, tier `Standard`, without tags.
+    pub fn new(sub: &str, rg: &str, name: &str, capacity: i64) -> Self {
+        ScaleSetSeed {
+            subscription: sub.to_string(),
+            resource_group: rg.to_string(),
+            name: name.to_string(),
+            location: default_location(),
+            sku_name: default_sku(),
+            tier: default_tier(),
+            capacity,
+            tags: BTreeMap::new(),
+        }
+    }
+}
+
+/// What a test sees of one scale set.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ScaleSetView {
+    /// `sku.capacity`.
+    pub capacity: i64,
+    /// Current ETag, quoted (`"\"3\""`).
+    pub etag: String,
+    /// Resource tags.
+    pub tags: BTreeMap<String, String>,
+    /// `Updating` while a long-running operation runs, then `Succeeded` (or `Failed`).
+    pub provisioning_state: String,
+    /// Number of VM instances.
+    pub instance_count: usize,
+}
+
+/// One request as the emulator answered it. `status` 0 means the connection was dropped without
+/// an answer.
+#[derive(Clone, Debug, Serialize)]
+pub struct RequestRecord {
+    /// Order of arrival, from 1.
+    pub seq: u64,
+    /// HTTP method.
+    pub method: String,
+    /// URL path, without the query.
+    pub path: String,
+    /// `If-Match` header as received.
+    pub if_match: Option<String>,
+    /// `If-None-Match` header as received.
+    pub if_none_match: Option<String>,
+    /// Status answered (0: connection dropped).
+    pub status: u16,
+    /// Subject (client id) of the bearer token, when valid.
+    pub writer: Option<String>,
+    /// `sku.capacity` of the request body, when present.
+    pub body_capacity: Option<i64>,
+}
+
+/// A write that replaced a version its writer had never been shown.
+#[derive(Clone, Debug, Serialize)]
+pub struct LostUpdate {
+    /// ARM id of the resource.
+    pub resource: String,
+    /// Who wrote blind.
+    pub writer: String,
+    /// The ETag of the version that was destroyed.
+    pub replaced_etag: String,
+    /// Who wrote the destroyed version.
+    pub replaced_writer: String,
+    /// What the destroyed version had changed, e.g. `capacity 3 -> 7`.
+    pub replaced_change: String,
+    /// Sequence number of the request that destroyed it.
+    pub at_seq: u64,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct VersionInfo {
+    pub writer: String,
+    pub change: String,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct TokenInfo {
+    pub subject: String,
+    pub expires_at: Instant,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Instance {
+    pub ready_at: Instant,
+    pub vm_id: String,
+    pub time_created: String,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct ScaleSet {
+    pub sub: String,
+    pub rg: String,
+    pub name: String,
+    pub location: String,
+    pub sku_name: String,
+    pub tier: String,
+    pub capacity: i64,
+    pub tags: BTreeMap<String, String>,
+    pub version: u64,
+    pub unique_id: String,
+    pub time_created: String,
+    pub busy_until: Instant,
+    pub failed: bool,
+    pub instances: BTreeMap<u64, Instance>,
+    pub next_instance: u64,
+}
+
+impl ScaleSet {
+    pub fn id(&self) -> String {
+        format!(
+            "/subscriptions/{}/resourceGroups/{}/providers/Microsoft.Compute/virtualMachineScaleSets/{}",
+            self.sub, self.rg, self.name
+        )
+    }
+
+    pub fn etag(&self) -> String {
+        format!("\"{}\"", self.version)
+    }
+
+    pub fn provisioning_state(&self, now: Instant) -> &'static str {
+        if now < self.busy_until {
+            "Updating"
+        } else if self.failed {
+            "Failed"
+        } else {
+            "Succeeded"
+        }
+    }
+
+    /// Adds instances (ready at `ready_at`) or removes the newest ones to match `capacity`.
+    pub fn resize(&mut self, capacity: i64, ready_at: Instant) {
+        let target = usize::try_from(capacity.max(0)).unwrap_or(0);
+        while self.instances.len() > target {
+            self.instances.pop_last();
+        }
+        while self.instances.len() < target {
+            let id = self.next_instance;
+            self.next_instance += 1;
+            self.instances.insert(
+                id,
+                Instance {
+                    ready_at,
+                    vm_id: uuid::Uuid::new_v4().to_string(),
+                    time_created: now_rfc3339(),
+                },
+            );
+        }
+        self.capacity = capacity;
+    }
+
+    pub fn to_json(&self, now: Instant) -> Value {
+        json!({
+            "name": self.name,
+            "id": self.id(),
+            "type": "Microsoft.Compute/virtualMachineScaleSets",
+            "location": self.location,
+            "tags": self.tags,
+            "sku": {"name": self.sku_name, "tier": self.tier, "capacity": self.capacity},
+            "etag": self.etag(),
+            "properties": {
+                "provisioningState": self.provisioning_state(now),
+                "uniqueId": self.unique_id,
+                "timeCreated": self.time_created,
+                "orchestrationMode": "Uniform",
+                "upgradePolicy": {"mode": "Manual"},
+                "singlePlacementGroup": false,
+            },
+        })
+    }
+
+    pub fn instance_json(&self, id: u64, inst: &Instance, now: Instant) -> Value {
+        let state = if now < inst.ready_at {
+            "Creating"
+        } else if self.failed {
+            "Failed"
+        } else {
+            "Succeeded"
+        };
+        json!({
+            "name": format!("{}_{}", self.name, id),
+            "id": format!("{}/virtualMachines/{}", self.id(), id),
+            "type": "Microsoft.Compute/virtualMachineScaleSets/virtualMachines",
+            "location": self.location,
+            "instanceId": id.to_string(),
+            "sku": {"name": self.sku_name, "tier": self.tier},
+            "etag": "\"1\"",
+            "properties": {
+                "latestModelApplied": true,
+                "provisioningState": state,
+                "vmId": inst.vm_id,
+                "timeCreated": inst.time_created,
+            },
+        })
+    }
+
+    pub fn view(&self, now: Instant) -> ScaleSetView {
+        ScaleSetView {
+            capacity: self.capacity,
+            etag: self.etag(),
+            tags: self.tags.clone(),
+            provisioning_state: self.provisioning_state(now).to_string(),
+            instance_count: self.instances.len(),
+        }
+    }
+}
+
+/// A long-running operation, as its status URL reports it.
+#[derive(Clone, Debug)]
+pub(crate) struct Operation {
+    pub done_at: Instant,
+    pub failed: bool,
+    pub start: String,
+    pub end: String,
+}
+
+/// Everything behind the mutex.
+#[derive(Default)]
+pub(crate) struct Data {
+    pub scale_sets: HashMap<String, ScaleSet>,
+    pub clusters: HashMap<String, Cluster>,
+    pub last_version: HashMap<String, u64>,
+    pub operations: HashMap<String, Operation>,
+    op_order: VecDeque<String>,
+    pub versions: HashMap<(String, String), VersionInfo>,
+    pub seen: HashMap<String, HashSet<(String, String)>>,
+    pub lost: Vec<LostUpdate>,
+    pub log: VecDeque<RequestRecord>,
+    pub seq: u64,
+    pub faults: Vec<ActiveFault>,
+    pub next_fault_id: u64,
+    pub clients: HashMap<String, String>,
+    pub tokens: HashMap<String, TokenInfo>,
+    pub token_down: bool,
+    pub assertions: Vec<String>,
+    pub throttle: Throttle,
+}
+
+/// Lowercased ARM id of a scale set: the key of the maps and of version tracking.
+pub(crate) fn vmss_key(sub: &str, rg: &str, name: &str) -> String {
+    format!(
+        "/subscriptions/{sub}/resourcegroups/{rg}/providers/microsoft.compute/virtualmachinescalesets/{name}"
+    )
+    .to_ascii_lowercase()
+}
+
+/// Wall-clock time in RFC 3339 with an explicit `+00:00` offset, as ARM writes it.
+pub(crate) fn now_rfc3339() -> String {
+    rfc3339(time::OffsetDateTime::now_utc())
+}
+
+pub(crate) fn rfc3339(t: time::OffsetDateTime) -> String {
+    let s = t
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_else(|_| "1970-01-01T00:00:00Z".to_string());
+    match s.strip_suffix('Z') {
+        Some(stem) => format!("{stem}+00:00"),
+        None => s,
+    }
+}
+
+/// Describes what a write changed, for the lost-update report.
+pub(crate) fn describe_change(
+    old: Option<(i64, &BTreeMap<String, String>)>,
+    new_capacity: i64,
+    new_tags: &BTreeMap<String, String>,
+) -> String {
+    match old {
+        None => format!("created with capacity {new_capacity}"),
+        Some((cap, tags)) => {
+            let mut parts = Vec::new();
+            if cap != new_capacity {
+                parts.push(format!("capacity {cap} -> {new_capacity}"));
+            }
+            if tags != new_tags {
+                parts.push("tags changed".to_string());
+            }
+            if parts.is_empty() {
+                "no change".to_string()
+            } else {
+                parts.join(", ")
+            }
+        }
+    }
+}
+
+impl Data {
+    /// Next version number of a resource; never reused for the same id, even across deletes.
+    pub fn next_version(&mut self, key: &str) -> u64 {
+        let v = self.last_version.entry(key.to_string()).or_insert(0);
+        *v += 1;
+        *v
+    }
+
+    pub fn record_version(&mut self, key: &str, etag: &str, writer: &str, change: String) {
+        self.versions.insert(
+            (key.to_string(), etag.to_string()),
+            VersionInfo {
+                writer: writer.to_string(),
+                change,
+            },
+        );
+    }
+
+    pub fn mark_seen(&mut self, writer: &str, key: &str, etag: &str) {
+        self.seen
+            .entry(writer.to_string())
+            .or_default()
+            .insert((key.to_string(), etag.to_string()));
+    }
+
+    /// Records a lost update when `writer` replaces version `etag` without having been shown it.
+    pub fn check_lost(&mut self, writer: &str, key: &str, display_id: &str, etag: &str, seq: u64) {
+        let pair = (key.to_string(), etag.to_string());
+        let seen = self.seen.get(writer).is_some_and(|s| s.contains(&pair));
+        if seen {
+            return;
+        }
+        let info = self.versions.get(&pair).cloned().unwrap_or(VersionInfo {
+            writer: "unknown".to_string(),
+            change: "unknown".to_string(),
+        });
+        self.lost.push(LostUpdate {
+            resource: display_id.to_string(),
+            writer: writer.to_string(),
+            replaced_etag: etag.to_string(),
+            replaced_writer: info.writer,
+            replaced_change: info.change,
+            at_seq: seq,
+        });
+    }
+
+    pub fn log(&mut self, rec: RequestRecord) {
+        if self.log.len() >= MAX_LOG {
+            self.log.pop_front();
+        }
+        self.log.push_back(rec);
+    }
+
+    /// Registers a long-running operation and returns its id.
+    pub fn start_operation(&mut self, delay: Duration, failed: bool, now: Instant) -> String {
+        let id = uuid::Uuid::new_v4().to_string();
+        let start = time::OffsetDateTime::now_utc();
+        let op = Operation {
+            done_at: now + delay,
+            failed,
+            start: rfc3339(start),
+            end: rfc3339(start + delay),
+        };
+        if self.op_order.len() >= MAX_OPERATIONS {
+            if let Some(old) = self.op_order.pop_front() {
+                self.operations.remove(&old);
+            }
+        }
+        self.op_order.push_back(id.clone());
+        self.operations.insert(id.clone(), op);
+        id
+    }
+
+    /// Creates or replaces a scale set from a seed.
+    pub fn seed(&mut self, seed: ScaleSetSeed, now: Instant) -> String {
+        self.create_scale_set(seed, SEED_WRITER, now, false)
+    }
+
+    /// Creates (or replaces) a scale set written by `writer`, busy until `busy_until`.
+    pub fn create_scale_set(
+        &mut self,
+        seed: ScaleSetSeed,
+        writer: &str,
+        busy_until: Instant,
+        failed: bool,
+    ) -> String {
+        let key = vmss_key(&seed.subscription, &seed.resource_group, &seed.name);
+        let version = self.next_version(&key);
+        let mut ss = ScaleSet {
+            sub: seed.subscription,
+            rg: seed.resource_group,
+            name: seed.name,
+            location: seed.location,
+            sku_name: seed.sku_name,
+            tier: seed.tier,
+            capacity: 0,
+            tags: seed.tags,
+            version,
+            unique_id: uuid::Uuid::new_v4().to_string(),
+            time_created: now_rfc3339(),
+            busy_until,
+            failed,
+            instances: BTreeMap::new(),
+            next_instance: 0,
+        };
+        ss.resize(seed.capacity, busy_until);
+        let etag = ss.etag();
+        let change = describe_change(None, ss.capacity, &ss.tags);
+        self.record_version(&key, &etag, writer, change);
+        self.scale_sets.insert(key, ss);
+        etag
+    }
+
+    /// Out-of-band read-modify-write by a rival writer: never a lost update itself.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rival_write(
+        &mut self,
+        sub: &str,
+        rg: &str,
+        name: &str,
+        writer: &str,
+        capacity: Option<i64>,
+        tags: Option<BTreeMap<String, String>>,
+        settings: &Settings,
+        now: Instant,
+    ) -> Result<String, EmulatorError> {
+        if let Some(c) = capacity {
+            if !(0..=MAX_CAPACITY).contains(&c) {
+                return Err(EmulatorError::InvalidCapacity { capacity: c });
+            }
+        }
+        let key = vmss_key(sub, rg, name);
+        let Some(ss) = self.scale_sets.get_mut(&key) else {
+            return Err(EmulatorError::NotFound {
+                resource: format!("{sub}/{rg}/{name}"),
+            });
+        };
+        let old_etag = ss.etag();
+        let old_cap = ss.capacity;
+        let old_tags = ss.tags.clone();
+        let new_cap = capacity.unwrap_or(old_cap);
+        if let Some(t) = tags {
+            ss.tags.extend(t);
+        }
+        let busy_until = now + settings.lro_delay;
+        ss.busy_until = busy_until;
+        ss.failed = false;
+        ss.resize(new_cap, busy_until);
+        let change = describe_change(Some((old_cap, &old_tags)), ss.capacity, &ss.tags);
+        let version = self.next_version(&key);
+        let ss = self
+            .scale_sets
+            .get_mut(&key)
+            .expect("scale set looked up above under the same lock");
+        ss.version = version;
+        let etag = ss.etag();
+        self.mark_seen(writer, &key, &old_etag);
+        self.record_version(&key, &etag, writer, change);
+        self.mark_seen(writer, &key, &etag);
+        Ok(etag)
+    }
+
+    /// Removes a scale set without any request; true when it existed.
+    pub fn delete_scale_set(&mut self, sub: &str, rg: &str, name: &str) -> bool {
+        self.scale_sets.remove(&vmss_key(sub, rg, name)).is_some()
+    }
+
+    /// Clears everything but issued tokens (which stay valid).
+    pub fn reset(&mut self) {
+        let tokens = std::mem::take(&mut self.tokens);
+        *self = Data {
+            tokens,
+            ..Data::default()
+        };
+    }
+}
+
+impl EmulatorState {
+    pub(crate) fn new(settings: Settings, base_url: String) -> Self {
+        EmulatorState {
+            shared: Arc::new(Shared {
+                settings,
+                base_url,
+                data: Mutex::new(Data::default()),
+            }),
+        }
+    }
+
+    pub(crate) fn settings(&self) -> &Settings {
+        &self.shared.settings
+    }
+
+    pub(crate) fn base_url(&self) -> &str {
+        &self.shared.base_url
+    }
+
+    pub(crate) fn lock(&self) -> parking_lot::MutexGuard<'_, Data> {
+        self.shared.data.lock()
+    }
+
+    /// Forgets every resource, fault, log entry, registered client and lost update; issued tokens
+    /// stay valid.
+    pub fn reset(&self) {
+        self.lock().reset();
+    }
+
+    /// Mints a valid bearer token whose subject (the writer in the log) is `client_id`.
+    pub fn issue_token(&self, client_id: &str) -> String {
+        let token = format!("emu.{}", uuid::Uuid::new_v4().simple());
+        let expires_at = Instant::now() + self.settings().token_lifetime;
+        self.lock().tokens.insert(
+            token.clone(),
+            TokenInfo {
+                subject: client_id.to_string(),
+                expires_at,
+            },
+        );
+        token
+    }
+
+    /// Creates or replaces a scale set; returns its ETag.
+    pub fn seed_scale_set(&self, seed: ScaleSetSeed) -> String {
+        self.lock().seed(seed, Instant::now())
+    }
+
+    /// The current state of one scale set, if it exists.
+    pub fn scale_set(&self, sub: &str, rg: &str, name: &str) -> Option<ScaleSetView> {
+        let now = Instant::now();
+        self.lock()
+            .scale_sets
+            .get(&vmss_key(sub, rg, name))
+            .map(|ss| ss.view(now))
+    }
+
+    /// A rival writer sets the capacity out of band; returns the new ETag.
+    pub fn rival_set_capacity(
+        &self,
+        sub: &str,
+        rg: &str,
+        name: &str,
+        capacity: i64,
+        writer: &str,
+    ) -> Result<String, EmulatorError> {
+        let settings = self.settings().clone();
+        self.lock().rival_write(
+            sub,
+            rg,
+            name,
+            writer,
+            Some(capacity),
+            None,
+            &settings,
+            Instant::now(),
+        )
+    }
+
+    /// A rival writer merges these tags in out of band; returns the new ETag.
+    pub fn rival_set_tags(
+        &self,
+        sub: &str,
+        rg: &str,
+        name: &str,
+        tags: BTreeMap<String, String>,
+        writer: &str,
+    ) -> Result<String, EmulatorError> {
+        let settings = self.settings().clone();
+        self.lock().rival_write(
+            sub,
+            rg,
+            name,
+            writer,
+            None,
+            Some(tags),
+            &settings,
+            Instant::now(),
+        )
+    }
+
+    /// Deletes a scale set out of band; true when it existed.
+    pub fn delete_out_of_band(&self, sub: &str, rg: &str, name: &str) -> bool {
+        self.lock().delete_scale_set(sub, rg, name)
+    }
+
+    /// Adds a fault; returns its id.
+    pub fn inject_fault(&self, fault: FaultSpec) -> u64 {
+        let mut d = self.lock();
+        d.next_fault_id += 1;
+        let id = d.next_fault_id;
+        d.faults.push(ActiveFault::new(fault));
+        id
+    }
+
+    /// Removes every fault.
+    pub fn clear_faults(&self) {
+        self.lock().faults.clear();
+    }
+
+    /// The request log, oldest first (the last 200,000 requests).
+    pub fn request_log(&self) -> Vec<RequestRecord> {
+        self.lock().log.iter().cloned().collect()
+    }
+
+    /// Every lost update detected so far.
+    pub fn lost_updates(&self) -> Vec<LostUpdate> {
+        self.lock().lost.clone()
+    }
+
+    /// Registers a client id and secret; from then on client-secret grants must match one.
+    pub fn register_client(&self, client_id: &str, secret: &str) {
+        self.lock()
+            .clients
+            .insert(client_id.to_string(), secret.to_string());
+    }
+
+    /// While down, the token and IMDS endpoints answer 503.
+    pub fn set_token_endpoint_down(&self, down: bool) {
+        self.lock().token_down = down;
+    }
+
+    /// `client_assertion` values received by the token endpoint, in order.
+    pub fn federated_assertions_seen(&self) -> Vec<String> {
+        self.lock().assertions.clone()
+    }
+}
