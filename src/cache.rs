@@ -83,7 +83,15 @@ impl ScaleSetCache {
     pub fn replace_all(&self, scale_sets: Vec<ScaleSet>, now: Instant) {
         let map: HashMap<_, _> = scale_sets
             .into_iter()
-            .map(|s| (s.name.clone(), Arc::new(CachedScaleSet { scale_set: s, fetched_at: now })))
+            .map(|s| {
+                (
+                    s.name.clone(),
+                    Arc::new(CachedScaleSet {
+                        scale_set: s,
+                        fetched_at: now,
+                    }),
+                )
+            })
             .collect();
         let _w = self.writer.lock();
         *self.current.write() = Arc::new(map);
@@ -93,7 +101,13 @@ impl ScaleSetCache {
     /// Inserts or replaces one entry, copy-on-write.
     pub fn upsert(&self, scale_set: ScaleSet, now: Instant) {
         self.update(|map| {
-            map.insert(scale_set.name.clone(), Arc::new(CachedScaleSet { scale_set, fetched_at: now }));
+            map.insert(
+                scale_set.name.clone(),
+                Arc::new(CachedScaleSet {
+                    scale_set,
+                    fetched_at: now,
+                }),
+            );
         });
     }
 
@@ -147,7 +161,10 @@ pub struct SizeCache {
 impl SizeCache {
     /// A cache whose entries are re-read from the scale-set cache every `period`.
     pub fn new(period: Duration) -> Self {
-        Self { period, entries: Mutex::new(HashMap::new()) }
+        Self {
+            period,
+            entries: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The node group's size (cluster-autoscaler's `TargetSize`): the cached value while fresh,
@@ -162,15 +179,22 @@ impl SizeCache {
             return entry.cur_size;
         }
         let size = scale_sets.get(name).and_then(|c| c.scale_set.capacity);
-        *entry = SizeEntry { cur_size: size, last_refresh: size.map(|_| now) };
+        *entry = SizeEntry {
+            cur_size: size,
+            last_refresh: size.map(|_| now),
+        };
         size
     }
 
     /// Records a size this controller just wrote (or learned from a fresh GET).
     pub fn publish(&self, name: &str, size: i64, now: Instant) {
-        self.entries
-            .lock()
-            .insert(name.to_string(), SizeEntry { cur_size: Some(size), last_refresh: Some(now) });
+        self.entries.lock().insert(
+            name.to_string(),
+            SizeEntry {
+                cur_size: Some(size),
+                last_refresh: Some(now),
+            },
+        );
     }
 
     /// Forces the next read to go to the scale-set cache.
@@ -208,7 +232,11 @@ impl moka::Expiry<String, Arc<Vec<Instance>>> for JitteredTtl {
         _now: std::time::Instant,
     ) -> Option<Duration> {
         let jitter_ms = self.jitter.as_millis() as u64;
-        let extra = if jitter_ms == 0 { 0 } else { rand::random::<u64>() % jitter_ms };
+        let extra = if jitter_ms == 0 {
+            0
+        } else {
+            rand::random::<u64>() % jitter_ms
+        };
         Some(self.ttl + Duration::from_millis(extra))
     }
 }
@@ -221,7 +249,9 @@ pub struct InstanceCache {
 
 impl std::fmt::Debug for InstanceCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InstanceCache").field("entries", &self.cache.entry_count()).finish()
+        f.debug_struct("InstanceCache")
+            .field("entries", &self.cache.entry_count())
+            .finish()
     }
 }
 
@@ -276,7 +306,11 @@ mod tests {
         cache.replace_all(vec![scale_set("a", 3, "\"1\"")], now);
         let before = cache.snapshot();
         cache.upsert(scale_set("a", 5, "\"2\""), now);
-        assert_eq!(before["a"].scale_set.capacity, Some(3), "old snapshot untouched");
+        assert_eq!(
+            before["a"].scale_set.capacity,
+            Some(3),
+            "old snapshot untouched"
+        );
         assert_eq!(cache.get("a").unwrap().scale_set.capacity, Some(5));
     }
 
@@ -309,9 +343,17 @@ mod tests {
         let sizes = SizeCache::new(Duration::from_secs(60));
         assert_eq!(sizes.target_size("a", &scale_sets, now), Some(3));
         scale_sets.upsert(scale_set("a", 5, "\"2\""), now);
-        assert_eq!(sizes.target_size("a", &scale_sets, now), Some(3), "fresh entry is served");
+        assert_eq!(
+            sizes.target_size("a", &scale_sets, now),
+            Some(3),
+            "fresh entry is served"
+        );
         sizes.invalidate("a");
-        assert_eq!(sizes.target_size("a", &scale_sets, now), Some(5), "invalidated entry is re-read");
+        assert_eq!(
+            sizes.target_size("a", &scale_sets, now),
+            Some(5),
+            "invalidated entry is re-read"
+        );
     }
 
     #[test]
@@ -322,19 +364,31 @@ mod tests {
         let sizes = SizeCache::new(Duration::from_secs(60));
         assert_eq!(sizes.target_size("a", &scale_sets, now), Some(3));
         scale_sets.upsert(scale_set("a", 4, "\"2\""), now);
-        assert_eq!(sizes.target_size("a", &scale_sets, now + Duration::from_secs(61)), Some(4));
+        assert_eq!(
+            sizes.target_size("a", &scale_sets, now + Duration::from_secs(61)),
+            Some(4)
+        );
     }
 
     #[test]
     fn an_unknown_scale_set_has_no_size() {
         let sizes = SizeCache::new(Duration::from_secs(60));
-        assert_eq!(sizes.target_size("missing", &ScaleSetCache::new(), Instant::now()), None);
+        assert_eq!(
+            sizes.target_size("missing", &ScaleSetCache::new(), Instant::now()),
+            None
+        );
     }
 
     #[test]
     fn instance_cache_invalidation_drops_the_entry() {
         let c = InstanceCache::new(Duration::from_secs(300), Duration::from_secs(30));
-        c.insert("a", vec![Instance { instance_id: "0".into(), provisioning_state: None }]);
+        c.insert(
+            "a",
+            vec![Instance {
+                instance_id: "0".into(),
+                provisioning_state: None,
+            }],
+        );
         assert!(c.get("a").is_some());
         c.invalidate("a");
         assert!(c.get("a").is_none());

@@ -182,10 +182,14 @@ pub struct ExitCode(pub u8);
 /// Builds the ARM client (HTTP client, credential) for `settings`.
 pub fn arm_client(settings: &Settings, metrics: Arc<Metrics>) -> anyhow::Result<Arc<ArmClient>> {
     let extra_root = match &settings.azure.ca_bundle_file {
-        Some(p) => Some(std::fs::read(p).with_context(|| format!("reading azure.caBundleFile {}", p.display()))?),
+        Some(p) => Some(
+            std::fs::read(p)
+                .with_context(|| format!("reading azure.caBundleFile {}", p.display()))?,
+        ),
         None => None,
     };
-    let http = http_client(settings.request_timeout, extra_root.as_deref()).context("building the HTTP client")?;
+    let http = http_client(settings.request_timeout, extra_root.as_deref())
+        .context("building the HTTP client")?;
     let m = metrics.clone();
     let hook: credentials::CredentialHook = Arc::new(move |kind: &'static str, ok: bool| {
         if !ok {
@@ -209,8 +213,16 @@ pub fn check_config(args: &ConfigArgs) -> ExitCode {
             println!(
                 "configuration OK: {} node group(s){}, ETag concurrency {}",
                 s.node_groups.len(),
-                if s.auto_discovery.is_some() { " + auto-discovery" } else { "" },
-                if s.enable_vmss_etag { "on" } else { "OFF (blind writes)" }
+                if s.auto_discovery.is_some() {
+                    " + auto-discovery"
+                } else {
+                    ""
+                },
+                if s.enable_vmss_etag {
+                    "on"
+                } else {
+                    "OFF (blind writes)"
+                }
             );
             ExitCode(0)
         }
@@ -233,12 +245,22 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let settings = Arc::new(settings);
     let metrics = Arc::new(Metrics::new());
     let arm = arm_client(&settings, metrics.clone())?;
-    let reconciler = Arc::new(Reconciler::builder(settings.clone(), arm, metrics.clone()).dry_run(args.dry_run).build());
+    let reconciler = Arc::new(
+        Reconciler::builder(settings.clone(), arm, metrics.clone())
+            .dry_run(args.dry_run)
+            .build(),
+    );
 
     if args.once {
         return Ok(match reconciler.run_once().await {
             Ok(report) => {
-                tracing::info!(planned = report.planned, written = report.written, conflicts = report.conflicts, held = report.held, "pass complete");
+                tracing::info!(
+                    planned = report.planned,
+                    written = report.written,
+                    conflicts = report.conflicts,
+                    held = report.held,
+                    "pass complete"
+                );
                 ExitCode(0)
             }
             Err(e) => {
@@ -252,11 +274,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut http_task = None;
     if let Some(addr) = settings.metrics_listen {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(crate::http::serve(addr, metrics.clone(), reconciler.clone(), shutdown.clone(), tx));
+        let task = tokio::spawn(crate::http::serve(
+            addr,
+            metrics.clone(),
+            reconciler.clone(),
+            shutdown.clone(),
+            tx,
+        ));
         match rx.await {
             Ok(bound) => tracing::info!(%bound, "serving /metrics, /healthz, /readyz"),
             Err(_) => {
-                let err = task.await.map_err(anyhow::Error::from).and_then(|r| r.map_err(anyhow::Error::from));
+                let err = task
+                    .await
+                    .map_err(anyhow::Error::from)
+                    .and_then(|r| r.map_err(anyhow::Error::from));
                 bail!("cannot listen on {addr}: {err:?}");
             }
         }
@@ -307,15 +338,30 @@ pub async fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
     let arm = arm_client(&settings, Arc::new(Metrics::new()))?;
     match arm.get_scale_set(&args.name).await? {
         None => {
-            eprintln!("scale set {} not found in resource group {}", args.name, settings.azure.resource_group);
+            eprintln!(
+                "scale set {} not found in resource group {}",
+                args.name, settings.azure.resource_group
+            );
             Ok(ExitCode(1))
         }
         Some(s) => {
             println!("name:               {}", s.name);
-            println!("capacity:           {}", s.capacity.map(|c| c.to_string()).unwrap_or_else(|| "-".into()));
+            println!(
+                "capacity:           {}",
+                s.capacity
+                    .map(|c| c.to_string())
+                    .unwrap_or_else(|| "-".into())
+            );
             println!("etag:               {}", s.etag.as_deref().unwrap_or("-"));
-            println!("provisioningState:  {}", s.provisioning_state.as_deref().unwrap_or("-"));
-            println!("sku:                {} {}", s.sku_name.as_deref().unwrap_or("-"), s.sku_tier.as_deref().unwrap_or(""));
+            println!(
+                "provisioningState:  {}",
+                s.provisioning_state.as_deref().unwrap_or("-")
+            );
+            println!(
+                "sku:                {} {}",
+                s.sku_name.as_deref().unwrap_or("-"),
+                s.sku_tier.as_deref().unwrap_or("")
+            );
             println!("location:           {}", s.location);
             for (k, v) in &s.tags {
                 println!("tag:                {k}={v}");
@@ -344,14 +390,20 @@ pub async fn scale(args: ScaleArgs) -> anyhow::Result<ExitCode> {
     let arm = arm_client(&settings, Arc::new(Metrics::new()))?;
     let current = match arm.get_scale_set(&args.name).await? {
         Some(s) => s,
-        None => bail!("scale set {} not found; `scale` changes capacity, it does not create scale sets", args.name),
+        None => bail!(
+            "scale set {} not found; `scale` changes capacity, it does not create scale sets",
+            args.name
+        ),
     };
     match arm.put_capacity(&current, args.to, &precondition).await {
         Ok(acc) => {
             println!(
                 "{}: capacity {} -> {} (HTTP {}), new etag {}",
                 args.name,
-                current.capacity.map(|c| c.to_string()).unwrap_or_else(|| "-".into()),
+                current
+                    .capacity
+                    .map(|c| c.to_string())
+                    .unwrap_or_else(|| "-".into()),
                 args.to,
                 acc.status,
                 acc.etag.as_deref().unwrap_or("-")

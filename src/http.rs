@@ -25,7 +25,10 @@ pub fn router(metrics: Arc<Metrics>, reconciler: Arc<Reconciler>) -> Router {
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .with_state(AppState { metrics, reconciler })
+        .with_state(AppState {
+            metrics,
+            reconciler,
+        })
 }
 
 /// Binds `addr` and serves until `shutdown`. Returns the bound address through `bound` first,
@@ -46,7 +49,10 @@ pub async fn serve(
 
 async fn metrics_handler(State(s): State<AppState>) -> impl IntoResponse {
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
         s.metrics.encode(),
     )
 }
@@ -55,7 +61,10 @@ async fn healthz(State(s): State<AppState>) -> impl IntoResponse {
     if s.reconciler.health().live(s.reconciler.started()) {
         (StatusCode::OK, "ok\n")
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "reconcile loop made no progress recently\n")
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "reconcile loop made no progress recently\n",
+        )
     }
 }
 
@@ -63,6 +72,9 @@ async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
     if s.reconciler.health().ready() {
         (StatusCode::OK, "ready\n")
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "first scale-set refresh not done yet\n")
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "first scale-set refresh not done yet\n",
+        )
     }
 }

@@ -4,14 +4,19 @@ use clap::Parser;
 use vmss_capacity_controller::cli::{self, Cli, Command, ExitCode, LogFormat};
 
 fn init_tracing(format: LogFormat, filter: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(filter)
-        .unwrap_or_else(|e| {
-            eprintln!("invalid log filter {filter:?} ({e}); using \"info\"");
-            tracing_subscriber::EnvFilter::new("info")
-        });
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let filter = tracing_subscriber::EnvFilter::try_new(filter).unwrap_or_else(|e| {
+        eprintln!("invalid log filter {filter:?} ({e}); using \"info\"");
+        tracing_subscriber::EnvFilter::new("info")
+    });
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
-        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).init(),
+        LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .init(),
         LogFormat::Text => builder.with_target(false).init(),
     }
 }

@@ -71,7 +71,12 @@ impl Metrics {
     pub fn new() -> Self {
         let registry = Registry::new();
         let m = Metrics {
-            reconcile_total: counter(&registry, "reconcile_total", "Reconcile passes by result.", &["result"]),
+            reconcile_total: counter(
+                &registry,
+                "reconcile_total",
+                "Reconcile passes by result.",
+                &["result"],
+            ),
             reconcile_duration_seconds: histogram(
                 &registry,
                 "reconcile_duration_seconds",
@@ -114,15 +119,30 @@ impl Metrics {
                 "Changes to a scale set that this controller did not make.",
                 &["scale_set"],
             ),
-            scale_set_capacity: int_gauge(&registry, "scale_set_capacity", "Last known capacity.", &["scale_set"]),
+            scale_set_capacity: int_gauge(
+                &registry,
+                "scale_set_capacity",
+                "Last known capacity.",
+                &["scale_set"],
+            ),
             scale_set_desired_capacity: int_gauge(
                 &registry,
                 "scale_set_desired_capacity",
                 "Planned capacity.",
                 &["scale_set"],
             ),
-            scale_set_min_size: int_gauge(&registry, "scale_set_min_size", "Configured minimum.", &["scale_set"]),
-            scale_set_max_size: int_gauge(&registry, "scale_set_max_size", "Configured maximum.", &["scale_set"]),
+            scale_set_min_size: int_gauge(
+                &registry,
+                "scale_set_min_size",
+                "Configured minimum.",
+                &["scale_set"],
+            ),
+            scale_set_max_size: int_gauge(
+                &registry,
+                "scale_set_max_size",
+                "Configured maximum.",
+                &["scale_set"],
+            ),
             scale_set_instances: int_gauge(
                 &registry,
                 "scale_set_instances",
@@ -157,7 +177,12 @@ impl Metrics {
                 "Planned writes not sent, by reason.",
                 &["scale_set", "reason"],
             ),
-            lro_total: counter(&registry, "lro_total", "Long-running operations by final status.", &["status"]),
+            lro_total: counter(
+                &registry,
+                "lro_total",
+                "Long-running operations by final status.",
+                &["status"],
+            ),
             credential_errors_total: counter(
                 &registry,
                 "credential_errors_total",
@@ -167,7 +192,9 @@ impl Metrics {
             build_info: int_gauge(&registry, "build_info", "Build information.", &["version"]),
             registry,
         };
-        m.build_info.with_label_values(&[env!("CARGO_PKG_VERSION")]).set(1);
+        m.build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION")])
+            .set(1);
         m
     }
 
@@ -181,7 +208,10 @@ impl Metrics {
         let mut buf = Vec::new();
         // Encoding into a Vec cannot fail for the text format; an error would mean a
         // malformed metric family, which registration already rejects.
-        if TextEncoder::new().encode(&self.registry.gather(), &mut buf).is_err() {
+        if TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buf)
+            .is_err()
+        {
             return String::new();
         }
         String::from_utf8(buf).unwrap_or_default()
@@ -189,7 +219,11 @@ impl Metrics {
 
     /// Starts timing an ARM call; record it with [`ArmTimer::finish`].
     pub fn arm_timer(&self, operation: &'static str) -> ArmTimer<'_> {
-        ArmTimer { metrics: self, operation, start: Instant::now() }
+        ArmTimer {
+            metrics: self,
+            operation,
+            start: Instant::now(),
+        }
     }
 
     /// Sum of a counter over all label values (tests and the demo summary).
@@ -201,7 +235,9 @@ impl Metrics {
             .flat_map(|mf| mf.get_metric())
             .filter(|m| {
                 matching.iter().all(|(k, v)| {
-                    m.get_label().iter().any(|l| l.name() == *k && l.value() == *v)
+                    m.get_label()
+                        .iter()
+                        .any(|l| l.name() == *k && l.value() == *v)
                 })
             })
             .map(|m| m.get_counter().get_value() as u64)
@@ -235,7 +271,10 @@ impl ArmTimer<'_> {
             .arm_request_duration_seconds
             .with_label_values(&[self.operation])
             .observe(self.start.elapsed().as_secs_f64());
-        self.metrics.arm_requests_total.with_label_values(&[self.operation, code]).inc();
+        self.metrics
+            .arm_requests_total
+            .with_label_values(&[self.operation, code])
+            .inc();
     }
 }
 
@@ -247,31 +286,43 @@ fn opts(name: &str, help: &str) -> Opts {
 // a programming error caught by every test that builds `Metrics`.
 fn counter(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
     let c = IntCounterVec::new(opts(name, help), labels).expect("valid counter definition");
-    registry.register(Box::new(c.clone())).expect("unique counter name");
+    registry
+        .register(Box::new(c.clone()))
+        .expect("unique counter name");
     c
 }
 
 fn int_gauge(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
     let g = IntGaugeVec::new(opts(name, help), labels).expect("valid gauge definition");
-    registry.register(Box::new(g.clone())).expect("unique gauge name");
+    registry
+        .register(Box::new(g.clone()))
+        .expect("unique gauge name");
     g
 }
 
 fn gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> GaugeVec {
     let g = GaugeVec::new(opts(name, help), labels).expect("valid gauge definition");
-    registry.register(Box::new(g.clone())).expect("unique gauge name");
+    registry
+        .register(Box::new(g.clone()))
+        .expect("unique gauge name");
     g
 }
 
 fn gauge(registry: &Registry, name: &str, help: &str) -> Gauge {
     let g = Gauge::with_opts(opts(name, help)).expect("valid gauge definition");
-    registry.register(Box::new(g.clone())).expect("unique gauge name");
+    registry
+        .register(Box::new(g.clone()))
+        .expect("unique gauge name");
     g
 }
 
 fn histogram(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> HistogramVec {
-    let opts = HistogramOpts::new(name, help).namespace(NAMESPACE).buckets(LATENCY_BUCKETS.to_vec());
+    let opts = HistogramOpts::new(name, help)
+        .namespace(NAMESPACE)
+        .buckets(LATENCY_BUCKETS.to_vec());
     let h = HistogramVec::new(opts, labels).expect("valid histogram definition");
-    registry.register(Box::new(h.clone())).expect("unique histogram name");
+    registry
+        .register(Box::new(h.clone()))
+        .expect("unique histogram name");
     h
 }

@@ -35,7 +35,10 @@ pub struct ConfiguredDemand;
 impl DemandSource for ConfiguredDemand {
     fn demand(&self, group: &NodeGroupSpec, now: OffsetDateTime) -> (Demand, Reason) {
         if let Some(i) = group.schedules.iter().position(|s| schedule_active(s, now)) {
-            return (Demand::Exact(i64::from(group.schedules[i].desired_capacity)), Reason::Schedule(i));
+            return (
+                Demand::Exact(i64::from(group.schedules[i].desired_capacity)),
+                Reason::Schedule(i),
+            );
         }
         match group.desired_capacity {
             Some(d) => (Demand::Exact(i64::from(d)), Reason::Desired),
@@ -48,7 +51,8 @@ impl DemandSource for ConfiguredDemand {
 /// belongs to the day it started on.
 pub fn schedule_active(s: &Schedule, now: OffsetDateTime) -> bool {
     let now = now.to_offset(time::UtcOffset::UTC);
-    let secs = u32::from(now.hour()) * 3600 + u32::from(now.minute()) * 60 + u32::from(now.second());
+    let secs =
+        u32::from(now.hour()) * 3600 + u32::from(now.minute()) * 60 + u32::from(now.second());
     let today = now.weekday().number_days_from_monday();
     let day_ok = |d: u8| s.days.is_empty() || s.days.contains(&d);
     if s.start_secs == s.end_secs {
@@ -154,7 +158,11 @@ pub fn target_for(
 }
 
 /// The desired capacity of a group at `now`, clamped to its bounds; `None` for "hold".
-pub fn desired_capacity(group: &NodeGroupSpec, demand: &dyn DemandSource, now: OffsetDateTime) -> Option<i64> {
+pub fn desired_capacity(
+    group: &NodeGroupSpec,
+    demand: &dyn DemandSource,
+    now: OffsetDateTime,
+) -> Option<i64> {
     match demand.demand(group, now).0 {
         Demand::Exact(n) => Some(n.clamp(i64::from(group.min_size), i64::from(group.max_size))),
         Demand::Hold => None,
@@ -174,7 +182,8 @@ pub fn plan(
     for group in groups {
         let desired = desired_capacity(group, demand, now);
         let Some(current) = observed.get(&group.name).copied().flatten() else {
-            out.held.push((group.name.clone(), Hold::UnknownSize, desired));
+            out.held
+                .push((group.name.clone(), Hold::UnknownSize, desired));
             continue;
         };
         if in_flight.contains(&group.name) {
@@ -183,7 +192,9 @@ pub fn plan(
         }
         match target_for(group, current, demand, now) {
             Some(change) => out.changes.push(change),
-            None => out.held.push((group.name.clone(), Hold::Satisfied, desired)),
+            None => out
+                .held
+                .push((group.name.clone(), Hold::Satisfied, desired)),
         }
     }
     out
@@ -213,35 +224,77 @@ mod tests {
 
     #[test]
     fn unknown_size_is_never_planned_from() {
-        let p = plan(&[group("a", 1, 10, Some(3))], &observed(&[("a", None)]), &HashSet::new(), &ConfiguredDemand, NOON_MONDAY);
+        let p = plan(
+            &[group("a", 1, 10, Some(3))],
+            &observed(&[("a", None)]),
+            &HashSet::new(),
+            &ConfiguredDemand,
+            NOON_MONDAY,
+        );
         assert!(p.changes.is_empty());
         assert_eq!(p.held, vec![("a".into(), Hold::UnknownSize, Some(3))]);
     }
 
     #[test]
     fn a_missing_scale_set_counts_as_unknown_size() {
-        let p = plan(&[group("a", 1, 10, Some(3))], &HashMap::new(), &HashSet::new(), &ConfiguredDemand, NOON_MONDAY);
+        let p = plan(
+            &[group("a", 1, 10, Some(3))],
+            &HashMap::new(),
+            &HashSet::new(),
+            &ConfiguredDemand,
+            NOON_MONDAY,
+        );
         assert_eq!(p.held[0].1, Hold::UnknownSize);
     }
 
     #[test]
     fn desired_capacity_is_clamped_to_bounds() {
         let mut g = group("a", 2, 5, Some(9));
-        let p = plan(&[g.clone()], &observed(&[("a", Some(3))]), &HashSet::new(), &ConfiguredDemand, NOON_MONDAY);
+        let p = plan(
+            &[g.clone()],
+            &observed(&[("a", Some(3))]),
+            &HashSet::new(),
+            &ConfiguredDemand,
+            NOON_MONDAY,
+        );
         assert_eq!(p.changes[0].to, 5);
         g.desired_capacity = Some(0);
-        let p = plan(&[g], &observed(&[("a", Some(3))]), &HashSet::new(), &ConfiguredDemand, NOON_MONDAY);
+        let p = plan(
+            &[g],
+            &observed(&[("a", Some(3))]),
+            &HashSet::new(),
+            &ConfiguredDemand,
+            NOON_MONDAY,
+        );
         assert_eq!(p.changes[0].to, 2);
     }
 
     #[test]
     fn without_desired_capacity_only_the_bounds_apply() {
         let g = group("a", 2, 5, None);
-        let inside = plan(&[g.clone()], &observed(&[("a", Some(4))]), &HashSet::new(), &ConfiguredDemand, NOON_MONDAY);
+        let inside = plan(
+            std::slice::from_ref(&g),
+            &observed(&[("a", Some(4))]),
+            &HashSet::new(),
+            &ConfiguredDemand,
+            NOON_MONDAY,
+        );
         assert!(inside.changes.is_empty());
-        let above = plan(&[g.clone()], &observed(&[("a", Some(8))]), &HashSet::new(), &ConfiguredDemand, NOON_MONDAY);
+        let above = plan(
+            std::slice::from_ref(&g),
+            &observed(&[("a", Some(8))]),
+            &HashSet::new(),
+            &ConfiguredDemand,
+            NOON_MONDAY,
+        );
         assert_eq!(above.changes[0].to, 5);
-        let below = plan(&[g], &observed(&[("a", Some(0))]), &HashSet::new(), &ConfiguredDemand, NOON_MONDAY);
+        let below = plan(
+            &[g],
+            &observed(&[("a", Some(0))]),
+            &HashSet::new(),
+            &ConfiguredDemand,
+            NOON_MONDAY,
+        );
         assert_eq!(below.changes[0].to, 2);
     }
 
@@ -249,7 +302,13 @@ mod tests {
     fn scale_down_is_limited_to_the_configured_step() {
         let mut g = group("a", 0, 100, Some(1));
         g.max_scale_down_step = Some(5);
-        let p = plan(&[g], &observed(&[("a", Some(90))]), &HashSet::new(), &ConfiguredDemand, NOON_MONDAY);
+        let p = plan(
+            &[g],
+            &observed(&[("a", Some(90))]),
+            &HashSet::new(),
+            &ConfiguredDemand,
+            NOON_MONDAY,
+        );
         assert_eq!(p.changes[0].to, 85);
         assert!(p.changes[0].step_limited);
     }
@@ -258,7 +317,13 @@ mod tests {
     fn scale_up_is_not_step_limited() {
         let mut g = group("a", 0, 100, Some(60));
         g.max_scale_down_step = Some(5);
-        let p = plan(&[g], &observed(&[("a", Some(2))]), &HashSet::new(), &ConfiguredDemand, NOON_MONDAY);
+        let p = plan(
+            &[g],
+            &observed(&[("a", Some(2))]),
+            &HashSet::new(),
+            &ConfiguredDemand,
+            NOON_MONDAY,
+        );
         assert_eq!(p.changes[0].to, 60);
         assert!(!p.changes[0].step_limited);
     }
@@ -266,14 +331,26 @@ mod tests {
     #[test]
     fn a_scale_set_with_a_write_in_flight_is_held() {
         let in_flight: HashSet<String> = ["a".to_string()].into();
-        let p = plan(&[group("a", 1, 10, Some(3))], &observed(&[("a", Some(1))]), &in_flight, &ConfiguredDemand, NOON_MONDAY);
+        let p = plan(
+            &[group("a", 1, 10, Some(3))],
+            &observed(&[("a", Some(1))]),
+            &in_flight,
+            &ConfiguredDemand,
+            NOON_MONDAY,
+        );
         assert!(p.changes.is_empty());
         assert_eq!(p.held[0].1, Hold::InFlight);
     }
 
     #[test]
     fn a_satisfied_group_gets_no_write() {
-        let p = plan(&[group("a", 1, 10, Some(3))], &observed(&[("a", Some(3))]), &HashSet::new(), &ConfiguredDemand, NOON_MONDAY);
+        let p = plan(
+            &[group("a", 1, 10, Some(3))],
+            &observed(&[("a", Some(3))]),
+            &HashSet::new(),
+            &ConfiguredDemand,
+            NOON_MONDAY,
+        );
         assert!(p.changes.is_empty());
         assert_eq!(p.held[0].1, Hold::Satisfied);
     }
@@ -281,18 +358,42 @@ mod tests {
     #[test]
     fn a_schedule_window_overrides_desired_capacity_only_inside_it() {
         let mut g = group("a", 0, 10, Some(2));
-        g.schedules.push(Schedule { start_secs: 8 * 3600, end_secs: 18 * 3600, days: vec![0, 1, 2, 3, 4], desired_capacity: 7 });
-        let at = |t: OffsetDateTime| plan(&[g.clone()], &observed(&[("a", Some(2))]), &HashSet::new(), &ConfiguredDemand, t);
+        g.schedules.push(Schedule {
+            start_secs: 8 * 3600,
+            end_secs: 18 * 3600,
+            days: vec![0, 1, 2, 3, 4],
+            desired_capacity: 7,
+        });
+        let at = |t: OffsetDateTime| {
+            plan(
+                &[g.clone()],
+                &observed(&[("a", Some(2))]),
+                &HashSet::new(),
+                &ConfiguredDemand,
+                t,
+            )
+        };
         assert_eq!(at(NOON_MONDAY).changes[0].to, 7);
         assert_eq!(at(NOON_MONDAY).changes[0].reason, Reason::Schedule(0));
-        assert!(at(datetime!(2026-11-23 18:00 UTC)).changes.is_empty(), "end is exclusive");
-        assert!(at(datetime!(2026-11-22 12:00 UTC)).changes.is_empty(), "Sunday is not in the window");
+        assert!(
+            at(datetime!(2026-11-23 18:00 UTC)).changes.is_empty(),
+            "end is exclusive"
+        );
+        assert!(
+            at(datetime!(2026-11-22 12:00 UTC)).changes.is_empty(),
+            "Sunday is not in the window"
+        );
     }
 
     #[test]
     fn a_window_that_wraps_midnight_belongs_to_the_day_it_started() {
         // Friday 22:00 to 02:00: covers Saturday 01:00, not Saturday 23:00.
-        let s = Schedule { start_secs: 22 * 3600, end_secs: 2 * 3600, days: vec![4], desired_capacity: 1 };
+        let s = Schedule {
+            start_secs: 22 * 3600,
+            end_secs: 2 * 3600,
+            days: vec![4],
+            desired_capacity: 1,
+        };
         assert!(schedule_active(&s, datetime!(2026-11-27 23:00 UTC)));
         assert!(schedule_active(&s, datetime!(2026-11-28 01:00 UTC)));
         assert!(!schedule_active(&s, datetime!(2026-11-28 23:00 UTC)));
@@ -301,15 +402,28 @@ mod tests {
 
     #[test]
     fn schedule_times_are_read_in_utc_whatever_the_offset() {
-        let s = Schedule { start_secs: 8 * 3600, end_secs: 9 * 3600, days: vec![], desired_capacity: 1 };
+        let s = Schedule {
+            start_secs: 8 * 3600,
+            end_secs: 9 * 3600,
+            days: vec![],
+            desired_capacity: 1,
+        };
         assert!(schedule_active(&s, datetime!(2026-11-23 10:30 +02:00)));
     }
 
     #[test]
     fn plans_at_most_one_write_per_scale_set() {
-        let groups: Vec<_> = (0..50).map(|i| group(&format!("g{i}"), 0, 10, Some(5))).collect();
+        let groups: Vec<_> = (0..50)
+            .map(|i| group(&format!("g{i}"), 0, 10, Some(5)))
+            .collect();
         let obs: HashMap<_, _> = (0..50).map(|i| (format!("g{i}"), Some(1))).collect();
-        let p = plan(&groups, &obs, &HashSet::new(), &ConfiguredDemand, NOON_MONDAY);
+        let p = plan(
+            &groups,
+            &obs,
+            &HashSet::new(),
+            &ConfiguredDemand,
+            NOON_MONDAY,
+        );
         let names: HashSet<_> = p.changes.iter().map(|c| c.scale_set.clone()).collect();
         assert_eq!(names.len(), p.changes.len());
         assert_eq!(p.changes.len(), 50);

@@ -178,7 +178,10 @@ impl ReconcilerBuilder {
         Reconciler {
             inner: Arc::new(Inner {
                 sizes: SizeCache::new(settings.vmss_cache_ttl),
-                instances: InstanceCache::new(settings.instance_cache_ttl, settings.instance_cache_jitter),
+                instances: InstanceCache::new(
+                    settings.instance_cache_ttl,
+                    settings.instance_cache_jitter,
+                ),
                 write_slots: Arc::new(Semaphore::new(settings.max_concurrent_writes.max(1))),
                 health: Health::new(settings.scan_interval),
                 demand: self.demand,
@@ -223,7 +226,9 @@ struct Inner {
 
 impl std::fmt::Debug for Reconciler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Reconciler").field("arm", &self.inner.arm).finish_non_exhaustive()
+        f.debug_struct("Reconciler")
+            .field("arm", &self.inner.arm)
+            .finish_non_exhaustive()
     }
 }
 
@@ -236,7 +241,11 @@ impl Drop for Reconciler {
 
 impl Reconciler {
     /// A builder for a reconciler of `settings`, writing through `arm`.
-    pub fn builder(settings: Arc<Settings>, arm: Arc<ArmClient>, metrics: Arc<Metrics>) -> ReconcilerBuilder {
+    pub fn builder(
+        settings: Arc<Settings>,
+        arm: Arc<ArmClient>,
+        metrics: Arc<Metrics>,
+    ) -> ReconcilerBuilder {
         ReconcilerBuilder {
             settings,
             arm,
@@ -281,7 +290,9 @@ impl Reconciler {
 
     /// cluster-autoscaler's `TargetSize`: the size the planner would use now, `None` if unknown.
     pub fn target_size(&self, name: &str) -> Option<i64> {
-        self.inner.sizes.target_size(name, &self.inner.scale_sets, Instant::now())
+        self.inner
+            .sizes
+            .target_size(name, &self.inner.scale_sets, Instant::now())
     }
 
     /// Runs passes every `scanInterval` (jittered) until `shutdown` is cancelled; a pass under
@@ -314,8 +325,16 @@ impl Reconciler {
 
     fn log_pass(&self, result: Result<PassReport, ReconcileError>) {
         match result {
-            Ok(r) => debug!(planned = r.planned, written = r.written, conflicts = r.conflicts, held = r.held, "pass done"),
-            Err(e) => warn!(error = %e, cause = ?std::error::Error::source(&e).map(|s| s.to_string()), "pass failed"),
+            Ok(r) => debug!(
+                planned = r.planned,
+                written = r.written,
+                conflicts = r.conflicts,
+                held = r.held,
+                "pass done"
+            ),
+            Err(e) => {
+                warn!(error = %e, cause = ?std::error::Error::source(&e).map(|s| s.to_string()), "pass failed")
+            }
         }
     }
 
@@ -333,28 +352,48 @@ impl Inner {
     async fn run_once(self: Arc<Self>) -> Result<PassReport, ReconcileError> {
         let started = Instant::now();
         let result = self.clone().pass().await;
-        self.metrics.reconcile_duration_seconds.with_label_values::<&str>(&[]).observe(started.elapsed().as_secs_f64());
+        self.metrics
+            .reconcile_duration_seconds
+            .with_label_values::<&str>(&[])
+            .observe(started.elapsed().as_secs_f64());
         *self.health.last_pass.lock() = Some(Instant::now());
         match &result {
             Ok(_) => {
-                self.metrics.reconcile_total.with_label_values(&["ok"]).inc();
+                self.metrics
+                    .reconcile_total
+                    .with_label_values(&["ok"])
+                    .inc();
                 let unix = OffsetDateTime::now_utc().unix_timestamp_nanos() as f64 / 1e9;
-                self.metrics.last_successful_reconcile_timestamp_seconds.set(unix);
+                self.metrics
+                    .last_successful_reconcile_timestamp_seconds
+                    .set(unix);
             }
-            Err(_) => self.metrics.reconcile_total.with_label_values(&["error"]).inc(),
+            Err(_) => self
+                .metrics
+                .reconcile_total
+                .with_label_values(&["error"])
+                .inc(),
         }
         result
     }
 
     async fn pass(self: Arc<Self>) -> Result<PassReport, ReconcileError> {
-        if self.scale_sets.refresh_due(self.settings.vmss_cache_ttl, Instant::now()) {
+        if self
+            .scale_sets
+            .refresh_due(self.settings.vmss_cache_ttl, Instant::now())
+        {
             self.refresh_all().await.map_err(ReconcileError::Refresh)?;
         }
         let groups = self.groups();
         let now = Instant::now();
         let observed: HashMap<String, Option<i64>> = groups
             .iter()
-            .map(|g| (g.name.clone(), self.sizes.target_size(&g.name, &self.scale_sets, now)))
+            .map(|g| {
+                (
+                    g.name.clone(),
+                    self.sizes.target_size(&g.name, &self.scale_sets, now),
+                )
+            })
             .collect();
         let in_flight: HashSet<String> = self
             .state
@@ -373,11 +412,17 @@ impl Inner {
         }
         self.refresh_instances(&groups).await;
 
-        let mut report = PassReport { planned: plan.changes.len(), ..PassReport::default() };
-        let by_name: HashMap<&str, &NodeGroupSpec> = groups.iter().map(|g| (g.name.as_str(), g)).collect();
+        let mut report = PassReport {
+            planned: plan.changes.len(),
+            ..PassReport::default()
+        };
+        let by_name: HashMap<&str, &NodeGroupSpec> =
+            groups.iter().map(|g| (g.name.as_str(), g)).collect();
         let mut tasks = JoinSet::new();
         for change in plan.changes {
-            let Some(group) = by_name.get(change.scale_set.as_str()).map(|g| (*g).clone()) else { continue };
+            let Some(group) = by_name.get(change.scale_set.as_str()).map(|g| (*g).clone()) else {
+                continue;
+            };
             if !self.claim(&group.name) {
                 continue;
             }
@@ -407,14 +452,19 @@ impl Inner {
             }
         }
         if report.failed > 0 {
-            return Err(ReconcileError::Writes { failed: report.failed, planned: report.planned });
+            return Err(ReconcileError::Writes {
+                failed: report.failed,
+                planned: report.planned,
+            });
         }
         Ok(report)
     }
 
     fn claim(&self, name: &str) -> bool {
         let mut state = self.state.lock();
-        let s = state.entry(name.to_string()).or_insert_with(|| self.new_group_state());
+        let s = state
+            .entry(name.to_string())
+            .or_insert_with(|| self.new_group_state());
         if s.in_flight {
             return false;
         }
@@ -436,19 +486,26 @@ impl Inner {
             cooldown_until: None,
             backoff_until: None,
             backoff_attempts: 0,
-            budget: TokenBucket { tokens: f64::from(self.settings.write_budget.burst), last: Instant::now() },
+            budget: TokenBucket {
+                tokens: f64::from(self.settings.write_budget.burst),
+                last: Instant::now(),
+            },
         }
     }
 
     fn with_state<R>(&self, name: &str, f: impl FnOnce(&mut GroupState) -> R) -> R {
         let mut state = self.state.lock();
-        let s = state.entry(name.to_string()).or_insert_with(|| self.new_group_state());
+        let s = state
+            .entry(name.to_string())
+            .or_insert_with(|| self.new_group_state());
         f(s)
     }
 
     /// Records what a read showed; counts an ETag change we did not cause as a foreign write.
     fn observe(&self, fresh: &ScaleSet) {
-        let Some(etag) = fresh.etag.clone() else { return };
+        let Some(etag) = fresh.etag.clone() else {
+            return;
+        };
         let managed = self.groups().iter().any(|g| g.name == fresh.name);
         let foreign = self.with_state(&fresh.name, |s| {
             let foreign = s.known_etag.as_ref().is_some_and(|k| *k != etag);
@@ -456,7 +513,10 @@ impl Inner {
             foreign
         });
         if foreign && managed {
-            self.metrics.foreign_writes_total.with_label_values(&[&fresh.name]).inc();
+            self.metrics
+                .foreign_writes_total
+                .with_label_values(&[&fresh.name])
+                .inc();
             info!(scale_set = %fresh.name, etag = %etag, capacity = ?fresh.capacity, "foreign write: another writer changed the scale set");
         }
     }
@@ -486,16 +546,24 @@ impl Inner {
 
     /// Configured groups plus those discovered from tags.
     fn update_groups(&self, listed: &[ScaleSet]) {
-        let Some(auto) = &self.settings.auto_discovery else { return };
-        let tagged: Vec<(String, std::collections::BTreeMap<String, String>)> =
-            listed.iter().map(|s| (s.name.clone(), s.tags.clone())).collect();
+        let Some(auto) = &self.settings.auto_discovery else {
+            return;
+        };
+        let tagged: Vec<(String, std::collections::BTreeMap<String, String>)> = listed
+            .iter()
+            .map(|s| (s.name.clone(), s.tags.clone()))
+            .collect();
         let (discovered, skipped) = crate::config::discover_node_groups(auto, &tagged);
         for (name, reason) in &skipped {
             debug!(scale_set = %name, %reason, "auto-discovery skipped scale set");
         }
         let mut groups = self.settings.node_groups.clone();
         let explicit: HashSet<String> = groups.iter().map(|g| g.name.clone()).collect();
-        groups.extend(discovered.into_iter().filter(|g| !explicit.contains(&g.name)));
+        groups.extend(
+            discovered
+                .into_iter()
+                .filter(|g| !explicit.contains(&g.name)),
+        );
         let mut current = self.groups.lock();
         if **current != groups {
             info!(groups = ?groups.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(), "node groups changed");
@@ -513,10 +581,15 @@ impl Inner {
             }
             match self.arm.list_instances(&g.name).await {
                 Ok(list) => {
-                    self.metrics.scale_set_instances.with_label_values(&[&g.name]).set(list.len() as i64);
+                    self.metrics
+                        .scale_set_instances
+                        .with_label_values(&[&g.name])
+                        .set(list.len() as i64);
                     self.instances.insert(&g.name, list);
                 }
-                Err(e) => debug!(scale_set = %g.name, error = %e, "instance list failed; keeping the last one"),
+                Err(e) => {
+                    debug!(scale_set = %g.name, error = %e, "instance list failed; keeping the last one")
+                }
             }
         }
     }
@@ -536,17 +609,34 @@ impl Inner {
         let snapshot = self.scale_sets.snapshot();
         for g in groups {
             let name = g.name.as_str();
-            self.metrics.scale_set_min_size.with_label_values(&[name]).set(i64::from(g.min_size));
-            self.metrics.scale_set_max_size.with_label_values(&[name]).set(i64::from(g.max_size));
+            self.metrics
+                .scale_set_min_size
+                .with_label_values(&[name])
+                .set(i64::from(g.min_size));
+            self.metrics
+                .scale_set_max_size
+                .with_label_values(&[name])
+                .set(i64::from(g.max_size));
             if let Some(Some(d)) = desired.get(name) {
-                self.metrics.scale_set_desired_capacity.with_label_values(&[name]).set(*d);
+                self.metrics
+                    .scale_set_desired_capacity
+                    .with_label_values(&[name])
+                    .set(*d);
             }
             if let Some(entry) = snapshot.get(name) {
                 if let Some(c) = entry.scale_set.capacity {
-                    self.metrics.scale_set_capacity.with_label_values(&[name]).set(c);
+                    self.metrics
+                        .scale_set_capacity
+                        .with_label_values(&[name])
+                        .set(c);
                 }
-                let age = now.saturating_duration_since(entry.fetched_at).as_secs_f64();
-                self.metrics.cache_age_seconds.with_label_values(&[name]).set(age);
+                let age = now
+                    .saturating_duration_since(entry.fetched_at)
+                    .as_secs_f64();
+                self.metrics
+                    .cache_age_seconds
+                    .with_label_values(&[name])
+                    .set(age);
             }
         }
     }
@@ -563,7 +653,8 @@ impl Inner {
                 return Some("backoff");
             }
             let elapsed = now.saturating_duration_since(s.budget.last).as_secs_f64();
-            s.budget.tokens = (s.budget.tokens + elapsed * budget.per_minute / 60.0).min(f64::from(budget.burst));
+            s.budget.tokens =
+                (s.budget.tokens + elapsed * budget.per_minute / 60.0).min(f64::from(budget.burst));
             s.budget.last = now;
             if s.budget.tokens < 1.0 {
                 return Some("budget");
@@ -577,12 +668,19 @@ impl Inner {
     }
 
     fn held(&self, name: &str, reason: &str) -> (WriteEnd, bool) {
-        self.metrics.writes_held_total.with_label_values(&[name, reason]).inc();
+        self.metrics
+            .writes_held_total
+            .with_label_values(&[name, reason])
+            .inc();
         (WriteEnd::Held, false)
     }
 
     /// One planned write through the ETag protocol. Returns how it ended and whether a 412 was met.
-    async fn write(self: Arc<Self>, group: &NodeGroupSpec, change: CapacityChange) -> (WriteEnd, bool) {
+    async fn write(
+        self: Arc<Self>,
+        group: &NodeGroupSpec,
+        change: CapacityChange,
+    ) -> (WriteEnd, bool) {
         let name = group.name.as_str();
         if let Some(reason) = self.hold_reason(name) {
             debug!(scale_set = name, reason, "write held");
@@ -592,12 +690,19 @@ impl Inner {
         let stale = self.with_state(name, |s| s.stale);
         let mut current = self.scale_sets.get(name).map(|c| c.scale_set.clone());
         let mut target = change.to;
-        let needs_get = stale || current.is_none() || (etag_on && current.as_ref().is_some_and(|c| c.etag.is_none()));
+        let needs_get = stale
+            || current.is_none()
+            || (etag_on && current.as_ref().is_some_and(|c| c.etag.is_none()));
         if needs_get {
-            match self.fresh_read(name, if stale { "stale" } else { "no_etag" }).await {
+            match self
+                .fresh_read(name, if stale { "stale" } else { "no_etag" })
+                .await
+            {
                 Ok(Some(fresh)) => {
                     self.with_state(name, |s| s.stale = false);
-                    match fresh.capacity.and_then(|c| planner::target_for(group, c, self.demand.as_ref(), (self.clock)())) {
+                    match fresh.capacity.and_then(|c| {
+                        planner::target_for(group, c, self.demand.as_ref(), (self.clock)())
+                    }) {
                         None => {
                             if stale {
                                 info!(scale_set = name, capacity = ?fresh.capacity, "stale entry re-read: the capacity already satisfies the plan (an ambiguous write landed)");
@@ -612,12 +717,17 @@ impl Inner {
                 Err(e) => return (self.write_error(name, &e), false),
             }
         }
-        let Some(current) = current else { return (WriteEnd::Failed, false) };
+        let Some(current) = current else {
+            return (WriteEnd::Failed, false);
+        };
         let precondition = if etag_on {
             match &current.etag {
                 Some(e) => Precondition::IfMatch(e.clone()),
                 None => {
-                    warn!(scale_set = name, "no ETag even after a fresh GET: not writing blind");
+                    warn!(
+                        scale_set = name,
+                        "no ETag even after a fresh GET: not writing blind"
+                    );
                     return self.held(name, "no_etag");
                 }
             }
@@ -634,7 +744,9 @@ impl Inner {
                 self.write_ok(group, &current, target, &precondition, acc);
                 (WriteEnd::Written, false)
             }
-            Err(ArmError::PreconditionFailed { .. }) => (self.conflict(group, target, &precondition).await, true),
+            Err(ArmError::PreconditionFailed { .. }) => {
+                (self.conflict(group, target, &precondition).await, true)
+            }
             Err(e) => (self.write_error(name, &e), false),
         }
     }
@@ -659,18 +771,34 @@ impl Inner {
     fn invalidate_after_conflict(&self, name: &str) {
         self.sizes.invalidate(name);
         self.instances.invalidate(name);
-        self.metrics.cache_invalidations_total.with_label_values(&["size", "precondition_failed"]).inc();
-        self.metrics.cache_invalidations_total.with_label_values(&["instance", "precondition_failed"]).inc();
+        self.metrics
+            .cache_invalidations_total
+            .with_label_values(&["size", "precondition_failed"])
+            .inc();
+        self.metrics
+            .cache_invalidations_total
+            .with_label_values(&["instance", "precondition_failed"])
+            .inc();
     }
 
-    fn write_ok(self: &Arc<Self>, group: &NodeGroupSpec, sent_from: &ScaleSet, target: i64, precondition: &Precondition, acc: PutAccepted) {
+    fn write_ok(
+        self: &Arc<Self>,
+        group: &NodeGroupSpec,
+        sent_from: &ScaleSet,
+        target: i64,
+        precondition: &Precondition,
+        acc: PutAccepted,
+    ) {
         let name = group.name.as_str();
         let now = Instant::now();
         // Keep the previous ETag when none came back: a stale If-Match gets a 412 (handled);
         // no If-Match would be a blind write.
         let etag = acc.etag.clone().or_else(|| sent_from.etag.clone());
         if acc.etag.is_none() {
-            warn!(scale_set = name, "write accepted without an ETag; keeping the previous one");
+            warn!(
+                scale_set = name,
+                "write accepted without an ETag; keeping the previous one"
+            );
         }
         let mut entry = acc.scale_set.clone();
         entry.capacity = Some(target);
@@ -681,14 +809,23 @@ impl Inner {
         self.scale_sets.upsert(entry, now);
         self.sizes.publish(name, target, now);
         self.instances.invalidate(name);
-        self.metrics.cache_invalidations_total.with_label_values(&["instance", "own_write"]).inc();
+        self.metrics
+            .cache_invalidations_total
+            .with_label_values(&["instance", "own_write"])
+            .inc();
         self.with_state(name, |s| {
             s.known_etag = etag.clone();
             s.backoff_attempts = 0;
             s.backoff_until = None;
         });
-        self.metrics.capacity_writes_total.with_label_values(&[name, "ok"]).inc();
-        self.metrics.scale_set_capacity.with_label_values(&[name]).set(target);
+        self.metrics
+            .capacity_writes_total
+            .with_label_values(&[name, "ok"])
+            .inc();
+        self.metrics
+            .scale_set_capacity
+            .with_label_values(&[name])
+            .set(target);
         info!(
             scale_set = name,
             from = ?sent_from.capacity,
@@ -704,16 +841,37 @@ impl Inner {
     }
 
     /// After a 412: the strategy decides; the design's is "refresh and re-plan now".
-    async fn conflict(self: &Arc<Self>, group: &NodeGroupSpec, attempted: i64, sent: &Precondition) -> WriteEnd {
+    async fn conflict(
+        self: &Arc<Self>,
+        group: &NodeGroupSpec,
+        attempted: i64,
+        sent: &Precondition,
+    ) -> WriteEnd {
         let name = group.name.as_str();
-        self.metrics.capacity_writes_total.with_label_values(&[name, "precondition_failed"]).inc();
-        info!(scale_set = name, if_match = sent.if_match().unwrap_or("-"), to = attempted, "412 Precondition Failed: another writer changed the scale set; refreshing");
+        self.metrics
+            .capacity_writes_total
+            .with_label_values(&[name, "precondition_failed"])
+            .inc();
+        info!(
+            scale_set = name,
+            if_match = sent.if_match().unwrap_or("-"),
+            to = attempted,
+            "412 Precondition Failed: another writer changed the scale set; refreshing"
+        );
         self.invalidate_after_conflict(name);
-        let outcome = |o: &str| self.metrics.etag_conflicts_total.with_label_values(&[name, o]).inc();
+        let outcome = |o: &str| {
+            self.metrics
+                .etag_conflicts_total
+                .with_label_values(&[name, o])
+                .inc()
+        };
         let strategy = self.settings.conflict_strategy;
         if strategy == ConflictStrategy::NextLoop {
             self.scale_sets.invalidate_all();
-            self.metrics.cache_invalidations_total.with_label_values(&["scale_set", "precondition_failed"]).inc();
+            self.metrics
+                .cache_invalidations_total
+                .with_label_values(&["scale_set", "precondition_failed"])
+                .inc();
             outcome("gave_up");
             return WriteEnd::GaveUp;
         }
@@ -735,29 +893,49 @@ impl Inner {
         };
         let next = match strategy {
             ConflictStrategy::Replan | ConflictStrategy::NextLoop => {
-                planner::target_for(group, fresh_capacity, self.demand.as_ref(), (self.clock)()).map(|c| c.to)
+                planner::target_for(group, fresh_capacity, self.demand.as_ref(), (self.clock)())
+                    .map(|c| c.to)
             }
             // cluster-autoscaler: a scale-up already reached by someone else is satisfied.
             ConflictStrategy::RetryOnceThenBackoff { .. } => {
-                let satisfied = planner::target_for(group, fresh_capacity, self.demand.as_ref(), (self.clock)()).is_none()
+                let satisfied = planner::target_for(
+                    group,
+                    fresh_capacity,
+                    self.demand.as_ref(),
+                    (self.clock)(),
+                )
+                .is_none()
                     || (attempted > fresh_capacity.min(attempted) && fresh_capacity >= attempted);
                 (!satisfied).then_some(attempted)
             }
         };
         let Some(next) = next else {
-            info!(scale_set = name, capacity = fresh_capacity, "fresh capacity already satisfies the plan: no write");
+            info!(
+                scale_set = name,
+                capacity = fresh_capacity,
+                "fresh capacity already satisfies the plan: no write"
+            );
             outcome("skipped");
             return WriteEnd::Satisfied;
         };
         let Some(etag) = fresh.etag.clone() else {
-            warn!(scale_set = name, "fresh GET returned no ETag: not writing blind");
+            warn!(
+                scale_set = name,
+                "fresh GET returned no ETag: not writing blind"
+            );
             outcome("gave_up");
-            self.metrics.writes_held_total.with_label_values(&[name, "no_etag"]).inc();
+            self.metrics
+                .writes_held_total
+                .with_label_values(&[name, "no_etag"])
+                .inc();
             return WriteEnd::GaveUp;
         };
         if let Some(reason) = self.hold_reason(name) {
             outcome("gave_up");
-            self.metrics.writes_held_total.with_label_values(&[name, reason]).inc();
+            self.metrics
+                .writes_held_total
+                .with_label_values(&[name, reason])
+                .inc();
             return WriteEnd::Held;
         }
         self.spend_budget(name);
@@ -769,14 +947,24 @@ impl Inner {
                 WriteEnd::Written
             }
             Err(ArmError::PreconditionFailed { .. }) => {
-                self.metrics.capacity_writes_total.with_label_values(&[name, "precondition_failed"]).inc();
+                self.metrics
+                    .capacity_writes_total
+                    .with_label_values(&[name, "precondition_failed"])
+                    .inc();
                 self.invalidate_after_conflict(name);
                 outcome("gave_up");
                 if let ConflictStrategy::RetryOnceThenBackoff { backoff } = strategy {
                     self.with_state(name, |s| s.backoff_until = Some(Instant::now() + backoff));
-                    warn!(scale_set = name, backoff_secs = backoff.as_secs(), "retry refused again: node group backed off");
+                    warn!(
+                        scale_set = name,
+                        backoff_secs = backoff.as_secs(),
+                        "retry refused again: node group backed off"
+                    );
                 } else {
-                    info!(scale_set = name, "retry refused again (busy writer): re-planning on the next pass");
+                    info!(
+                        scale_set = name,
+                        "retry refused again (busy writer): re-planning on the next pass"
+                    );
                 }
                 WriteEnd::GaveUp
             }
@@ -786,22 +974,38 @@ impl Inner {
 
     /// The scale set no longer exists: forget it, never re-create it.
     fn gone(&self, name: &str) -> WriteEnd {
-        warn!(scale_set = name, "scale set is gone (404): dropped from the cache, not re-created");
+        warn!(
+            scale_set = name,
+            "scale set is gone (404): dropped from the cache, not re-created"
+        );
         self.scale_sets.remove(name);
         self.sizes.remove(name);
         self.instances.invalidate(name);
-        self.metrics.cache_invalidations_total.with_label_values(&["scale_set", "gone"]).inc();
+        self.metrics
+            .cache_invalidations_total
+            .with_label_values(&["scale_set", "gone"])
+            .inc();
         self.with_state(name, |s| s.known_etag = None);
         WriteEnd::Failed
     }
 
     /// The per-class error policy for everything but 412.
     fn write_error(&self, name: &str, e: &ArmError) -> WriteEnd {
-        self.metrics.capacity_writes_total.with_label_values(&[name, e.metric_label()]).inc();
+        self.metrics
+            .capacity_writes_total
+            .with_label_values(&[name, e.metric_label()])
+            .inc();
         match e {
-            ArmError::Throttled { retry_after, local, .. } => {
+            ArmError::Throttled {
+                retry_after, local, ..
+            } => {
                 // The gate in ArmClient already holds every call of this class back.
-                info!(scale_set = name, retry_after_secs = retry_after.as_secs_f64(), local, "throttled: holding this call class until Retry-After");
+                info!(
+                    scale_set = name,
+                    retry_after_secs = retry_after.as_secs_f64(),
+                    local,
+                    "throttled: holding this call class until Retry-After"
+                );
                 WriteEnd::Held
             }
             ArmError::Quota { message, .. } => {
@@ -813,7 +1017,10 @@ impl Inner {
             ArmError::Ambiguous { .. } => {
                 self.with_state(name, |s| s.stale = true);
                 self.sizes.invalidate(name);
-                self.metrics.cache_invalidations_total.with_label_values(&["size", "ambiguous_write"]).inc();
+                self.metrics
+                    .cache_invalidations_total
+                    .with_label_values(&["size", "ambiguous_write"])
+                    .inc();
                 warn!(scale_set = name, error = %e, "write outcome unknown: will GET before any further write, never resend blindly");
                 self.backoff(name);
                 WriteEnd::Failed
@@ -831,14 +1038,22 @@ impl Inner {
     fn backoff(&self, name: &str) {
         self.with_state(name, |s| {
             s.backoff_attempts = s.backoff_attempts.saturating_add(1);
-            let exp = BACKOFF_BASE.saturating_mul(1 << s.backoff_attempts.min(10).saturating_sub(1));
+            let exp =
+                BACKOFF_BASE.saturating_mul(1 << s.backoff_attempts.min(10).saturating_sub(1));
             s.backoff_until = Some(Instant::now() + jittered(exp.min(BACKOFF_CAP), 0.2));
         });
     }
 
     /// Polls the write's `Azure-AsyncOperation` in the background; adopts the final ETag on
     /// success, invalidates caches on failure.
-    fn track_operation(self: &Arc<Self>, name: String, url: String, hint: Option<Duration>, written: i64, adopted: Option<String>) {
+    fn track_operation(
+        self: &Arc<Self>,
+        name: String,
+        url: String,
+        hint: Option<Duration>,
+        written: i64,
+        adopted: Option<String>,
+    ) {
         let this = self.clone();
         let interval = hint.unwrap_or(LRO_MIN_POLL).max(LRO_MIN_POLL);
         let mut tasks = self.lro_tasks.lock();
@@ -857,7 +1072,9 @@ impl Inner {
                     Ok(OperationStatus::Succeeded) => break OperationEnd::Succeeded,
                     Ok(OperationStatus::Failed(code)) => break OperationEnd::Failed(code),
                     Ok(OperationStatus::Canceled) => break OperationEnd::Failed("Canceled".into()),
-                    Err(ArmError::Throttled { retry_after, .. }) => tokio::time::sleep(retry_after).await,
+                    Err(ArmError::Throttled { retry_after, .. }) => {
+                        tokio::time::sleep(retry_after).await
+                    }
                     Err(e) => {
                         errors += 1;
                         if errors >= 5 {
@@ -870,14 +1087,26 @@ impl Inner {
         });
     }
 
-    async fn operation_ended(&self, name: &str, end: OperationEnd, written: i64, adopted: Option<String>) {
+    async fn operation_ended(
+        &self,
+        name: &str,
+        end: OperationEnd,
+        written: i64,
+        adopted: Option<String>,
+    ) {
         match end {
             OperationEnd::Succeeded => {
-                self.metrics.lro_total.with_label_values(&["succeeded"]).inc();
+                self.metrics
+                    .lro_total
+                    .with_label_values(&["succeeded"])
+                    .inc();
                 // Adopt the final ETag (ARM may change it when provisioning completes). If the
                 // entry moved on meanwhile (a newer write or read), the newer state wins.
-                let Ok(Some(fresh)) = self.arm.get_scale_set(name).await else { return };
-                let ours = self.with_state(name, |s| s.known_etag == adopted) && fresh.capacity == Some(written);
+                let Ok(Some(fresh)) = self.arm.get_scale_set(name).await else {
+                    return;
+                };
+                let ours = self.with_state(name, |s| s.known_etag == adopted)
+                    && fresh.capacity == Some(written);
                 if ours {
                     self.with_state(name, |s| s.known_etag = fresh.etag.clone());
                 } else {
@@ -907,8 +1136,14 @@ impl Inner {
     fn operation_failed(&self, name: &str) {
         self.sizes.invalidate(name);
         self.instances.invalidate(name);
-        self.metrics.cache_invalidations_total.with_label_values(&["size", "operation_failed"]).inc();
-        self.metrics.cache_invalidations_total.with_label_values(&["instance", "operation_failed"]).inc();
+        self.metrics
+            .cache_invalidations_total
+            .with_label_values(&["size", "operation_failed"])
+            .inc();
+        self.metrics
+            .cache_invalidations_total
+            .with_label_values(&["instance", "operation_failed"])
+            .inc();
         self.with_state(name, |s| s.stale = true);
     }
 }

@@ -8,17 +8,38 @@ use support::*;
 use vmss_capacity_controller::emulator::{FaultKind, FaultSpec};
 
 fn fault(method: &str, path: &str, kind: FaultKind, count: Option<u32>) -> FaultSpec {
-    FaultSpec { method: Some(method.into()), path_contains: Some(path.into()), kind, count, probability: None, seed: None }
+    FaultSpec {
+        method: Some(method.into()),
+        path_contains: Some(path.into()),
+        kind,
+        count,
+        probability: None,
+        seed: None,
+    }
 }
 
 fn status(code: u16, name: &str, retry_after_secs: Option<u64>) -> FaultKind {
-    FaultKind::Status { code, code_name: Some(name.into()), retry_after_secs }
+    FaultKind::Status {
+        code,
+        code_name: Some(name.into()),
+        retry_after_secs,
+    }
 }
 
 #[tokio::test(start_paused = true)]
 async fn no_write_goes_out_before_retry_after_expires() {
-    let h = Harness::new(&[("pool-a", 3)], vec![group("pool-a", 0, 10, Some(5))], |_| {}).await;
-    h.state.inject_fault(fault("PUT", "pool-a", status(429, "TooManyRequests", Some(30)), Some(1)));
+    let h = Harness::new(
+        &[("pool-a", 3)],
+        vec![group("pool-a", 0, 10, Some(5))],
+        |_| {},
+    )
+    .await;
+    h.state.inject_fault(fault(
+        "PUT",
+        "pool-a",
+        status(429, "TooManyRequests", Some(30)),
+        Some(1),
+    ));
     let _ = h.reconciler.run_once().await;
     assert_eq!(h.puts().len(), 1, "the throttled write");
     assert_eq!(h.puts()[0].status, 429);
@@ -29,8 +50,17 @@ async fn no_write_goes_out_before_retry_after_expires() {
     }
     tokio::time::advance(Duration::from_secs(4)).await; // 29 s after the 429
     let _ = h.reconciler.run_once().await;
-    assert_eq!(h.puts().len(), 1, "no write of that class before Retry-After expires");
-    assert!(h.counter(&h.metrics.arm_requests_total, &[("operation", "put_capacity"), ("code", "gated")]) >= 6);
+    assert_eq!(
+        h.puts().len(),
+        1,
+        "no write of that class before Retry-After expires"
+    );
+    assert!(
+        h.counter(
+            &h.metrics.arm_requests_total,
+            &[("operation", "put_capacity"), ("code", "gated")]
+        ) >= 6
+    );
 
     tokio::time::advance(Duration::from_secs(2)).await;
     h.reconciler.run_once().await.unwrap();
@@ -41,9 +71,22 @@ async fn no_write_goes_out_before_retry_after_expires() {
 
 #[tokio::test(start_paused = true)]
 async fn a_throttled_read_holds_reads_back_but_not_writes() {
-    let h = Harness::new(&[("pool-a", 3)], vec![group("pool-a", 0, 10, Some(5))], |s| s.vmss_cache_ttl = Duration::from_secs(1)).await;
-    h.state.inject_fault(fault("GET", "virtualMachineScaleSets", status(429, "TooManyRequests", Some(20)), Some(1)));
-    assert!(h.reconciler.run_once().await.is_err(), "the LIST was throttled");
+    let h = Harness::new(
+        &[("pool-a", 3)],
+        vec![group("pool-a", 0, 10, Some(5))],
+        |s| s.vmss_cache_ttl = Duration::from_secs(1),
+    )
+    .await;
+    h.state.inject_fault(fault(
+        "GET",
+        "virtualMachineScaleSets",
+        status(429, "TooManyRequests", Some(20)),
+        Some(1),
+    ));
+    assert!(
+        h.reconciler.run_once().await.is_err(),
+        "the LIST was throttled"
+    );
     let lists = |h: &Harness| h.requests("GET", "/virtualMachineScaleSets").len();
     assert_eq!(lists(&h), 1);
     tokio::time::advance(Duration::from_secs(10)).await;
@@ -59,26 +102,61 @@ async fn a_throttled_read_holds_reads_back_but_not_writes() {
 async fn a_quota_409_cools_the_group_down_and_leaves_the_others_alone() {
     let h = Harness::new(
         &[("pool-a", 1), ("pool-b", 1)],
-        vec![group("pool-a", 0, 10, Some(5)), group("pool-b", 0, 10, Some(4))],
+        vec![
+            group("pool-a", 0, 10, Some(5)),
+            group("pool-b", 0, 10, Some(4)),
+        ],
         |_| {},
     )
     .await;
-    h.state.inject_fault(fault("PUT", "pool-a", status(409, "OperationNotAllowed", None), None));
+    h.state.inject_fault(fault(
+        "PUT",
+        "pool-a",
+        status(409, "OperationNotAllowed", None),
+        None,
+    ));
     let _ = h.reconciler.run_once().await;
     assert_eq!(h.capacity("pool-b"), 4, "the other group is written");
-    assert_eq!(h.counter(&h.metrics.capacity_writes_total, &[("scale_set", "pool-a"), ("result", "quota")]), 1);
-    let puts_a = |h: &Harness| h.puts().iter().filter(|p| p.path.contains("pool-a")).count();
+    assert_eq!(
+        h.counter(
+            &h.metrics.capacity_writes_total,
+            &[("scale_set", "pool-a"), ("result", "quota")]
+        ),
+        1
+    );
+    let puts_a = |h: &Harness| {
+        h.puts()
+            .iter()
+            .filter(|p| p.path.contains("pool-a"))
+            .count()
+    };
     for _ in 0..3 {
         let _ = h.reconciler.run_once().await;
     }
     assert_eq!(puts_a(&h), 1, "no further writes during the cool-down");
-    assert_eq!(h.counter(&h.metrics.writes_held_total, &[("scale_set", "pool-a"), ("reason", "cooldown")]), 3);
+    assert_eq!(
+        h.counter(
+            &h.metrics.writes_held_total,
+            &[("scale_set", "pool-a"), ("reason", "cooldown")]
+        ),
+        3
+    );
 }
 
 #[tokio::test(start_paused = true)]
 async fn server_errors_back_the_group_off_exponentially_then_recover() {
-    let h = Harness::new(&[("pool-a", 1)], vec![group("pool-a", 0, 10, Some(5))], |_| {}).await;
-    h.state.inject_fault(fault("PUT", "pool-a", status(503, "ServiceUnavailable", None), Some(3)));
+    let h = Harness::new(
+        &[("pool-a", 1)],
+        vec![group("pool-a", 0, 10, Some(5))],
+        |_| {},
+    )
+    .await;
+    h.state.inject_fault(fault(
+        "PUT",
+        "pool-a",
+        status(503, "ServiceUnavailable", None),
+        Some(3),
+    ));
     let mut sent = Vec::new();
     for _ in 0..40 {
         let _ = h.reconciler.run_once().await;
@@ -90,18 +168,33 @@ async fn server_errors_back_the_group_off_exponentially_then_recover() {
     assert_eq!(h.puts().len(), 4);
     let first_retry = sent.iter().position(|&n| n >= 2).unwrap();
     let second_retry = sent.iter().position(|&n| n >= 3).unwrap();
-    assert!(second_retry - first_retry > first_retry, "the second wait is longer than the first: {sent:?}");
+    assert!(
+        second_retry - first_retry > first_retry,
+        "the second wait is longer than the first: {sent:?}"
+    );
 }
 
 #[tokio::test]
 async fn the_metrics_endpoint_exports_every_documented_name() {
-    let h = Harness::new(&[("pool-a", 1)], vec![group("pool-a", 0, 10, Some(2))], |_| {}).await;
+    let h = Harness::new(
+        &[("pool-a", 1)],
+        vec![group("pool-a", 0, 10, Some(2))],
+        |_| {},
+    )
+    .await;
     h.reconciler.run_once().await.unwrap();
     // A foreign write seen by the next LIST, then a 412 on the correcting write: every
     // labelled family has at least one child.
-    h.state.rival_set_capacity(SUB, RG, "pool-a", 4, "rival").unwrap();
+    h.state
+        .rival_set_capacity(SUB, RG, "pool-a", 4, "rival")
+        .unwrap();
     h.reconciler.scale_sets().invalidate_all();
-    h.state.inject_fault(fault("PUT", "pool-a", status(412, "PreconditionFailed", None), Some(1)));
+    h.state.inject_fault(fault(
+        "PUT",
+        "pool-a",
+        status(412, "PreconditionFailed", None),
+        Some(1),
+    ));
     h.reconciler.run_once().await.unwrap();
     let reconciler = std::sync::Arc::new(h.reconciler);
     let (tx, rx) = tokio::sync::oneshot::channel();
@@ -115,7 +208,14 @@ async fn the_metrics_endpoint_exports_every_documented_name() {
     ));
     let addr = rx.await.unwrap();
     let client = reqwest::Client::new();
-    let body = client.get(format!("http://{addr}/metrics")).send().await.unwrap().text().await.unwrap();
+    let body = client
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     for name in [
         "vmss_capacity_reconcile_total",
         "vmss_capacity_reconcile_duration_seconds_bucket",
@@ -135,13 +235,29 @@ async fn the_metrics_endpoint_exports_every_documented_name() {
         "vmss_capacity_foreign_writes_total",
         "vmss_capacity_build_info",
     ] {
-        assert!(body.lines().any(|l| l.starts_with(name)), "{name} missing from /metrics:\n{body}");
+        assert!(
+            body.lines().any(|l| l.starts_with(name)),
+            "{name} missing from /metrics:\n{body}"
+        );
     }
-    assert!(body.contains("vmss_capacity_etag_conflicts_total{outcome=\"retried_ok\",scale_set=\"pool-a\"} 1"), "{body}");
+    assert!(
+        body.contains(
+            "vmss_capacity_etag_conflicts_total{outcome=\"retried_ok\",scale_set=\"pool-a\"} 1"
+        ),
+        "{body}"
+    );
     assert!(body.contains("vmss_capacity_scale_set_capacity{scale_set=\"pool-a\"} 2"));
-    let health = client.get(format!("http://{addr}/healthz")).send().await.unwrap();
+    let health = client
+        .get(format!("http://{addr}/healthz"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(health.status(), 200);
-    let ready = client.get(format!("http://{addr}/readyz")).send().await.unwrap();
+    let ready = client
+        .get(format!("http://{addr}/readyz"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(ready.status(), 200);
     stop.cancel();
     server.await.unwrap().unwrap();

@@ -20,7 +20,10 @@ struct Knob(AtomicI64);
 
 impl DemandSource for Knob {
     fn demand(&self, _group: &NodeGroupSpec, _now: time::OffsetDateTime) -> (Demand, Reason) {
-        (Demand::Exact(self.0.load(Ordering::SeqCst)), Reason::Desired)
+        (
+            Demand::Exact(self.0.load(Ordering::SeqCst)),
+            Reason::Desired,
+        )
     }
 }
 
@@ -29,21 +32,46 @@ async fn knob_harness(tweak: impl FnOnce(&mut Settings)) -> (Harness, Arc<Knob>)
     knob_harness_with(EmulatorBuilder::new(), tweak).await
 }
 
-async fn knob_harness_with(builder: EmulatorBuilder, tweak: impl FnOnce(&mut Settings)) -> (Harness, Arc<Knob>) {
-    let mut h = Harness::with_emulator(builder, &[("pool-a", 3)], vec![group("pool-a", 0, 10, None)], tweak).await;
+async fn knob_harness_with(
+    builder: EmulatorBuilder,
+    tweak: impl FnOnce(&mut Settings),
+) -> (Harness, Arc<Knob>) {
+    let mut h = Harness::with_emulator(
+        builder,
+        &[("pool-a", 3)],
+        vec![group("pool-a", 0, 10, None)],
+        tweak,
+    )
+    .await;
     let knob = Arc::new(Knob(AtomicI64::new(3)));
-    h.reconciler = Reconciler::builder(h.settings.clone(), h.arm.clone(), h.metrics.clone()).demand(knob.clone()).build();
-    h.reconciler.run_once().await.expect("first pass reads the scale sets");
+    h.reconciler = Reconciler::builder(h.settings.clone(), h.arm.clone(), h.metrics.clone())
+        .demand(knob.clone())
+        .build();
+    h.reconciler
+        .run_once()
+        .await
+        .expect("first pass reads the scale sets");
     assert!(h.puts().is_empty(), "capacity 3 already satisfies the plan");
     (h, knob)
 }
 
 fn put_fault(kind: FaultKind, count: Option<u32>) -> FaultSpec {
-    FaultSpec { method: Some("PUT".into()), path_contains: Some("pool-a".into()), kind, count, probability: None, seed: None }
+    FaultSpec {
+        method: Some("PUT".into()),
+        path_contains: Some("pool-a".into()),
+        kind,
+        count,
+        probability: None,
+        seed: None,
+    }
 }
 
 fn status_fault(code: u16, name: &str, retry_after_secs: Option<u64>) -> FaultKind {
-    FaultKind::Status { code, code_name: Some(name.into()), retry_after_secs }
+    FaultKind::Status {
+        code,
+        code_name: Some(name.into()),
+        retry_after_secs,
+    }
 }
 
 #[tokio::test]
@@ -67,75 +95,159 @@ async fn with_the_flag_on_a_write_carries_the_cached_etag_exactly() {
     assert_eq!(puts.len(), 1);
     assert_eq!(puts[0].if_match.as_deref(), Some(listed_etag.as_str()));
     assert_eq!(h.capacity("pool-a"), 5);
-    assert_ne!(h.etag("pool-a"), listed_etag, "a successful write changes the ETag");
+    assert_ne!(
+        h.etag("pool-a"),
+        listed_etag,
+        "a successful write changes the ETag"
+    );
     let cached = h.reconciler.scale_sets().get("pool-a").unwrap();
-    assert_eq!(cached.scale_set.etag.as_deref(), Some(h.etag("pool-a").as_str()), "the returned ETag is adopted");
+    assert_eq!(
+        cached.scale_set.etag.as_deref(),
+        Some(h.etag("pool-a").as_str()),
+        "the returned ETag is adopted"
+    );
 }
 
 #[tokio::test]
 async fn without_a_cached_etag_the_controller_reads_first_and_writes_with_the_fresh_one() {
     let builder = EmulatorBuilder::new();
-    let mut h = Harness::with_emulator(builder, &[("pool-a", 3)], vec![group("pool-a", 0, 10, Some(5))], |_| {}).await;
-    // The LIST answers without ETags; the GET that follows has one.
-    h.state.inject_fault(FaultSpec { method: Some("GET".into()), path_contains: Some("virtualMachineScaleSets?".into()), kind: FaultKind::NoEtag, count: Some(1), probability: None, seed: None });
-    h.reconciler = Reconciler::builder(h.settings.clone(), h.arm.clone(), h.metrics.clone()).build();
+    let mut h = Harness::with_emulator(
+        builder,
+        &[("pool-a", 3)],
+        vec![group("pool-a", 0, 10, Some(5))],
+        |_| {},
+    )
+    .await;
+    // The LIST (the first GET) answers without ETags; the GET that follows has one.
+    h.state.inject_fault(FaultSpec {
+        method: Some("GET".into()),
+        path_contains: Some("virtualMachineScaleSets".into()),
+        kind: FaultKind::NoEtag,
+        count: Some(1),
+        probability: None,
+        seed: None,
+    });
+    h.reconciler =
+        Reconciler::builder(h.settings.clone(), h.arm.clone(), h.metrics.clone()).build();
     h.reconciler.run_once().await.unwrap();
     let gets = h.requests("GET", "/virtualMachineScaleSets/pool-a");
     assert_eq!(gets.len(), 1, "one GET for the missing ETag");
     let puts = h.puts();
     assert_eq!(puts.len(), 1);
-    assert!(puts[0].if_match.is_some(), "never a blind write with the flag on");
+    assert!(
+        puts[0].if_match.is_some(),
+        "never a blind write with the flag on"
+    );
     assert_eq!(h.capacity("pool-a"), 5);
 }
 
 #[tokio::test]
 async fn without_any_etag_even_after_a_fresh_read_the_controller_does_not_write() {
-    let h = Harness::new(&[("pool-a", 3)], vec![group("pool-a", 0, 10, Some(5))], |_| {}).await;
-    h.state.inject_fault(FaultSpec { method: Some("GET".into()), path_contains: None, kind: FaultKind::NoEtag, count: None, probability: None, seed: None });
+    let h = Harness::new(
+        &[("pool-a", 3)],
+        vec![group("pool-a", 0, 10, Some(5))],
+        |_| {},
+    )
+    .await;
+    h.state.inject_fault(FaultSpec {
+        method: Some("GET".into()),
+        path_contains: None,
+        kind: FaultKind::NoEtag,
+        count: None,
+        probability: None,
+        seed: None,
+    });
     let _ = h.reconciler.run_once().await;
     assert!(h.puts().is_empty(), "no ETag, no write");
     assert_eq!(h.capacity("pool-a"), 3);
-    assert_eq!(h.counter(&h.metrics.writes_held_total, &[("scale_set", "pool-a"), ("reason", "no_etag")]), 1);
+    assert_eq!(
+        h.counter(
+            &h.metrics.writes_held_total,
+            &[("scale_set", "pool-a"), ("reason", "no_etag")]
+        ),
+        1
+    );
 }
 
 #[tokio::test]
 async fn the_retry_after_a_412_succeeds_with_the_fresh_etag() {
     let (h, knob) = knob_harness(|_| {}).await;
     let stale = h.etag("pool-a");
-    let fresh = h.state.rival_set_capacity(SUB, RG, "pool-a", 5, "rival").unwrap();
+    let fresh = h
+        .state
+        .rival_set_capacity(SUB, RG, "pool-a", 5, "rival")
+        .unwrap();
     knob.0.store(4, Ordering::SeqCst);
     h.reconciler.run_once().await.unwrap();
     let puts = h.puts();
     assert_eq!(puts.len(), 2, "the stale write and one retry");
-    assert_eq!((puts[0].status, puts[0].if_match.as_deref()), (412, Some(stale.as_str())));
-    assert_eq!((puts[1].status, puts[1].if_match.as_deref()), (200, Some(fresh.as_str())));
+    assert_eq!(
+        (puts[0].status, puts[0].if_match.as_deref()),
+        (412, Some(stale.as_str()))
+    );
+    assert_eq!(
+        (puts[1].status, puts[1].if_match.as_deref()),
+        (200, Some(fresh.as_str()))
+    );
     assert_eq!(h.capacity("pool-a"), 4);
-    assert_eq!(h.counter(&h.metrics.etag_conflicts_total, &[("outcome", "retried_ok")]), 1);
+    assert_eq!(
+        h.counter(
+            &h.metrics.etag_conflicts_total,
+            &[("outcome", "retried_ok")]
+        ),
+        1
+    );
     assert!(h.state.lost_updates().is_empty());
 }
 
 #[tokio::test]
 async fn a_concurrent_writer_is_reconciled_and_keeps_its_tags() {
     let (h, knob) = knob_harness(|_| {}).await;
-    h.state.rival_set_capacity(SUB, RG, "pool-a", 7, "terraform").unwrap();
-    h.state.rival_set_tags(SUB, RG, "pool-a", BTreeMap::from([("owner".into(), "terraform".into())]), "terraform").unwrap();
+    h.state
+        .rival_set_capacity(SUB, RG, "pool-a", 7, "terraform")
+        .unwrap();
+    h.state
+        .rival_set_tags(
+            SUB,
+            RG,
+            "pool-a",
+            BTreeMap::from([("owner".into(), "terraform".into())]),
+            "terraform",
+        )
+        .unwrap();
     knob.0.store(4, Ordering::SeqCst);
     h.reconciler.run_once().await.unwrap();
     let view = h.state.scale_set(SUB, RG, "pool-a").unwrap();
     assert_eq!(view.capacity, 4, "the server ends at the planned capacity");
-    assert_eq!(view.tags.get("owner").map(String::as_str), Some("terraform"), "the rival's tags are intact");
-    assert!(h.state.lost_updates().is_empty(), "{:?}", h.state.lost_updates());
-    assert_eq!(h.counter(&h.metrics.foreign_writes_total, &[("scale_set", "pool-a")]), 1);
+    assert_eq!(
+        view.tags.get("owner").map(String::as_str),
+        Some("terraform"),
+        "the rival's tags are intact"
+    );
+    assert!(
+        h.state.lost_updates().is_empty(),
+        "{:?}",
+        h.state.lost_updates()
+    );
+    assert_eq!(
+        h.counter(&h.metrics.foreign_writes_total, &[("scale_set", "pool-a")]),
+        1
+    );
 }
 
 #[tokio::test]
 async fn the_final_etag_lands_on_the_refreshed_cache_entry() {
     let (h, knob) = knob_harness(|_| {}).await;
-    h.state.rival_set_capacity(SUB, RG, "pool-a", 6, "rival").unwrap();
+    h.state
+        .rival_set_capacity(SUB, RG, "pool-a", 6, "rival")
+        .unwrap();
     knob.0.store(4, Ordering::SeqCst);
     h.reconciler.run_once().await.unwrap();
     let cached = h.reconciler.scale_sets().get("pool-a").unwrap();
-    assert_eq!(cached.scale_set.etag.as_deref(), Some(h.etag("pool-a").as_str()));
+    assert_eq!(
+        cached.scale_set.etag.as_deref(),
+        Some(h.etag("pool-a").as_str())
+    );
     assert_eq!(cached.scale_set.capacity, Some(4));
     assert_eq!(h.reconciler.target_size("pool-a"), Some(4));
 }
@@ -143,12 +255,21 @@ async fn the_final_etag_lands_on_the_refreshed_cache_entry() {
 #[tokio::test]
 async fn the_retry_is_skipped_when_the_fresh_capacity_already_satisfies_the_plan() {
     let (h, knob) = knob_harness(|_| {}).await;
-    h.state.rival_set_capacity(SUB, RG, "pool-a", 4, "another-replica").unwrap();
+    h.state
+        .rival_set_capacity(SUB, RG, "pool-a", 4, "another-replica")
+        .unwrap();
     knob.0.store(4, Ordering::SeqCst);
     h.reconciler.run_once().await.unwrap();
     assert_eq!(h.puts().len(), 1, "only the write that met the 412");
-    assert_eq!(h.counter(&h.metrics.etag_conflicts_total, &[("outcome", "skipped")]), 1);
-    assert_eq!(h.reconciler.target_size("pool-a"), Some(4), "a skip publishes the fresh capacity");
+    assert_eq!(
+        h.counter(&h.metrics.etag_conflicts_total, &[("outcome", "skipped")]),
+        1
+    );
+    assert_eq!(
+        h.reconciler.target_size("pool-a"),
+        Some(4),
+        "a skip publishes the fresh capacity"
+    );
 }
 
 #[tokio::test]
@@ -156,56 +277,110 @@ async fn a_skip_publishes_the_fresh_capacity_not_the_stale_one() {
     // Bounds-only group: any capacity in [0, 10] satisfies it.
     let mut h = Harness::new(&[("pool-a", 3)], vec![group("pool-a", 0, 10, None)], |_| {}).await;
     let knob = Arc::new(Knob(AtomicI64::new(3)));
-    h.reconciler = Reconciler::builder(h.settings.clone(), h.arm.clone(), h.metrics.clone()).demand(knob.clone()).build();
+    h.reconciler = Reconciler::builder(h.settings.clone(), h.arm.clone(), h.metrics.clone())
+        .demand(knob.clone())
+        .build();
     h.reconciler.run_once().await.unwrap();
-    h.state.rival_set_capacity(SUB, RG, "pool-a", 9, "rival").unwrap();
+    h.state
+        .rival_set_capacity(SUB, RG, "pool-a", 9, "rival")
+        .unwrap();
     knob.0.store(9, Ordering::SeqCst);
     h.reconciler.run_once().await.unwrap();
     assert_eq!(h.reconciler.target_size("pool-a"), Some(9));
-    assert_eq!(h.counter(&h.metrics.etag_conflicts_total, &[("outcome", "skipped")]), 1);
+    assert_eq!(
+        h.counter(&h.metrics.etag_conflicts_total, &[("outcome", "skipped")]),
+        1
+    );
 }
 
 #[tokio::test]
 async fn a_persistent_412_makes_target_size_pick_up_an_out_of_band_capacity() {
     let (h, knob) = knob_harness(|_| {}).await;
-    h.state.rival_set_capacity(SUB, RG, "pool-a", 5, "rival").unwrap();
-    h.state.inject_fault(put_fault(status_fault(412, "PreconditionFailed"), None));
+    h.state
+        .rival_set_capacity(SUB, RG, "pool-a", 5, "rival")
+        .unwrap();
+    h.state.inject_fault(put_fault(
+        status_fault(412, "PreconditionFailed", None),
+        None,
+    ));
     knob.0.store(4, Ordering::SeqCst);
     let pass = h.reconciler.run_once().await;
     assert!(pass.is_err(), "a write that gave up fails the pass");
     assert_eq!(h.puts().len(), 2, "one write and exactly one retry");
-    assert_eq!(h.counter(&h.metrics.etag_conflicts_total, &[("outcome", "gave_up")]), 1);
-    assert_eq!(h.reconciler.target_size("pool-a"), Some(5), "TargetSize shows the out-of-band capacity");
+    assert_eq!(
+        h.counter(&h.metrics.etag_conflicts_total, &[("outcome", "gave_up")]),
+        1
+    );
+    assert_eq!(
+        h.reconciler.target_size("pool-a"),
+        Some(5),
+        "TargetSize shows the out-of-band capacity"
+    );
 }
 
 #[tokio::test]
 async fn a_412_leaves_no_optimistic_size_behind() {
     let (h, knob) = knob_harness(|_| {}).await;
-    h.state.inject_fault(put_fault(status_fault(412, "PreconditionFailed"), None));
+    h.state.inject_fault(put_fault(
+        status_fault(412, "PreconditionFailed", None),
+        None,
+    ));
     knob.0.store(8, Ordering::SeqCst);
     let _ = h.reconciler.run_once().await;
     assert_eq!(h.capacity("pool-a"), 3);
-    assert_eq!(h.reconciler.target_size("pool-a"), Some(3), "the attempted 8 was never published");
+    assert_eq!(
+        h.reconciler.target_size("pool-a"),
+        Some(3),
+        "the attempted 8 was never published"
+    );
 }
 
 #[tokio::test]
 async fn a_412_invalidates_the_instance_and_size_caches() {
     let (h, knob) = knob_harness(|_| {}).await;
-    assert!(h.reconciler.instances().get("pool-a").is_some(), "the first pass listed instances");
-    h.state.rival_set_capacity(SUB, RG, "pool-a", 5, "rival").unwrap();
-    h.state.inject_fault(put_fault(status_fault(412, "PreconditionFailed"), None));
+    assert!(
+        h.reconciler.instances().get("pool-a").is_some(),
+        "the first pass listed instances"
+    );
+    h.state
+        .rival_set_capacity(SUB, RG, "pool-a", 5, "rival")
+        .unwrap();
+    h.state.inject_fault(put_fault(
+        status_fault(412, "PreconditionFailed", None),
+        None,
+    ));
     knob.0.store(4, Ordering::SeqCst);
     let _ = h.reconciler.run_once().await;
-    assert!(h.reconciler.instances().get("pool-a").is_none(), "instance cache invalidated");
-    assert_eq!(h.counter(&h.metrics.cache_invalidations_total, &[("cache", "instance"), ("reason", "precondition_failed")]), 2);
-    assert_eq!(h.counter(&h.metrics.cache_invalidations_total, &[("cache", "size"), ("reason", "precondition_failed")]), 2);
+    assert!(
+        h.reconciler.instances().get("pool-a").is_none(),
+        "instance cache invalidated"
+    );
+    assert_eq!(
+        h.counter(
+            &h.metrics.cache_invalidations_total,
+            &[("cache", "instance"), ("reason", "precondition_failed")]
+        ),
+        2
+    );
+    assert_eq!(
+        h.counter(
+            &h.metrics.cache_invalidations_total,
+            &[("cache", "size"), ("reason", "precondition_failed")]
+        ),
+        2
+    );
 }
 
 #[tokio::test]
 async fn a_412_never_backs_the_node_group_off() {
     let (h, knob) = knob_harness(|_| {}).await;
-    h.state.rival_set_capacity(SUB, RG, "pool-a", 5, "rival").unwrap();
-    h.state.inject_fault(put_fault(status_fault(412, "PreconditionFailed"), Some(2)));
+    h.state
+        .rival_set_capacity(SUB, RG, "pool-a", 5, "rival")
+        .unwrap();
+    h.state.inject_fault(put_fault(
+        status_fault(412, "PreconditionFailed", None),
+        Some(2),
+    ));
     knob.0.store(4, Ordering::SeqCst);
     let _ = h.reconciler.run_once().await;
     // The very next pass writes again: no backoff for a lost race.
@@ -216,68 +391,143 @@ async fn a_412_never_backs_the_node_group_off() {
 
 #[tokio::test]
 async fn completing_the_long_running_operation_adopts_the_final_etag() {
-    let (h, knob) = knob_harness_with(EmulatorBuilder::new().lro_delay(Duration::from_millis(300)), |_| {}).await;
+    let (h, knob) = knob_harness_with(
+        EmulatorBuilder::new().lro_delay(Duration::from_millis(300)),
+        |_| {},
+    )
+    .await;
     knob.0.store(6, Ordering::SeqCst);
     h.reconciler.run_once().await.unwrap();
-    assert!(eventually(Duration::from_secs(10), || h.reconciler.operations_in_flight() == 0).await, "operation tracked to its end");
-    assert_eq!(h.state.scale_set(SUB, RG, "pool-a").unwrap().provisioning_state, "Succeeded");
-    assert_eq!(h.counter(&h.metrics.lro_total, &[("status", "succeeded")]), 1);
+    assert!(
+        eventually(Duration::from_secs(10), || h
+            .reconciler
+            .operations_in_flight()
+            == 0)
+        .await,
+        "operation tracked to its end"
+    );
+    assert_eq!(
+        h.state
+            .scale_set(SUB, RG, "pool-a")
+            .unwrap()
+            .provisioning_state,
+        "Succeeded"
+    );
+    assert_eq!(
+        h.counter(&h.metrics.lro_total, &[("status", "succeeded")]),
+        1
+    );
     let cached = h.reconciler.scale_sets().get("pool-a").unwrap();
-    assert_eq!(cached.scale_set.etag.as_deref(), Some(h.etag("pool-a").as_str()));
-    assert_eq!(cached.scale_set.provisioning_state.as_deref(), Some("Succeeded"));
+    assert_eq!(
+        cached.scale_set.etag.as_deref(),
+        Some(h.etag("pool-a").as_str())
+    );
+    assert_eq!(
+        cached.scale_set.provisioning_state.as_deref(),
+        Some("Succeeded")
+    );
 }
 
 #[tokio::test]
 async fn a_failed_long_running_operation_invalidates_the_caches_and_forces_a_read() {
     let (h, knob) = knob_harness(|_| {}).await;
-    h.state.inject_fault(put_fault(FaultKind::LroFailed, Some(1)));
+    h.state
+        .inject_fault(put_fault(FaultKind::LroFailed, Some(1)));
     knob.0.store(6, Ordering::SeqCst);
     h.reconciler.run_once().await.unwrap();
-    assert!(eventually(Duration::from_secs(10), || h.reconciler.operations_in_flight() == 0).await);
+    assert!(
+        eventually(Duration::from_secs(10), || h
+            .reconciler
+            .operations_in_flight()
+            == 0)
+        .await
+    );
     assert_eq!(h.counter(&h.metrics.lro_total, &[("status", "failed")]), 1);
-    assert_eq!(h.counter(&h.metrics.cache_invalidations_total, &[("cache", "size"), ("reason", "operation_failed")]), 1);
+    assert_eq!(
+        h.counter(
+            &h.metrics.cache_invalidations_total,
+            &[("cache", "size"), ("reason", "operation_failed")]
+        ),
+        1
+    );
     let gets_before = h.requests("GET", "/virtualMachineScaleSets/pool-a").len();
     knob.0.store(7, Ordering::SeqCst);
     h.reconciler.run_once().await.unwrap();
-    assert_eq!(h.requests("GET", "/virtualMachineScaleSets/pool-a").len(), gets_before + 1, "stale entry re-read before writing");
+    assert_eq!(
+        h.requests("GET", "/virtualMachineScaleSets/pool-a").len(),
+        gets_before + 1,
+        "stale entry re-read before writing"
+    );
     assert_eq!(h.capacity("pool-a"), 7);
 }
 
 #[tokio::test]
 async fn a_scale_set_deleted_between_read_and_write_is_never_recreated() {
     let (h, knob) = knob_harness(|_| {}).await;
-    h.state.inject_fault(put_fault(FaultKind::DeleteBeforeHandling, Some(1)));
+    h.state
+        .inject_fault(put_fault(FaultKind::DeleteBeforeHandling, Some(1)));
     knob.0.store(5, Ordering::SeqCst);
     let _ = h.reconciler.run_once().await;
-    assert!(h.state.scale_set(SUB, RG, "pool-a").is_none(), "still deleted");
+    assert!(
+        h.state.scale_set(SUB, RG, "pool-a").is_none(),
+        "still deleted"
+    );
     assert!(h.puts().iter().all(|p| p.status != 201), "no re-create");
-    assert_eq!(h.counter(&h.metrics.etag_conflicts_total, &[("outcome", "gone")]), 1);
-    assert!(h.reconciler.scale_sets().get("pool-a").is_none(), "dropped from the cache");
+    assert_eq!(
+        h.counter(&h.metrics.etag_conflicts_total, &[("outcome", "gone")]),
+        1
+    );
+    assert!(
+        h.reconciler.scale_sets().get("pool-a").is_none(),
+        "dropped from the cache"
+    );
     let _ = h.reconciler.run_once().await;
-    assert!(h.puts().iter().all(|p| p.status != 201), "and not on the next pass either");
+    assert!(
+        h.puts().iter().all(|p| p.status != 201),
+        "and not on the next pass either"
+    );
 }
 
 #[tokio::test]
 async fn with_the_flag_off_a_deleted_scale_set_is_recreated_by_the_blind_write() {
     let (h, knob) = knob_harness(|s| s.enable_vmss_etag = false).await;
-    h.state.inject_fault(put_fault(FaultKind::DeleteBeforeHandling, Some(1)));
+    h.state
+        .inject_fault(put_fault(FaultKind::DeleteBeforeHandling, Some(1)));
     knob.0.store(5, Ordering::SeqCst);
     let _ = h.reconciler.run_once().await;
-    assert_eq!(h.puts()[0].status, 201, "the blind PUT re-created the deleted scale set");
+    assert_eq!(
+        h.puts()[0].status,
+        201,
+        "the blind PUT re-created the deleted scale set"
+    );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_write_whose_connection_drops_after_commit_is_not_resent_blindly() {
     let (h, knob) = knob_harness(|_| {}).await;
-    h.state.inject_fault(put_fault(FaultKind::DropAfterCommit, Some(1)));
+    h.state
+        .inject_fault(put_fault(FaultKind::DropAfterCommit, Some(1)));
     knob.0.store(6, Ordering::SeqCst);
-    assert!(h.reconciler.run_once().await.is_err(), "the outcome is unknown");
-    assert_eq!(h.capacity("pool-a"), 6, "the write did commit on the server");
+    assert!(
+        h.reconciler.run_once().await.is_err(),
+        "the outcome is unknown"
+    );
+    assert_eq!(
+        h.capacity("pool-a"),
+        6,
+        "the write did commit on the server"
+    );
     // Let the backoff pass; the next pass reads before it writes and sees the write landed.
-    tokio::time::sleep(Duration::from_millis(2600)).await;
+    let _ = h.reconciler.run_once().await;
+    assert_eq!(h.puts().len(), 1, "backed off: no call at all right away");
+    tokio::time::advance(Duration::from_millis(2500)).await;
     h.reconciler.run_once().await.unwrap();
     assert_eq!(h.puts().len(), 1, "never resent");
-    assert_eq!(h.requests("GET", "/virtualMachineScaleSets/pool-a").len(), 1, "one read resolved the ambiguity");
+    assert_eq!(
+        h.requests("GET", "/virtualMachineScaleSets/pool-a").len(),
+        1,
+        "one read resolved the ambiguity"
+    );
     assert_eq!(h.reconciler.target_size("pool-a"), Some(6));
 }
 
@@ -291,9 +541,17 @@ async fn a_write_answered_without_etag_keeps_the_previous_one_and_never_goes_bli
     knob.0.store(6, Ordering::SeqCst);
     h.reconciler.run_once().await.unwrap();
     let puts = h.puts();
-    assert_eq!(puts[1].if_match.as_deref(), Some(first.as_str()), "the kept (stale) ETag, never none");
+    assert_eq!(
+        puts[1].if_match.as_deref(),
+        Some(first.as_str()),
+        "the kept (stale) ETag, never none"
+    );
     assert_eq!(puts[1].status, 412);
-    assert_eq!(h.capacity("pool-a"), 6, "the 412 was handled by a fresh read and one retry");
+    assert_eq!(
+        h.capacity("pool-a"),
+        6,
+        "the 412 was handled by a fresh read and one retry"
+    );
     assert!(puts.iter().all(|p| p.if_match.is_some()));
 }
 

@@ -17,7 +17,9 @@ use crate::metrics::Metrics;
 use azure_core::auth::TokenCredential;
 use azure_core::error::ErrorKind;
 use azure_core::headers::{HeaderName, Headers, AZURE_ASYNCOPERATION, ETAG};
-use azure_core::{ClientOptions, Context, Policy, PolicyResult, Request, RetryOptions, TransportOptions, Url};
+use azure_core::{
+    ClientOptions, Context, Policy, PolicyResult, Request, RetryOptions, TransportOptions, Url,
+};
 use azure_mgmt_compute::package_2024_07_01 as compute;
 use compute::models;
 use futures::StreamExt;
@@ -253,7 +255,9 @@ impl ArmError {
     /// Whether backing off and trying again later can help (5xx, transport, throttling).
     pub fn is_retryable(&self) -> bool {
         match self {
-            ArmError::Throttled { .. } | ArmError::Transport { .. } | ArmError::Ambiguous { .. } => true,
+            ArmError::Throttled { .. }
+            | ArmError::Transport { .. }
+            | ArmError::Ambiguous { .. } => true,
             ArmError::Http { status, .. } => *status >= 500 || *status == 408,
             ArmError::Credential { .. } | ArmError::Decode { .. } => true,
             ArmError::PreconditionFailed { .. }
@@ -295,7 +299,12 @@ pub struct ResponsePolicy {
 
 #[async_trait::async_trait]
 impl Policy for ResponsePolicy {
-    async fn send(&self, ctx: &Context, request: &mut Request, next: &[Arc<dyn Policy>]) -> PolicyResult {
+    async fn send(
+        &self,
+        ctx: &Context,
+        request: &mut Request,
+        next: &[Arc<dyn Policy>],
+    ) -> PolicyResult {
         let rsp = next[0].send(ctx, request, &next[1..]).await?;
         record_ratelimits(&self.metrics, rsp.headers());
         let status = rsp.status();
@@ -305,7 +314,10 @@ impl Policy for ResponsePolicy {
         let (status, headers, body) = rsp.deconstruct();
         let body = body.collect().await.unwrap_or_default();
         let kind = ErrorKind::http_response_from_parts(status, &headers, &body);
-        Err(azure_core::Error::new(kind, http_error(status as u16, &headers, &body)))
+        Err(azure_core::Error::new(
+            kind,
+            http_error(status as u16, &headers, &body),
+        ))
     }
 }
 
@@ -315,19 +327,27 @@ fn header<'h>(headers: &'h Headers, name: &'static str) -> Option<&'h str> {
 
 fn record_ratelimits(metrics: &Metrics, headers: &Headers) {
     for (k, v) in headers.iter() {
-        let Some(scope) = k.as_str().strip_prefix("x-ms-ratelimit-remaining-") else { continue };
+        let Some(scope) = k.as_str().strip_prefix("x-ms-ratelimit-remaining-") else {
+            continue;
+        };
         let v = v.as_str();
         if scope == "resource" {
             // "Microsoft.Compute/UpdateVMScaleSet3Min;7,Microsoft.Compute/...;12": one per policy.
             for part in v.split(',') {
                 if let Some((policy, n)) = part.trim().rsplit_once(';') {
                     if let Ok(n) = n.trim().parse::<i64>() {
-                        metrics.arm_ratelimit_remaining.with_label_values(&[policy.trim()]).set(n);
+                        metrics
+                            .arm_ratelimit_remaining
+                            .with_label_values(&[policy.trim()])
+                            .set(n);
                     }
                 }
             }
         } else if let Ok(n) = v.trim().parse::<i64>() {
-            metrics.arm_ratelimit_remaining.with_label_values(&[scope]).set(n);
+            metrics
+                .arm_ratelimit_remaining
+                .with_label_values(&[scope])
+                .set(n);
         }
     }
 }
@@ -350,10 +370,22 @@ fn http_error(status: u16, headers: &Headers, body: &[u8]) -> ArmHttpError {
         Some(b) => (b.code, b.message),
         None => (None, None),
     };
-    let code = header(headers, "x-ms-error-code").map(str::to_string).or(code).unwrap_or_default();
-    let message = message.unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned());
-    let retry_after = parse_retry_after(|n| header(headers, static_name(n)), std::time::SystemTime::now());
-    ArmHttpError { status, code, message, retry_after }
+    let code = header(headers, "x-ms-error-code")
+        .map(str::to_string)
+        .or(code)
+        .unwrap_or_default();
+    let message = message
+        .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned());
+    let retry_after = parse_retry_after(
+        |n| header(headers, static_name(n)),
+        std::time::SystemTime::now(),
+    );
+    ArmHttpError {
+        status,
+        code,
+        message,
+        retry_after,
+    }
 }
 
 fn static_name(n: &str) -> &'static str {
@@ -397,12 +429,18 @@ impl std::fmt::Debug for ArmClient {
 
 /// Builds the HTTP client used for ARM and token calls: timeouts, connection reuse, rustls, and
 /// an optional extra trusted root (e.g. the emulator's CA).
-pub fn http_client(timeout: Duration, extra_root_pem: Option<&[u8]>) -> Result<reqwest::Client, reqwest::Error> {
+pub fn http_client(
+    timeout: Duration,
+    extra_root_pem: Option<&[u8]>,
+) -> Result<reqwest::Client, reqwest::Error> {
     let mut b = reqwest::Client::builder()
         .timeout(timeout)
         .connect_timeout(timeout.min(Duration::from_secs(10)))
         .pool_idle_timeout(Duration::from_secs(60))
-        .user_agent(concat!("vmss-capacity-controller/", env!("CARGO_PKG_VERSION")));
+        .user_agent(concat!(
+            "vmss-capacity-controller/",
+            env!("CARGO_PKG_VERSION")
+        ));
     if let Some(pem) = extra_root_pem {
         b = b.add_root_certificate(reqwest::Certificate::from_pem(pem)?);
     }
@@ -422,9 +460,23 @@ impl ArmClient {
             .transport(TransportOptions::new(Arc::new(http.clone())));
         options
             .per_retry_policies_mut()
-            .push(Arc::new(ResponsePolicy { metrics: metrics.clone() }));
-        let compute = compute::Client::new(target.endpoint.clone(), credential.clone(), vec![ARM_SCOPE.to_string()], options);
-        Self { compute, http, credential, target, gates: ThrottleGates::new(), metrics }
+            .push(Arc::new(ResponsePolicy {
+                metrics: metrics.clone(),
+            }));
+        let compute = compute::Client::new(
+            target.endpoint.clone(),
+            credential.clone(),
+            vec![ARM_SCOPE.to_string()],
+            options,
+        );
+        Self {
+            compute,
+            http,
+            credential,
+            target,
+            gates: ThrottleGates::new(),
+            metrics,
+        }
     }
 
     /// The subscription and resource group this client serves.
@@ -440,8 +492,15 @@ impl ArmClient {
     fn gate(&self, op: ArmOp) -> Result<(), ArmError> {
         match self.gates.closed_for(op.class(), Instant::now()) {
             Some(retry_after) => {
-                self.metrics.arm_requests_total.with_label_values(&[op.as_str(), "gated"]).inc();
-                Err(ArmError::Throttled { op, retry_after, local: true })
+                self.metrics
+                    .arm_requests_total
+                    .with_label_values(&[op.as_str(), "gated"])
+                    .inc();
+                Err(ArmError::Throttled {
+                    op,
+                    retry_after,
+                    local: true,
+                })
             }
             None => Ok(()),
         }
@@ -454,37 +513,92 @@ impl ArmClient {
         if let Some(h) = http {
             let code = h.status.to_string();
             let e = match h.status {
-                412 => ArmError::PreconditionFailed { op, scale_set, message: h.message },
+                412 => ArmError::PreconditionFailed {
+                    op,
+                    scale_set,
+                    message: h.message,
+                },
                 404 => ArmError::NotFound { op, scale_set },
                 429 => {
                     let retry_after = h.retry_after.unwrap_or(Duration::from_secs(10));
                     let moved = self.gates.close(op.class(), retry_after, Instant::now());
-                    self.metrics.throttle_wait_seconds_total.add(moved.as_secs_f64());
-                    ArmError::Throttled { op, retry_after, local: false }
+                    self.metrics
+                        .throttle_wait_seconds_total
+                        .add(moved.as_secs_f64());
+                    ArmError::Throttled {
+                        op,
+                        retry_after,
+                        local: false,
+                    }
                 }
                 409 if h.code == "OperationNotAllowed" || h.code.contains("Quota") => {
-                    ArmError::Quota { op, scale_set, code: h.code, message: h.message }
+                    ArmError::Quota {
+                        op,
+                        scale_set,
+                        code: h.code,
+                        message: h.message,
+                    }
                 }
-                401 | 403 => ArmError::Unauthorized { op, status: h.status, code: h.code, message: h.message },
-                status => ArmError::Http { op, scale_set, status, code: h.code, message: h.message },
+                401 | 403 => ArmError::Unauthorized {
+                    op,
+                    status: h.status,
+                    code: h.code,
+                    message: h.message,
+                },
+                status => ArmError::Http {
+                    op,
+                    scale_set,
+                    status,
+                    code: h.code,
+                    message: h.message,
+                },
             };
             return (e, code);
         }
         match err.kind() {
-            ErrorKind::Credential => (ArmError::Credential { op, source: err }, "credential".into()),
-            ErrorKind::DataConversion => {
-                (ArmError::Decode { op, scale_set, detail: err.to_string() }, "decode".into())
-            }
+            ErrorKind::Credential => (
+                ArmError::Credential { op, source: err },
+                "credential".into(),
+            ),
+            ErrorKind::DataConversion => (
+                ArmError::Decode {
+                    op,
+                    scale_set,
+                    detail: err.to_string(),
+                },
+                "decode".into(),
+            ),
             ErrorKind::HttpResponse { status, error_code } => {
                 // A status the policy did not see (should not happen): keep what we know.
                 let status = *status as u16;
                 let code = error_code.clone().unwrap_or_default();
-                (ArmError::Http { op, scale_set, status, code, message: err.to_string() }, status.to_string())
+                (
+                    ArmError::Http {
+                        op,
+                        scale_set,
+                        status,
+                        code,
+                        message: err.to_string(),
+                    },
+                    status.to_string(),
+                )
             }
-            _ if op.class() == CallClass::Write => {
-                (ArmError::Ambiguous { op, scale_set, source: err }, "transport".into())
-            }
-            _ => (ArmError::Transport { op, scale_set, source: err }, "transport".into()),
+            _ if op.class() == CallClass::Write => (
+                ArmError::Ambiguous {
+                    op,
+                    scale_set,
+                    source: err,
+                },
+                "transport".into(),
+            ),
+            _ => (
+                ArmError::Transport {
+                    op,
+                    scale_set,
+                    source: err,
+                },
+                "transport".into(),
+            ),
         }
     }
 
@@ -503,10 +617,12 @@ impl ArmClient {
             match page {
                 Ok(page) => {
                     for vmss in page.value {
-                        out.push(scale_set_from_model(vmss, None).map_err(|detail| ArmError::Decode {
-                            op,
-                            scale_set: String::new(),
-                            detail,
+                        out.push(scale_set_from_model(vmss, None).map_err(|detail| {
+                            ArmError::Decode {
+                                op,
+                                scale_set: String::new(),
+                                detail,
+                            }
                         })?);
                     }
                 }
@@ -547,10 +663,18 @@ impl ArmClient {
         let status = (rsp.as_raw_response().status() as u16).to_string();
         let body = rsp.into_body().await;
         timer.finish(&status);
-        let model = body.map_err(|e| ArmError::Decode { op, scale_set: name.into(), detail: e.to_string() })?;
+        let model = body.map_err(|e| ArmError::Decode {
+            op,
+            scale_set: name.into(),
+            detail: e.to_string(),
+        })?;
         scale_set_from_model(model, etag)
             .map(Some)
-            .map_err(|detail| ArmError::Decode { op, scale_set: name.into(), detail })
+            .map_err(|detail| ArmError::Decode {
+                op,
+                scale_set: name.into(),
+                detail,
+            })
     }
 
     /// Sparse capacity PUT with the given precondition. One request, never retried here.
@@ -563,12 +687,15 @@ impl ArmClient {
         let op = ArmOp::PutCapacity;
         self.gate(op)?;
         let timer = self.metrics.arm_timer(op.as_str());
-        let mut builder = self.compute.virtual_machine_scale_sets_client().create_or_update(
-            &self.target.resource_group,
-            &current.name,
-            sparse_capacity_body(current, capacity),
-            &self.target.subscription,
-        );
+        let mut builder = self
+            .compute
+            .virtual_machine_scale_sets_client()
+            .create_or_update(
+                &self.target.resource_group,
+                &current.name,
+                sparse_capacity_body(current, capacity),
+                &self.target.subscription,
+            );
         builder = match precondition {
             Precondition::None => builder,
             Precondition::IfMatch(etag) => builder.if_match(etag.clone()),
@@ -588,19 +715,37 @@ impl ArmClient {
         let headers = raw.headers();
         let header_etag = headers.get_optional_string(&ETAG);
         let async_operation = headers.get_optional_string(&AZURE_ASYNCOPERATION);
-        let retry_after = parse_retry_after(|n| header(headers, static_name(n)), std::time::SystemTime::now());
+        let retry_after = parse_retry_after(
+            |n| header(headers, static_name(n)),
+            std::time::SystemTime::now(),
+        );
         timer.finish(&status.to_string());
         // The write committed (2xx). An unreadable body must not turn that into an error: the
         // capacity is what we sent and the ETag comes from the header.
-        let scale_set = match rsp.into_body().await.map_err(|e| e.to_string()).and_then(|m| scale_set_from_model(m, header_etag.clone())) {
+        let scale_set = match rsp
+            .into_body()
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|m| scale_set_from_model(m, header_etag.clone()))
+        {
             Ok(s) => s,
             Err(detail) => {
                 tracing::warn!(scale_set = %current.name, %detail, "capacity PUT accepted but its body is unreadable; using the header ETag");
-                ScaleSet { capacity: Some(capacity), etag: header_etag.clone(), ..current.clone() }
+                ScaleSet {
+                    capacity: Some(capacity),
+                    etag: header_etag.clone(),
+                    ..current.clone()
+                }
             }
         };
         let etag = header_etag.or_else(|| scale_set.etag.clone());
-        Ok(PutAccepted { status, etag, async_operation, retry_after, scale_set })
+        Ok(PutAccepted {
+            status,
+            etag,
+            async_operation,
+            retry_after,
+            scale_set,
+        })
     }
 
     /// LIST the VM instances of a scale set (follows `nextLink`).
@@ -636,9 +781,22 @@ impl ArmClient {
     pub async fn poll_operation(&self, url: &str) -> Result<OperationStatus, ArmError> {
         let op = ArmOp::PollOperation;
         self.gate(op)?;
-        let parsed = Url::parse(url).map_err(|e| ArmError::Decode { op, scale_set: String::new(), detail: format!("bad Azure-AsyncOperation URL: {e}") })?;
-        if parsed.host_str() != self.target.endpoint.host_str() || parsed.port_or_known_default() != self.target.endpoint.port_or_known_default() {
-            return Err(ArmError::Decode { op, scale_set: String::new(), detail: format!("Azure-AsyncOperation URL is not on the ARM endpoint: {}", parsed.host_str().unwrap_or("")) });
+        let parsed = Url::parse(url).map_err(|e| ArmError::Decode {
+            op,
+            scale_set: String::new(),
+            detail: format!("bad Azure-AsyncOperation URL: {e}"),
+        })?;
+        if parsed.host_str() != self.target.endpoint.host_str()
+            || parsed.port_or_known_default() != self.target.endpoint.port_or_known_default()
+        {
+            return Err(ArmError::Decode {
+                op,
+                scale_set: String::new(),
+                detail: format!(
+                    "Azure-AsyncOperation URL is not on the ARM endpoint: {}",
+                    parsed.host_str().unwrap_or("")
+                ),
+            });
         }
         let token = self
             .credential
@@ -646,35 +804,68 @@ impl ArmClient {
             .await
             .map_err(|source| ArmError::Credential { op, source })?;
         let timer = self.metrics.arm_timer(op.as_str());
-        let sent = self.http.get(parsed).bearer_auth(token.token.secret()).send().await;
+        let sent = self
+            .http
+            .get(parsed)
+            .bearer_auth(token.token.secret())
+            .send()
+            .await;
         let rsp = match sent {
             Ok(r) => r,
             Err(e) => {
                 timer.finish("transport");
-                return Err(ArmError::Transport { op, scale_set: String::new(), source: azure_core::Error::new(ErrorKind::Io, e) });
+                return Err(ArmError::Transport {
+                    op,
+                    scale_set: String::new(),
+                    source: azure_core::Error::new(ErrorKind::Io, e),
+                });
             }
         };
         let status = rsp.status().as_u16();
         timer.finish(&status.to_string());
         if status == 429 {
-            let retry_after = parse_retry_after(|n| rsp.headers().get(n).and_then(|v| v.to_str().ok()), std::time::SystemTime::now())
-                .unwrap_or(Duration::from_secs(10));
-            let moved = self.gates.close(CallClass::Read, retry_after, Instant::now());
-            self.metrics.throttle_wait_seconds_total.add(moved.as_secs_f64());
-            return Err(ArmError::Throttled { op, retry_after, local: false });
+            let retry_after = parse_retry_after(
+                |n| rsp.headers().get(n).and_then(|v| v.to_str().ok()),
+                std::time::SystemTime::now(),
+            )
+            .unwrap_or(Duration::from_secs(10));
+            let moved = self
+                .gates
+                .close(CallClass::Read, retry_after, Instant::now());
+            self.metrics
+                .throttle_wait_seconds_total
+                .add(moved.as_secs_f64());
+            return Err(ArmError::Throttled {
+                op,
+                retry_after,
+                local: false,
+            });
         }
-        let body = rsp.bytes().await.map_err(|e| ArmError::Transport { op, scale_set: String::new(), source: azure_core::Error::new(ErrorKind::Io, e) })?;
+        let body = rsp.bytes().await.map_err(|e| ArmError::Transport {
+            op,
+            scale_set: String::new(),
+            source: azure_core::Error::new(ErrorKind::Io, e),
+        })?;
         if status >= 300 {
             let h = http_error(status, &Headers::new(), &body);
-            return Err(ArmError::Http { op, scale_set: String::new(), status, code: h.code, message: h.message });
+            return Err(ArmError::Http {
+                op,
+                scale_set: String::new(),
+                status,
+                code: h.code,
+                message: h.message,
+            });
         }
         #[derive(serde::Deserialize)]
         struct Status {
             status: String,
             error: Option<serde_json::Value>,
         }
-        let s: Status = serde_json::from_slice(&body)
-            .map_err(|e| ArmError::Decode { op, scale_set: String::new(), detail: e.to_string() })?;
+        let s: Status = serde_json::from_slice(&body).map_err(|e| ArmError::Decode {
+            op,
+            scale_set: String::new(),
+            detail: e.to_string(),
+        })?;
         Ok(match s.status.as_str() {
             "Succeeded" => OperationStatus::Succeeded,
             "Failed" => OperationStatus::Failed(
@@ -724,7 +915,11 @@ pub fn scale_set_from_model(
     vmss: models::VirtualMachineScaleSet,
     header_etag: Option<String>,
 ) -> Result<ScaleSet, String> {
-    let name = vmss.resource.name.clone().ok_or("scale set without a name")?;
+    let name = vmss
+        .resource
+        .name
+        .clone()
+        .ok_or("scale set without a name")?;
     let tags: BTreeMap<String, String> = match vmss.resource.tags {
         Some(serde_json::Value::Object(m)) => m
             .into_iter()
@@ -753,7 +948,9 @@ pub fn scale_set_from_model(
         etag: header_etag.or(vmss.etag),
         tags,
         provisioning_state: vmss.properties.and_then(|p| p.provisioning_state),
-        extended_location: vmss.extended_location.and_then(|e| serde_json::to_value(e).ok()),
+        extended_location: vmss
+            .extended_location
+            .and_then(|e| serde_json::to_value(e).ok()),
     })
 }
 
@@ -794,9 +991,13 @@ mod tests {
 
     #[test]
     fn a_negative_capacity_is_a_decode_error() {
-        let model: models::VirtualMachineScaleSet =
-            serde_json::from_value(serde_json::json!({"name": "a", "location": "x", "sku": {"capacity": -1}})).unwrap();
-        assert!(scale_set_from_model(model, None).unwrap_err().contains("negative"));
+        let model: models::VirtualMachineScaleSet = serde_json::from_value(
+            serde_json::json!({"name": "a", "location": "x", "sku": {"capacity": -1}}),
+        )
+        .unwrap();
+        assert!(scale_set_from_model(model, None)
+            .unwrap_err()
+            .contains("negative"));
     }
 
     proptest::proptest! {

@@ -6,6 +6,7 @@
 //! response policy that keeps the headers of error answers.
 
 pub mod arm;
+pub mod credentials;
 pub mod throttle;
 
 pub use arm::{ArmClient, ArmError, ArmOp, Precondition, PutAccepted};

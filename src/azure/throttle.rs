@@ -106,8 +106,15 @@ mod tests {
         let gates = ThrottleGates::new();
         let now = Instant::now();
         gates.close(CallClass::Write, Duration::from_secs(17), now);
-        assert_eq!(gates.closed_for(CallClass::Write, now), Some(Duration::from_secs(17)));
-        assert_eq!(gates.closed_for(CallClass::Read, now), None, "reads are a separate class");
+        assert_eq!(
+            gates.closed_for(CallClass::Write, now),
+            Some(Duration::from_secs(17))
+        );
+        assert_eq!(
+            gates.closed_for(CallClass::Read, now),
+            None,
+            "reads are a separate class"
+        );
         tokio::time::advance(Duration::from_secs(16)).await;
         assert!(gates.closed_for(CallClass::Write, Instant::now()).is_some());
         tokio::time::advance(Duration::from_secs(1)).await;
@@ -118,9 +125,18 @@ mod tests {
     async fn a_shorter_retry_after_never_shortens_the_gate() {
         let gates = ThrottleGates::new();
         let now = Instant::now();
-        assert_eq!(gates.close(CallClass::Read, Duration::from_secs(30), now), Duration::from_secs(30));
-        assert_eq!(gates.close(CallClass::Read, Duration::from_secs(5), now), Duration::ZERO);
-        assert_eq!(gates.closed_for(CallClass::Read, now), Some(Duration::from_secs(30)));
+        assert_eq!(
+            gates.close(CallClass::Read, Duration::from_secs(30), now),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            gates.close(CallClass::Read, Duration::from_secs(5), now),
+            Duration::ZERO
+        );
+        assert_eq!(
+            gates.closed_for(CallClass::Read, now),
+            Some(Duration::from_secs(30))
+        );
     }
 
     #[test]
@@ -129,9 +145,18 @@ mod tests {
         let h = |pairs: &'static [(&'static str, &'static str)]| {
             move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| *v)
         };
-        assert_eq!(parse_retry_after(h(&[("retry-after", "17")]), now), Some(Duration::from_secs(17)));
-        assert_eq!(parse_retry_after(h(&[("retry-after-ms", "250")]), now), Some(Duration::from_millis(250)));
-        assert_eq!(parse_retry_after(h(&[("x-ms-retry-after-ms", "1500")]), now), Some(Duration::from_millis(1500)));
+        assert_eq!(
+            parse_retry_after(h(&[("retry-after", "17")]), now),
+            Some(Duration::from_secs(17))
+        );
+        assert_eq!(
+            parse_retry_after(h(&[("retry-after-ms", "250")]), now),
+            Some(Duration::from_millis(250))
+        );
+        assert_eq!(
+            parse_retry_after(h(&[("x-ms-retry-after-ms", "1500")]), now),
+            Some(Duration::from_millis(1500))
+        );
         assert_eq!(
             parse_retry_after(h(&[("retry-after", "Sun, 06 Nov 1994 08:49:47 GMT")]), now),
             Some(Duration::from_secs(10))

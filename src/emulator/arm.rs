@@ -557,6 +557,12 @@ async fn process(
             reply.remove_header("etag");
             if let ReplyBody::Json(Value::Object(map)) = &mut reply.body {
                 map.remove("etag");
+                // A LIST carries the ETags in its items.
+                if let Some(Value::Array(items)) = map.get_mut("value") {
+                    for item in items.iter_mut().filter_map(Value::as_object_mut) {
+                        item.remove("etag");
+                    }
+                }
             }
         }
         Some(FaultKind::Truncate) if success => {

@@ -7,9 +7,12 @@ use std::time::Duration;
 use vmss_capacity_controller::azure::arm::{http_client, ArmTarget};
 use vmss_capacity_controller::azure::ArmClient;
 use vmss_capacity_controller::config::{
-    AuthSettings, AzureSettings, ConflictStrategy, NodeGroupSpec, SecretSource, Settings, WriteBudget,
+    AuthSettings, AzureSettings, ConflictStrategy, NodeGroupSpec, SecretSource, Settings,
+    WriteBudget,
 };
-use vmss_capacity_controller::emulator::{EmulatorBuilder, EmulatorHandle, EmulatorState, RequestRecord, ScaleSetSeed};
+use vmss_capacity_controller::emulator::{
+    EmulatorBuilder, EmulatorHandle, EmulatorState, RequestRecord, ScaleSetSeed,
+};
 use vmss_capacity_controller::metrics::Metrics;
 use vmss_capacity_controller::reconciler::Reconciler;
 
@@ -22,7 +25,10 @@ pub struct EmulatorToken(pub String);
 
 #[async_trait::async_trait]
 impl azure_core::auth::TokenCredential for EmulatorToken {
-    async fn get_token(&self, _scopes: &[&str]) -> azure_core::Result<azure_core::auth::AccessToken> {
+    async fn get_token(
+        &self,
+        _scopes: &[&str],
+    ) -> azure_core::Result<azure_core::auth::AccessToken> {
         let expires = time::OffsetDateTime::now_utc() + Duration::from_secs(3600);
         Ok(azure_core::auth::AccessToken::new(self.0.clone(), expires))
     }
@@ -32,7 +38,14 @@ impl azure_core::auth::TokenCredential for EmulatorToken {
 }
 
 pub fn group(name: &str, min: u32, max: u32, desired: Option<u32>) -> NodeGroupSpec {
-    NodeGroupSpec { name: name.into(), min_size: min, max_size: max, desired_capacity: desired, schedules: vec![], max_scale_down_step: None }
+    NodeGroupSpec {
+        name: name.into(),
+        min_size: min,
+        max_size: max,
+        desired_capacity: desired,
+        schedules: vec![],
+        max_scale_down_step: None,
+    }
 }
 
 pub fn settings(base_url: &str, groups: Vec<NodeGroupSpec>) -> Settings {
@@ -45,7 +58,10 @@ pub fn settings(base_url: &str, groups: Vec<NodeGroupSpec>) -> Settings {
             tenant_id: "tenant".into(),
             subscription_id: SUB.into(),
             resource_group: RG.into(),
-            auth: AuthSettings::ClientSecret { client_id: "controller".into(), secret: SecretSource::Env("UNUSED".into()) },
+            auth: AuthSettings::ClientSecret {
+                client_id: "controller".into(),
+                secret: SecretSource::Env("UNUSED".into()),
+            },
             ca_bundle_file: None,
         },
         enable_vmss_etag: true,
@@ -56,7 +72,10 @@ pub fn settings(base_url: &str, groups: Vec<NodeGroupSpec>) -> Settings {
         instance_cache_jitter: Duration::ZERO,
         metrics_listen: None,
         max_concurrent_writes: 4,
-        write_budget: WriteBudget { per_minute: 600.0, burst: 100 },
+        write_budget: WriteBudget {
+            per_minute: 600.0,
+            burst: 100,
+        },
         shutdown_grace: Duration::from_secs(5),
         request_timeout: Duration::from_secs(10),
         quota_cooldown: Duration::from_secs(300),
@@ -76,11 +95,20 @@ pub struct Harness {
 
 impl Harness {
     /// Emulator with `seeds` as (name, capacity), and a reconciler for `groups`.
-    pub async fn new(seeds: &[(&str, i64)], groups: Vec<NodeGroupSpec>, tweak: impl FnOnce(&mut Settings)) -> Self {
+    pub async fn new(
+        seeds: &[(&str, i64)],
+        groups: Vec<NodeGroupSpec>,
+        tweak: impl FnOnce(&mut Settings),
+    ) -> Self {
         Self::with_emulator(EmulatorBuilder::new(), seeds, groups, tweak).await
     }
 
-    pub async fn with_emulator(builder: EmulatorBuilder, seeds: &[(&str, i64)], groups: Vec<NodeGroupSpec>, tweak: impl FnOnce(&mut Settings)) -> Self {
+    pub async fn with_emulator(
+        builder: EmulatorBuilder,
+        seeds: &[(&str, i64)],
+        groups: Vec<NodeGroupSpec>,
+        tweak: impl FnOnce(&mut Settings),
+    ) -> Self {
         let emulator = builder.start().await.expect("emulator starts");
         let state = emulator.state();
         for (name, capacity) in seeds {
@@ -91,35 +119,63 @@ impl Harness {
         let settings = Arc::new(s);
         let metrics = Arc::new(Metrics::new());
         let arm = arm_client(&emulator, &state, "controller", metrics.clone());
-        let reconciler = Reconciler::builder(settings.clone(), arm.clone(), metrics.clone()).build();
-        Harness { emulator, state, metrics, arm, reconciler, settings }
+        let reconciler =
+            Reconciler::builder(settings.clone(), arm.clone(), metrics.clone()).build();
+        Harness {
+            emulator,
+            state,
+            metrics,
+            arm,
+            reconciler,
+            settings,
+        }
     }
 
     /// Another reconciler (a second replica) with its own identity and metrics.
     pub fn replica(&self, writer: &str) -> (Reconciler, Arc<Metrics>) {
         let metrics = Arc::new(Metrics::new());
         let arm = arm_client(&self.emulator, &self.state, writer, metrics.clone());
-        (Reconciler::builder(self.settings.clone(), arm, metrics.clone()).build(), metrics)
+        (
+            Reconciler::builder(self.settings.clone(), arm, metrics.clone()).build(),
+            metrics,
+        )
     }
 
     pub fn puts(&self) -> Vec<RequestRecord> {
-        self.state.request_log().into_iter().filter(|r| r.method == "PUT").collect()
+        self.state
+            .request_log()
+            .into_iter()
+            .filter(|r| r.method == "PUT")
+            .collect()
     }
 
     pub fn requests(&self, method: &str, path_suffix: &str) -> Vec<RequestRecord> {
         self.state
             .request_log()
             .into_iter()
-            .filter(|r| r.method == method && r.path.split('?').next().unwrap_or("").ends_with(path_suffix))
+            .filter(|r| {
+                r.method == method
+                    && r.path
+                        .split('?')
+                        .next()
+                        .unwrap_or("")
+                        .ends_with(path_suffix)
+            })
             .collect()
     }
 
     pub fn capacity(&self, name: &str) -> i64 {
-        self.state.scale_set(SUB, RG, name).expect("scale set exists").capacity
+        self.state
+            .scale_set(SUB, RG, name)
+            .expect("scale set exists")
+            .capacity
     }
 
     pub fn etag(&self, name: &str) -> String {
-        self.state.scale_set(SUB, RG, name).expect("scale set exists").etag
+        self.state
+            .scale_set(SUB, RG, name)
+            .expect("scale set exists")
+            .etag
     }
 
     pub fn counter(&self, c: &prometheus::IntCounterVec, labels: &[(&str, &str)]) -> u64 {
@@ -127,11 +183,29 @@ impl Harness {
     }
 }
 
-pub fn arm_client(emulator: &EmulatorHandle, state: &EmulatorState, writer: &str, metrics: Arc<Metrics>) -> Arc<ArmClient> {
+pub fn arm_client(
+    emulator: &EmulatorHandle,
+    state: &EmulatorState,
+    writer: &str,
+    metrics: Arc<Metrics>,
+) -> Arc<ArmClient> {
     let token = state.issue_token(writer);
-    let http = http_client(Duration::from_secs(10), emulator.ca_pem().as_deref().map(str::as_bytes)).unwrap();
-    let target = ArmTarget { endpoint: url::Url::parse(&emulator.base_url()).unwrap(), subscription: SUB.into(), resource_group: RG.into() };
-    Arc::new(ArmClient::new(target, Arc::new(EmulatorToken(token)), http, metrics))
+    let http = http_client(
+        Duration::from_secs(10),
+        emulator.ca_pem().as_deref().map(str::as_bytes),
+    )
+    .unwrap();
+    let target = ArmTarget {
+        endpoint: url::Url::parse(&emulator.base_url()).unwrap(),
+        subscription: SUB.into(),
+        resource_group: RG.into(),
+    };
+    Arc::new(ArmClient::new(
+        target,
+        Arc::new(EmulatorToken(token)),
+        http,
+        metrics,
+    ))
 }
 
 /// Polls `cond` every 20 ms for at most `patience`.
