@@ -912,8 +912,14 @@ fn validate_node_group(
         problems.push(format!("{path}.maxSize"), "required");
     }
     let (min, max) = (min.unwrap_or(0), max.unwrap_or(0));
-    let bounds_ok =
-        raw.min_size.is_some() && raw.max_size.is_some() && check_bounds(path, min, max, problems);
+    let bounds_ok = match (raw.min_size, raw.max_size) {
+        (Some(_), Some(_)) => check_bounds(path, min, max, problems),
+        (None, Some(_)) => {
+            check_bounds(path, 0, max, problems);
+            false
+        }
+        _ => false,
+    };
     let in_bounds = |v: u32, p: String, what: &str, problems: &mut Problems| {
         if bounds_ok && (v < min || v > max) {
             problems.push(
@@ -1607,7 +1613,16 @@ pub fn load(sources: &ConfigSources) -> Result<Settings, ConfigErrors> {
     }
 
     if !problems.0.is_empty() {
-        return Err(ConfigErrors(problems.0));
+        // A value removed for a schema error would also be reported as missing: say it once.
+        let mut out: Vec<ConfigProblem> = Vec::with_capacity(problems.0.len());
+        for p in problems.0 {
+            let consequence = p.message.starts_with("required")
+                && out.iter().any(|q| q.path.eq_ignore_ascii_case(&p.path));
+            if !consequence {
+                out.push(p);
+            }
+        }
+        return Err(ConfigErrors(out));
     }
     let (Some(resource_manager_endpoint), Some(authority_host), Some(imds_endpoint), Some(auth)) =
         (arm_url, aad_url, imds_url, auth)

@@ -1,1 +1,2 @@
 //! Azure Resource Manager access.
+pub mod credentials;
