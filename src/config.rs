@@ -1228,11 +1228,13 @@ pub fn load(sources: &ConfigSources) -> Result<Settings, ConfigErrors> {
         .last_of(&["ARM_CLIENT_ID", "AZURE_CLIENT_ID"])
         .or_else(|| non_empty(yauth.client_id.clone()).map(|v| sourced(v, "azure.auth.clientId")))
         .or_else(|| non_empty(cc.aad_client_id.clone()).map(|v| sourced(v, js("aadClientId"))));
-    let secret: Option<SecretSource> = if let Some(v) = env.get("ARM_CLIENT_SECRET") {
-        let _ = v;
-        Some(SecretSource::Env("ARM_CLIENT_SECRET".into()))
-    } else if env.get("AZURE_CLIENT_SECRET").is_some() {
-        Some(SecretSource::Env("AZURE_CLIENT_SECRET".into()))
+    // ARM_CLIENT_SECRET (cluster-autoscaler's name) first, then the azure-identity name.
+    let secret: Option<SecretSource> = if let Some(name) =
+        ["ARM_CLIENT_SECRET", "AZURE_CLIENT_SECRET"]
+            .into_iter()
+            .find(|n| env.get(n).is_some())
+    {
+        Some(SecretSource::Env(name.to_string()))
     } else if let Some(f) = &yauth.client_secret_file {
         Some(SecretSource::File(f.clone()))
     } else if non_empty(cc.aad_client_secret.clone()).is_some() {
