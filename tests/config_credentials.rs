@@ -163,11 +163,7 @@ async fn client_secret_from_env_map_posts_the_aad_form_and_caches_the_token() {
     assert_eq!(seen.len(), 1, "second call must be served from the cache");
     let req = &seen[0];
     assert_eq!(req.method, Method::POST);
-    assert!(
-        req.path.ends_with("/tenant/oauth2/v2.0/token"),
-        "{}",
-        req.path
-    );
+    assert_eq!(req.path, "/tenant/oauth2/v2.0/token");
     assert_eq!(req.form["grant_type"], "client_credentials");
     assert_eq!(req.form["client_id"], "controller");
     assert_eq!(req.form["client_secret"], SECRET);
@@ -252,7 +248,7 @@ async fn workload_identity_sends_the_rotated_token_file_on_the_next_exchange() {
     cred.get_token(&[ARM_SCOPE]).await.unwrap();
     let seen = server.seen();
     assert_eq!(seen.len(), 2);
-    assert!(seen[0].path.ends_with("/tenant/oauth2/v2.0/token"));
+    assert_eq!(seen[0].path, "/tenant/oauth2/v2.0/token");
     assert_eq!(seen[0].form["client_assertion"], "assertion-one");
     assert_eq!(seen[1].form["client_assertion"], "assertion-two");
     assert_eq!(seen[1].form["client_id"], "wi-client");
@@ -261,6 +257,32 @@ async fn workload_identity_sends_the_rotated_token_file_on_the_next_exchange() {
         "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
     );
     assert_eq!(seen[1].form["scope"], ARM_SCOPE);
+}
+
+#[tokio::test]
+async fn workload_identity_exchanges_again_when_the_token_file_changes_even_if_cached() {
+    let server = TokenServer::start(aad_ok(3600)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("azure-identity-token");
+    std::fs::write(&file, "first").unwrap();
+    let auth = AuthSettings::WorkloadIdentity {
+        client_id: "wi-client".into(),
+        token_file: file.clone(),
+    };
+    let cred =
+        build_credential_with_env(&settings(&server.url, auth), http(), None, &|_| None).unwrap();
+    cred.get_token(&[ARM_SCOPE]).await.unwrap();
+    cred.get_token(&[ARM_SCOPE]).await.unwrap();
+    assert_eq!(
+        server.seen().len(),
+        1,
+        "unchanged file: served from the cache"
+    );
+    std::fs::write(&file, "the-rotated-assertion").unwrap();
+    cred.get_token(&[ARM_SCOPE]).await.unwrap();
+    let seen = server.seen();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[1].form["client_assertion"], "the-rotated-assertion");
 }
 
 #[tokio::test]

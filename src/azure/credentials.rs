@@ -589,8 +589,8 @@ impl TokenCredential for ClientSecretTokenCredential {
 // --- workload identity --------------------------------------------------------------------------
 
 /// AKS workload identity that re-reads the projected service-account token file on every AAD
-/// exchange (that is, whenever the cached AAD token is near expiry or the cache was cleared),
-/// so a rotated file is always picked up. The SDK's credential reads the file once.
+/// exchange, and exchanges again when the cached AAD token is near expiry, the cache was
+/// cleared, or the file changed (mtime or size). The SDK's credential reads the file once.
 pub struct RotatingWorkloadIdentityCredential {
     identity: String,
     http: Arc<RecordingHttpClient>,
@@ -659,6 +659,15 @@ impl RotatingWorkloadIdentityCredential {
         Ok(assertion)
     }
 
+    /// Whether the token file differs (mtime or size) from the one last exchanged.
+    fn file_changed(&self) -> bool {
+        let last = *self.last_file_state.lock();
+        match (last, std::fs::metadata(&self.token_file)) {
+            (Some(last), Ok(meta)) => last != (meta.modified().ok(), meta.len()),
+            _ => false,
+        }
+    }
+
     async fn fetch(&self) -> Result<AccessToken> {
         let assertion = self.read_assertion()?;
         let inner = azure_identity::WorkloadIdentityCredential::new(
@@ -685,6 +694,11 @@ impl RotatingWorkloadIdentityCredential {
 #[async_trait::async_trait]
 impl TokenCredential for RotatingWorkloadIdentityCredential {
     async fn get_token(&self, _scopes: &[&str]) -> azure_core::Result<AccessToken> {
+        // A rotated file also triggers a fresh exchange (one stat per call), so the controller
+        // never keeps presenting an identity AKS has already moved on from.
+        if self.file_changed() {
+            self.cache.clear().await;
+        }
         self.cache
             .get(KIND_WORKLOAD_IDENTITY, || self.fetch())
             .await
