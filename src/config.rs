@@ -1068,6 +1068,19 @@ fn positive_sourced(
 /// `aadClientSecret` in `azure.json`. The last one becomes `SecretSource::File(<azure.json>)`;
 /// the credential reads the `aadClientSecret` field when the file name ends in `.json`
 /// (see [`secret_from_cloud_config`]). A `clientSecret` key in YAML is rejected.
+///
+/// Identity: an identity flag in the environment (`ARM_USE_WORKLOAD_IDENTITY_EXTENSION`,
+/// `ARM_USE_FEDERATED_WORKLOAD_IDENTITY_EXTENSION`, `ARM_USE_MANAGED_IDENTITY_EXTENSION`) beats
+/// `azure.auth.method`, which beats the azure.json flags; with none of them, a client id plus a
+/// secret means `clientSecret`. Of two variable names for one setting the later one wins, as in
+/// cluster-autoscaler (`AZURE_TENANT_ID` over `ARM_TENANT_ID`, `AZURE_CLIENT_ID` over
+/// `ARM_CLIENT_ID`, `AZURE_VMSS_CACHE_TTL` over `AZURE_VMSS_CACHE_TTL_IN_SECONDS`), except the
+/// secret, where `ARM_CLIENT_SECRET` is preferred.
+///
+/// Auto-discovery: `CLUSTER_NAME` (or azure.json `clusterName`) overrides
+/// `autoDiscovery.clusterName`; without an `autoDiscovery` block it enables discovery (no default
+/// bounds: only scale sets with `min`/`max` tags) when no node group is listed, as a
+/// cluster-autoscaler deployment without `--nodes` would.
 pub fn load(sources: &ConfigSources) -> Result<Settings, ConfigErrors> {
     let mut problems = Problems::default();
     let env = EnvReader(&sources.env);
