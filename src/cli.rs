@@ -191,7 +191,7 @@ pub fn arm_client(settings: &Settings, metrics: Arc<Metrics>) -> anyhow::Result<
     let http = http_client(settings.request_timeout, extra_root.as_deref())
         .context("building the HTTP client")?;
     let m = metrics.clone();
-    let hook: credentials::CredentialHook = Arc::new(move |kind: &'static str, ok: bool| {
+    let hook: credentials::MetricsHook = Arc::new(move |kind: &'static str, ok: bool| {
         if !ok {
             m.credential_errors_total.with_label_values(&[kind]).inc();
         }

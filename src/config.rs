@@ -912,8 +912,14 @@ fn validate_node_group(
         problems.push(format!("{path}.maxSize"), "required");
     }
     let (min, max) = (min.unwrap_or(0), max.unwrap_or(0));
-    let bounds_ok =
-        raw.min_size.is_some() && raw.max_size.is_some() && check_bounds(path, min, max, problems);
+    let bounds_ok = match (raw.min_size, raw.max_size) {
+        (Some(_), Some(_)) => check_bounds(path, min, max, problems),
+        (None, Some(_)) => {
+            check_bounds(path, 0, max, problems);
+            false
+        }
+        _ => false,
+    };
     let in_bounds = |v: u32, p: String, what: &str, problems: &mut Problems| {
         if bounds_ok && (v < min || v > max) {
             problems.push(
@@ -1062,6 +1068,19 @@ fn positive_sourced(
 /// `aadClientSecret` in `azure.json`. The last one becomes `SecretSource::File(<azure.json>)`;
 /// the credential reads the `aadClientSecret` field when the file name ends in `.json`
 /// (see [`secret_from_cloud_config`]). A `clientSecret` key in YAML is rejected.
+///
+/// Identity: an identity flag in the environment (`ARM_USE_WORKLOAD_IDENTITY_EXTENSION`,
+/// `ARM_USE_FEDERATED_WORKLOAD_IDENTITY_EXTENSION`, `ARM_USE_MANAGED_IDENTITY_EXTENSION`) beats
+/// `azure.auth.method`, which beats the azure.json flags; with none of them, a client id plus a
+/// secret means `clientSecret`. Of two variable names for one setting the later one wins, as in
+/// cluster-autoscaler (`AZURE_TENANT_ID` over `ARM_TENANT_ID`, `AZURE_CLIENT_ID` over
+/// `ARM_CLIENT_ID`, `AZURE_VMSS_CACHE_TTL` over `AZURE_VMSS_CACHE_TTL_IN_SECONDS`), except the
+/// secret, where `ARM_CLIENT_SECRET` is preferred.
+///
+/// Auto-discovery: `CLUSTER_NAME` (or azure.json `clusterName`) overrides
+/// `autoDiscovery.clusterName`; without an `autoDiscovery` block it enables discovery (no default
+/// bounds: only scale sets with `min`/`max` tags) when no node group is listed, as a
+/// cluster-autoscaler deployment without `--nodes` would.
 pub fn load(sources: &ConfigSources) -> Result<Settings, ConfigErrors> {
     let mut problems = Problems::default();
     let env = EnvReader(&sources.env);
@@ -1222,11 +1241,13 @@ pub fn load(sources: &ConfigSources) -> Result<Settings, ConfigErrors> {
         .last_of(&["ARM_CLIENT_ID", "AZURE_CLIENT_ID"])
         .or_else(|| non_empty(yauth.client_id.clone()).map(|v| sourced(v, "azure.auth.clientId")))
         .or_else(|| non_empty(cc.aad_client_id.clone()).map(|v| sourced(v, js("aadClientId"))));
-    let secret: Option<SecretSource> = if let Some(v) = env.get("ARM_CLIENT_SECRET") {
-        let _ = v;
-        Some(SecretSource::Env("ARM_CLIENT_SECRET".into()))
-    } else if env.get("AZURE_CLIENT_SECRET").is_some() {
-        Some(SecretSource::Env("AZURE_CLIENT_SECRET".into()))
+    // ARM_CLIENT_SECRET (cluster-autoscaler's name) first, then the azure-identity name.
+    let secret: Option<SecretSource> = if let Some(name) =
+        ["ARM_CLIENT_SECRET", "AZURE_CLIENT_SECRET"]
+            .into_iter()
+            .find(|n| env.get(n).is_some())
+    {
+        Some(SecretSource::Env(name.to_string()))
     } else if let Some(f) = &yauth.client_secret_file {
         Some(SecretSource::File(f.clone()))
     } else if non_empty(cc.aad_client_secret.clone()).is_some() {
@@ -1607,7 +1628,16 @@ pub fn load(sources: &ConfigSources) -> Result<Settings, ConfigErrors> {
     }
 
     if !problems.0.is_empty() {
-        return Err(ConfigErrors(problems.0));
+        // A value removed for a schema error would also be reported as missing: say it once.
+        let mut out: Vec<ConfigProblem> = Vec::with_capacity(problems.0.len());
+        for p in problems.0 {
+            let consequence = p.message.starts_with("required")
+                && out.iter().any(|q| q.path.eq_ignore_ascii_case(&p.path));
+            if !consequence {
+                out.push(p);
+            }
+        }
+        return Err(ConfigErrors(out));
     }
     let (Some(resource_manager_endpoint), Some(authority_host), Some(imds_endpoint), Some(auth)) =
         (arm_url, aad_url, imds_url, auth)
