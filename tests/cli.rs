@@ -1,0 +1,362 @@
+//! Black-box tests of the real binary: the contract that tests and users outside the project
+//! rely on (`run --config FILE --once`, the config keys, `check-config`, `scale --if-match`,
+//! `emulator --listen`).
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use support::{RG, SUB};
+use vmss_capacity_controller::emulator::{EmulatorBuilder, EmulatorHandle, ScaleSetSeed};
+
+const BIN: &str = env!("CARGO_BIN_EXE_vmss-capacity-controller");
+const SECRET: &str = "s3cret-value-for-cli-tests";
+
+fn write_config(dir: &std::path::Path, base_url: &str, etag: bool) -> std::path::PathBuf {
+    let path = dir.join("config.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"azure:
+  resourceManagerEndpoint: {base_url}
+  authorityHost: {base_url}
+  tenantId: tenant
+  subscriptionId: {SUB}
+  resourceGroup: {RG}
+  auth:
+    method: clientSecret
+    clientId: cli-controller
+enableVMSSEtag: {etag}
+scanInterval: 1s
+vmssCacheTTL: 2s
+metricsListen: 127.0.0.1:0
+nodeGroups:
+  - name: pool-a
+    minSize: 1
+    maxSize: 10
+    desiredCapacity: 4
+  - name: pool-b
+    minSize: 0
+    maxSize: 3
+"#
+        ),
+    )
+    .unwrap();
+    path
+}
+
+async fn emulator() -> EmulatorHandle {
+    let emu = EmulatorBuilder::new().start().await.unwrap();
+    let state = emu.state();
+    state.register_client("cli-controller", SECRET);
+    state.seed_scale_set(ScaleSetSeed::new(SUB, RG, "pool-a", 2));
+    state.seed_scale_set(ScaleSetSeed::new(SUB, RG, "pool-b", 7));
+    emu
+}
+
+fn run(args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .args(args)
+        .env("ARM_CLIENT_SECRET", SECRET)
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap()
+}
+
+async fn run_async(args: Vec<String>) -> std::process::Output {
+    tokio::task::spawn_blocking(move || {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        run(&refs)
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_once_reconciles_every_group_with_if_match_and_exits_zero() {
+    let emu = emulator().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &emu.base_url(), true);
+    let out = run_async(vec![
+        "run".into(),
+        "--config".into(),
+        config.display().to_string(),
+        "--once".into(),
+    ])
+    .await;
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let state = emu.state();
+    assert_eq!(
+        state.scale_set(SUB, RG, "pool-a").unwrap().capacity,
+        4,
+        "desiredCapacity"
+    );
+    assert_eq!(
+        state.scale_set(SUB, RG, "pool-b").unwrap().capacity,
+        3,
+        "clamped to maxSize"
+    );
+    let puts: Vec<_> = state
+        .request_log()
+        .into_iter()
+        .filter(|r| r.method == "PUT")
+        .collect();
+    assert_eq!(puts.len(), 2);
+    assert!(puts
+        .iter()
+        .all(|p| p.if_match.is_some() && p.writer.as_deref() == Some("cli-controller")));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains(SECRET),
+        "the secret never reaches the logs"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_once_with_the_flag_off_writes_blind() {
+    let emu = emulator().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &emu.base_url(), false);
+    let out = run_async(vec![
+        "run".into(),
+        "--config".into(),
+        config.display().to_string(),
+        "--once".into(),
+    ])
+    .await;
+    assert!(
+        out.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let puts: Vec<_> = emu
+        .state()
+        .request_log()
+        .into_iter()
+        .filter(|r| r.method == "PUT")
+        .collect();
+    assert!(!puts.is_empty() && puts.iter().all(|p| p.if_match.is_none()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_once_exits_non_zero_when_the_pass_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    // Nothing listens on this port: the LIST fails.
+    let config = write_config(dir.path(), "http://127.0.0.1:9", true);
+    let out = run_async(vec![
+        "run".into(),
+        "--config".into(),
+        config.display().to_string(),
+        "--once".into(),
+    ])
+    .await;
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_run_plans_but_never_writes() {
+    let emu = emulator().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &emu.base_url(), true);
+    let out = run_async(vec![
+        "run".into(),
+        "--config".into(),
+        config.display().to_string(),
+        "--once".into(),
+        "--dry-run".into(),
+    ])
+    .await;
+    assert!(out.status.success());
+    assert!(emu.state().request_log().iter().all(|r| r.method != "PUT"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("dry run"));
+}
+
+#[test]
+fn check_config_prints_every_problem_with_its_path_and_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.yaml");
+    std::fs::write(
+        &path,
+        "azure:\n  resourceManagerEndpoint: http://example.com\n  tenantId: t\n  subscriptionId: s\n  resourceGroup: r\n  auth: {method: clientSecret, clientId: c}\nscanInterval: soon\nnodeGroups:\n  - {name: a, minSize: 5, maxSize: 2}\n  - {name: b, minSize: 0, maxSize: 3, bogus: 1}\n",
+    )
+    .unwrap();
+    let out = run(&["check-config", "--config", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for path in [
+        "azure.resourceManagerEndpoint",
+        "scanInterval",
+        "nodeGroups[0]",
+        "nodeGroups[1].bogus",
+    ] {
+        assert!(err.contains(path), "{path} not named in:\n{err}");
+    }
+}
+
+#[test]
+fn check_config_accepts_the_shipped_example() {
+    let out = run(&[
+        "check-config",
+        "--config",
+        concat!(env!("CARGO_MANIFEST_DIR"), "/config/example.yaml"),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn bad_cli_arguments_get_a_clear_error_not_a_panic() {
+    for args in [
+        &["scale", "pool-a", "--to", "x"][..],
+        &["run", "--bogus"],
+        &["emulator", "--listen", "nope"],
+        &["demo", "--duration", "forever"],
+    ] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("error:") && !err.contains("panicked"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn help_explains_every_subcommand() {
+    let out = run(&["--help"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    for cmd in ["run", "demo", "emulator", "get", "scale", "check-config"] {
+        assert!(text.contains(cmd), "{cmd} missing from --help:\n{text}");
+    }
+    assert!(text.contains("If-Match"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_with_a_stale_if_match_is_refused_with_412_and_exit_3() {
+    let emu = emulator().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &emu.base_url(), true)
+        .display()
+        .to_string();
+    let got = run_async(vec![
+        "get".into(),
+        "--config".into(),
+        config.clone(),
+        "pool-a".into(),
+    ])
+    .await;
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    let text = String::from_utf8_lossy(&got.stdout).to_string();
+    let etag = text
+        .lines()
+        .find_map(|l| l.strip_prefix("etag:"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let ok = run_async(vec![
+        "scale".into(),
+        "--config".into(),
+        config.clone(),
+        "pool-a".into(),
+        "--to".into(),
+        "5".into(),
+        "--if-match".into(),
+        etag.clone(),
+    ])
+    .await;
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert_eq!(
+        emu.state().scale_set(SUB, RG, "pool-a").unwrap().capacity,
+        5
+    );
+    let stale = run_async(vec![
+        "scale".into(),
+        "--config".into(),
+        config,
+        "pool-a".into(),
+        "--to".into(),
+        "9".into(),
+        "--if-match".into(),
+        etag,
+    ])
+    .await;
+    assert_eq!(stale.status.code(), Some(3));
+    assert!(String::from_utf8_lossy(&stale.stderr).contains("412"));
+    assert_eq!(
+        emu.state().scale_set(SUB, RG, "pool-a").unwrap().capacity,
+        5,
+        "the stale write changed nothing"
+    );
+}
+
+#[test]
+fn the_emulator_subcommand_announces_its_address_and_writes_its_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    let mut child = Command::new(BIN)
+        .args([
+            "emulator",
+            "--listen",
+            "127.0.0.1:0",
+            "--tls",
+            "--cert-out",
+            ca.to_str().unwrap(),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("emulator listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+    let pem = std::fs::read(&ca).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let status = rt.block_on(async {
+        let client = reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(&pem).unwrap())
+            .timeout(Duration::from_secs(5))
+            .build()
+            .unwrap();
+        client
+            .get(format!("{url}/_emulator/healthz"))
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(
+        status.unwrap(),
+        200,
+        "the CA written by --cert-out verifies the server"
+    );
+}
