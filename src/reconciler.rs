@@ -46,6 +46,8 @@ const BACKOFF_CAP: Duration = Duration::from_secs(300);
 const LRO_DEADLINE: Duration = Duration::from_secs(30 * 60);
 /// Shortest interval between two polls of one operation.
 const LRO_MIN_POLL: Duration = Duration::from_secs(1);
+/// Instance lists per pass at most (the rest wait for later passes).
+const INSTANCE_LISTS_PER_PASS: usize = 32;
 
 /// Wall clock for the planner (schedules). Replaceable in tests.
 pub type WallClock = Arc<dyn Fn() -> OffsetDateTime + Send + Sync>;
@@ -410,7 +412,6 @@ impl Inner {
                 debug!(scale_set = %name, "size unknown (scale set not found or no capacity): no write");
             }
         }
-        self.refresh_instances(&groups).await;
 
         let mut report = PassReport {
             planned: plan.changes.len(),
@@ -451,6 +452,8 @@ impl Inner {
                 WriteEnd::Failed | WriteEnd::GaveUp => report.failed += 1,
             }
         }
+        // After the writes, so listing instances never delays a capacity change.
+        self.refresh_instances(&groups).await;
         if report.failed > 0 {
             return Err(ReconcileError::Writes {
                 failed: report.failed,
@@ -571,24 +574,41 @@ impl Inner {
         }
     }
 
+    /// Lists instances of groups whose instance-cache entry expired or was invalidated: at most
+    /// [`INSTANCE_LISTS_PER_PASS`] per pass, a few at a time, so a large fleet spreads the cost.
     async fn refresh_instances(&self, groups: &[NodeGroupSpec]) {
         if self.settings.instance_cache_ttl.is_zero() {
             return;
         }
-        for g in groups {
-            if self.instances.get(&g.name).is_some() || self.scale_sets.get(&g.name).is_none() {
-                continue;
+        let due: Vec<String> = groups
+            .iter()
+            .filter(|g| {
+                self.instances.get(&g.name).is_none() && self.scale_sets.get(&g.name).is_some()
+            })
+            .take(INSTANCE_LISTS_PER_PASS)
+            .map(|g| g.name.clone())
+            .collect();
+        for chunk in due.chunks(4) {
+            let mut lists = JoinSet::new();
+            for name in chunk {
+                let (arm, name) = (self.arm.clone(), name.clone());
+                lists.spawn(async move {
+                    let result = arm.list_instances(&name).await;
+                    (name, result)
+                });
             }
-            match self.arm.list_instances(&g.name).await {
-                Ok(list) => {
-                    self.metrics
-                        .scale_set_instances
-                        .with_label_values(&[&g.name])
-                        .set(list.len() as i64);
-                    self.instances.insert(&g.name, list);
-                }
-                Err(e) => {
-                    debug!(scale_set = %g.name, error = %e, "instance list failed; keeping the last one")
+            while let Some(Ok((name, result))) = lists.join_next().await {
+                match result {
+                    Ok(list) => {
+                        self.metrics
+                            .scale_set_instances
+                            .with_label_values(&[&name])
+                            .set(list.len() as i64);
+                        self.instances.insert(&name, list);
+                    }
+                    Err(e) => {
+                        debug!(scale_set = %name, error = %e, "instance list failed; keeping the last one")
+                    }
                 }
             }
         }

@@ -350,10 +350,12 @@ async fn a_412_invalidates_the_instance_and_size_caches() {
         None,
     ));
     knob.0.store(4, Ordering::SeqCst);
+    let lists_before = h.requests("GET", "/pool-a/virtualMachines").len();
     let _ = h.reconciler.run_once().await;
-    assert!(
-        h.reconciler.instances().get("pool-a").is_none(),
-        "instance cache invalidated"
+    assert_eq!(
+        h.requests("GET", "/pool-a/virtualMachines").len(),
+        lists_before + 1,
+        "instances listed again after the invalidation"
     );
     assert_eq!(
         h.counter(
