@@ -215,6 +215,7 @@ impl EmulatorBuilder {
 }
 
 /// A running emulator; stops serving (and drops every connection) when dropped.
+#[derive(Debug)]
 pub struct EmulatorHandle {
     addr: SocketAddr,
     base_url: String,

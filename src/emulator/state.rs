@@ -544,6 +544,14 @@ impl Data {
     }
 }
 
+impl std::fmt::Debug for EmulatorState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmulatorState")
+            .field("base_url", &self.shared.base_url)
+            .finish_non_exhaustive()
+    }
+}
+
 impl EmulatorState {
     pub(crate) fn new(settings: Settings, base_url: String) -> Self {
         EmulatorState {
