@@ -1,0 +1,220 @@
+"""Structural and cross-object checks of a rendered deploy/ overlay (used by validate-manifests.sh).
+
+Usage:
+  check_rendered.py RENDERED.yaml CORE_OUT.yaml RULES_OUT.yaml
+      Writes the core (non Prometheus-Operator) objects to CORE_OUT for kubernetes-validate and
+      the PrometheusRule's spec.groups to RULES_OUT for promtool; checks everything else here.
+  check_rendered.py --dashboard DASHBOARD.json
+
+Prints a one-line summary on success; prints every problem and exits 1 otherwise.
+"""
+import json
+import re
+import sys
+
+import yaml
+
+# ARCHITECTURE.md section 7 (plus build_info): the only metric names manifests may query.
+CONTRACT_METRICS = {
+    "reconcile_total", "reconcile_duration_seconds", "arm_requests_total",
+    "arm_request_duration_seconds", "capacity_writes_total", "etag_conflicts_total",
+    "cache_invalidations_total", "foreign_writes_total", "scale_set_capacity",
+    "scale_set_desired_capacity", "scale_set_min_size", "scale_set_max_size",
+    "cache_age_seconds", "arm_ratelimit_remaining", "throttle_wait_seconds_total",
+    "last_successful_reconcile_timestamp_seconds", "credential_errors_total", "build_info",
+}
+HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
+NAMESPACE = "vmss-capacity-controller"
+RBAC_KINDS = {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"}
+AUTH_METHODS = {"workloadIdentity", "managedIdentity", "clientSecret", "azureCli"}
+SEVERITIES = {"critical", "warning", "info"}
+
+problems = []
+
+
+def problem(msg):
+    problems.append(msg)
+
+
+def metric_names(expr):
+    return set(re.findall(r"\bvmss_capacity_[a-z_]+", expr))
+
+
+def check_metric(name, where):
+    base = name[len("vmss_capacity_"):]
+    for suffix in HISTOGRAM_SUFFIXES:
+        if base.endswith(suffix) and base[: -len(suffix)] in CONTRACT_METRICS:
+            return
+    if base not in CONTRACT_METRICS:
+        problem(f"{where}: metric {name} is not in the observability contract")
+
+
+def matches(selector, labels):
+    return all(labels.get(k) == v for k, v in (selector or {}).items())
+
+
+def parse_duration(s):
+    m = re.fullmatch(r"(\d+)(ms|s|m|h)", str(s))
+    if not m:
+        return None
+    return int(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[m.group(2)]
+
+
+def check_rendered(path, core_out, rules_out, target):
+    docs = [d for d in yaml.safe_load_all(open(path)) if d]
+    by_kind = {}
+    for d in docs:
+        by_kind.setdefault(d["kind"], []).append(d)
+        if d["kind"] in RBAC_KINDS:
+            problem(f"{d['kind']}/{d['metadata']['name']}: the controller needs no Kubernetes RBAC")
+        if d["kind"] != "Namespace" and d["metadata"].get("namespace") != NAMESPACE:
+            problem(f"{d['kind']}/{d['metadata']['name']}: namespace is not {NAMESPACE}")
+    core = [d for d in docs if not d["apiVersion"].startswith("monitoring.coreos.com/")]
+    with open(core_out, "w") as f:
+        yaml.safe_dump_all(core, f, sort_keys=False)
+
+    (dep,) = by_kind.get("Deployment", [None])
+    (svc,) = by_kind.get("Service", [None])
+    (sa,) = by_kind.get("ServiceAccount", [None])
+    if not (dep and svc and sa):
+        problem("expected exactly one Deployment, Service and ServiceAccount")
+        return
+    pod = dep["spec"]["template"]
+    pod_labels = pod["metadata"].get("labels", {})
+    (ctr,) = pod["spec"]["containers"]
+    ctr_ports = {p["name"]: p["containerPort"] for p in ctr.get("ports", [])}
+    svc_ports = {p["name"] for p in svc["spec"]["ports"]}
+
+    if not matches(svc["spec"]["selector"], pod_labels):
+        problem("Service selector does not match the pod labels")
+    if pod["spec"].get("serviceAccountName") != sa["metadata"]["name"]:
+        problem("pod does not use the package's ServiceAccount")
+    if sa.get("automountServiceAccountToken") is not False:
+        problem("ServiceAccount must set automountServiceAccountToken: false")
+
+    # Volumes refer to objects that exist in the rendering (hash-suffixed names resolved).
+    cm_names = {d["metadata"]["name"]: d for d in by_kind.get("ConfigMap", [])}
+    secret_names = {d["metadata"]["name"] for d in by_kind.get("Secret", [])}
+    mounts = {m["name"]: m["mountPath"] for m in ctr.get("volumeMounts", [])}
+    config_cm = None
+    secret_mounts = []
+    for v in pod["spec"].get("volumes", []):
+        if "configMap" in v:
+            config_cm = cm_names.get(v["configMap"]["name"])
+            if config_cm is None:
+                problem(f"volume {v['name']}: ConfigMap {v['configMap']['name']} not rendered")
+        if "secret" in v:
+            if v["secret"]["secretName"] not in secret_names:
+                problem(f"volume {v['name']}: Secret {v['secret']['secretName']} not rendered")
+            for item in v["secret"].get("items", []):
+                secret_mounts.append(f"{mounts.get(v['name'])}/{item['path']}")
+
+    # The daemon's config, as the pod will read it.
+    if config_cm is not None:
+        cfg = yaml.safe_load(config_cm["data"]["config.yaml"])
+        az = cfg.get("azure", {})
+        for key in ("resourceManagerEndpoint", "authorityHost", "tenantId", "subscriptionId", "resourceGroup"):
+            if not az.get(key):
+                problem(f"config: azure.{key} missing")
+        method = az.get("auth", {}).get("method")
+        if method not in AUTH_METHODS:
+            problem(f"config: azure.auth.method {method!r} not one of {sorted(AUTH_METHODS)}")
+        listen = str(cfg.get("metricsListen", ""))
+        if not listen.startswith("0.0.0.0:") or int(listen.rsplit(":", 1)[1]) != ctr_ports.get("metrics"):
+            problem(f"config: metricsListen {listen!r} must be 0.0.0.0:<containerPort 'metrics'>")
+        grace = parse_duration(cfg.get("shutdownGrace", "30s"))
+        if grace is None or grace >= pod["spec"].get("terminationGracePeriodSeconds", 30):
+            problem("config: shutdownGrace must be shorter than terminationGracePeriodSeconds")
+        groups = cfg.get("nodeGroups") or []
+        if not groups:
+            problem("config: nodeGroups is empty")
+        for g in groups:
+            lo, hi, want = g.get("minSize"), g.get("maxSize"), g.get("desiredCapacity", g.get("minSize"))
+            if not (isinstance(lo, int) and isinstance(hi, int) and lo <= want <= hi):
+                problem(f"config: node group {g.get('name')}: need minSize <= desiredCapacity <= maxSize")
+        is_overlay = target.startswith("overlay-") or target.startswith("component-")
+        wi_label = pod_labels.get("azure.workload.identity/use") == "true"
+        wi_annot = "azure.workload.identity/client-id" in sa["metadata"].get("annotations", {})
+        if method == "workloadIdentity" and is_overlay and not (wi_label and wi_annot):
+            problem("workloadIdentity needs the pod label azure.workload.identity/use and the SA client-id annotation")
+        if method != "workloadIdentity" and (wi_label or wi_annot):
+            problem(f"{method}: workload-identity label/annotation present but not used")
+        if method == "clientSecret":
+            f = az["auth"].get("clientSecretFile")
+            if f not in secret_mounts:
+                problem(f"clientSecret: clientSecretFile {f!r} is not a mounted Secret item {secret_mounts}")
+            if any(e.get("name") == "ARM_CLIENT_SECRET" for e in ctr.get("env", [])):
+                problem("clientSecret: the secret must come from a file, not ARM_CLIENT_SECRET")
+
+    # Prometheus Operator objects.
+    n_rules = 0
+    for sm in by_kind.get("ServiceMonitor", []):
+        if not matches(sm["spec"]["selector"].get("matchLabels"), svc["metadata"].get("labels", {})):
+            problem("ServiceMonitor selector does not match the Service labels")
+        for ep in sm["spec"]["endpoints"]:
+            if ep.get("port") not in svc_ports:
+                problem(f"ServiceMonitor port {ep.get('port')!r} is not a Service port {svc_ports}")
+    for pm in by_kind.get("PodMonitor", []):
+        if not matches(pm["spec"]["selector"].get("matchLabels"), pod_labels):
+            problem("PodMonitor selector does not match the pod labels")
+        for ep in pm["spec"]["podMetricsEndpoints"]:
+            if ep.get("port") not in ctr_ports:
+                problem(f"PodMonitor port {ep.get('port')!r} is not a container port {set(ctr_ports)}")
+    if by_kind.get("ServiceMonitor") and by_kind.get("PodMonitor"):
+        problem("both a ServiceMonitor and a PodMonitor: every series would be scraped twice")
+    for pr in by_kind.get("PrometheusRule", []):
+        groups = pr["spec"].get("groups") or []
+        if not groups:
+            problem("PrometheusRule has no groups")
+        for g in groups:
+            for r in g.get("rules", []):
+                n_rules += 1
+                name = r.get("alert") or r.get("record")
+                if "alert" in r:
+                    if r.get("labels", {}).get("severity") not in SEVERITIES:
+                        problem(f"alert {name}: severity label must be one of {sorted(SEVERITIES)}")
+                    for a in ("summary", "description", "runbook"):
+                        if not r.get("annotations", {}).get(a):
+                            problem(f"alert {name}: annotation {a} missing")
+                for m in metric_names(r.get("expr", "")):
+                    check_metric(m, f"alert {name}")
+        with open(rules_out, "w") as f:
+            yaml.safe_dump({"groups": groups}, f, sort_keys=False)
+    kinds = ",".join(sorted(by_kind))
+    return f"{len(docs)} objects ({kinds}), {n_rules} rules"
+
+
+def check_dashboard(path):
+    dash = json.load(open(path))
+    panels = []
+    stack = list(dash.get("panels", []))
+    while stack:
+        p = stack.pop()
+        stack.extend(p.get("panels", []))
+        if p.get("type") != "row":
+            panels.append(p)
+    n_queries = 0
+    for p in panels:
+        for t in p.get("targets", []):
+            n_queries += 1
+            for m in metric_names(t.get("expr", "")):
+                check_metric(m, f"panel {p.get('title')!r}")
+            if not t.get("expr"):
+                problem(f"panel {p.get('title')!r}: target without expr")
+    if not any(v.get("type") == "datasource" for v in dash.get("templating", {}).get("list", [])):
+        problem("dashboard: no datasource template variable (hard-coded datasource)")
+    if len(panels) < 6:
+        problem(f"dashboard: only {len(panels)} panels")
+    return f"{len(panels)} panels, {n_queries} queries"
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--dashboard":
+        summary = check_dashboard(sys.argv[2])
+    else:
+        target = sys.argv[4] if len(sys.argv) > 4 else sys.argv[1].rsplit("/", 1)[-1].rsplit(".", 1)[0]
+        summary = check_rendered(sys.argv[1], sys.argv[2], sys.argv[3], target)
+    if problems:
+        print("\n".join(problems))
+        sys.exit(1)
+    print(summary)
