@@ -128,17 +128,15 @@ emu_seed pool-a 3 >/dev/null || die "seeding pool-a through POST $EMU/_emulator/
 emu_seed pool-b 0 >/dev/null || die "seeding pool-b failed"
 ok "seeded pool-a (capacity 3) and pool-b (capacity 0)"
 
-# Where the conflicts come from. The rival below changes pool-a every 2 s; a 412 needs its
-# write to land between the controller's read (cache refresh) and its PUT, which with a
-# refresh-then-write pass is a window of milliseconds. If the emulator can inject a rival write
-# into that window (fault injection on the PUT route), put the call in CONFLICT_FAULT_CMD; it is
-# run here with EMU, SUB and RG exported, e.g.
-#   CONFLICT_FAULT_CMD='curl -fsS -X POST "$EMU/_emulator/faults" -d "{...}"'
-if [ -n "${CONFLICT_FAULT_CMD:-}" ]; then
-  export EMU SUB RG
-  bash -c "$CONFLICT_FAULT_CMD" > "$WORK/fault.log" 2>&1 || die "CONFLICT_FAULT_CMD failed: $(cat "$WORK/fault.log")"
-  ok "conflict fault injected: $CONFLICT_FAULT_CMD"
-fi
+# Where the conflicts come from. A 412 needs the rival's write to land between the controller's
+# read and its PUT. Every PUT to pool-a is held 2.5 s by the emulator before it is handled (a
+# latency fault), and the rival writes pool-a every 2 s, so each of those writes meets a rival
+# change in its window and must be refused with 412: the conflicts are certain, not lucky.
+# CONFLICT_FAULT_CMD overrides the injection (run with EMU, SUB and RG exported).
+: "${CONFLICT_FAULT_CMD:=curl -fsS -X POST \"\$EMU/_emulator/faults\" -H 'content-type: application/json' -d '{\"method\":\"PUT\",\"path_contains\":\"pool-a\",\"kind\":{\"type\":\"latency\",\"ms\":2500}}'}"
+export EMU SUB RG
+bash -c "$CONFLICT_FAULT_CMD" > "$WORK/fault.log" 2>&1 || die "CONFLICT_FAULT_CMD failed: $(cat "$WORK/fault.log")"
+ok "conflict window injected: every PUT to pool-a waits 2.5 s in the emulator"
 
 # 3. controller
 MPORT="$(free_port)"

@@ -159,6 +159,10 @@ for d in yaml.safe_load_all(open(sys.argv[1])):
     if d and d.get("kind") == "ConfigMap" and "config.yaml" in d.get("data", {}):
         open(sys.argv[2], "w").write(d["data"]["config.yaml"])
 PY
+      # Files the pod gets from its Secret exist only in the pod: point them at a stand-in, so
+      # check-config judges the configuration, not this machine's filesystem.
+      printf 'stand-in-secret\n' > "$WORK/client-secret"
+      sed -i "s#/var/run/secrets/azure/client-secret#$WORK/client-secret#" "$WORK/$name.config.yaml"
       # The env a pod would have: what the webhook / overlay injects.
       if out="$(env AZURE_CLIENT_ID=00000000-0000-0000-0000-000000000000 \
                     AZURE_FEDERATED_TOKEN_FILE=/var/run/secrets/azure/tokens/azure-identity-token \

@@ -6,8 +6,8 @@
 //! cardinality is bounded by configuration.
 
 use prometheus::{
-    Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Counter, Encoder, Gauge, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec,
+    Opts, Registry, TextEncoder,
 };
 use std::time::Instant;
 
@@ -52,8 +52,8 @@ pub struct Metrics {
     pub cache_age_seconds: GaugeVec,
     /// Last `x-ms-ratelimit-remaining-*` value seen, by scope (header suffix or policy).
     pub arm_ratelimit_remaining: IntGaugeVec,
-    /// Seconds calls were held back by a `Retry-After` gate (summed per skipped call).
-    pub throttle_wait_seconds_total: Gauge,
+    /// Seconds of `Retry-After` deadlines that held calls back (the extension of each gate).
+    pub throttle_wait_seconds_total: Counter,
     /// Unix time of the last reconcile pass that succeeded.
     pub last_successful_reconcile_timestamp_seconds: Gauge,
     /// Writes refused before sending, by scale set and reason (`no_etag`, `budget`, `cooldown`, `backoff`, `gated`).
@@ -161,7 +161,7 @@ impl Metrics {
                 "Last x-ms-ratelimit-remaining value seen, by scope.",
                 &["scope"],
             ),
-            throttle_wait_seconds_total: gauge(
+            throttle_wait_seconds_total: float_counter(
                 &registry,
                 "throttle_wait_seconds_total",
                 "Seconds of Retry-After that held calls back.",
@@ -306,6 +306,14 @@ fn gauge_vec(registry: &Registry, name: &str, help: &str, labels: &[&str]) -> Ga
         .register(Box::new(g.clone()))
         .expect("unique gauge name");
     g
+}
+
+fn float_counter(registry: &Registry, name: &str, help: &str) -> Counter {
+    let c = Counter::with_opts(opts(name, help)).expect("valid counter definition");
+    registry
+        .register(Box::new(c.clone()))
+        .expect("unique counter name");
+    c
 }
 
 fn gauge(registry: &Registry, name: &str, help: &str) -> Gauge {

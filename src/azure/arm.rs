@@ -524,7 +524,7 @@ impl ArmClient {
                     let moved = self.gates.close(op.class(), retry_after, Instant::now());
                     self.metrics
                         .throttle_wait_seconds_total
-                        .add(moved.as_secs_f64());
+                        .inc_by(moved.as_secs_f64());
                     ArmError::Throttled {
                         op,
                         retry_after,
@@ -834,7 +834,7 @@ impl ArmClient {
                 .close(CallClass::Read, retry_after, Instant::now());
             self.metrics
                 .throttle_wait_seconds_total
-                .add(moved.as_secs_f64());
+                .inc_by(moved.as_secs_f64());
             return Err(ArmError::Throttled {
                 op,
                 retry_after,
