@@ -17,7 +17,22 @@ use tokio_util::sync::CancellationToken;
 /// overwrites another writer's change: every capacity write carries If-Match with the ETag last
 /// read, and a 412 makes the controller re-read and re-plan instead of clobbering.
 #[derive(Debug, Parser)]
-#[command(name = "vmss-capacity-controller", version, about, long_about = None)]
+#[command(
+    name = "vmss-capacity-controller",
+    version,
+    about,
+    after_help = "Examples:
+  vmss-capacity-controller demo                          zero-setup showcase (about 40 s)
+  vmss-capacity-controller demo --no-etag                the same with blind writes: lost updates
+  vmss-capacity-controller check-config -c config.yaml   every problem, with its path
+  vmss-capacity-controller run -c config.yaml --once --dry-run
+  vmss-capacity-controller run -c config.yaml            the daemon (/metrics on metricsListen)
+  vmss-capacity-controller get -c config.yaml pool-a     capacity and ETag as ARM has them
+  vmss-capacity-controller scale -c config.yaml pool-a --to 5 --if-match '\"7\"'
+
+Configuration: config/example.yaml documents every key. Secrets come from the environment or
+files (ARM_CLIENT_SECRET, clientSecretFile, workload identity), never from the YAML."
+)]
 pub struct Cli {
     /// Log format: `json` for production, `text` for people.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "LOG_FORMAT")]
