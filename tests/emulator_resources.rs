@@ -427,3 +427,36 @@ async fn the_control_api_drives_the_emulator_over_http() {
     assert!(env.handle.state().request_log().is_empty());
     assert!(env.handle.state().lost_updates().is_empty());
 }
+
+#[tokio::test]
+async fn a_write_whose_if_match_names_the_current_etag_is_never_a_lost_update() {
+    let env = Env::start().await;
+    let state = env.handle.state();
+    // The writer got the ETag out of band (never GET it), but presenting it proves it knew it.
+    let seeded = state.seed_scale_set(ScaleSetSeed::new(SUB, RG, "v", 2));
+    let a = env
+        .send(
+            "PUT",
+            &vmss_path("v"),
+            Some(&seeded),
+            None,
+            Some(json!({"location": "westeurope", "sku": {"capacity": 3}})),
+        )
+        .await;
+    assert_eq!(a.status, 200);
+    // If-Match: * proves nothing: over a rival's unseen change it is a lost update.
+    state.rival_set_capacity(SUB, RG, "v", 8, "rival").unwrap();
+    let star = env
+        .send(
+            "PUT",
+            &vmss_path("v"),
+            Some("*"),
+            None,
+            Some(json!({"location": "westeurope", "sku": {"capacity": 4}})),
+        )
+        .await;
+    assert_eq!(star.status, 200);
+    let lost = state.lost_updates();
+    assert_eq!(lost.len(), 1, "{lost:?}");
+    assert_eq!(lost[0].replaced_change, "capacity 3 -> 8");
+}
