@@ -75,6 +75,31 @@ async fn run(rig: &mut Rig, total: u64) -> Duration {
     start.elapsed()
 }
 
+/// The same load shape against `/_emulator/healthz`: the transport's (hyper + reqwest on
+/// loopback) ceiling on this machine, to tell the emulator's own cost from the HTTP stack's.
+async fn run_baseline(rig: &Rig, total: u64) -> Duration {
+    let per_client = total.div_ceil(CLIENTS as u64);
+    let url = format!("{}/_emulator/healthz", rig.handle.base_url());
+    let start = Instant::now();
+    let tasks: Vec<_> = rig
+        .clients
+        .iter()
+        .map(|(client, _, _)| {
+            let (client, url) = (client.clone(), url.clone());
+            tokio::spawn(async move {
+                for _ in 0..per_client {
+                    let resp = client.get(&url).send().await.expect("healthz answered");
+                    let _ = resp.bytes().await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("client task");
+    }
+    start.elapsed()
+}
+
 fn quick() -> bool {
     std::env::args().any(|a| a == "--quick")
 }
@@ -97,6 +122,11 @@ fn conditional_puts(c: &mut Criterion) {
         elapsed.as_secs_f64()
     );
     assert!(rig.handle.state().lost_updates().is_empty());
+    let base = rt.block_on(run_baseline(&rig, batch));
+    println!(
+        "loopback baseline (GET /_emulator/healthz) requests/s: {:.0}",
+        batch as f64 / base.as_secs_f64()
+    );
 
     let mut group = c.benchmark_group("emulator");
     group.throughput(criterion::Throughput::Elements(1));
