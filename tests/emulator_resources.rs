@@ -460,3 +460,57 @@ async fn a_write_whose_if_match_names_the_current_etag_is_never_a_lost_update() 
     assert_eq!(lost.len(), 1, "{lost:?}");
     assert_eq!(lost[0].replaced_change, "capacity 3 -> 8");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_conditional_writers_never_lose_an_update() {
+    let env = std::sync::Arc::new(Env::start().await);
+    let state = env.handle.state();
+    state.seed_scale_set(ScaleSetSeed::new(SUB, RG, "v", 0));
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let env = env.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut wins = 0;
+            for i in 0..20 {
+                let read = env.get(&vmss_path("v")).await;
+                let a = env
+                    .send(
+                        "PUT",
+                        &vmss_path("v"),
+                        read.etag().as_deref(),
+                        None,
+                        Some(json!({"location": "westeurope", "sku": {"capacity": (w * 20 + i) % 100}})),
+                    )
+                    .await;
+                match a.status {
+                    200 => wins += 1,
+                    412 => {}
+                    other => panic!("unexpected {other}: {}", a.text),
+                }
+            }
+            wins
+        }));
+    }
+    let mut wins = 0;
+    for t in tasks {
+        wins += t.await.unwrap();
+    }
+    let version: u64 = state
+        .scale_set(SUB, RG, "v")
+        .unwrap()
+        .etag
+        .trim_matches('"')
+        .parse()
+        .unwrap();
+    assert!(wins >= 20, "some writes won: {wins}");
+    assert_eq!(
+        version,
+        1 + wins,
+        "each accepted write is exactly one new version"
+    );
+    assert!(
+        state.lost_updates().is_empty(),
+        "{:?}",
+        state.lost_updates()
+    );
+}
