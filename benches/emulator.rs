@@ -75,6 +75,46 @@ async fn run(rig: &mut Rig, total: u64) -> Duration {
     start.elapsed()
 }
 
+/// The same load shape against `/_emulator/healthz`: the transport's (hyper + reqwest on
+/// loopback) ceiling on this machine, to tell the emulator's own cost from the HTTP stack's.
+async fn run_baseline(rig: &Rig, total: u64) -> Duration {
+    let url = format!("{}/_emulator/healthz", rig.handle.base_url());
+    run_gets(rig, total, move |_| url.clone()).await
+}
+
+/// Authenticated GETs of each client's scale set: the ARM read path.
+async fn run_reads(rig: &Rig, total: u64) -> Duration {
+    run_gets(rig, total, |vmss_url: &str| vmss_url.to_string()).await
+}
+
+async fn run_gets(rig: &Rig, total: u64, url_for: impl Fn(&str) -> String) -> Duration {
+    let per_client = total.div_ceil(CLIENTS as u64);
+    let start = Instant::now();
+    let tasks: Vec<_> = rig
+        .clients
+        .iter()
+        .map(|(client, vmss_url, _)| {
+            let (client, url, token) = (client.clone(), url_for(vmss_url), rig.token.clone());
+            tokio::spawn(async move {
+                for _ in 0..per_client {
+                    let resp = client
+                        .get(&url)
+                        .bearer_auth(&token)
+                        .send()
+                        .await
+                        .expect("GET answered");
+                    assert_eq!(resp.status().as_u16(), 200);
+                    let _ = resp.bytes().await;
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("client task");
+    }
+    start.elapsed()
+}
+
 fn quick() -> bool {
     std::env::args().any(|a| a == "--quick")
 }
@@ -97,6 +137,16 @@ fn conditional_puts(c: &mut Criterion) {
         elapsed.as_secs_f64()
     );
     assert!(rig.handle.state().lost_updates().is_empty());
+    let reads = rt.block_on(run_reads(&rig, batch));
+    println!(
+        "emulator scale-set GETs/s: {:.0}",
+        batch as f64 / reads.as_secs_f64()
+    );
+    let base = rt.block_on(run_baseline(&rig, batch));
+    println!(
+        "loopback baseline (GET /_emulator/healthz) requests/s: {:.0}",
+        batch as f64 / base.as_secs_f64()
+    );
 
     let mut group = c.benchmark_group("emulator");
     group.throughput(criterion::Throughput::Elements(1));

@@ -427,3 +427,90 @@ async fn the_control_api_drives_the_emulator_over_http() {
     assert!(env.handle.state().request_log().is_empty());
     assert!(env.handle.state().lost_updates().is_empty());
 }
+
+#[tokio::test]
+async fn a_write_whose_if_match_names_the_current_etag_is_never_a_lost_update() {
+    let env = Env::start().await;
+    let state = env.handle.state();
+    // The writer got the ETag out of band (never GET it), but presenting it proves it knew it.
+    let seeded = state.seed_scale_set(ScaleSetSeed::new(SUB, RG, "v", 2));
+    let a = env
+        .send(
+            "PUT",
+            &vmss_path("v"),
+            Some(&seeded),
+            None,
+            Some(json!({"location": "westeurope", "sku": {"capacity": 3}})),
+        )
+        .await;
+    assert_eq!(a.status, 200);
+    // If-Match: * proves nothing: over a rival's unseen change it is a lost update.
+    state.rival_set_capacity(SUB, RG, "v", 8, "rival").unwrap();
+    let star = env
+        .send(
+            "PUT",
+            &vmss_path("v"),
+            Some("*"),
+            None,
+            Some(json!({"location": "westeurope", "sku": {"capacity": 4}})),
+        )
+        .await;
+    assert_eq!(star.status, 200);
+    let lost = state.lost_updates();
+    assert_eq!(lost.len(), 1, "{lost:?}");
+    assert_eq!(lost[0].replaced_change, "capacity 3 -> 8");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_conditional_writers_never_lose_an_update() {
+    let env = std::sync::Arc::new(Env::start().await);
+    let state = env.handle.state();
+    state.seed_scale_set(ScaleSetSeed::new(SUB, RG, "v", 0));
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let env = env.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut wins = 0;
+            for i in 0..20 {
+                let read = env.get(&vmss_path("v")).await;
+                let a = env
+                    .send(
+                        "PUT",
+                        &vmss_path("v"),
+                        read.etag().as_deref(),
+                        None,
+                        Some(json!({"location": "westeurope", "sku": {"capacity": (w * 20 + i) % 100}})),
+                    )
+                    .await;
+                match a.status {
+                    200 => wins += 1,
+                    412 => {}
+                    other => panic!("unexpected {other}: {}", a.text),
+                }
+            }
+            wins
+        }));
+    }
+    let mut wins = 0;
+    for t in tasks {
+        wins += t.await.unwrap();
+    }
+    let version: u64 = state
+        .scale_set(SUB, RG, "v")
+        .unwrap()
+        .etag
+        .trim_matches('"')
+        .parse()
+        .unwrap();
+    assert!(wins >= 20, "some writes won: {wins}");
+    assert_eq!(
+        version,
+        1 + wins,
+        "each accepted write is exactly one new version"
+    );
+    assert!(
+        state.lost_updates().is_empty(),
+        "{:?}",
+        state.lost_updates()
+    );
+}

@@ -43,7 +43,7 @@ pub(crate) struct Cluster {
 }
 
 fn new_etag() -> String {
-    uuid::Uuid::new_v4().to_string()
+    super::state::new_uuid()
 }
 
 fn cluster_key(sub: &str, rg: &str, name: &str) -> String {
@@ -341,7 +341,14 @@ pub(crate) fn cluster(
             let Some(c) = d.clusters.remove(&key) else {
                 return Reply::empty(204);
             };
-            d.check_lost(&ctx.writer, &key, &c.id(), &c.etag, ctx.seq);
+            d.check_lost(
+                &ctx.writer,
+                &key,
+                &c.id(),
+                &c.etag,
+                ctx.seq,
+                ctx.if_match.as_deref(),
+            );
             let mut reply = Reply::empty(200);
             add_lro_headers(d, s, ctx, &mut reply, sub, PROVIDER, &c.location);
             reply
@@ -386,7 +393,14 @@ pub(crate) fn cluster(
             c.failed = ctx.lro_failed;
             let change = describe_counts(&old_counts, &c.counts());
             let (id, location) = (c.id(), c.location.clone());
-            d.check_lost(&ctx.writer, &key, &id, &old_etag, ctx.seq);
+            d.check_lost(
+                &ctx.writer,
+                &key,
+                &id,
+                &old_etag,
+                ctx.seq,
+                ctx.if_match.as_deref(),
+            );
             commit_cluster(d, &key, ctx, &change);
             reply_cluster(d, s, ctx, &key, 200, sub, &location)
         }
@@ -511,7 +525,14 @@ pub(crate) fn pool(
         }
         Decision::Update if kind == WriteKind::Delete => {
             if let Some(p) = c.pools.remove(&pool_lower) {
-                d.check_lost(&ctx.writer, &pk, &id, &p.etag, ctx.seq);
+                d.check_lost(
+                    &ctx.writer,
+                    &pk,
+                    &id,
+                    &p.etag,
+                    ctx.seq,
+                    ctx.if_match.as_deref(),
+                );
             }
             let mut reply = Reply::empty(200);
             add_lro_headers(d, s, ctx, &mut reply, sub, PROVIDER, &location);
@@ -530,7 +551,14 @@ pub(crate) fn pool(
             };
             c.busy_until = ctx.now + s.lro_delay;
             c.failed = ctx.lro_failed;
-            d.check_lost(&ctx.writer, &pk, &id, &old_etag, ctx.seq);
+            d.check_lost(
+                &ctx.writer,
+                &pk,
+                &id,
+                &old_etag,
+                ctx.seq,
+                ctx.if_match.as_deref(),
+            );
             200
         }
     };

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::aks;
 use super::faults::{self, FaultKind};
 use super::state::{
-    describe_change, vmss_key, Data, RequestRecord, ScaleSetSeed, Settings, MAX_CAPACITY,
+    describe_change, rfc3339, vmss_key, Data, RequestRecord, ScaleSetSeed, Settings, MAX_CAPACITY,
 };
 use super::{ConnKill, EmulatorState, Reply, ReplyBody};
 
@@ -28,6 +28,8 @@ pub(crate) struct Ctx {
     pub api_version: String,
     pub lro_failed: bool,
     pub query: Vec<(String, String)>,
+    /// The request's If-Match: a write that names the current ETag proves its writer read it.
+    pub if_match: Option<String>,
 }
 
 impl Ctx {
@@ -341,6 +343,7 @@ pub(crate) async fn handle(state: &EmulatorState, parts: &Parts, body: Bytes) ->
         api_version: String::new(),
         lro_failed: false,
         query,
+        if_match: if_match.clone(),
     };
     let outcome = process(
         state,
@@ -366,7 +369,7 @@ pub(crate) async fn handle(state: &EmulatorState, parts: &Parts, body: Bytes) ->
     };
     match outcome {
         Outcome::Reply(mut reply) => {
-            reply.push_header("x-ms-request-id", uuid::Uuid::new_v4().to_string());
+            reply.push_header("x-ms-request-id", super::state::new_uuid());
             record.status = reply.status;
             state.lock().log(record);
             reply
@@ -948,7 +951,14 @@ fn vmss_write(
                 return Reply::empty(204);
             };
             let old_etag = ss.etag();
-            d.check_lost(&ctx.writer, &key, &ss.id(), &old_etag, ctx.seq);
+            d.check_lost(
+                &ctx.writer,
+                &key,
+                &ss.id(),
+                &old_etag,
+                ctx.seq,
+                ctx.if_match.as_deref(),
+            );
             d.next_version(&key);
             let mut reply = Reply::empty(200);
             add_lro_headers(
@@ -992,7 +1002,14 @@ fn vmss_write(
             ss.resize(new_cap, busy_until);
             let change = describe_change(Some((old_cap, &old_tags)), ss.capacity, &ss.tags);
             let id = ss.id();
-            d.check_lost(&ctx.writer, &key, &id, &old_etag, ctx.seq);
+            d.check_lost(
+                &ctx.writer,
+                &key,
+                &id,
+                &old_etag,
+                ctx.seq,
+                ctx.if_match.as_deref(),
+            );
             commit_vmss_version(d, s, ctx, &key, sub, change, 200)
         }
     }
@@ -1077,7 +1094,14 @@ fn vmss_delete_instances(
         describe_change(Some((old_cap, &old_tags)), ss.capacity, &ss.tags)
     );
     let id = ss.id();
-    d.check_lost(&ctx.writer, &key, &id, &old_etag, ctx.seq);
+    d.check_lost(
+        &ctx.writer,
+        &key,
+        &id,
+        &old_etag,
+        ctx.seq,
+        ctx.if_match.as_deref(),
+    );
     commit_vmss_version(d, s, ctx, &key, sub, change, 202)
 }
 
@@ -1105,9 +1129,9 @@ fn operation(d: &mut Data, ctx: &Ctx, id: &str) -> Reply {
         (true, false) => "Succeeded",
         (true, true) => "Failed",
     };
-    let mut body = json!({"startTime": op.start, "status": status, "name": id});
+    let mut body = json!({"startTime": rfc3339(op.start), "status": status, "name": id});
     if done {
-        body["endTime"] = Value::String(op.end.clone());
+        body["endTime"] = Value::String(rfc3339(op.start + op.delay));
     }
     if done && op.failed {
         body["error"] = json!({

@@ -21,8 +21,8 @@ fn aad_error(status: u16, error: &str, description: &str) -> Reply {
             "error_description": description,
             "error_codes": [],
             "timestamp": super::state::now_rfc3339(),
-            "trace_id": uuid::Uuid::new_v4().to_string(),
-            "correlation_id": uuid::Uuid::new_v4().to_string(),
+            "trace_id": super::state::new_uuid(),
+            "correlation_id": super::state::new_uuid(),
         }),
     )
 }

@@ -217,6 +217,11 @@ impl ScaleSet {
         while self.instances.len() > target {
             self.instances.pop_last();
         }
+        let created = if self.instances.len() < target {
+            now_rfc3339()
+        } else {
+            String::new()
+        };
         while self.instances.len() < target {
             let id = self.next_instance;
             self.next_instance += 1;
@@ -224,8 +229,8 @@ impl ScaleSet {
                 id,
                 Instance {
                     ready_at,
-                    vm_id: uuid::Uuid::new_v4().to_string(),
-                    time_created: now_rfc3339(),
+                    vm_id: new_uuid(),
+                    time_created: created.clone(),
                 },
             );
         }
@@ -293,8 +298,8 @@ impl ScaleSet {
 pub(crate) struct Operation {
     pub done_at: Instant,
     pub failed: bool,
-    pub start: String,
-    pub end: String,
+    pub start: time::OffsetDateTime,
+    pub delay: Duration,
 }
 
 /// Everything behind the mutex.
@@ -325,6 +330,13 @@ pub(crate) fn vmss_key(sub: &str, rg: &str, name: &str) -> String {
         "/subscriptions/{sub}/resourcegroups/{rg}/providers/microsoft.compute/virtualmachinescalesets/{name}"
     )
     .to_ascii_lowercase()
+}
+
+/// A random (version 4) UUID from the thread-local generator: no system call per id.
+pub(crate) fn new_uuid() -> String {
+    uuid::Builder::from_random_bytes(rand::random())
+        .into_uuid()
+        .to_string()
 }
 
 /// Wall-clock time in RFC 3339 with an explicit `+00:00` offset, as ARM writes it.
@@ -393,7 +405,19 @@ impl Data {
     }
 
     /// Records a lost update when `writer` replaces version `etag` without having been shown it.
-    pub fn check_lost(&mut self, writer: &str, key: &str, display_id: &str, etag: &str, seq: u64) {
+    /// A write whose If-Match names that very ETag proves the writer knew it.
+    pub fn check_lost(
+        &mut self,
+        writer: &str,
+        key: &str,
+        display_id: &str,
+        etag: &str,
+        seq: u64,
+        if_match: Option<&str>,
+    ) {
+        if if_match.map(str::trim) == Some(etag) {
+            return;
+        }
         let pair = (key.to_string(), etag.to_string());
         let seen = self.seen.get(writer).is_some_and(|s| s.contains(&pair));
         if seen {
@@ -422,13 +446,12 @@ impl Data {
 
     /// Registers a long-running operation and returns its id.
     pub fn start_operation(&mut self, delay: Duration, failed: bool, now: Instant) -> String {
-        let id = uuid::Uuid::new_v4().to_string();
-        let start = time::OffsetDateTime::now_utc();
+        let id = new_uuid();
         let op = Operation {
             done_at: now + delay,
             failed,
-            start: rfc3339(start),
-            end: rfc3339(start + delay),
+            start: time::OffsetDateTime::now_utc(),
+            delay,
         };
         if self.op_order.len() >= MAX_OPERATIONS {
             if let Some(old) = self.op_order.pop_front() {
@@ -465,7 +488,7 @@ impl Data {
             capacity: 0,
             tags: seed.tags,
             version,
-            unique_id: uuid::Uuid::new_v4().to_string(),
+            unique_id: new_uuid(),
             time_created: now_rfc3339(),
             busy_until,
             failed,
@@ -583,7 +606,7 @@ impl EmulatorState {
 
     /// Mints a valid bearer token whose subject (the writer in the log) is `client_id`.
     pub fn issue_token(&self, client_id: &str) -> String {
-        let token = format!("emu.{}", uuid::Uuid::new_v4().simple());
+        let token = format!("emu.{}", new_uuid().replace('-', ""));
         let expires_at = Instant::now() + self.settings().token_lifetime;
         self.lock().tokens.insert(
             token.clone(),
