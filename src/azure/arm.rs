@@ -602,6 +602,20 @@ impl ArmClient {
         }
     }
 
+    /// A 401 means ARM no longer accepts the cached token (expired early, revoked, clock skew):
+    /// drop it so the next call fetches a new one instead of failing until the cache expires.
+    async fn after_error(&self, err: &ArmError) {
+        if let ArmError::Unauthorized {
+            status: 401, code, ..
+        } = err
+        {
+            tracing::warn!(%code, "ARM refused the token (401): clearing the credential's token cache");
+            if let Err(e) = self.credential.clear_cache().await {
+                tracing::warn!(error = %e, "could not clear the credential's token cache");
+            }
+        }
+    }
+
     /// LIST every scale set in the resource group (follows `nextLink`).
     pub async fn list_scale_sets(&self) -> Result<Vec<ScaleSet>, ArmError> {
         let op = ArmOp::ListScaleSets;
@@ -629,6 +643,7 @@ impl ArmClient {
                 Err(e) => {
                     let (err, code) = self.classify(op, "", e);
                     timer.finish(&code);
+                    self.after_error(&err).await;
                     return Err(err);
                 }
             }
@@ -653,6 +668,7 @@ impl ArmClient {
             Err(e) => {
                 let (err, code) = self.classify(op, name, e);
                 timer.finish(&code);
+                self.after_error(&err).await;
                 return match err {
                     ArmError::NotFound { .. } => Ok(None),
                     err => Err(err),
@@ -707,6 +723,7 @@ impl ArmClient {
             Err(e) => {
                 let (err, code) = self.classify(op, &current.name, e);
                 timer.finish(&code);
+                self.after_error(&err).await;
                 return Err(err);
             }
         };
@@ -768,6 +785,7 @@ impl ArmClient {
                 Err(e) => {
                     let (err, code) = self.classify(op, name, e);
                     timer.finish(&code);
+                    self.after_error(&err).await;
                     return Err(err);
                 }
             }
