@@ -311,3 +311,52 @@ pub fn capacity_puts_by(log: &[RequestRecord], writer: &str) -> Vec<RequestRecor
         .cloned()
         .collect()
 }
+
+/// A controller whose credential goes through the emulator's token endpoint: client
+/// `client_id` with `secret` read from a file, built by the real `cli::arm_client` path (which
+/// counts `credential_errors_total`).
+pub struct SecretController {
+    pub reconciler: Reconciler,
+    pub metrics: Arc<Metrics>,
+    pub settings: Arc<Settings>,
+    /// Holds the secret file.
+    pub dir: tempfile::TempDir,
+}
+
+impl Harness {
+    /// A controller for the same groups that authenticates with a client secret from a file.
+    pub fn secret_controller(&self, client_id: &str, secret: &str) -> SecretController {
+        self.state.register_client(client_id, secret);
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("client-secret");
+        std::fs::write(&path, secret).expect("secret file written");
+        let mut s = (*self.settings).clone();
+        s.azure.auth = AuthSettings::ClientSecret {
+            client_id: client_id.into(),
+            secret: SecretSource::File(path),
+        };
+        let settings = Arc::new(s);
+        let metrics = Arc::new(Metrics::new());
+        let arm = vmss_capacity_controller::cli::arm_client(&settings, metrics.clone())
+            .expect("ARM client with a file secret");
+        let reconciler = Reconciler::builder(settings.clone(), arm, metrics.clone()).build();
+        SecretController {
+            reconciler,
+            metrics,
+            settings,
+            dir,
+        }
+    }
+}
+
+/// The error and its sources, joined with ": ".
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        cur = s.source();
+    }
+    out
+}
