@@ -85,12 +85,34 @@ fn mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
         any::<usize>().prop_map(Mutation::DeleteLine),
         any::<usize>().prop_map(Mutation::DuplicateLine),
-        (any::<usize>(), prop::sample::select(vec![':', '-', ' ', '"', '{', '\t', '9', 'x', '\n', '#', '&', '*', '!']))
+        (
+            any::<usize>(),
+            prop::sample::select(vec![
+                ':', '-', ' ', '"', '{', '\t', '9', 'x', '\n', '#', '&', '*', '!'
+            ])
+        )
             .prop_map(|(i, c)| Mutation::ReplaceChar(i, c)),
-        (any::<usize>(), prop::sample::select(vec![
-            "maxSize: -1", "minSize: 99999999999", "\n  bogusKey: 1", "http://example.com", " !!binary x",
-            "[", "}", "*a", "&a ", "\u{0}", "é", "- ", ": :", "desiredCapacity: 1e9", "scanInterval: -5s",
-        ])).prop_map(|(i, s)| Mutation::InsertText(i, s.to_string())),
+        (
+            any::<usize>(),
+            prop::sample::select(vec![
+                "maxSize: -1",
+                "minSize: 99999999999",
+                "\n  bogusKey: 1",
+                "http://example.com",
+                " !!binary x",
+                "[",
+                "}",
+                "*a",
+                "&a ",
+                "\u{0}",
+                "é",
+                "- ",
+                ": :",
+                "desiredCapacity: 1e9",
+                "scanInterval: -5s",
+            ])
+        )
+            .prop_map(|(i, s)| Mutation::InsertText(i, s.to_string())),
         any::<usize>().prop_map(Mutation::Truncate),
     ]
 }
@@ -217,10 +239,19 @@ async fn a_truncated_operation_status_is_an_error_not_a_panic() {
         )
         .await
         .unwrap();
-    let url = acc.async_operation.expect("the write returns an operation URL");
-    assert!(h.arm.poll_operation(&url).await.is_ok(), "a whole answer parses");
-    h.state
-        .inject_fault(fault(Some("GET"), Some("operations"), FaultKind::Truncate, Some(1)));
+    let url = acc
+        .async_operation
+        .expect("the write returns an operation URL");
+    assert!(
+        h.arm.poll_operation(&url).await.is_ok(),
+        "a whole answer parses"
+    );
+    h.state.inject_fault(fault(
+        Some("GET"),
+        Some("operations"),
+        FaultKind::Truncate,
+        Some(1),
+    ));
     let err = h
         .arm
         .poll_operation(&url)

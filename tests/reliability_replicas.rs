@@ -46,11 +46,7 @@ async fn three_replicas_and_a_rival_converge_to_the_plan_without_losing_an_updat
             BTreeMap::from([("round".to_string(), round.to_string())]),
             "rival",
         );
-        let _ = tokio::join!(
-            h.reconciler.run_once(),
-            r2.run_once(),
-            r3.run_once()
-        );
+        let _ = tokio::join!(h.reconciler.run_once(), r2.run_once(), r3.run_once());
         tokio::time::advance(Duration::from_secs(2)).await;
     }
     // Rival stops: two quiet rounds.

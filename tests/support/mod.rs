@@ -326,6 +326,16 @@ pub struct SecretController {
 impl Harness {
     /// A controller for the same groups that authenticates with a client secret from a file.
     pub fn secret_controller(&self, client_id: &str, secret: &str) -> SecretController {
+        self.secret_controller_with(client_id, secret, |_| {})
+    }
+
+    /// [`Harness::secret_controller`] with its settings adjusted by `tweak`.
+    pub fn secret_controller_with(
+        &self,
+        client_id: &str,
+        secret: &str,
+        tweak: impl FnOnce(&mut Settings),
+    ) -> SecretController {
         self.state.register_client(client_id, secret);
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("client-secret");
@@ -335,6 +345,7 @@ impl Harness {
             client_id: client_id.into(),
             secret: SecretSource::File(path),
         };
+        tweak(&mut s);
         let settings = Arc::new(s);
         let metrics = Arc::new(Metrics::new());
         let arm = vmss_capacity_controller::cli::arm_client(&settings, metrics.clone())
