@@ -189,12 +189,23 @@ pub fn arm_client(
     writer: &str,
     metrics: Arc<Metrics>,
 ) -> Arc<ArmClient> {
-    let token = state.issue_token(writer);
     let http = http_client(
         Duration::from_secs(10),
         emulator.ca_pem().as_deref().map(str::as_bytes),
     )
     .unwrap();
+    arm_client_with_http(emulator, state, writer, metrics, http)
+}
+
+/// [`arm_client`] on an existing HTTP client (building one per client is slow in a debug build).
+pub fn arm_client_with_http(
+    emulator: &EmulatorHandle,
+    state: &EmulatorState,
+    writer: &str,
+    metrics: Arc<Metrics>,
+    http: reqwest::Client,
+) -> Arc<ArmClient> {
+    let token = state.issue_token(writer);
     let target = ArmTarget {
         endpoint: url::Url::parse(&emulator.base_url()).unwrap(),
         subscription: SUB.into(),
@@ -218,4 +229,145 @@ pub async fn eventually(patience: Duration, mut cond: impl FnMut() -> bool) -> b
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     cond()
+}
+
+/// A demand the test turns like a knob, one value per scale set (groups without a value hold).
+#[derive(Debug, Default)]
+pub struct KnobDemand(parking_lot::Mutex<std::collections::HashMap<String, i64>>);
+
+impl KnobDemand {
+    /// Sets what `name` wants.
+    pub fn set(&self, name: &str, want: i64) {
+        self.0.lock().insert(name.to_string(), want);
+    }
+}
+
+impl vmss_capacity_controller::planner::DemandSource for KnobDemand {
+    fn demand(
+        &self,
+        group: &NodeGroupSpec,
+        _now: time::OffsetDateTime,
+    ) -> (
+        vmss_capacity_controller::planner::Demand,
+        vmss_capacity_controller::planner::Reason,
+    ) {
+        use vmss_capacity_controller::planner::{Demand, Reason};
+        match self.0.lock().get(&group.name) {
+            Some(n) => (Demand::Exact(*n), Reason::Desired),
+            None => (Demand::Hold, Reason::Desired),
+        }
+    }
+}
+
+/// A fault on `method` requests whose path contains `path`, for `count` of them (`None`: until
+/// cleared).
+pub fn fault(
+    method: Option<&str>,
+    path: Option<&str>,
+    kind: vmss_capacity_controller::emulator::FaultKind,
+    count: Option<u32>,
+) -> vmss_capacity_controller::emulator::FaultSpec {
+    vmss_capacity_controller::emulator::FaultSpec {
+        method: method.map(str::to_string),
+        path_contains: path.map(str::to_string),
+        kind,
+        count,
+        probability: None,
+        seed: None,
+    }
+}
+
+/// An injected HTTP status with an ARM error code and an optional `Retry-After`.
+pub fn status_kind(
+    code: u16,
+    name: &str,
+    retry_after_secs: Option<u64>,
+) -> vmss_capacity_controller::emulator::FaultKind {
+    vmss_capacity_controller::emulator::FaultKind::Status {
+        code,
+        code_name: Some(name.into()),
+        retry_after_secs,
+    }
+}
+
+/// The scale-set name a logged ARM path addresses (`None` for LISTs and operations).
+pub fn scale_set_of(path: &str) -> Option<&str> {
+    let path = path.split('?').next().unwrap_or("");
+    let lower_idx = path
+        .to_ascii_lowercase()
+        .find("/virtualmachinescalesets/")?;
+    let rest = &path[lower_idx + "/virtualMachineScaleSets/".len()..];
+    rest.split('/').next().filter(|s| !s.is_empty())
+}
+
+/// Capacity PUTs (of a scale set itself, not its sub-resources) sent by `writer`, oldest first.
+pub fn capacity_puts_by(log: &[RequestRecord], writer: &str) -> Vec<RequestRecord> {
+    log.iter()
+        .filter(|r| r.method == "PUT" && r.writer.as_deref() == Some(writer))
+        .filter(|r| {
+            let p = r.path.split('?').next().unwrap_or("");
+            scale_set_of(p).is_some_and(|n| p.ends_with(n))
+        })
+        .cloned()
+        .collect()
+}
+
+/// A controller whose credential goes through the emulator's token endpoint: client
+/// `client_id` with `secret` read from a file, built by the real `cli::arm_client` path (which
+/// counts `credential_errors_total`).
+pub struct SecretController {
+    pub reconciler: Reconciler,
+    pub metrics: Arc<Metrics>,
+    pub settings: Arc<Settings>,
+    /// Holds the secret file.
+    pub dir: tempfile::TempDir,
+}
+
+impl Harness {
+    /// A controller for the same groups that authenticates with a client secret from a file.
+    pub fn secret_controller(&self, client_id: &str, secret: &str) -> SecretController {
+        self.secret_controller_with(client_id, secret, |_| {})
+    }
+
+    /// [`Harness::secret_controller`] with its settings adjusted by `tweak`.
+    pub fn secret_controller_with(
+        &self,
+        client_id: &str,
+        secret: &str,
+        tweak: impl FnOnce(&mut Settings),
+    ) -> SecretController {
+        self.state.register_client(client_id, secret);
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("client-secret");
+        std::fs::write(&path, secret).expect("secret file written");
+        let mut s = (*self.settings).clone();
+        s.azure.auth = AuthSettings::ClientSecret {
+            client_id: client_id.into(),
+            secret: SecretSource::File(path),
+        };
+        tweak(&mut s);
+        let settings = Arc::new(s);
+        let metrics = Arc::new(Metrics::new());
+        let arm = vmss_capacity_controller::cli::arm_client(&settings, metrics.clone())
+            .expect("ARM client with a file secret");
+        let reconciler = Reconciler::builder(settings.clone(), arm, metrics.clone()).build();
+        SecretController {
+            reconciler,
+            metrics,
+            settings,
+            dir,
+        }
+    }
+}
+
+/// The error and its sources, joined with ": ".
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        cur = s.source();
+    }
+    out
 }
