@@ -42,6 +42,7 @@ fn scale_set(i: usize) -> ScaleSet {
 struct Fixture {
     cow: ScaleSetCache,
     baseline: RwLock<HashMap<String, ScaleSet>>,
+    plain: HashMap<String, ScaleSet>,
     names: Vec<String>,
 }
 
@@ -51,10 +52,12 @@ fn fixture(n: usize) -> Fixture {
     let cow = ScaleSetCache::new();
     let now = tokio::time::Instant::now();
     cow.replace_all(sets.clone(), now);
-    let baseline = RwLock::new(sets.into_iter().map(|s| (s.name.clone(), s)).collect());
+    let plain: HashMap<String, ScaleSet> = sets.into_iter().map(|s| (s.name.clone(), s)).collect();
+    let baseline = RwLock::new(plain.clone());
     Fixture {
         cow,
         baseline,
+        plain,
         names,
     }
 }
@@ -69,6 +72,14 @@ fn cow_get(f: &Fixture, i: usize) -> Option<i64> {
     f.cow
         .get(&f.names[i % f.names.len()])
         .and_then(|e| e.scale_set.capacity)
+}
+
+/// The floor: a lock-free lookup in a plain `HashMap` with the same key pattern (hashing the
+/// name plus the cache misses of a random entry), no snapshot, no `Arc`.
+fn plain_lookup(f: &Fixture, i: usize) -> Option<i64> {
+    f.plain
+        .get(&f.names[i % f.names.len()])
+        .and_then(|s| s.capacity)
 }
 
 fn baseline_clone_read(f: &Fixture, i: usize) -> Option<i64> {
@@ -179,6 +190,7 @@ fn summary(quick: bool) {
         "up/ins"
     );
     let mut read_10k = f64::NAN;
+    let mut floors = Vec::new();
     for n in SIZES {
         let f = fixture(n);
         let mut snap = Vec::new();
@@ -186,6 +198,8 @@ fn summary(quick: bool) {
         let mut clone = Vec::new();
         let mut up = Vec::new();
         let mut ins = Vec::new();
+        let mut floor = Vec::new();
+        let mut hot = Vec::new();
         // Interleave the variants so machine noise hits them alike.
         for _ in 0..3 {
             snap.push(median_ns(
@@ -198,6 +212,20 @@ fn summary(quick: bool) {
             get.push(median_ns(
                 |i| {
                     black_box(cow_get(&f, i.wrapping_mul(7919)));
+                },
+                batches,
+                target,
+            ));
+            floor.push(median_ns(
+                |i| {
+                    black_box(plain_lookup(&f, i.wrapping_mul(7919)));
+                },
+                batches,
+                target,
+            ));
+            hot.push(median_ns(
+                |_| {
+                    black_box(cow_snapshot_lookup(&f, black_box(0)));
                 },
                 batches,
                 target,
@@ -231,6 +259,8 @@ fn summary(quick: bool) {
             med(&mut up),
             med(&mut ins),
         );
+        let (fl, ht) = (med(&mut floor), med(&mut hot));
+        floors.push((n, fl, ht, s));
         if n == 10_000 {
             read_10k = s.max(g);
         }
@@ -243,6 +273,13 @@ fn summary(quick: bool) {
             u,
             w,
             u / w
+        );
+    }
+    println!("decomposition of a read (same random-key pattern unless noted):");
+    for (n, fl, ht, s) in &floors {
+        println!(
+            "{n:>7} | plain HashMap get, no lock/Arc (floor) {fl:>6.1} ns | cow snap+lookup {s:>6.1} ns (floor + {:>5.1} ns) | cow snap+lookup of one hot key {ht:>5.1} ns",
+            s - fl
         );
     }
     println!(
