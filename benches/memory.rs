@@ -158,7 +158,7 @@ fn main() {
     let puts = count("PUT");
     println!(
         "{n} scale sets x {per} instances ({} VMs), after {:.1} s and >= 4 more passes (scanInterval 2 s): \
-         LIST requests {lists}, VM LISTs {}, PUTs {puts}",
+         LIST page requests {lists} (scale-set LIST, 100 per page), VM LISTs {}, PUTs {puts}",
         n as i64 * per,
         started.elapsed().as_secs_f64(),
         count("VM-LIST")
