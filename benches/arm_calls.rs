@@ -199,9 +199,15 @@ async fn steady(m: usize, minutes: u64, latency_ms: u64) {
     println!(
         "  LIST requests per resource group per vmssCacheTTL: {lists_per_ttl:.2} (goal 1.0: at most one) {}; \
          list_scale_sets ops per TTL (metric) {:.2}",
-        verdict(lists_per_ttl <= 1.0 + 1e-9 && lists_per_ttl >= 0.5),
+        verdict((0.5..=1.0 + 1e-9).contains(&lists_per_ttl)),
         d("list_scale_sets") as f64 / ttls
     );
+    if lists_per_ttl < 0.99 {
+        println!(
+            "  note: below 1.0 because the refresh is stamped when the LIST returns (after its latency) and only checked at \
+             pass boundaries, so with a 10 s scan the effective refresh period is 70 s, not 60 s (entries up to ~80 s old)"
+        );
+    }
     println!(
         "  per-scale-set GETs: {} (goal 0) {}; PUTs {}; instance LISTs after the first pass {} (moka TTL is on the real clock: see the real-clock figure below)",
         calls.get("GET"),
