@@ -512,6 +512,9 @@ async fn run() {
         },
         verdict(goal_b)
     );
+    if quick {
+        println!("(QUICK mode: 1 min of contention and 2 seeds are too short for the back-off baseline to be caught; the B goal lines are only meaningful in the full run)");
+    }
     println!(
         "B across {} seeds: the back-off baseline was backed off at the rival's stop in {caught} runs, Replan had converged first in {goal_met} of them (goal: all) {}",
         seeds.len(),
