@@ -1,0 +1,179 @@
+//! Resident memory of the real daemon binary managing 1,000 scale sets of 100 instances each
+//! (goal under 64 MiB). The emulator runs in this process; the daemon
+//! (`vmss-capacity-controller run --config <tmp.yaml>`) is a child process whose `VmRSS` and
+//! `VmHWM` are read from `/proc/<pid>/status` once the instance cache holds every scale set
+//! (1,000 VM LISTs seen by the emulator) and a few more passes have run.
+//!
+//! The binary is the one cargo built for this bench profile (`CARGO_BIN_EXE_...`, i.e.
+//! target/release/vmss-capacity-controller under `cargo bench`), or `BENCH_DAEMON_BIN`.
+//! `cargo bench --bench memory`; `BENCH_QUICK=1 cargo bench --bench memory` uses 200 scale sets.
+
+#[path = "common/mod.rs"]
+mod common;
+
+use common::{kind, quick, verdict};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use vmss_capacity_controller::emulator::{EmulatorBuilder, ScaleSetSeed};
+
+const SUB: &str = "00000000-0000-0000-0000-000000000000";
+const RG: &str = "rg-memory";
+const GOAL_MIB: f64 = 64.0;
+
+fn daemon_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("BENCH_DAEMON_BIN") {
+        return p.into();
+    }
+    if let Some(p) = option_env!("CARGO_BIN_EXE_vmss-capacity-controller") {
+        return p.into();
+    }
+    // target/<profile>/deps/memory-<hash> → target/<profile>/vmss-capacity-controller
+    let exe = std::env::current_exe().expect("current exe");
+    exe.parent()
+        .and_then(|d| d.parent())
+        .expect("target dir")
+        .join("vmss-capacity-controller")
+}
+
+/// (VmRSS, VmHWM) in KiB.
+fn rss(pid: u32) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+struct Kill(Child);
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn main() {
+    let quick = quick();
+    let n: usize = if quick { 200 } else { 1_000 };
+    let per: i64 = 100;
+    let bin = daemon_bin();
+    println!(
+        "== memory ({} mode) ==",
+        if quick { "QUICK" } else { "full" }
+    );
+    println!("daemon binary: {}", bin.display());
+    assert!(
+        bin.exists(),
+        "daemon binary not found; build it first (cargo build --release) or set BENCH_DAEMON_BIN"
+    );
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let emulator = rt
+        .block_on(EmulatorBuilder::new().start())
+        .expect("emulator starts");
+    let state = emulator.state();
+    for i in 0..n {
+        state.seed_scale_set(ScaleSetSeed::new(SUB, RG, &format!("ss-{i:04}"), per));
+    }
+    let base = emulator.base_url();
+    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let mut yaml = format!(
+        "azure:\n  resourceManagerEndpoint: {base}\n  authorityHost: {base}\n  tenantId: tenant\n  \
+         subscriptionId: \"{SUB}\"\n  resourceGroup: {RG}\n  auth:\n    method: clientSecret\n    clientId: controller\n\
+         enableVMSSEtag: true\nscanInterval: 2s\nvmssCacheTTL: 60s\ninstanceCacheTTL: 5m\n\
+         metricsListen: 127.0.0.1:{metrics_port}\nnodeGroups:\n"
+    );
+    for i in 0..n {
+        yaml.push_str(&format!(
+            "  - {{name: ss-{i:04}, minSize: 0, maxSize: 1000, desiredCapacity: {per}}}\n"
+        ));
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("config.yaml");
+    std::fs::write(&cfg, yaml).expect("write config");
+
+    let started = Instant::now();
+    let child = Command::new(&bin)
+        .arg("run")
+        .arg("--config")
+        .arg(&cfg)
+        .env("ARM_CLIENT_SECRET", "bench-secret")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn daemon");
+    let child = Kill(child);
+    let pid = child.0.id();
+
+    let count = |k: &str| state.request_log().iter().filter(|r| kind(r) == k).count();
+    let deadline = started + Duration::from_secs(if quick { 60 } else { 180 });
+    let mut peak_rss = 0;
+    let mut filled_at = None;
+    loop {
+        std::thread::sleep(Duration::from_millis(250));
+        let Some((r, _)) = rss(pid) else {
+            panic!("daemon exited early (status {:?})", {
+                let mut c = child;
+                c.0.try_wait()
+            });
+        };
+        peak_rss = peak_rss.max(r);
+        let vm_lists = count("VM-LIST");
+        if filled_at.is_none() && vm_lists >= n {
+            filled_at = Some(Instant::now());
+            println!(
+                "instance cache filled ({vm_lists} VM LISTs) after {:.1} s; RSS then {:.1} MiB",
+                started.elapsed().as_secs_f64(),
+                mib(r)
+            );
+        }
+        if filled_at.is_some_and(|t| t.elapsed() >= Duration::from_secs(8)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "instance cache not filled in time ({vm_lists} of {n} VM LISTs)"
+        );
+    }
+    let (rss_now, hwm) = rss(pid).expect("daemon alive");
+    let lists = count("LIST");
+    let puts = count("PUT");
+    println!(
+        "{n} scale sets x {per} instances ({} VMs), after {:.1} s and >= 4 more passes (scanInterval 2 s): \
+         LIST page requests {lists} (scale-set LIST, 100 per page), VM LISTs {}, PUTs {puts}",
+        n as i64 * per,
+        started.elapsed().as_secs_f64(),
+        count("VM-LIST")
+    );
+    println!(
+        "daemon VmRSS {:.1} MiB, VmHWM (peak) {:.1} MiB, sampled peak {:.1} MiB; goal under {GOAL_MIB} MiB: RSS {}, peak {}",
+        mib(rss_now),
+        mib(hwm),
+        mib(peak_rss),
+        verdict(mib(rss_now) < GOAL_MIB),
+        verdict(mib(hwm) < GOAL_MIB)
+    );
+    if quick {
+        println!("(QUICK mode: {n} scale sets, not the 1,000 the goal names)");
+    }
+    drop(child);
+    drop(emulator);
+}
