@@ -380,10 +380,11 @@ impl Inner {
     }
 
     async fn pass(self: Arc<Self>) -> Result<PassReport, ReconcileError> {
-        if self
-            .scale_sets
-            .refresh_due(self.settings.vmss_cache_ttl, Instant::now())
-        {
+        // Passes come every scanInterval, so "due" is judged at the pass nearest the TTL rather
+        // than the first one after it: one LIST per TTL, not one per TTL + scanInterval.
+        let ttl = self.settings.vmss_cache_ttl;
+        let due_at = ttl.saturating_sub((self.settings.scan_interval / 2).min(ttl / 2));
+        if self.scale_sets.refresh_due(due_at, Instant::now()) {
             self.refresh_all().await.map_err(ReconcileError::Refresh)?;
         }
         let groups = self.groups();
@@ -526,14 +527,15 @@ impl Inner {
 
     /// One LIST for the resource group; replaces the whole cache.
     async fn refresh_all(&self) -> Result<(), ArmError> {
+        // The data is at least as fresh as the moment the LIST was sent: age counts from then.
+        let sent_at = Instant::now();
         let listed = self.arm.list_scale_sets().await?;
         for s in &listed {
             self.observe(s);
         }
-        let now = Instant::now();
         let present: HashSet<String> = listed.iter().map(|s| s.name.clone()).collect();
         self.update_groups(&listed);
-        self.scale_sets.replace_all(listed, now);
+        self.scale_sets.replace_all(listed, sent_at);
         // Sizes follow the fresh LIST at once; our own published sizes are older than it.
         for g in self.groups().iter() {
             self.sizes.invalidate(&g.name);

@@ -262,3 +262,41 @@ async fn the_metrics_endpoint_exports_every_documented_name() {
     stop.cancel();
     server.await.unwrap().unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_steady_state_makes_one_list_per_cache_ttl_and_no_per_scale_set_gets() {
+    let names: Vec<String> = (0..20).map(|i| format!("ss-{i:02}")).collect();
+    let seeds: Vec<(&str, i64)> = names.iter().map(|n| (n.as_str(), 3)).collect();
+    let groups = names.iter().map(|n| group(n, 0, 10, Some(3))).collect();
+    let h = Harness::new(&seeds, groups, |_| {}).await; // scanInterval 10 s, vmssCacheTTL 60 s
+                                                        // A LIST takes 100 ms, as on real ARM; passes start exactly every 10 s.
+    h.state.inject_fault(fault(
+        "GET",
+        "virtualMachineScaleSets",
+        FaultKind::Latency { ms: 100 },
+        None,
+    ));
+    for _ in 0..60 {
+        let started = tokio::time::Instant::now();
+        let _ = h.reconciler.run_once().await;
+        tokio::time::advance(Duration::from_secs(10).saturating_sub(started.elapsed())).await;
+    }
+    let lists = h.requests("GET", "/virtualMachineScaleSets").len();
+    assert_eq!(lists, 10, "one LIST per 60 s TTL over ten minutes");
+    let gets = h
+        .state
+        .request_log()
+        .iter()
+        .filter(|r| {
+            r.method == "GET"
+                && r.path
+                    .split('?')
+                    .next()
+                    .unwrap_or("")
+                    .contains("/virtualMachineScaleSets/ss-")
+                && !r.path.contains("/virtualMachines")
+        })
+        .count();
+    assert_eq!(gets, 0, "no per-scale-set GET in the steady state");
+    assert!(h.puts().is_empty());
+}
