@@ -391,7 +391,7 @@ async fn a_412_never_backs_the_node_group_off() {
     assert_eq!(h.puts().len(), 3);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn completing_the_long_running_operation_adopts_the_final_etag() {
     let (h, knob) = knob_harness_with(
         EmulatorBuilder::new().lro_delay(Duration::from_millis(300)),
@@ -430,7 +430,7 @@ async fn completing_the_long_running_operation_adopts_the_final_etag() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_failed_long_running_operation_invalidates_the_caches_and_forces_a_read() {
     let (h, knob) = knob_harness(|_| {}).await;
     h.state

@@ -221,8 +221,9 @@ pub fn arm_client_with_http(
 
 /// Polls `cond` every 20 ms for at most `patience`.
 pub async fn eventually(patience: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = std::time::Instant::now() + patience;
-    while std::time::Instant::now() < deadline {
+    // tokio's clock: under a paused clock the patience is virtual and the wait takes no real time.
+    let deadline = tokio::time::Instant::now() + patience;
+    while tokio::time::Instant::now() < deadline {
         if cond() {
             return true;
         }
