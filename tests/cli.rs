@@ -73,18 +73,24 @@ async fn run_async(args: Vec<String>) -> std::process::Output {
     .unwrap()
 }
 
+/// `run --config FILE --once [extra...]` on the real binary.
+async fn run_once(config: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "run".to_string(),
+        "--config".into(),
+        config.display().to_string(),
+        "--once".into(),
+    ];
+    args.extend(extra.iter().map(|a| a.to_string()));
+    run_async(args).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_once_reconciles_every_group_with_if_match_and_exits_zero() {
     let emu = emulator().await;
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), &emu.base_url(), true);
-    let out = run_async(vec![
-        "run".into(),
-        "--config".into(),
-        config.display().to_string(),
-        "--once".into(),
-    ])
-    .await;
+    let out = run_once(&config, &[]).await;
     assert!(
         out.status.success(),
         "stderr: {}",
@@ -122,13 +128,7 @@ async fn run_once_with_the_flag_off_writes_blind() {
     let emu = emulator().await;
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), &emu.base_url(), false);
-    let out = run_async(vec![
-        "run".into(),
-        "--config".into(),
-        config.display().to_string(),
-        "--once".into(),
-    ])
-    .await;
+    let out = run_once(&config, &[]).await;
     assert!(
         out.status.success(),
         "stderr: {}",
@@ -148,13 +148,7 @@ async fn run_once_exits_non_zero_when_the_pass_fails() {
     let dir = tempfile::tempdir().unwrap();
     // Nothing listens on this port: the LIST fails.
     let config = write_config(dir.path(), "http://127.0.0.1:9", true);
-    let out = run_async(vec![
-        "run".into(),
-        "--config".into(),
-        config.display().to_string(),
-        "--once".into(),
-    ])
-    .await;
+    let out = run_once(&config, &[]).await;
     assert_eq!(
         out.status.code(),
         Some(1),
@@ -168,14 +162,7 @@ async fn dry_run_plans_but_never_writes() {
     let emu = emulator().await;
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), &emu.base_url(), true);
-    let out = run_async(vec![
-        "run".into(),
-        "--config".into(),
-        config.display().to_string(),
-        "--once".into(),
-        "--dry-run".into(),
-    ])
-    .await;
+    let out = run_once(&config, &["--dry-run"]).await;
     assert!(out.status.success());
     assert!(emu.state().request_log().iter().all(|r| r.method != "PUT"));
     assert!(String::from_utf8_lossy(&out.stderr).contains("dry run"));
