@@ -14,6 +14,8 @@
 //! | [`cache`] | the copy-on-write scale-set cache, the size cache, the instance cache |
 //! | [`planner`] | pure capacity planning: bounds, schedules, scale-down steps, coalescing |
 //! | [`reconciler`] | the loop, the ETag protocol and the per-class error policy |
+//! | [`fence`] | the last check before every Azure write (leader election's fencing) |
+//! | [`notify`] | events and per-group status the reconciler reports (Kubernetes Events, status ConfigMap) |
 //! | [`metrics`] | the Prometheus registry and every metric the daemon exports |
 //! | [`http`] | `/metrics`, `/healthz`, `/readyz` |
 //! | [`emulator`] | a faithful ARM emulator (scale sets, AKS, identity, throttling, faults) |
@@ -26,7 +28,9 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod emulator;
+pub mod fence;
 pub mod http;
 pub mod metrics;
+pub mod notify;
 pub mod planner;
 pub mod reconciler;

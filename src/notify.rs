@@ -1,0 +1,132 @@
+//! What the reconciler tells the outside world besides metrics and logs: notable moments as
+//! [`ControllerEvent`]s (turned into Kubernetes Events when Kubernetes is enabled) and a
+//! per-node-group [`GroupStatus`] snapshot (written to the status ConfigMap by the leader).
+//!
+//! The reconciler depends only on the [`EventSink`] trait, so it knows nothing of Kubernetes and
+//! runs unchanged without it ([`NoEvents`]).
+
+use serde::Serialize;
+
+/// A moment worth an Event. `group` is the node-group name (the `scale_set` metric label).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ControllerEvent {
+    /// Azure accepted a capacity write.
+    CapacityWritten {
+        /// Node group.
+        group: String,
+        /// `vmss` or `aksAgentPool`.
+        kind: &'static str,
+        /// Capacity before, when known.
+        from: Option<i64>,
+        /// Capacity written.
+        to: i64,
+        /// The ETag adopted from the answer.
+        etag: Option<String>,
+    },
+    /// A write met `412 Precondition Failed`, and how the re-plan ended.
+    Conflict {
+        /// Node group.
+        group: String,
+        /// `skipped`, `retried_ok`, `gave_up` or `gone` (the `etag_conflicts_total` outcome).
+        outcome: &'static str,
+        /// The capacity the fresh read showed, when there was one.
+        fresh_capacity: Option<i64>,
+    },
+    /// Another writer changed the resource (its ETag moved without us).
+    ForeignWrite {
+        /// Node group.
+        group: String,
+        /// The new ETag.
+        etag: String,
+        /// The capacity it showed.
+        capacity: Option<i64>,
+    },
+    /// A planned write was not sent.
+    WriteHeld {
+        /// Node group.
+        group: String,
+        /// The `writes_held_total` reason label.
+        reason: &'static str,
+    },
+    /// This replica acquired the Lease.
+    LeadershipGained {
+        /// This replica's identity.
+        identity: String,
+    },
+    /// This replica lost (or released) the Lease.
+    LeadershipLost {
+        /// This replica's identity.
+        identity: String,
+    },
+}
+
+/// Receives [`ControllerEvent`]s. Must not block: implementations queue and return.
+pub trait EventSink: Send + Sync {
+    /// Records one event.
+    fn record(&self, event: ControllerEvent);
+}
+
+/// Drops every event (no Kubernetes).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoEvents;
+
+impl EventSink for NoEvents {
+    fn record(&self, _event: ControllerEvent) {}
+}
+
+/// The last capacity write of a group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WriteRecord {
+    /// When (RFC 3339, UTC).
+    pub at: String,
+    /// Capacity before, when known.
+    pub from: Option<i64>,
+    /// Capacity asked for.
+    pub to: i64,
+    /// `ok`, `precondition_failed`, `throttled`, `quota`, `error` (the `capacity_writes_total`
+    /// result label).
+    pub result: String,
+}
+
+/// The last 412 of a group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConflictRecord {
+    /// When (RFC 3339, UTC).
+    pub at: String,
+    /// `skipped`, `retried_ok`, `gave_up` or `gone`.
+    pub outcome: String,
+}
+
+/// One node group as the reconciler sees it now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupStatus {
+    /// Node-group name.
+    pub name: String,
+    /// `vmss` or `aksAgentPool`.
+    pub kind: String,
+    /// Bounds.
+    pub min_size: u32,
+    /// Bounds.
+    pub max_size: u32,
+    /// What the planner wants now, when known.
+    pub target: Option<i64>,
+    /// The capacity last read or written, when known.
+    pub capacity: Option<i64>,
+    /// The ETag last seen or adopted.
+    pub etag: Option<String>,
+    /// The last write and its result.
+    pub last_write: Option<WriteRecord>,
+    /// The last 412 and how it ended.
+    pub last_conflict: Option<ConflictRecord>,
+    /// Writes by others seen so far.
+    pub foreign_writes: u64,
+    /// Until when (RFC 3339) the group is backed off after errors, if it is.
+    pub backoff_until: Option<String>,
+    /// Until when (RFC 3339) the group cools down after a quota refusal, if it does.
+    pub cooldown_until: Option<String>,
+    /// Why writes are held, if they are (`aks_autoscaler`, `not_leader`, ...).
+    pub held: Option<String>,
+}
