@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::hint::black_box;
 use std::time::Instant;
 use time::macros::datetime;
-use vmss_capacity_controller::config::{NodeGroupSpec, Schedule};
+use vmss_capacity_controller::config::{NodeGroupKind, NodeGroupSpec, Schedule};
 use vmss_capacity_controller::planner::{plan, ConfiguredDemand};
 
 fn groups(
@@ -38,6 +38,8 @@ fn groups(
         };
         gs.push(NodeGroupSpec {
             name: name.clone(),
+            kind: NodeGroupKind::Vmss,
+            resource_group: None,
             min_size: 1,
             max_size: 100,
             desired_capacity: Some(10),

@@ -172,11 +172,39 @@ pub struct WriteBudget {
     pub burst: u32,
 }
 
-/// One node group (= one scale set) under management.
+/// What backs a node group in Azure.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub enum NodeGroupKind {
+    /// A VM Scale Set in `azure.resourceGroup` (`kind: vmss`, the default).
+    #[default]
+    Vmss,
+    /// An AKS agent pool of the managed cluster `cluster` (`kind: aksAgentPool`); its `count`
+    /// is the capacity written.
+    AksAgentPool {
+        /// The managed cluster's name.
+        cluster: String,
+    },
+}
+
+impl NodeGroupKind {
+    /// The config spelling and the `kind` metric label: `vmss` or `aksAgentPool`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            NodeGroupKind::Vmss => "vmss",
+            NodeGroupKind::AksAgentPool { .. } => "aksAgentPool",
+        }
+    }
+}
+
+/// One node group (one scale set or one AKS agent pool) under management.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeGroupSpec {
-    /// Scale-set name.
+    /// Scale-set or agent-pool name (unique across node groups).
     pub name: String,
+    /// What backs the group.
+    pub kind: NodeGroupKind,
+    /// Resource group of the scale set or managed cluster; `None` means `azure.resourceGroup`.
+    pub resource_group: Option<String>,
     /// Lower bound on capacity.
     pub min_size: u32,
     /// Upper bound on capacity.
@@ -982,6 +1010,8 @@ fn validate_node_group(
     }
     (problems.0.len() == before).then_some(NodeGroupSpec {
         name,
+        kind: NodeGroupKind::Vmss,
+        resource_group: None,
         min_size: min,
         max_size: max,
         desired_capacity: raw.desired_capacity,
@@ -1020,6 +1050,8 @@ pub fn parse_node_spec(spec: &str) -> Result<NodeGroupSpec, String> {
     }
     Ok(NodeGroupSpec {
         name: name.to_string(),
+        kind: NodeGroupKind::Vmss,
+        resource_group: None,
         min_size: min,
         max_size: max,
         desired_capacity: None,
@@ -1734,6 +1766,8 @@ pub fn discover_node_groups(
         match result {
             Ok((min, max)) => found.push(NodeGroupSpec {
                 name: name.clone(),
+                kind: NodeGroupKind::Vmss,
+                resource_group: None,
                 min_size: min,
                 max_size: max,
                 desired_capacity: None,

@@ -11,8 +11,8 @@ use crate::azure::arm::{http_client, ArmTarget};
 use crate::azure::{credentials, ArmClient};
 use crate::cli::{DemoArgs, ExitCode};
 use crate::config::{
-    AuthSettings, AzureSettings, ConflictStrategy, NodeGroupSpec, Schedule, SecretSource, Settings,
-    WriteBudget,
+    AuthSettings, AzureSettings, ConflictStrategy, NodeGroupKind, NodeGroupSpec, Schedule,
+    SecretSource, Settings, WriteBudget,
 };
 use crate::emulator::{EmulatorBuilder, EmulatorState, ScaleSetSeed};
 use crate::metrics::Metrics;
@@ -64,6 +64,8 @@ fn node_groups(count: usize, run: Duration) -> Vec<NodeGroupSpec> {
             let offset = Duration::from_millis(1300 * i as u64);
             let mut g = NodeGroupSpec {
                 name,
+                kind: NodeGroupKind::Vmss,
+                resource_group: None,
                 min_size: 1,
                 max_size: 10,
                 desired_capacity: Some(3),

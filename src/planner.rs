@@ -203,11 +203,14 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::NodeGroupKind;
     use time::macros::datetime;
 
     fn group(name: &str, min: u32, max: u32, desired: Option<u32>) -> NodeGroupSpec {
         NodeGroupSpec {
             name: name.into(),
+            kind: NodeGroupKind::Vmss,
+            resource_group: None,
             min_size: min,
             max_size: max,
             desired_capacity: desired,

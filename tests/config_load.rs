@@ -123,6 +123,8 @@ fn the_contract_keys_load_with_defaults_for_everything_else() {
         s.node_groups,
         vec![NodeGroupSpec {
             name: "pool-a".into(),
+            kind: NodeGroupKind::Vmss,
+            resource_group: None,
             min_size: 1,
             max_size: 10,
             desired_capacity: Some(3),

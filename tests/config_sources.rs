@@ -526,6 +526,8 @@ fn nodes_specs_parse_like_cluster_autoscaler() {
         parse_node_spec("0:10:aks-pool1-123-vmss").unwrap(),
         NodeGroupSpec {
             name: "aks-pool1-123-vmss".into(),
+            kind: NodeGroupKind::Vmss,
+            resource_group: None,
             min_size: 0,
             max_size: 10,
             desired_capacity: None,
@@ -648,6 +650,8 @@ fn discovery_matches_only_enabled_scale_sets_of_this_cluster() {
         found,
         vec![NodeGroupSpec {
             name: "ours".into(),
+            kind: NodeGroupKind::Vmss,
+            resource_group: None,
             min_size: 1,
             max_size: 10,
             desired_capacity: None,

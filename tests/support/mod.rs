@@ -7,8 +7,8 @@ use std::time::Duration;
 use vmss_capacity_controller::azure::arm::{http_client, ArmTarget};
 use vmss_capacity_controller::azure::ArmClient;
 use vmss_capacity_controller::config::{
-    AuthSettings, AzureSettings, ConflictStrategy, NodeGroupSpec, SecretSource, Settings,
-    WriteBudget,
+    AuthSettings, AzureSettings, ConflictStrategy, NodeGroupKind, NodeGroupSpec, SecretSource,
+    Settings, WriteBudget,
 };
 use vmss_capacity_controller::emulator::{
     EmulatorBuilder, EmulatorHandle, EmulatorState, RequestRecord, ScaleSetSeed,
@@ -40,6 +40,8 @@ impl azure_core::auth::TokenCredential for EmulatorToken {
 pub fn group(name: &str, min: u32, max: u32, desired: Option<u32>) -> NodeGroupSpec {
     NodeGroupSpec {
         name: name.into(),
+        kind: NodeGroupKind::Vmss,
+        resource_group: None,
         min_size: min,
         max_size: max,
         desired_capacity: desired,
