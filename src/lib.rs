@@ -34,3 +34,4 @@ pub mod metrics;
 pub mod notify;
 pub mod planner;
 pub mod reconciler;
+pub mod resource;
