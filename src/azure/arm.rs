@@ -539,7 +539,7 @@ impl ArmClient {
         let http = find_http_error(&err).cloned();
         if let Some(h) = http {
             let code = h.status.to_string();
-            return (self.from_http(op, &scale_set, h), code);
+            return (self.classify_http(op, &scale_set, h), code);
         }
         match err.kind() {
             ErrorKind::Credential => (
@@ -589,7 +589,7 @@ impl ArmClient {
     }
 
     /// Turns a non-2xx answer into the error the reconciler acts on; closes the gate on a 429.
-    fn from_http(&self, op: ArmOp, scale_set: &str, h: ArmHttpError) -> ArmError {
+    fn classify_http(&self, op: ArmOp, scale_set: &str, h: ArmHttpError) -> ArmError {
         let scale_set = scale_set.to_string();
         match h.status {
             412 => ArmError::PreconditionFailed {
@@ -916,7 +916,7 @@ impl ArmClient {
         };
         timer.finish(&status.to_string());
         if status >= 300 {
-            let err = self.from_http(op, name, http_error(status, &headers, &body));
+            let err = self.classify_http(op, name, http_error(status, &headers, &body));
             self.after_error(&err).await;
             return Err(err);
         }
