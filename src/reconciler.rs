@@ -561,6 +561,14 @@ impl Inner {
         if let Some(listed) = &scale_sets_listed {
             self.update_groups(listed);
         }
+        // Say at once (not only when a write is planned) which groups will never be written.
+        let by_name: HashMap<&str, &ScaleSet> =
+            merged.iter().map(|s| (s.name.as_str(), s)).collect();
+        for g in self.groups().iter() {
+            if let Some(entry) = by_name.get(g.name.as_str()) {
+                self.refused(g, &self.resources.for_group(g), entry);
+            }
+        }
         self.scale_sets.replace_all(merged, sent_at);
         // Sizes follow the fresh LIST at once; our own published sizes are older than it.
         for g in self.groups().iter() {
