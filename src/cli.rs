@@ -114,7 +114,7 @@ pub struct DemoArgs {
     /// Blind writes (no If-Match): shows the lost updates that ETags prevent.
     #[arg(long)]
     pub no_etag: bool,
-    /// Number of scale sets.
+    /// Number of scale sets (agent pools with `--aks`).
     #[arg(long, default_value_t = 4)]
     pub scale_sets: usize,
     /// How often the rival writer changes a scale set.
@@ -126,6 +126,10 @@ pub struct DemoArgs {
     /// Only the summary, no live progress.
     #[arg(long)]
     pub quiet: bool,
+    /// The same showcase on the agent pools of one AKS managed cluster, with a rival making
+    /// pool-level and cluster-level writes.
+    #[arg(long)]
+    pub aks: bool,
 }
 
 /// `emulator` flags (a contract: tests outside the project use them).

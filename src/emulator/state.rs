@@ -632,6 +632,20 @@ impl EmulatorState {
             .map(|ss| ss.view(now))
     }
 
+    /// The count of agent pool `pool` of managed cluster `cluster`, if both exist.
+    pub fn agent_pool_count(&self, sub: &str, rg: &str, cluster: &str, pool: &str) -> Option<i64> {
+        let d = self.lock();
+        let c = d.clusters.values().find(|c| {
+            c.sub.eq_ignore_ascii_case(sub)
+                && c.rg.eq_ignore_ascii_case(rg)
+                && c.name.eq_ignore_ascii_case(cluster)
+        })?;
+        c.pools
+            .values()
+            .find(|p| p.name.eq_ignore_ascii_case(pool))
+            .map(|p| p.count)
+    }
+
     /// A rival writer sets the capacity out of band; returns the new ETag.
     pub fn rival_set_capacity(
         &self,
