@@ -698,6 +698,10 @@ impl Inner {
         for g in groups {
             let name = g.name.as_str();
             self.metrics
+                .node_group_info
+                .with_label_values(&[name, g.kind.as_str()])
+                .set(1);
+            self.metrics
                 .scale_set_min_size
                 .with_label_values(&[name])
                 .set(i64::from(g.min_size));
