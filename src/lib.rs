@@ -31,6 +31,7 @@ pub mod demo;
 pub mod emulator;
 pub mod fence;
 pub mod http;
+pub mod kube;
 pub mod metrics;
 pub mod notify;
 pub mod planner;
