@@ -11,14 +11,16 @@
 //! | `raw` | YAML text into serde structs (camelCase, unknown keys rejected), every schema problem with its path |
 //! | `sources` | the environment, `azure.json`, and the credential sources; merging the layers |
 //! | `validate` | raw values into typed settings, each problem with its path |
-//! | `discovery` | tag auto-discovery of scale sets |
+//! | `discovery` | tag auto-discovery of scale sets and AKS agent pools |
 
 mod discovery;
 mod raw;
 mod sources;
 mod validate;
 
-pub use discovery::{discover_node_groups, TAG_CLUSTER_NAME, TAG_ENABLED, TAG_MAX, TAG_MIN};
+pub use discovery::{
+    discover_node_groups, discover_pools, TAG_CLUSTER_NAME, TAG_ENABLED, TAG_MAX, TAG_MIN,
+};
 pub use sources::secret_from_cloud_config;
 pub use validate::parse_node_spec;
 
@@ -245,15 +247,22 @@ pub struct Schedule {
     pub desired_capacity: u32,
 }
 
-/// cluster-autoscaler style tag auto-discovery.
+/// cluster-autoscaler style tag auto-discovery, of scale sets and (with `aksCluster`) of the
+/// agent pools of one managed cluster. The same tags select and bound both.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AutoDiscovery {
     /// Required value of the `cluster-autoscaler-name` tag.
     pub cluster_name: String,
-    /// Default min when a scale set has no `min` tag; `None` skips such scale sets.
+    /// Default min when a scale set or pool has no `min` tag; `None` skips such ones.
     pub default_min: Option<u32>,
-    /// Default max when a scale set has no `max` tag; `None` skips such scale sets.
+    /// Default max when a scale set or pool has no `max` tag; `None` skips such ones.
     pub default_max: Option<u32>,
+    /// Managed cluster whose agent pools are discovered too (`autoDiscovery.aksCluster`);
+    /// `None` discovers scale sets only.
+    pub aks_cluster: Option<String>,
+    /// Resource group of `aks_cluster` (`autoDiscovery.aksResourceGroup`); `None` means
+    /// `azure.resourceGroup`.
+    pub aks_resource_group: Option<String>,
 }
 
 // ---------------------------------------------------------------------------------------------

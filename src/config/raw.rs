@@ -205,6 +205,11 @@ pub(super) struct RawWriteBudget {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct RawNodeGroup {
     pub(super) name: Option<String>,
+    /// Kept as text so an unknown kind gets a message listing the allowed ones, and does not
+    /// turn the group into a scale set by removal.
+    pub(super) kind: Option<String>,
+    pub(super) cluster: Option<String>,
+    pub(super) resource_group: Option<String>,
     pub(super) min_size: Option<u32>,
     pub(super) max_size: Option<u32>,
     pub(super) desired_capacity: Option<u32>,
@@ -227,6 +232,8 @@ pub(super) struct RawAutoDiscovery {
     pub(super) cluster_name: Option<String>,
     pub(super) default_min: Option<u32>,
     pub(super) default_max: Option<u32>,
+    pub(super) aks_cluster: Option<String>,
+    pub(super) aks_resource_group: Option<String>,
 }
 
 /// Parses YAML text into [`RawConfig`], collecting every schema problem with its path.

@@ -241,8 +241,13 @@ pub(super) fn something_to_manage(
 /// One YAML node group; `None` if it had any problem.
 fn node_group(path: &str, raw: RawNodeGroup, problems: &mut Problems) -> Option<NodeGroupSpec> {
     let before = problems.0.len();
+    let backing = backing(path, raw.kind, raw.cluster, raw.resource_group, problems);
     let name = non_empty(raw.name).unwrap_or_default();
-    if let Err(m) = check_scale_set_name(&name) {
+    let name_check = match &backing {
+        Some((NodeGroupKind::AksAgentPool { .. }, _)) => check_pool_name(&name),
+        _ => check_scale_set_name(&name),
+    };
+    if let Err(m) = name_check {
         problems.push(format!("{path}.name"), m);
     }
     if raw.min_size.is_none() {
@@ -272,16 +277,76 @@ fn node_group(path: &str, raw: RawNodeGroup, problems: &mut Problems) -> Option<
         );
     }
     let schedules = schedules(path, raw.schedules.unwrap_or_default(), bounds, problems);
+    let (kind, resource_group) = backing?;
     (problems.0.len() == before).then_some(NodeGroupSpec {
         name,
-        kind: NodeGroupKind::Vmss,
-        resource_group: None,
+        kind,
+        resource_group,
         min_size: min,
         max_size: max,
         desired_capacity: raw.desired_capacity,
         schedules,
         max_scale_down_step: raw.max_scale_down_step,
     })
+}
+
+/// What backs a YAML group: `kind` (`vmss`, the default, or `aksAgentPool`), with `cluster`
+/// (required for a pool) and `resourceGroup` (optional, pools only). `None` for an unknown kind.
+fn backing(
+    path: &str,
+    kind: Option<String>,
+    cluster: Option<String>,
+    resource_group: Option<String>,
+    problems: &mut Problems,
+) -> Option<(NodeGroupKind, Option<String>)> {
+    match kind.as_deref().map(str::trim) {
+        None | Some("vmss") => {
+            if cluster.is_some() {
+                problems.push(
+                    format!("{path}.cluster"),
+                    "only for kind aksAgentPool; a vmss group is a scale set in azure.resourceGroup (set kind: aksAgentPool for an AKS agent pool)",
+                );
+            }
+            if resource_group.is_some() {
+                problems.push(
+                    format!("{path}.resourceGroup"),
+                    "scale sets are read from azure.resourceGroup; resourceGroup is only for kind aksAgentPool",
+                );
+            }
+            Some((NodeGroupKind::Vmss, None))
+        }
+        Some("aksAgentPool") => {
+            let cluster = match non_empty(cluster) {
+                Some(c) => {
+                    if let Err(m) = check_cluster_name(&c) {
+                        problems.push(format!("{path}.cluster"), m);
+                    }
+                    c
+                }
+                None => {
+                    problems.push(
+                        format!("{path}.cluster"),
+                        "required when kind is aksAgentPool (the managed cluster's name)",
+                    );
+                    String::new()
+                }
+            };
+            let resource_group = non_empty(resource_group);
+            if let Some(rg) = &resource_group {
+                if let Err(m) = check_resource_group_name(rg) {
+                    problems.push(format!("{path}.resourceGroup"), m);
+                }
+            }
+            Some((NodeGroupKind::AksAgentPool { cluster }, resource_group))
+        }
+        Some(other) => {
+            problems.push(
+                format!("{path}.kind"),
+                format!("unknown kind {other:?}; use vmss (the default) or aksAgentPool"),
+            );
+            None
+        }
+    }
 }
 
 /// A node group's schedule windows (placeholders where a problem was recorded).
@@ -355,6 +420,53 @@ pub(super) fn check_scale_set_name(name: &str) -> Result<(), String> {
     {
         return Err(format!(
             "{name:?} is not a valid scale-set name: {c:?} is not allowed (use A-Z, a-z, 0-9, '.', '_', '-')"
+        ));
+    }
+    Ok(())
+}
+
+/// AKS agent-pool names: 1-12 lowercase letters and digits, starting with a letter (AKS's rule
+/// for Linux pools; Windows pools allow only 6, which AKS itself reports).
+pub(super) fn check_pool_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("name must not be empty".into());
+    }
+    let starts_with_letter = name.starts_with(|c: char| c.is_ascii_lowercase());
+    let allowed = name
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    if name.len() > 12 || !starts_with_letter || !allowed {
+        return Err(format!(
+            "{name:?} is not a valid agent-pool name: AKS pool names are 1-12 lowercase letters and digits, starting with a letter"
+        ));
+    }
+    Ok(())
+}
+
+/// AKS managed-cluster names: 1-63 characters of `[A-Za-z0-9_-]`, starting and ending with a
+/// letter or digit.
+pub(super) fn check_cluster_name(name: &str) -> Result<(), String> {
+    let edge_ok = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
+    let allowed = name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'));
+    if name.len() > 63 || !allowed || !edge_ok(name.chars().next()) || !edge_ok(name.chars().last())
+    {
+        return Err(format!(
+            "{name:?} is not a valid managed-cluster name: 1-63 letters, digits, '_' and '-', starting and ending with a letter or digit"
+        ));
+    }
+    Ok(())
+}
+
+/// Azure resource-group names: 1-90 letters, digits, `_`, `-`, `.`, `(`, `)`, not ending in `.`.
+pub(super) fn check_resource_group_name(name: &str) -> Result<(), String> {
+    let allowed = name
+        .chars()
+        .all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | '(' | ')'));
+    if name.chars().count() > 90 || !allowed || name.ends_with('.') {
+        return Err(format!(
+            "{name:?} is not a valid resource-group name: 1-90 letters, digits, '_', '-', '.', '(' and ')', not ending in '.'"
         ));
     }
     Ok(())
