@@ -111,6 +111,15 @@ fn an_unknown_kind_is_reported_at_its_path_with_the_allowed_values() {
     assert_problem(&ps, "nodeGroups[1].kind", "aksAgentPool");
     // The kind is unknown, so its cluster is not judged against either kind.
     assert_eq!(ps.len(), 1, "{}", ConfigErrors(ps.clone()));
+    // A kind that is not text is an unknown kind too, not a scale set by omission.
+    let ps =
+        problems("nodeGroups:\n  - {name: pool1, kind: 3, cluster: c, minSize: 1, maxSize: 2}\n");
+    assert_problem(
+        &ps,
+        "nodeGroups[0].kind",
+        "unknown kind \"3\"; use vmss (the default) or aksAgentPool",
+    );
+    assert_eq!(ps.len(), 1, "{}", ConfigErrors(ps.clone()));
 }
 
 #[test]

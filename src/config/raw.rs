@@ -205,9 +205,9 @@ pub(super) struct RawWriteBudget {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub(super) struct RawNodeGroup {
     pub(super) name: Option<String>,
-    /// Kept as text so an unknown kind gets a message listing the allowed ones, and does not
-    /// turn the group into a scale set by removal.
-    pub(super) kind: Option<String>,
+    /// Kept as any YAML value so that an unknown or mistyped kind gets a message listing the
+    /// allowed ones, rather than being removed (which would make the group a scale set).
+    pub(super) kind: Option<serde_yaml::Value>,
     pub(super) cluster: Option<String>,
     pub(super) resource_group: Option<String>,
     pub(super) min_size: Option<u32>,

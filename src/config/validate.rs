@@ -294,12 +294,22 @@ fn node_group(path: &str, raw: RawNodeGroup, problems: &mut Problems) -> Option<
 /// (required for a pool) and `resourceGroup` (optional, pools only). `None` for an unknown kind.
 fn backing(
     path: &str,
-    kind: Option<String>,
+    kind: Option<serde_yaml::Value>,
     cluster: Option<String>,
     resource_group: Option<String>,
     problems: &mut Problems,
 ) -> Option<(NodeGroupKind, Option<String>)> {
-    match kind.as_deref().map(str::trim) {
+    let kind = match kind {
+        None | Some(serde_yaml::Value::Null) => None,
+        Some(serde_yaml::Value::String(s)) => Some(s.trim().to_string()),
+        // Not text: shown as YAML so the message says what was written.
+        Some(other) => Some(
+            serde_yaml::to_string(&other)
+                .map(|s| s.trim().to_string())
+                .unwrap_or_default(),
+        ),
+    };
+    match kind.as_deref() {
         None | Some("vmss") => {
             if cluster.is_some() {
                 problems.push(
