@@ -183,7 +183,9 @@ autoDiscovery: {clusterName: my-cluster, defaultMin: 1, defaultMax: 10}
         Some(AutoDiscovery {
             cluster_name: "my-cluster".into(),
             default_min: Some(1),
-            default_max: Some(10)
+            default_max: Some(10),
+            aks_cluster: None,
+            aks_resource_group: None,
         })
     );
 }

@@ -404,7 +404,9 @@ fn a_realistic_azure_json_produces_the_expected_settings() {
         Some(AutoDiscovery {
             cluster_name: "aks-prod".into(),
             default_min: None,
-            default_max: None
+            default_max: None,
+            aks_cluster: None,
+            aks_resource_group: None,
         }),
         "clusterName without explicit groups means tag discovery"
     );
@@ -616,6 +618,8 @@ fn auto(min: Option<u32>, max: Option<u32>) -> AutoDiscovery {
         cluster_name: "aks-prod".into(),
         default_min: min,
         default_max: max,
+        aks_cluster: None,
+        aks_resource_group: None,
     }
 }
 

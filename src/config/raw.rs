@@ -1,0 +1,367 @@
+//! YAML decoding: the text of the config file into the `Raw*` structs (camelCase keys, unknown
+//! keys rejected), collecting every schema problem with its path. Nothing here checks ranges or
+//! combinations; that is `validate`'s job.
+
+use super::Problems;
+use serde::de::{self, IgnoredAny};
+use serde::{Deserialize, Deserializer};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Reads and decodes the YAML file; a missing file name means an empty configuration.
+pub(super) fn read_yaml(path: Option<&Path>, problems: &mut Problems) -> RawConfig {
+    let Some(path) = path else {
+        return RawConfig::default();
+    };
+    let origin = path.display().to_string();
+    match std::fs::read_to_string(path) {
+        Ok(text) => decode_yaml(&text, &origin, problems),
+        Err(e) => {
+            problems.push(origin, format!("cannot read config file: {e}"));
+            RawConfig::default()
+        }
+    }
+}
+
+/// A duration written the humantime way (`10s`, `1m30s`), parsed while deserializing.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct HumanDuration(pub(super) Duration);
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl de::Visitor<'_> for V {
+            type Value = HumanDuration;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a duration such as \"10s\" or \"1m30s\"")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<HumanDuration, E> {
+                humantime::parse_duration(s.trim())
+                    .map(HumanDuration)
+                    .map_err(|e| {
+                        E::custom(format!(
+                            "invalid duration {s:?} ({e}); use e.g. \"10s\", \"5m\" or \"1m30s\""
+                        ))
+                    })
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// A UTC time of day, `HH:MM` or `HH:MM:SS`, as seconds after midnight.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct TimeOfDay(pub(super) u32);
+
+/// Parses `HH:MM` or `HH:MM:SS` (24 h) into seconds after midnight.
+fn parse_time_of_day(s: &str) -> Result<u32, String> {
+    let bad = || format!("invalid time {s:?}; use \"HH:MM\" or \"HH:MM:SS\" (UTC, 24-hour)");
+    let parts: Vec<&str> = s.trim().split(':').collect();
+    if parts.len() < 2 || parts.len() > 3 {
+        return Err(bad());
+    }
+    let mut nums = [0u32; 3];
+    for (i, p) in parts.iter().enumerate() {
+        if p.is_empty() || p.len() > 2 || !p.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        nums[i] = p.parse().map_err(|_| bad())?;
+    }
+    if nums[0] > 23 || nums[1] > 59 || nums[2] > 59 {
+        return Err(bad());
+    }
+    Ok(nums[0] * 3600 + nums[1] * 60 + nums[2])
+}
+
+impl<'de> Deserialize<'de> for TimeOfDay {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl de::Visitor<'_> for V {
+            type Value = TimeOfDay;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a UTC time \"HH:MM\" or \"HH:MM:SS\"")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<TimeOfDay, E> {
+                parse_time_of_day(s).map(TimeOfDay).map_err(E::custom)
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// Days of the week in schedules.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum Day {
+    Mon,
+    Tue,
+    Wed,
+    Thu,
+    Fri,
+    Sat,
+    Sun,
+}
+
+impl Day {
+    pub(super) fn index(self) -> u8 {
+        self as u8
+    }
+}
+
+/// Present-but-null is `Some(None)` (e.g. `metricsListen: null` disables the server).
+fn present<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(d).map(Some)
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct RawConfig {
+    pub(super) azure: Option<RawAzure>,
+    #[serde(rename = "enableVMSSEtag")]
+    pub(super) enable_vmss_etag: Option<bool>,
+    pub(super) conflict_strategy: Option<RawConflictStrategy>,
+    pub(super) conflict_backoff: Option<HumanDuration>,
+    pub(super) scan_interval: Option<HumanDuration>,
+    #[serde(rename = "vmssCacheTTL")]
+    pub(super) vmss_cache_ttl: Option<HumanDuration>,
+    #[serde(rename = "instanceCacheTTL")]
+    pub(super) instance_cache_ttl: Option<HumanDuration>,
+    pub(super) instance_cache_jitter: Option<HumanDuration>,
+    #[serde(default, deserialize_with = "present")]
+    pub(super) metrics_listen: Option<Option<String>>,
+    pub(super) max_concurrent_writes: Option<u32>,
+    pub(super) write_budget: Option<RawWriteBudget>,
+    pub(super) shutdown_grace: Option<HumanDuration>,
+    pub(super) request_timeout: Option<HumanDuration>,
+    pub(super) quota_cooldown: Option<HumanDuration>,
+    pub(super) node_groups: Option<Vec<RawNodeGroup>>,
+    pub(super) auto_discovery: Option<RawAutoDiscovery>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) enum RawConflictStrategy {
+    Replan,
+    NextLoop,
+    RetryOnceThenBackoff,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct RawAzure {
+    pub(super) resource_manager_endpoint: Option<String>,
+    pub(super) authority_host: Option<String>,
+    pub(super) imds_endpoint: Option<String>,
+    pub(super) tenant_id: Option<String>,
+    pub(super) subscription_id: Option<String>,
+    pub(super) resource_group: Option<String>,
+    pub(super) auth: Option<RawAuth>,
+    pub(super) ca_bundle_file: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) enum AuthMethod {
+    ClientSecret,
+    WorkloadIdentity,
+    ManagedIdentity,
+    AzureCli,
+}
+
+impl AuthMethod {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            AuthMethod::ClientSecret => "clientSecret",
+            AuthMethod::WorkloadIdentity => "workloadIdentity",
+            AuthMethod::ManagedIdentity => "managedIdentity",
+            AuthMethod::AzureCli => "azureCli",
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct RawAuth {
+    pub(super) method: Option<AuthMethod>,
+    pub(super) client_id: Option<String>,
+    pub(super) client_secret_file: Option<PathBuf>,
+    pub(super) token_file: Option<PathBuf>,
+    /// Accepted by the parser only to be rejected with a clear message.
+    pub(super) client_secret: Option<IgnoredAny>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct RawWriteBudget {
+    pub(super) per_minute: Option<f64>,
+    pub(super) burst: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct RawNodeGroup {
+    pub(super) name: Option<String>,
+    /// Kept as any YAML value so that an unknown or mistyped kind gets a message listing the
+    /// allowed ones, rather than being removed (which would make the group a scale set).
+    pub(super) kind: Option<serde_yaml::Value>,
+    pub(super) cluster: Option<String>,
+    pub(super) resource_group: Option<String>,
+    pub(super) min_size: Option<u32>,
+    pub(super) max_size: Option<u32>,
+    pub(super) desired_capacity: Option<u32>,
+    pub(super) max_scale_down_step: Option<u32>,
+    pub(super) schedules: Option<Vec<RawSchedule>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct RawSchedule {
+    pub(super) start: Option<TimeOfDay>,
+    pub(super) end: Option<TimeOfDay>,
+    pub(super) days: Option<Vec<Day>>,
+    pub(super) desired_capacity: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct RawAutoDiscovery {
+    pub(super) cluster_name: Option<String>,
+    pub(super) default_min: Option<u32>,
+    pub(super) default_max: Option<u32>,
+    pub(super) aks_cluster: Option<String>,
+    pub(super) aks_resource_group: Option<String>,
+}
+
+/// Parses YAML text into [`RawConfig`], collecting every schema problem with its path.
+///
+/// serde stops at the first error, so the offending value is removed from the parsed tree and
+/// deserialization is retried; each round reports one more problem. Removed values behave as
+/// if absent (a removed list element shifts the indices of the ones after it).
+fn decode_yaml(text: &str, origin: &str, problems: &mut Problems) -> RawConfig {
+    let mut value: serde_yaml::Value = match serde_yaml::from_str(text) {
+        Ok(v) => v,
+        Err(e) => {
+            problems.push(origin, format!("not valid YAML: {e}"));
+            return RawConfig::default();
+        }
+    };
+    if value.is_null() {
+        value = serde_yaml::Value::Mapping(Default::default());
+    }
+    for _ in 0..512 {
+        match serde_path_to_error::deserialize::<_, RawConfig>(value.clone()) {
+            Ok(raw) => return raw,
+            Err(err) => {
+                let mut segments: Vec<String> = Vec::new();
+                let mut kinds: Vec<bool> = Vec::new(); // true = sequence index
+                for seg in err.path().iter() {
+                    match seg {
+                        serde_path_to_error::Segment::Seq { index } => {
+                            segments.push(index.to_string());
+                            kinds.push(true);
+                        }
+                        serde_path_to_error::Segment::Map { key } => {
+                            segments.push(key.clone());
+                            kinds.push(false);
+                        }
+                        serde_path_to_error::Segment::Enum { .. }
+                        | serde_path_to_error::Segment::Unknown => {}
+                    }
+                }
+                let message = err.inner().to_string();
+                // An unknown key may be reported at its parent: name it in the path.
+                if let Some(key) = unknown_field_name(&message) {
+                    if segments.last() != Some(&key) || kinds.last() == Some(&true) {
+                        segments.push(key);
+                        kinds.push(false);
+                    }
+                }
+                let path = render_path(&segments, &kinds, origin);
+                problems.push(path, friendly_serde_message(&message));
+                if segments.is_empty() || !remove_at(&mut value, &segments, &kinds) {
+                    return RawConfig::default();
+                }
+            }
+        }
+    }
+    RawConfig::default()
+}
+
+/// Extracts `x` from serde's "unknown field `x`, expected ...".
+fn unknown_field_name(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let end = rest.find('`')?;
+    Some(rest[..end].to_string())
+}
+
+/// Drops serde_yaml's location suffix (meaningless for a re-serialized tree) and renames
+/// "field" to "key" for YAML users.
+fn friendly_serde_message(message: &str) -> String {
+    let m = match message.find(" at line ") {
+        Some(i) => &message[..i],
+        None => message,
+    };
+    if let Some(rest) = m.strip_prefix("unknown field ") {
+        format!("unknown key {rest}")
+    } else {
+        m.to_string()
+    }
+}
+
+fn render_path(segments: &[String], kinds: &[bool], origin: &str) -> String {
+    if segments.is_empty() {
+        return origin.to_string();
+    }
+    let mut out = String::new();
+    for (seg, is_index) in segments.iter().zip(kinds) {
+        if *is_index {
+            out.push('[');
+            out.push_str(seg);
+            out.push(']');
+        } else {
+            if !out.is_empty() {
+                out.push('.');
+            }
+            out.push_str(seg);
+        }
+    }
+    out
+}
+
+/// Removes the value at `segments` from the tree; false if nothing could be removed.
+fn remove_at(value: &mut serde_yaml::Value, segments: &[String], kinds: &[bool]) -> bool {
+    let Some((last, parents)) = segments.split_last() else {
+        return false;
+    };
+    let mut cur = value;
+    for (seg, is_index) in parents.iter().zip(kinds) {
+        let next = if *is_index {
+            seg.parse::<usize>()
+                .ok()
+                .and_then(|i| cur.as_sequence_mut().and_then(|s| s.get_mut(i)))
+        } else {
+            cur.as_mapping_mut().and_then(|m| m.get_mut(seg.as_str()))
+        };
+        match next {
+            Some(n) => cur = n,
+            None => return false,
+        }
+    }
+    if kinds[segments.len() - 1] {
+        match (last.parse::<usize>(), cur.as_sequence_mut()) {
+            (Ok(i), Some(seq)) if i < seq.len() => {
+                seq.remove(i);
+                true
+            }
+            _ => false,
+        }
+    } else {
+        cur.as_mapping_mut()
+            .and_then(|m| m.remove(last.as_str()))
+            .is_some()
+    }
+}
