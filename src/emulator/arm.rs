@@ -525,14 +525,16 @@ async fn process(
                     d.delete_scale_set(sub, rg, name);
                 }
                 Route::Cluster { sub, rg, name } => {
-                    aks::delete_cluster_out_of_band(&mut d, sub, rg, name)
+                    aks::delete_cluster_out_of_band(&mut d, sub, rg, name);
                 }
                 Route::Pool {
                     sub,
                     rg,
                     cluster,
                     pool,
-                } => aks::delete_pool_out_of_band(&mut d, sub, rg, cluster, pool),
+                } => {
+                    aks::delete_pool_out_of_band(&mut d, sub, rg, cluster, pool);
+                }
                 _ => {}
             }
         }
@@ -559,11 +561,11 @@ async fn process(
         Some(FaultKind::NoEtag) if success => {
             reply.remove_header("etag");
             if let ReplyBody::Json(Value::Object(map)) = &mut reply.body {
-                map.remove("etag");
+                strip_etags(map);
                 // A LIST carries the ETags in its items.
                 if let Some(Value::Array(items)) = map.get_mut("value") {
                     for item in items.iter_mut().filter_map(Value::as_object_mut) {
-                        item.remove("etag");
+                        strip_etags(item);
                     }
                 }
             }
@@ -583,6 +585,21 @@ async fn process(
         _ => {}
     }
     Outcome::Reply(with_limits(reply))
+}
+
+/// Removes every place a resource carries its ETag in a body: a scale set's `etag`, a managed
+/// cluster's `eTag` and its pool profiles' `eTag`, an agent pool's `properties.eTag`.
+fn strip_etags(item: &mut serde_json::Map<String, Value>) {
+    item.remove("etag");
+    item.remove("eTag");
+    if let Some(props) = item.get_mut("properties").and_then(Value::as_object_mut) {
+        props.remove("eTag");
+        if let Some(Value::Array(profiles)) = props.get_mut("agentPoolProfiles") {
+            for p in profiles.iter_mut().filter_map(Value::as_object_mut) {
+                p.remove("eTag");
+            }
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
