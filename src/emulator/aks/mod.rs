@@ -15,8 +15,8 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::arm::{
-    add_lro_headers, decide, not_found, parse_json_object, parse_tags, prevalidate,
-    same_location, Ctx, Decision, WriteKind,
+    add_lro_headers, decide, not_found, parse_json_object, parse_tags, prevalidate, same_location,
+    Ctx, Decision, WriteKind,
 };
 use super::state::{Data, Settings, SEED_WRITER};
 use super::{EmulatorError, Reply};

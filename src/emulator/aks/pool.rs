@@ -376,7 +376,10 @@ impl Pool {
     pub fn describe_change(old: &Pool, new: &Pool) -> String {
         let mut parts = Vec::new();
         if old.count != new.count {
-            parts.push(format!("pool {} count {} -> {}", new.name, old.count, new.count));
+            parts.push(format!(
+                "pool {} count {} -> {}",
+                new.name, old.count, new.count
+            ));
         }
         if old.enable_auto_scaling != new.enable_auto_scaling {
             parts.push(format!(
