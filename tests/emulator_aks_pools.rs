@@ -604,3 +604,37 @@ async fn the_control_api_seeds_clusters_and_makes_cluster_and_pool_level_rival_w
         .unwrap();
     assert_eq!(missing.status().as_u16(), 404);
 }
+
+#[tokio::test]
+async fn a_quoted_if_match_names_the_bare_guid_etag_as_azure_sdks_send_it() {
+    let env = Env::start().await;
+    two_pool_cluster(&env, "c").await;
+    let b = read_pool(&env, "c", "b").await;
+    let etag = pool_etag(&b.body);
+    // azure-core's quote_etag turns the bare GUID into "GUID" (RFC 9110's entity-tag).
+    let w = env
+        .send(
+            "PUT",
+            &pool_path("c", "b"),
+            Some(&format!("\"{etag}\"")),
+            None,
+            Some(with_count(&b.body, 4)),
+        )
+        .await;
+    assert_eq!(w.status, 200, "{}", w.text);
+    let w = env
+        .send(
+            "PUT",
+            &pool_path("c", "b"),
+            Some(&format!("\"{etag}\"")),
+            None,
+            Some(with_count(&b.body, 5)),
+        )
+        .await;
+    assert_eq!(
+        w.status, 412,
+        "the quoted old ETag is still stale: {}",
+        w.text
+    );
+    assert!(env.handle.state().lost_updates().is_empty());
+}

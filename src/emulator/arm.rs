@@ -86,6 +86,19 @@ pub(crate) fn prevalidate(
     Ok(())
 }
 
+/// Whether an If-Match value names `current`. The opaque tag is compared without one pair of
+/// surrounding double quotes on either side: AKS's ETags are bare GUIDs, and clients that follow
+/// RFC 9110 (azure-core's `quote_etag`, so every Azure SDK for Python) send them quoted.
+pub(crate) fn etags_match(if_match: &str, current: &str) -> bool {
+    fn bare(s: &str) -> &str {
+        let s = s.trim();
+        s.strip_prefix('"')
+            .and_then(|r| r.strip_suffix('"'))
+            .unwrap_or(s)
+    }
+    bare(if_match) == bare(current)
+}
+
 /// The seeds' table, cell for cell. `current` is the resource's ETag when it exists.
 pub(crate) fn decide(
     kind: WriteKind,
@@ -123,7 +136,7 @@ pub(crate) fn decide(
             }
             match im {
                 None | Some("*") => Decision::Update,
-                Some(v) if v == etag => Decision::Update,
+                Some(v) if etags_match(v, etag) => Decision::Update,
                 Some(v) => Decision::Answer(Reply::arm_error(
                     412,
                     "PreconditionFailed",

@@ -415,7 +415,7 @@ impl Data {
         seq: u64,
         if_match: Option<&str>,
     ) {
-        if if_match.map(str::trim) == Some(etag) {
+        if if_match.is_some_and(|v| super::arm::etags_match(v, etag)) {
             return;
         }
         let pair = (key.to_string(), etag.to_string());
