@@ -7,7 +7,7 @@ mod emulator_support;
 
 use emulator_support::*;
 use serde_json::{json, Value};
-use vmss_capacity_controller::emulator::{AgentPoolSeed, ClusterSeed};
+use vmss_capacity_controller::emulator::{AgentPoolSeed, ClusterSeed, FaultKind, FaultSpec};
 
 const LOCATION: &str = "westeurope";
 
@@ -539,7 +539,7 @@ async fn the_control_api_seeds_clusters_and_makes_cluster_and_pool_level_rival_w
     let env = Env::start().await;
     let base = env.handle.base_url();
     let http = reqwest::Client::new();
-    let seed = json!({"subscription": SUB, "resourceGroup": RG, "name": "ctl",
+    let seed = json!({"subscription": SUB, "resource_group": RG, "name": "ctl",
         "pools": [{"name": "sys", "count": 1}, {"name": "work", "count": 2}]});
     let r = http
         .post(format!("{base}/_emulator/clusters"))
@@ -637,4 +637,63 @@ async fn a_quoted_if_match_names_the_bare_guid_etag_as_azure_sdks_send_it() {
         w.text
     );
     assert!(env.handle.state().lost_updates().is_empty());
+}
+
+fn pool_fault(method: &str, kind: FaultKind) -> FaultSpec {
+    FaultSpec {
+        method: Some(method.to_string()),
+        path_contains: Some("/agentPools".into()),
+        kind,
+        count: Some(1),
+        probability: None,
+        seed: None,
+    }
+}
+
+#[tokio::test]
+async fn no_etag_faults_strip_the_pools_properties_etag_in_a_get_and_a_list() {
+    let env = Env::start().await;
+    two_pool_cluster(&env, "c").await;
+    let state = env.handle.state();
+    state.inject_fault(pool_fault("GET", FaultKind::NoEtag));
+    let a = env.get(&pool_path("c", "b")).await;
+    assert_eq!(a.status, 200);
+    assert!(a.etag().is_none());
+    assert!(a.body["properties"].get("eTag").is_none(), "{}", a.text);
+    assert_eq!(a.body["properties"]["count"], 3);
+
+    state.inject_fault(pool_fault("GET", FaultKind::NoEtag));
+    let list = env.get(&format!("{}/agentPools", cluster_path("c"))).await;
+    for item in list.body["value"].as_array().unwrap() {
+        assert!(item["properties"].get("eTag").is_none(), "{item}");
+    }
+    // The next read has it again.
+    assert!(pool_etag(&read_pool(&env, "c", "b").await.body).len() == 36);
+}
+
+#[tokio::test]
+async fn delete_before_handling_takes_the_pool_and_its_scale_set() {
+    let env = Env::start().await;
+    two_pool_cluster(&env, "c").await;
+    let state = env.handle.state();
+    let view = state.agent_pool(SUB, RG, "c", "b").unwrap();
+    state.inject_fault(pool_fault("PUT", FaultKind::DeleteBeforeHandling));
+    let w = env
+        .send(
+            "PUT",
+            &pool_path("c", "b"),
+            Some(&view.etag),
+            None,
+            Some(json!({"properties": {"count": 4}})),
+        )
+        .await;
+    assert_eq!(w.status, 412, "the pool is gone: {}", w.text);
+    assert!(state.agent_pool(SUB, RG, "c", "b").is_none());
+    let got = env
+        .get(&vmss_path_in(
+            &view.scale_set_resource_group,
+            &view.scale_set_name,
+        ))
+        .await;
+    assert_eq!(got.status, 404);
 }

@@ -663,7 +663,6 @@ pub(crate) fn delete_pool_out_of_band(
 
 /// An agent pool to create with a [`ClusterSeed`].
 #[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
 pub struct AgentPoolSeed {
     /// Pool name (AKS allows `^[a-z][a-z0-9]{0,11}$`).
     pub name: String,
@@ -703,7 +702,6 @@ impl AgentPoolSeed {
 
 /// A managed cluster to create (or replace) through [`super::EmulatorState::seed_cluster`].
 #[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
 pub struct ClusterSeed {
     /// Subscription id.
     pub subscription: String,
