@@ -116,3 +116,30 @@ impl Backing {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: &str = "/subscriptions/sub/resourceGroups/rg/providers/Microsoft.ContainerService/managedClusters/c";
+
+    #[test]
+    fn the_name_suffix_is_fixed_for_a_cluster_id_whatever_its_case() {
+        // A fixed value: a change of hash would rename every pool's scale set.
+        assert_eq!(name_suffix(ID), "66116893");
+        assert_eq!(name_suffix(&ID.to_ascii_uppercase()), "66116893");
+        assert_ne!(name_suffix(&ID.replace("/c", "/d")), "66116893");
+    }
+
+    #[test]
+    fn scale_set_names_follow_aks() {
+        assert_eq!(
+            scale_set_name(ID, "NodePool1"),
+            "aks-nodepool1-66116893-vmss"
+        );
+        assert_eq!(
+            default_node_resource_group("rg", "c", "westeurope"),
+            "MC_rg_c_westeurope"
+        );
+    }
+}
