@@ -41,6 +41,37 @@ pub struct ScaleSet {
     pub provisioning_state: Option<String>,
     /// Edge-zone `extendedLocation` as ARM returned it, sent back on writes when present.
     pub extended_location: Option<serde_json::Value>,
+    /// For an AKS agent pool: what the pool read showed (`None` for a scale set).
+    pub agent_pool: Option<Arc<AgentPoolFacts>>,
+}
+
+/// What an agent-pool read showed beyond the fields all node groups share. The pool PUT
+/// replaces the whole object, so the body as read is kept to be sent back with `count` changed.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AgentPoolFacts {
+    /// The managed cluster the pool belongs to.
+    pub cluster: String,
+    /// The pool's JSON exactly as the read returned it.
+    pub body: serde_json::Value,
+    /// `properties.enableAutoScaling`: AKS's own autoscaler owns the count.
+    pub enable_auto_scaling: bool,
+    /// `properties.mode`: `System` or `User`.
+    pub mode: Option<String>,
+    /// `properties.maxPods`.
+    pub max_pods: Option<i64>,
+    /// `properties.nodeLabels`.
+    pub node_labels: BTreeMap<String, String>,
+    /// `properties.nodeTaints`, as `key=value:Effect` strings.
+    pub node_taints: Vec<String>,
+}
+
+impl AgentPoolFacts {
+    /// Whether the pool is a `System` pool (AKS requires at least one node in it).
+    pub fn is_system(&self) -> bool {
+        self.mode
+            .as_deref()
+            .is_some_and(|m| m.eq_ignore_ascii_case("system"))
+    }
 }
 
 /// A cached scale set and when it was fetched.
@@ -286,7 +317,7 @@ impl InstanceCache {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     pub(crate) fn scale_set(name: &str, capacity: i64, etag: &str) -> ScaleSet {
@@ -300,6 +331,7 @@ mod tests {
             tags: BTreeMap::new(),
             provisioning_state: Some("Succeeded".into()),
             extended_location: None,
+            agent_pool: None,
         }
     }
 

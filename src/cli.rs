@@ -5,6 +5,7 @@ use crate::azure::{credentials, ArmClient, Precondition};
 use crate::config::{self, ConfigSources, Settings};
 use crate::metrics::Metrics;
 use crate::reconciler::Reconciler;
+use crate::resource::{CapacityResource, Resources};
 use anyhow::{bail, Context};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
@@ -63,9 +64,10 @@ pub enum Command {
     Demo(DemoArgs),
     /// Run the ARM emulator as a standalone server (for tests, demos and your own CI).
     Emulator(EmulatorArgs),
-    /// Show one scale set as ARM has it (capacity, ETag, provisioning state, tags).
+    /// Show one scale set or AKS agent pool as ARM has it (capacity, ETag, state, tags).
     Get(GetArgs),
-    /// Set one scale set's capacity once, optionally conditional like `az ... --if-match`.
+    /// Set one scale set's capacity or agent pool's count once, optionally conditional like
+    /// `az ... --if-match`; exits 3 on 412 Precondition Failed.
     Scale(ScaleArgs),
     /// Validate a configuration; print every problem with its path; exit 2 if any.
     CheckConfig(ConfigArgs),
@@ -80,7 +82,9 @@ pub struct ConfigArgs {
     /// An existing cluster-autoscaler `azure.json` cloud-config file.
     #[arg(long)]
     pub cloud_config: Option<PathBuf>,
-    /// cluster-autoscaler style node group `MIN:MAX:NAME`; repeatable.
+    /// cluster-autoscaler style node group `MIN:MAX:NAME`; repeatable. NAME is a scale set in
+    /// `azure.resourceGroup`; an AKS agent pool is configured in the YAML instead
+    /// (`nodeGroups: [{name: POOL, kind: aksAgentPool, cluster: CLUSTER, ...}]`).
     #[arg(long = "nodes", value_name = "MIN:MAX:NAME")]
     pub nodes: Vec<String>,
 }
@@ -110,7 +114,7 @@ pub struct DemoArgs {
     /// Blind writes (no If-Match): shows the lost updates that ETags prevent.
     #[arg(long)]
     pub no_etag: bool,
-    /// Number of scale sets.
+    /// Number of scale sets (agent pools with `--aks`).
     #[arg(long, default_value_t = 4)]
     pub scale_sets: usize,
     /// How often the rival writer changes a scale set.
@@ -122,6 +126,10 @@ pub struct DemoArgs {
     /// Only the summary, no live progress.
     #[arg(long)]
     pub quiet: bool,
+    /// The same showcase on the agent pools of one AKS managed cluster, with a rival making
+    /// pool-level and cluster-level writes.
+    #[arg(long)]
+    pub aks: bool,
 }
 
 /// `emulator` flags (a contract: tests outside the project use them).
@@ -144,13 +152,28 @@ pub struct EmulatorArgs {
     pub throttling: bool,
 }
 
+/// Which resource `get` and `scale` address.
+#[derive(Debug, Args)]
+pub struct ResourceArgs {
+    /// A scale set in `azure.resourceGroup`, or a configured node group's name (scale set or
+    /// agent pool).
+    #[arg(required_unless_present = "pool", conflicts_with = "pool")]
+    pub name: Option<String>,
+    /// The managed cluster of `--pool` (in `azure.resourceGroup`).
+    #[arg(long, requires = "pool")]
+    pub cluster: Option<String>,
+    /// An AKS agent pool of `--cluster`.
+    #[arg(long, requires = "cluster")]
+    pub pool: Option<String>,
+}
+
 /// `get` flags.
 #[derive(Debug, Args)]
 pub struct GetArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
-    /// Scale-set name.
-    pub name: String,
+    #[command(flatten)]
+    pub resource: ResourceArgs,
 }
 
 /// `scale` flags.
@@ -158,8 +181,8 @@ pub struct GetArgs {
 pub struct ScaleArgs {
     #[command(flatten)]
     pub config: ConfigArgs,
-    /// Scale-set name.
-    pub name: String,
+    #[command(flatten)]
+    pub resource: ResourceArgs,
     /// New capacity.
     #[arg(long)]
     pub to: i64,
@@ -239,6 +262,16 @@ pub fn check_config(args: &ConfigArgs) -> ExitCode {
                     "OFF (blind writes)"
                 }
             );
+            for g in &s.node_groups {
+                if let config::NodeGroupKind::AksAgentPool { cluster } = &g.kind {
+                    println!(
+                        "warning: nodeGroups {}: agent pool of {cluster}: whether AKS's own autoscaler owns it \
+                         (enableAutoScaling: true) is only known at run time; the controller checks every \
+                         read, never writes such a pool, logs why and counts writes_held_total{{reason=\"aks_autoscaler\"}}",
+                        g.name
+                    );
+                }
+            }
             ExitCode(0)
         }
         Err(code) => code,
@@ -344,6 +377,39 @@ async fn wait_for_signal() {
     }
 }
 
+/// The resource `args` names: `--cluster C --pool P`, a configured node group, else a scale set.
+fn resolve(
+    settings: &Settings,
+    arm: Arc<ArmClient>,
+    args: &ResourceArgs,
+) -> (Arc<dyn CapacityResource>, String, String) {
+    if let (Some(cluster), Some(pool)) = (&args.cluster, &args.pool) {
+        let rg = settings.azure.resource_group.clone();
+        let pools = crate::azure::aks::AgentPools::new(arm, &rg, cluster);
+        return (
+            Arc::new(pools),
+            pool.clone(),
+            format!("agent pool {pool} of managed cluster {cluster} in resource group {rg}"),
+        );
+    }
+    let name = args.name.clone().unwrap_or_default();
+    if let Some(g) = settings.node_groups.iter().find(|g| g.name == name) {
+        let resource = Resources::new(settings, arm).for_group(g);
+        let what = match &g.kind {
+            crate::config::NodeGroupKind::AksAgentPool { cluster } => {
+                format!("agent pool {name} of managed cluster {cluster}")
+            }
+            crate::config::NodeGroupKind::Vmss => format!("scale set {name}"),
+        };
+        return (resource, name, what);
+    }
+    let what = format!(
+        "scale set {name} in resource group {}",
+        settings.azure.resource_group
+    );
+    (arm, name, what)
+}
+
 /// `get`.
 pub async fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
     let settings = match load_settings(&args.config) {
@@ -351,16 +417,15 @@ pub async fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
         Err(code) => return Ok(code),
     };
     let arm = arm_client(&settings, Arc::new(Metrics::new()))?;
-    match arm.get_scale_set(&args.name).await? {
+    let (resource, name, what) = resolve(&settings, arm, &args.resource);
+    match resource.get(&name).await? {
         None => {
-            eprintln!(
-                "scale set {} not found in resource group {}",
-                args.name, settings.azure.resource_group
-            );
+            eprintln!("{what} not found");
             Ok(ExitCode(1))
         }
         Some(s) => {
             println!("name:               {}", s.name);
+            println!("kind:               {}", resource.kind());
             println!(
                 "capacity:           {}",
                 s.capacity
@@ -377,7 +442,13 @@ pub async fn get(args: GetArgs) -> anyhow::Result<ExitCode> {
                 s.sku_name.as_deref().unwrap_or("-"),
                 s.sku_tier.as_deref().unwrap_or("")
             );
-            println!("location:           {}", s.location);
+            if let Some(p) = &s.agent_pool {
+                println!("cluster:            {}", p.cluster);
+                println!("mode:               {}", p.mode.as_deref().unwrap_or("-"));
+                println!("enableAutoScaling:  {}", p.enable_auto_scaling);
+            } else {
+                println!("location:           {}", s.location);
+            }
             for (k, v) in &s.tags {
                 println!("tag:                {k}={v}");
             }
@@ -403,18 +474,23 @@ pub async fn scale(args: ScaleArgs) -> anyhow::Result<ExitCode> {
         (Some(_), Some(_)) => bail!("--if-match and --if-none-match cannot be combined"),
     };
     let arm = arm_client(&settings, Arc::new(Metrics::new()))?;
-    let current = match arm.get_scale_set(&args.name).await? {
+    let (resource, name, what) = resolve(&settings, arm, &args.resource);
+    let current = match resource.get(&name).await? {
         Some(s) => s,
-        None => bail!(
-            "scale set {} not found; `scale` changes capacity, it does not create scale sets",
-            args.name
-        ),
+        None => bail!("{what} not found; `scale` changes capacity, it does not create resources"),
     };
-    match arm.put_capacity(&current, args.to, &precondition).await {
+    if let Some(reason) = resource.write_refusal(&current) {
+        eprintln!("{what} is scaled by AKS's own autoscaler (enableAutoScaling: true): not writing ({reason}); `az aks nodepool update --disable-cluster-autoscaler` first");
+        return Ok(ExitCode(1));
+    }
+    match resource
+        .write_capacity(&current, args.to, &precondition)
+        .await
+    {
         Ok(acc) => {
             println!(
                 "{}: capacity {} -> {} (HTTP {}), new etag {}",
-                args.name,
+                name,
                 current
                     .capacity
                     .map(|c| c.to_string())
@@ -426,7 +502,7 @@ pub async fn scale(args: ScaleArgs) -> anyhow::Result<ExitCode> {
             Ok(ExitCode(0))
         }
         Err(crate::azure::ArmError::PreconditionFailed { message, .. }) => {
-            eprintln!("412 Precondition Failed: {message}\nthe scale set changed since that ETag was read; run `get` again");
+            eprintln!("412 Precondition Failed: {message}\n{what} changed since that ETag was read; run `get` again");
             Ok(ExitCode(3))
         }
         Err(e) => Err(e.into()),

@@ -10,7 +10,8 @@
 //! | module | owns |
 //! |---|---|
 //! | [`config`] | YAML, environment and `azure.json` loading; validation into [`config::Settings`] |
-//! | [`azure`] | the ARM client (sparse conditional PUT, GET, LIST), credentials, LRO polling, throttle gates |
+//! | [`azure`] | the ARM client (sparse conditional PUT, GET, LIST), AKS agent pools (whole-pool conditional PUT), credentials, LRO polling, throttle gates |
+//! | [`resource`] | what a node group's backing resource can do: one trait, implemented by scale sets and agent pools |
 //! | [`cache`] | the copy-on-write scale-set cache, the size cache, the instance cache |
 //! | [`planner`] | pure capacity planning: bounds, schedules, scale-down steps, coalescing |
 //! | [`reconciler`] | the loop, the ETag protocol and the per-class error policy |
@@ -34,3 +35,4 @@ pub mod metrics;
 pub mod notify;
 pub mod planner;
 pub mod reconciler;
+pub mod resource;

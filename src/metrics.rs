@@ -44,6 +44,9 @@ pub struct Metrics {
     pub scale_set_desired_capacity: IntGaugeVec,
     /// Configured minimum per scale set.
     pub scale_set_min_size: IntGaugeVec,
+    /// 1 per node group, labelled with its kind (`vmss`, `aksAgentPool`): join on `scale_set`
+    /// to split any per-group metric by kind.
+    pub node_group_info: IntGaugeVec,
     /// Configured maximum per scale set.
     pub scale_set_max_size: IntGaugeVec,
     /// Instances seen by the last instance-cache refresh, per scale set.
@@ -136,6 +139,12 @@ impl Metrics {
                 "scale_set_min_size",
                 "Configured minimum.",
                 &["scale_set"],
+            ),
+            node_group_info: int_gauge(
+                &registry,
+                "node_group_info",
+                "1 per node group; its kind: vmss or aksAgentPool.",
+                &["scale_set", "kind"],
             ),
             scale_set_max_size: int_gauge(
                 &registry,

@@ -26,6 +26,7 @@ use crate::cache::{InstanceCache, ScaleSet, ScaleSetCache, SizeCache};
 use crate::config::{ConflictStrategy, NodeGroupSpec, Settings};
 use crate::metrics::Metrics;
 use crate::planner::{self, CapacityChange, ConfiguredDemand, DemandSource, Hold};
+use crate::resource::{CapacityResource, Resources};
 use parking_lot::Mutex;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -110,6 +111,8 @@ struct GroupState {
     backoff_until: Option<Instant>,
     backoff_attempts: u32,
     budget: TokenBucket,
+    /// The refusal last logged (logged again only when it changes).
+    refusal: Option<&'static str>,
 }
 
 /// Liveness and readiness, read by `/healthz` and `/readyz`.
@@ -194,8 +197,8 @@ impl ReconcilerBuilder {
                 lro_tasks: Mutex::new(JoinSet::new()),
                 dry_run: self.dry_run,
                 started: Instant::now(),
+                resources: Resources::new(&settings, self.arm),
                 settings,
-                arm: self.arm,
                 metrics: self.metrics,
             }),
         }
@@ -210,7 +213,7 @@ pub struct Reconciler {
 
 struct Inner {
     settings: Arc<Settings>,
-    arm: Arc<ArmClient>,
+    resources: Resources,
     metrics: Arc<Metrics>,
     demand: Arc<dyn DemandSource>,
     clock: WallClock,
@@ -229,7 +232,7 @@ struct Inner {
 impl std::fmt::Debug for Reconciler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Reconciler")
-            .field("arm", &self.inner.arm)
+            .field("resources", &self.inner.resources)
             .finish_non_exhaustive()
     }
 }
@@ -387,7 +390,7 @@ impl Inner {
         if self.scale_sets.refresh_due(due_at, Instant::now()) {
             self.refresh_all().await.map_err(ReconcileError::Refresh)?;
         }
-        let groups = self.groups();
+        let groups = self.with_floors(self.groups());
         let now = Instant::now();
         let observed: HashMap<String, Option<i64>> = groups
             .iter()
@@ -490,6 +493,7 @@ impl Inner {
             cooldown_until: None,
             backoff_until: None,
             backoff_attempts: 0,
+            refusal: None,
             budget: TokenBucket {
                 tokens: f64::from(self.settings.write_budget.burst),
                 last: Instant::now(),
@@ -525,28 +529,90 @@ impl Inner {
         }
     }
 
-    /// One LIST for the resource group; replaces the whole cache.
+    /// One LIST per source (the scale sets of the resource group, the pools of each managed
+    /// cluster); replaces the whole cache. A managed group's entry comes only from the source
+    /// that backs it, so a scale set and a pool of the same name never overwrite each other.
     async fn refresh_all(&self) -> Result<(), ArmError> {
         // The data is at least as fresh as the moment the LIST was sent: age counts from then.
         let sent_at = Instant::now();
-        let listed = self.arm.list_scale_sets().await?;
-        for s in &listed {
+        let mut merged: Vec<ScaleSet> = Vec::new();
+        let mut scale_sets_listed = None;
+        for source in self.resources.sources() {
+            let listed = source.list().await?;
+            let groups = self.groups();
+            let foreign_kind = |n: &str| {
+                groups
+                    .iter()
+                    .any(|g| g.name == n && !self.resources.serves(&source, g))
+            };
+            let listed: Vec<ScaleSet> = listed
+                .into_iter()
+                .filter(|s| !foreign_kind(&s.name))
+                .collect();
+            if source.kind() == crate::config::NodeGroupKind::Vmss.as_str() {
+                scale_sets_listed = Some(listed.clone());
+            }
+            merged.extend(listed);
+        }
+        for s in &merged {
             self.observe(s);
         }
-        let present: HashSet<String> = listed.iter().map(|s| s.name.clone()).collect();
-        self.update_groups(&listed);
-        self.scale_sets.replace_all(listed, sent_at);
+        let present: HashSet<String> = merged.iter().map(|s| s.name.clone()).collect();
+        if let Some(listed) = &scale_sets_listed {
+            self.update_groups(listed);
+        }
+        // Say at once (not only when a write is planned) which groups will never be written.
+        let by_name: HashMap<&str, &ScaleSet> =
+            merged.iter().map(|s| (s.name.as_str(), s)).collect();
+        for g in self.groups().iter() {
+            if let Some(entry) = by_name.get(g.name.as_str()) {
+                self.refused(g, &self.resources.for_group(g), entry);
+            }
+        }
+        self.scale_sets.replace_all(merged, sent_at);
         // Sizes follow the fresh LIST at once; our own published sizes are older than it.
         for g in self.groups().iter() {
             self.sizes.invalidate(&g.name);
             if !present.contains(&g.name) {
-                warn!(scale_set = %g.name, "configured scale set not found in the resource group: no writes until it exists");
+                warn!(scale_set = %g.name, kind = g.kind.as_str(), "configured node group not found: no writes until it exists");
             }
         }
         if !self.health.ready.swap(true, Ordering::AcqRel) {
-            info!(scale_sets = present.len(), "first full refresh done: ready");
+            info!(
+                node_groups = present.len(),
+                "first full refresh done: ready"
+            );
         }
         Ok(())
+    }
+
+    /// `groups` with each resource's own floor applied to `min` (a System pool keeps one node);
+    /// shared when no floor binds.
+    fn with_floors(&self, groups: Arc<Vec<NodeGroupSpec>>) -> Arc<Vec<NodeGroupSpec>> {
+        let snapshot = self.scale_sets.snapshot();
+        let floor = |g: &NodeGroupSpec| {
+            snapshot
+                .get(&g.name)
+                .map(|e| self.resources.for_group(g).capacity_floor(&e.scale_set))
+                .unwrap_or(0)
+        };
+        if groups.iter().all(|g| floor(g) <= g.min_size) {
+            return groups;
+        }
+        Arc::new(
+            groups
+                .iter()
+                .map(|g| {
+                    let f = floor(g);
+                    let mut g = g.clone();
+                    if f > g.min_size {
+                        g.min_size = f;
+                        g.max_size = g.max_size.max(f);
+                    }
+                    g
+                })
+                .collect(),
+        )
     }
 
     /// Configured groups plus those discovered from tags.
@@ -582,20 +648,20 @@ impl Inner {
         if self.settings.instance_cache_ttl.is_zero() {
             return;
         }
-        let due: Vec<String> = groups
+        let due: Vec<NodeGroupSpec> = groups
             .iter()
             .filter(|g| {
                 self.instances.get(&g.name).is_none() && self.scale_sets.get(&g.name).is_some()
             })
             .take(INSTANCE_LISTS_PER_PASS)
-            .map(|g| g.name.clone())
+            .cloned()
             .collect();
         for chunk in due.chunks(4) {
             let mut lists = JoinSet::new();
-            for name in chunk {
-                let (arm, name) = (self.arm.clone(), name.clone());
+            for group in chunk {
+                let (resource, name) = (self.resources.for_group(group), group.name.clone());
                 lists.spawn(async move {
-                    let result = arm.list_instances(&name).await;
+                    let result = resource.list_instances(&name).await;
                     (name, result)
                 });
             }
@@ -631,6 +697,10 @@ impl Inner {
         let snapshot = self.scale_sets.snapshot();
         for g in groups {
             let name = g.name.as_str();
+            self.metrics
+                .node_group_info
+                .with_label_values(&[name, g.kind.as_str()])
+                .set(1);
             self.metrics
                 .scale_set_min_size
                 .with_label_values(&[name])
@@ -685,6 +755,26 @@ impl Inner {
         })
     }
 
+    /// Whether the resource, as read, refuses our write (an agent pool under AKS's own
+    /// autoscaler); logs when the refusal starts or changes.
+    fn refused(
+        &self,
+        group: &NodeGroupSpec,
+        resource: &Arc<dyn CapacityResource>,
+        current: &ScaleSet,
+    ) -> Option<&'static str> {
+        let reason = resource.write_refusal(current);
+        let changed = self.with_state(&group.name, |s| {
+            std::mem::replace(&mut s.refusal, reason) != reason
+        });
+        if changed {
+            if let Some(reason) = reason {
+                warn!(scale_set = %group.name, kind = group.kind.as_str(), reason, "not writing: AKS's own autoscaler scales this agent pool (enableAutoScaling: true); turn it off to let this controller manage the pool");
+            }
+        }
+        reason
+    }
+
     fn spend_budget(&self, name: &str) {
         self.with_state(name, |s| s.budget.tokens -= 1.0);
     }
@@ -708,6 +798,7 @@ impl Inner {
             debug!(scale_set = name, reason, "write held");
             return self.held(name, reason);
         }
+        let resource = self.resources.for_group(group);
         let etag_on = self.settings.enable_vmss_etag;
         let stale = self.with_state(name, |s| s.stale);
         let mut current = self.scale_sets.get(name).map(|c| c.scale_set.clone());
@@ -717,7 +808,7 @@ impl Inner {
             || (etag_on && current.as_ref().is_some_and(|c| c.etag.is_none()));
         if needs_get {
             match self
-                .fresh_read(name, if stale { "stale" } else { "no_etag" })
+                .fresh_read(group, if stale { "stale" } else { "no_etag" })
                 .await
             {
                 Ok(Some(fresh)) => {
@@ -742,6 +833,9 @@ impl Inner {
         let Some(current) = current else {
             return (WriteEnd::Failed, false);
         };
+        if let Some(reason) = self.refused(group, &resource, &current) {
+            return self.held(name, reason);
+        }
         let precondition = if etag_on {
             match &current.etag {
                 Some(e) => Precondition::IfMatch(e.clone()),
@@ -761,7 +855,10 @@ impl Inner {
             return self.held(name, "dry_run");
         }
         self.spend_budget(name);
-        match self.arm.put_capacity(&current, target, &precondition).await {
+        match resource
+            .write_capacity(&current, target, &precondition)
+            .await
+        {
             Ok(acc) => {
                 self.write_ok(group, &current, target, &precondition, acc);
                 (WriteEnd::Written, false)
@@ -773,10 +870,20 @@ impl Inner {
         }
     }
 
-    /// GET one scale set, replace its cache entry and record what it shows.
-    async fn fresh_read(&self, name: &str, reason: &str) -> Result<Option<ScaleSet>, ArmError> {
-        debug!(scale_set = name, reason, "GET fresh scale set");
-        match self.arm.get_scale_set(name).await? {
+    /// GET one node group's resource, replace its cache entry and record what it shows.
+    async fn fresh_read(
+        &self,
+        group: &NodeGroupSpec,
+        reason: &str,
+    ) -> Result<Option<ScaleSet>, ArmError> {
+        let name = group.name.as_str();
+        debug!(
+            scale_set = name,
+            kind = group.kind.as_str(),
+            reason,
+            "GET fresh"
+        );
+        match self.resources.for_group(group).get(name).await? {
             Some(fresh) => {
                 self.observe(&fresh);
                 let now = Instant::now();
@@ -858,7 +965,7 @@ impl Inner {
             "capacity written"
         );
         if let Some(url) = acc.async_operation {
-            self.track_operation(name.to_string(), url, acc.retry_after, target, etag);
+            self.track_operation(group, url, acc.retry_after, target, etag);
         }
     }
 
@@ -897,7 +1004,7 @@ impl Inner {
             outcome("gave_up");
             return WriteEnd::GaveUp;
         }
-        let fresh = match self.fresh_read(name, "precondition_failed").await {
+        let fresh = match self.fresh_read(group, "precondition_failed").await {
             Ok(Some(f)) => f,
             Ok(None) => {
                 outcome("gone");
@@ -952,7 +1059,9 @@ impl Inner {
                 .inc();
             return WriteEnd::GaveUp;
         };
-        if let Some(reason) = self.hold_reason(name) {
+        let resource = self.resources.for_group(group);
+        let refused = self.refused(group, &resource, &fresh);
+        if let Some(reason) = refused.or_else(|| self.hold_reason(name)) {
             outcome("gave_up");
             self.metrics
                 .writes_held_total
@@ -962,7 +1071,7 @@ impl Inner {
         }
         self.spend_budget(name);
         let precondition = Precondition::IfMatch(etag);
-        match self.arm.put_capacity(&fresh, next, &precondition).await {
+        match resource.write_capacity(&fresh, next, &precondition).await {
             Ok(acc) => {
                 self.write_ok(group, &fresh, next, &precondition, acc);
                 outcome("retried_ok");
@@ -1070,13 +1179,15 @@ impl Inner {
     /// success, invalidates caches on failure.
     fn track_operation(
         self: &Arc<Self>,
-        name: String,
+        group: &NodeGroupSpec,
         url: String,
         hint: Option<Duration>,
         written: i64,
         adopted: Option<String>,
     ) {
         let this = self.clone();
+        let resource = self.resources.for_group(group);
+        let name = group.name.clone();
         let interval = hint.unwrap_or(LRO_MIN_POLL).max(LRO_MIN_POLL);
         let mut tasks = self.lro_tasks.lock();
         // Reap finished trackers so the set does not grow.
@@ -1089,7 +1200,7 @@ impl Inner {
                 if Instant::now() > deadline {
                     break OperationEnd::Timeout;
                 }
-                match this.arm.poll_operation(&url).await {
+                match resource.poll_operation(&url).await {
                     Ok(OperationStatus::InProgress) => {}
                     Ok(OperationStatus::Succeeded) => break OperationEnd::Succeeded,
                     Ok(OperationStatus::Failed(code)) => break OperationEnd::Failed(code),
@@ -1105,12 +1216,14 @@ impl Inner {
                     }
                 }
             };
-            this.operation_ended(&name, end, written, adopted).await;
+            this.operation_ended(resource.as_ref(), &name, end, written, adopted)
+                .await;
         });
     }
 
     async fn operation_ended(
         &self,
+        resource: &dyn CapacityResource,
         name: &str,
         end: OperationEnd,
         written: i64,
@@ -1124,7 +1237,7 @@ impl Inner {
                     .inc();
                 // Adopt the final ETag (ARM may change it when provisioning completes). If the
                 // entry moved on meanwhile (a newer write or read), the newer state wins.
-                let Ok(Some(fresh)) = self.arm.get_scale_set(name).await else {
+                let Ok(Some(fresh)) = resource.get(name).await else {
                     return;
                 };
                 let ours = self.with_state(name, |s| s.known_etag == adopted)

@@ -347,3 +347,83 @@ fn the_emulator_subcommand_announces_its_address_and_writes_its_ca() {
         "the CA written by --cert-out verifies the server"
     );
 }
+
+/// Creates managed cluster `aks-1` with pool `np1` (count 2) through the ARM API.
+async fn seed_cluster(emu: &EmulatorHandle) {
+    let token = emu.state().issue_token("seeder");
+    let url = format!(
+        "{}/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.ContainerService/managedClusters/aks-1?api-version=2024-09-01",
+        emu.base_url()
+    );
+    let body = serde_json::json!({"location": "westeurope", "properties": {"dnsPrefix": "aks-1",
+        "agentPoolProfiles": [{"name": "np1", "count": 2, "vmSize": "Standard_D2s_v5", "mode": "User"}]}});
+    let rsp = reqwest::Client::new()
+        .put(url)
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert!(rsp.status().is_success(), "cluster created");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn get_and_scale_address_an_agent_pool_by_cluster_and_pool_and_a_stale_if_match_exits_3() {
+    let emu = emulator().await;
+    seed_cluster(&emu).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &emu.base_url(), true)
+        .display()
+        .to_string();
+    let pool = |cmd: &str| {
+        vec![
+            cmd.to_string(),
+            "--config".into(),
+            config.clone(),
+            "--cluster".into(),
+            "aks-1".into(),
+            "--pool".into(),
+            "np1".into(),
+        ]
+    };
+    let got = run_async(pool("get")).await;
+    let text = String::from_utf8_lossy(&got.stdout).to_string();
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    assert!(text.contains("kind:               aksAgentPool"), "{text}");
+    assert!(text.contains("capacity:           2"), "{text}");
+    let etag = text
+        .lines()
+        .find_map(|l| l.strip_prefix("etag:"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let mut ok = pool("scale");
+    ok.extend(["--to".into(), "4".into(), "--if-match".into(), etag.clone()]);
+    let ok = run_async(ok).await;
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let after = run_async(pool("get")).await;
+    assert!(String::from_utf8_lossy(&after.stdout).contains("capacity:           4"));
+    let mut stale = pool("scale");
+    stale.extend(["--to".into(), "9".into(), "--if-match".into(), etag]);
+    let stale = run_async(stale).await;
+    assert_eq!(
+        stale.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&stale.stderr)
+    );
+    assert!(String::from_utf8_lossy(&stale.stderr).contains("412"));
+    let last = run_async(pool("get")).await;
+    assert!(
+        String::from_utf8_lossy(&last.stdout).contains("capacity:           4"),
+        "the stale write changed nothing"
+    );
+}

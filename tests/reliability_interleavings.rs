@@ -10,6 +10,9 @@
 //!   exchange was clean, otherwise after one more pass with the cache invalidated;
 //! - once faults and rivals stop, one pass converges every surviving scale set to the plan.
 //!
+//! Half the schedules run on AKS agent pools of one managed cluster instead of scale sets, with
+//! cluster-level rival writes among the steps (each changes every pool's ETag).
+//!
 //! The same schedules with the flag off must produce lost updates: that proves the check can
 //! fail. `RELIABILITY_SCHEDULES=<n>` runs more schedules (default 1,000);
 //! `RELIABILITY_SEED=<n>` replays one.
@@ -61,6 +64,10 @@ enum Step {
     Delete {
         ss: usize,
     },
+    /// A cluster-level write (agent pools only): every pool's ETag changes.
+    ClusterWrite {
+        value: u32,
+    },
     Fault {
         ss: usize,
         method: &'static str,
@@ -74,12 +81,19 @@ enum Step {
 
 #[derive(Debug, Clone)]
 struct Schedule {
+    kind: Kind,
     groups: Vec<Group>,
     steps: Vec<Step>,
 }
 
 impl Schedule {
     fn generate(seed: u64) -> Self {
+        // Blocks of eight seeds alternate, so every slice of the seed range has both kinds.
+        let kind = if (seed / 8) % 2 == 0 {
+            Kind::Vmss
+        } else {
+            Kind::AgentPool
+        };
         let mut rng = StdRng::seed_from_u64(seed);
         let n = rng.gen_range(2..=3);
         let groups: Vec<Group> = (0..n)
@@ -111,6 +125,9 @@ impl Schedule {
                     ss,
                     to: rng.gen_range(0..=max + 4),
                 },
+                60..=67 if kind == Kind::AgentPool && rng.gen_bool(0.5) => {
+                    Step::ClusterWrite { value: rng.gen() }
+                }
                 60..=67 => Step::RivalTags {
                     ss,
                     value: rng.gen(),
@@ -138,7 +155,11 @@ impl Schedule {
             }
         }
         steps.push(Step::Pass);
-        Schedule { groups, steps }
+        Schedule {
+            kind,
+            groups,
+            steps,
+        }
     }
 }
 
@@ -183,6 +204,76 @@ fn last_seq(state: &EmulatorState) -> u64 {
     state.request_log().last().map_or(0, |r| r.seq)
 }
 
+/// The ARM path of [`CLUSTER`] and of its pool `name`.
+fn cluster_path() -> String {
+    format!("/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.ContainerService/managedClusters/{CLUSTER}")
+}
+
+fn pool_path(name: &str) -> String {
+    format!("{}/agentPools/{name}", cluster_path())
+}
+
+/// The capacity the emulator holds for `name` now, `None` when it is gone.
+fn server_capacity(state: &EmulatorState, kind: Kind, name: &str) -> Option<i64> {
+    match kind {
+        Kind::Vmss => state.scale_set(SUB, RG, name).map(|v| v.capacity),
+        Kind::AgentPool => state.agent_pool_count(SUB, RG, CLUSTER, name),
+    }
+}
+
+/// The node group (scale set or agent pool) a logged path addresses, if any.
+fn resource_of(path: &str) -> Option<&str> {
+    let path = path.split('?').next().unwrap_or("");
+    match path.to_ascii_lowercase().find("/agentpools/") {
+        Some(i) => path[i + "/agentPools/".len()..]
+            .split('/')
+            .next()
+            .filter(|s| !s.is_empty()),
+        None => scale_set_of(path),
+    }
+}
+
+/// Capacity PUTs of a scale set or an agent pool itself by `writer`.
+fn capacity_puts(log: &[RequestRecord], writer: &str) -> Vec<RequestRecord> {
+    log.iter()
+        .filter(|r| r.method == "PUT" && r.writer.as_deref() == Some(writer))
+        .filter(|r| {
+            let p = r.path.split('?').next().unwrap_or("");
+            resource_of(p).is_some_and(|n| p.ends_with(n))
+        })
+        .cloned()
+        .collect()
+}
+
+/// A careful rival on an agent pool: read it, change it, write it back with `If-Match`.
+fn rival_pool_write(state: &EmulatorState, name: &str, count: Option<i64>, tag: Option<u32>) {
+    let (status, mut pool) = state.rival_request("rival", "GET", &pool_path(name), None, None);
+    if status != 200 {
+        return;
+    }
+    let etag = pool
+        .pointer("/properties/eTag")
+        .or_else(|| pool.get("etag"))
+        .and_then(|e| e.as_str())
+        .map(str::to_string);
+    let Some(props) = pool.get_mut("properties").and_then(|p| p.as_object_mut()) else {
+        return;
+    };
+    if let Some(c) = count {
+        props.insert("count".into(), c.into());
+    }
+    if let Some(t) = tag {
+        props.insert("tags".into(), serde_json::json!({"rival": t.to_string()}));
+    }
+    let _ = state.rival_request(
+        "rival",
+        "PUT",
+        &pool_path(name),
+        Some(&pool),
+        etag.as_deref(),
+    );
+}
+
 /// Runs one schedule; `Err` describes the first broken invariant.
 async fn run_schedule(
     emulator: &EmulatorHandle,
@@ -193,13 +284,32 @@ async fn run_schedule(
     let state = emulator.state();
     state.reset();
     let ss_name = |i: usize| schedule.groups[i].name.clone();
-    for g in &schedule.groups {
-        state.seed_scale_set(ScaleSetSeed::new(SUB, RG, &g.name, g.seed_capacity));
+    let kind = schedule.kind;
+    match kind {
+        Kind::Vmss => {
+            for g in &schedule.groups {
+                state.seed_scale_set(ScaleSetSeed::new(SUB, RG, &g.name, g.seed_capacity));
+            }
+        }
+        Kind::AgentPool => {
+            let profiles: Vec<serde_json::Value> = schedule
+                .groups
+                .iter()
+                .map(|g| serde_json::json!({"name": g.name, "count": g.seed_capacity, "mode": "User"}))
+                .collect();
+            let body = serde_json::json!({"location": "westeurope",
+                "properties": {"dnsPrefix": CLUSTER, "agentPoolProfiles": profiles}});
+            let (status, answer) =
+                state.rival_request("seeder", "PUT", &cluster_path(), Some(&body), None);
+            if status >= 300 {
+                return Err(format!("seeding the cluster: {status} {answer}"));
+            }
+        }
     }
     let groups = schedule
         .groups
         .iter()
-        .map(|g| group(&g.name, g.min, g.max, None))
+        .map(|g| kind.group(&g.name, g.min, g.max, None))
         .collect();
     let mut s = settings(&emulator.base_url(), groups);
     s.enable_vmss_etag = etag_on;
@@ -232,14 +342,13 @@ async fn run_schedule(
                         check_later.push(name);
                         continue;
                     }
-                    let Some(server) = state.scale_set(SUB, RG, &name) else {
+                    let Some(server) = server_capacity(&state, kind, &name) else {
                         continue;
                     };
                     let cached = reconciler.target_size(&name);
-                    if cached != Some(server.capacity) {
+                    if cached != Some(server) {
                         return Err(format!(
-                            "step {i}: after a 412 on {name} the size cache says {cached:?}, the server {}",
-                            server.capacity
+                            "step {i}: after a 412 on {name} the size cache says {cached:?}, the server {server}"
                         ));
                     }
                 }
@@ -248,29 +357,68 @@ async fn run_schedule(
                 knob.set(&ss_name(*ss), *want);
                 wants.insert(ss_name(*ss), *want);
             }
-            Step::RivalCapacity { ss, to } => {
-                let _ = state.rival_set_capacity(SUB, RG, &ss_name(*ss), *to, "rival");
+            Step::RivalCapacity { ss, to } => match kind {
+                Kind::Vmss => {
+                    let _ = state.rival_set_capacity(SUB, RG, &ss_name(*ss), *to, "rival");
+                }
+                Kind::AgentPool => rival_pool_write(&state, &ss_name(*ss), Some(*to), None),
+            },
+            Step::RivalTags { ss, value } => match kind {
+                Kind::Vmss => {
+                    let tags = BTreeMap::from([("rival".to_string(), value.to_string())]);
+                    let _ = state.rival_set_tags(SUB, RG, &ss_name(*ss), tags, "rival");
+                }
+                Kind::AgentPool => rival_pool_write(&state, &ss_name(*ss), None, Some(*value)),
+            },
+            Step::ClusterWrite { value } => {
+                let (_, cluster) = state.rival_request("rival", "GET", &cluster_path(), None, None);
+                let etag = cluster
+                    .get("etag")
+                    .and_then(|e| e.as_str())
+                    .map(str::to_string);
+                let body = serde_json::json!({"tags": {"rival": value.to_string()}});
+                let _ = state.rival_request(
+                    "rival",
+                    "PATCH",
+                    &cluster_path(),
+                    Some(&body),
+                    etag.as_deref(),
+                );
             }
-            Step::RivalTags { ss, value } => {
-                let tags = BTreeMap::from([("rival".to_string(), value.to_string())]);
-                let _ = state.rival_set_tags(SUB, RG, &ss_name(*ss), tags, "rival");
-            }
-            Step::Delete { ss } => {
-                state.delete_out_of_band(SUB, RG, &ss_name(*ss));
-            }
+            Step::Delete { ss } => match kind {
+                Kind::Vmss => {
+                    state.delete_out_of_band(SUB, RG, &ss_name(*ss));
+                }
+                Kind::AgentPool => {
+                    // Deleted by someone who looked first (a blind delete would be a lost update).
+                    let path = pool_path(&ss_name(*ss));
+                    let (_, pool) = state.rival_request("rival", "GET", &path, None, None);
+                    let etag = pool
+                        .pointer("/properties/eTag")
+                        .or_else(|| pool.get("etag"))
+                        .and_then(|e| e.as_str())
+                        .map(str::to_string);
+                    let _ = state.rival_request("rival", "DELETE", &path, None, etag.as_deref());
+                }
+            },
             Step::Fault {
                 ss,
                 method,
-                kind,
+                kind: fault_kind,
                 count,
             } => {
                 // GET faults also hit the LIST (its path has no scale-set name).
                 let path = if *method == "GET" {
-                    "virtualMachineScaleSets".to_string()
+                    kind.path("").trim_matches('/').to_string()
                 } else {
                     ss_name(*ss)
                 };
-                state.inject_fault(fault(Some(method), Some(&path), kind.clone(), Some(*count)));
+                state.inject_fault(fault(
+                    Some(method),
+                    Some(&path),
+                    fault_kind.clone(),
+                    Some(*count),
+                ));
             }
             Step::Advance { secs } => {
                 tokio::time::advance(Duration::from_secs(*secs)).await;
@@ -298,40 +446,40 @@ async fn run_schedule(
         )
     })?;
     for g in &schedule.groups {
-        let Some(server) = state.scale_set(SUB, RG, &g.name) else {
+        let Some(server) = server_capacity(&state, kind, &g.name) else {
             continue;
         };
         let planned = wants[&g.name].clamp(i64::from(g.min), i64::from(g.max));
-        if server.capacity != planned {
+        if server != planned {
             return Err(format!(
-                "{}: server capacity {} after a quiet pass, plan {planned}",
-                g.name, server.capacity
+                "{}: server capacity {server} after a quiet pass, plan {planned}",
+                g.name
             ));
         }
         let cached = reconciler.target_size(&g.name);
-        if cached != Some(server.capacity) {
+        if cached != Some(server) {
             let why = if check_later.contains(&g.name) {
                 "after a 412 and one refresh"
             } else {
                 "after one refresh"
             };
             return Err(format!(
-                "{}: {why} the size cache says {cached:?}, the server {}",
-                g.name, server.capacity
+                "{}: {why} the size cache says {cached:?}, the server {server}",
+                g.name
             ));
         }
     }
 
     let log = state.request_log();
     let lost = state.lost_updates();
-    let puts = capacity_puts_by(&log, WRITER);
+    let puts = capacity_puts(&log, WRITER);
     let bounds: HashMap<&str, (u32, u32)> = schedule
         .groups
         .iter()
         .map(|g| (g.name.as_str(), (g.min, g.max)))
         .collect();
     for p in &puts {
-        let name = scale_set_of(&p.path).unwrap_or("");
+        let name = resource_of(&p.path).unwrap_or("");
         let (min, max) = bounds
             .get(name)
             .copied()
@@ -364,10 +512,10 @@ async fn run_schedule(
 
 /// Scale sets on which a controller capacity PUT got a 412 in `pass`.
 fn conflicted(pass: &[RequestRecord]) -> Vec<String> {
-    let mut names: Vec<String> = capacity_puts_by(pass, WRITER)
+    let mut names: Vec<String> = capacity_puts(pass, WRITER)
         .iter()
         .filter(|p| p.status == 412)
-        .filter_map(|p| scale_set_of(&p.path).map(str::to_string))
+        .filter_map(|p| resource_of(&p.path).map(str::to_string))
         .collect();
     names.dedup();
     names
@@ -381,7 +529,7 @@ fn clean_after_conflict(pass: &[RequestRecord], name: &str) -> bool {
         .filter(|r| r.writer.as_deref() == Some(WRITER))
         .filter(|r| {
             let p = r.path.split('?').next().unwrap_or("");
-            scale_set_of(p) == Some(name) && p.ends_with(name)
+            resource_of(p) == Some(name) && p.ends_with(name)
         })
         .collect();
     let Some(first) = on_name

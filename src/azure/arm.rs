@@ -44,6 +44,14 @@ pub enum ArmOp {
     ListInstances,
     /// GET an `Azure-AsyncOperation` status.
     PollOperation,
+    /// LIST a managed cluster's agent pools.
+    ListAgentPools,
+    /// GET one agent pool.
+    GetAgentPool,
+    /// PUT an agent pool (its `count`).
+    PutAgentPool,
+    /// GET a managed cluster (for its node resource group).
+    GetManagedCluster,
 }
 
 impl ArmOp {
@@ -55,13 +63,17 @@ impl ArmOp {
             ArmOp::PutCapacity => "put_capacity",
             ArmOp::ListInstances => "list_instances",
             ArmOp::PollOperation => "poll_operation",
+            ArmOp::ListAgentPools => "list_agent_pools",
+            ArmOp::GetAgentPool => "get_agent_pool",
+            ArmOp::PutAgentPool => "put_agent_pool",
+            ArmOp::GetManagedCluster => "get_managed_cluster",
         }
     }
 
     /// Which throttle class the call spends.
     pub fn class(self) -> CallClass {
         match self {
-            ArmOp::PutCapacity => CallClass::Write,
+            ArmOp::PutCapacity | ArmOp::PutAgentPool => CallClass::Write,
             _ => CallClass::Read,
         }
     }
@@ -107,6 +119,21 @@ pub struct PutAccepted {
     pub retry_after: Option<Duration>,
     /// The scale set as the answer described it (capacity = what we wrote when the body is unreadable).
     pub scale_set: ScaleSet,
+}
+
+/// A 2xx answer to [`ArmClient::send_json`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct JsonAnswer {
+    /// HTTP status.
+    pub status: u16,
+    /// The `ETag` header, if any.
+    pub etag: Option<String>,
+    /// The `Azure-AsyncOperation` header, if any.
+    pub async_operation: Option<String>,
+    /// The server's `Retry-After` hint, if any.
+    pub retry_after: Option<Duration>,
+    /// The body.
+    pub body: Vec<u8>,
 }
 
 /// Final or current state of a long-running operation.
@@ -512,48 +539,7 @@ impl ArmClient {
         let http = find_http_error(&err).cloned();
         if let Some(h) = http {
             let code = h.status.to_string();
-            let e = match h.status {
-                412 => ArmError::PreconditionFailed {
-                    op,
-                    scale_set,
-                    message: h.message,
-                },
-                404 => ArmError::NotFound { op, scale_set },
-                429 => {
-                    let retry_after = h.retry_after.unwrap_or(Duration::from_secs(10));
-                    let moved = self.gates.close(op.class(), retry_after, Instant::now());
-                    self.metrics
-                        .throttle_wait_seconds_total
-                        .inc_by(moved.as_secs_f64());
-                    ArmError::Throttled {
-                        op,
-                        retry_after,
-                        local: false,
-                    }
-                }
-                409 if h.code == "OperationNotAllowed" || h.code.contains("Quota") => {
-                    ArmError::Quota {
-                        op,
-                        scale_set,
-                        code: h.code,
-                        message: h.message,
-                    }
-                }
-                401 | 403 => ArmError::Unauthorized {
-                    op,
-                    status: h.status,
-                    code: h.code,
-                    message: h.message,
-                },
-                status => ArmError::Http {
-                    op,
-                    scale_set,
-                    status,
-                    code: h.code,
-                    message: h.message,
-                },
-            };
-            return (e, code);
+            return (self.classify_http(op, &scale_set, h), code);
         }
         match err.kind() {
             ErrorKind::Credential => (
@@ -602,6 +588,50 @@ impl ArmClient {
         }
     }
 
+    /// Turns a non-2xx answer into the error the reconciler acts on; closes the gate on a 429.
+    fn classify_http(&self, op: ArmOp, scale_set: &str, h: ArmHttpError) -> ArmError {
+        let scale_set = scale_set.to_string();
+        match h.status {
+            412 => ArmError::PreconditionFailed {
+                op,
+                scale_set,
+                message: h.message,
+            },
+            404 => ArmError::NotFound { op, scale_set },
+            429 => {
+                let retry_after = h.retry_after.unwrap_or(Duration::from_secs(10));
+                let moved = self.gates.close(op.class(), retry_after, Instant::now());
+                self.metrics
+                    .throttle_wait_seconds_total
+                    .inc_by(moved.as_secs_f64());
+                ArmError::Throttled {
+                    op,
+                    retry_after,
+                    local: false,
+                }
+            }
+            409 if h.code == "OperationNotAllowed" || h.code.contains("Quota") => ArmError::Quota {
+                op,
+                scale_set,
+                code: h.code,
+                message: h.message,
+            },
+            401 | 403 => ArmError::Unauthorized {
+                op,
+                status: h.status,
+                code: h.code,
+                message: h.message,
+            },
+            status => ArmError::Http {
+                op,
+                scale_set,
+                status,
+                code: h.code,
+                message: h.message,
+            },
+        }
+    }
+
     /// A 401 means ARM no longer accepts the cached token (expired early, revoked, clock skew):
     /// drop it so the next call fetches a new one instead of failing until the cache expires.
     async fn after_error(&self, err: &ArmError) {
@@ -618,13 +648,21 @@ impl ArmClient {
 
     /// LIST every scale set in the resource group (follows `nextLink`).
     pub async fn list_scale_sets(&self) -> Result<Vec<ScaleSet>, ArmError> {
+        self.list_scale_sets_in(&self.target.resource_group).await
+    }
+
+    /// LIST every scale set in `resource_group` (an AKS node resource group, for instance).
+    pub async fn list_scale_sets_in(
+        &self,
+        resource_group: &str,
+    ) -> Result<Vec<ScaleSet>, ArmError> {
         let op = ArmOp::ListScaleSets;
         self.gate(op)?;
         let timer = self.metrics.arm_timer(op.as_str());
         let mut stream = self
             .compute
             .virtual_machine_scale_sets_client()
-            .list(&self.target.resource_group, &self.target.subscription)
+            .list(resource_group, &self.target.subscription)
             .into_stream();
         let mut out = Vec::new();
         while let Some(page) = stream.next().await {
@@ -767,13 +805,23 @@ impl ArmClient {
 
     /// LIST the VM instances of a scale set (follows `nextLink`).
     pub async fn list_instances(&self, name: &str) -> Result<Vec<Instance>, ArmError> {
+        self.list_instances_in(&self.target.resource_group, name)
+            .await
+    }
+
+    /// LIST the VM instances of scale set `name` in `resource_group`.
+    pub async fn list_instances_in(
+        &self,
+        resource_group: &str,
+        name: &str,
+    ) -> Result<Vec<Instance>, ArmError> {
         let op = ArmOp::ListInstances;
         self.gate(op)?;
         let timer = self.metrics.arm_timer(op.as_str());
         let mut stream = self
             .compute
             .virtual_machine_scale_set_v_ms_client()
-            .list(&self.target.resource_group, name, &self.target.subscription)
+            .list(resource_group, name, &self.target.subscription)
             .into_stream();
         let mut out = Vec::new();
         while let Some(page) = stream.next().await {
@@ -792,6 +840,96 @@ impl ArmClient {
         }
         timer.finish("200");
         Ok(out)
+    }
+
+    /// One JSON call to ARM outside the compute SDK (AKS agent pools): the same `Retry-After`
+    /// gate, token, error classes and metrics as the SDK calls, one request, never retried here.
+    /// `url` is built by the caller from [`ArmClient::target`]'s endpoint.
+    pub async fn send_json(
+        &self,
+        op: ArmOp,
+        name: &str,
+        method: reqwest::Method,
+        url: Url,
+        body: Option<&serde_json::Value>,
+        precondition: &Precondition,
+    ) -> Result<JsonAnswer, ArmError> {
+        self.gate(op)?;
+        let token = self
+            .credential
+            .get_token(&[ARM_SCOPE])
+            .await
+            .map_err(|source| ArmError::Credential { op, source })?;
+        let timer = self.metrics.arm_timer(op.as_str());
+        let mut request = self
+            .http
+            .request(method, url)
+            .bearer_auth(token.token.secret());
+        request = match precondition {
+            Precondition::None => request,
+            Precondition::IfMatch(etag) => request.header("If-Match", etag.as_str()),
+            Precondition::IfNoneMatch => request.header("If-None-Match", "*"),
+        };
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let lost = |e: reqwest::Error| {
+            let source = azure_core::Error::new(ErrorKind::Io, e);
+            let scale_set = name.to_string();
+            // A write whose answer was lost may have landed: the caller must GET before any
+            // further write.
+            if op.class() == CallClass::Write {
+                ArmError::Ambiguous {
+                    op,
+                    scale_set,
+                    source,
+                }
+            } else {
+                ArmError::Transport {
+                    op,
+                    scale_set,
+                    source,
+                }
+            }
+        };
+        let rsp = match request.send().await {
+            Ok(r) => r,
+            Err(e) => {
+                timer.finish("transport");
+                return Err(lost(e));
+            }
+        };
+        let status = rsp.status().as_u16();
+        let mut headers = Headers::new();
+        for (k, v) in rsp.headers() {
+            if let Ok(v) = v.to_str() {
+                headers.insert(HeaderName::from(k.as_str().to_owned()), v.to_owned());
+            }
+        }
+        record_ratelimits(&self.metrics, &headers);
+        let body = match rsp.bytes().await {
+            Ok(b) => b.to_vec(),
+            Err(e) => {
+                timer.finish("transport");
+                return Err(lost(e));
+            }
+        };
+        timer.finish(&status.to_string());
+        if status >= 300 {
+            let err = self.classify_http(op, name, http_error(status, &headers, &body));
+            self.after_error(&err).await;
+            return Err(err);
+        }
+        Ok(JsonAnswer {
+            status,
+            etag: headers.get_optional_string(&ETAG),
+            async_operation: headers.get_optional_string(&AZURE_ASYNCOPERATION),
+            retry_after: parse_retry_after(
+                |n| header(&headers, static_name(n)),
+                std::time::SystemTime::now(),
+            ),
+            body,
+        })
     }
 
     /// GET an `Azure-AsyncOperation` URL once. Only URLs on the configured ARM host are polled
@@ -969,6 +1107,7 @@ pub fn scale_set_from_model(
         extended_location: vmss
             .extended_location
             .and_then(|e| serde_json::to_value(e).ok()),
+        agent_pool: None,
     })
 }
 
@@ -988,6 +1127,7 @@ mod tests {
             tags: [("team".to_string(), "x".to_string())].into(),
             provisioning_state: Some("Succeeded".into()),
             extended_location: None,
+            agent_pool: None,
         };
         let json = serde_json::to_value(sparse_capacity_body(&current, 5)).unwrap();
         assert_eq!(

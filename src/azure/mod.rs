@@ -5,6 +5,7 @@
 //! `.send()` only, the built-in retry policy off, request timeouts on our own HTTP client, and a
 //! response policy that keeps the headers of error answers.
 
+pub mod aks;
 pub mod arm;
 pub mod credentials;
 pub mod throttle;

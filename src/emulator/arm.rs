@@ -329,9 +329,12 @@ pub(crate) async fn handle(state: &EmulatorState, parts: &Parts, body: Bytes) ->
     let body_capacity = if body.is_empty() {
         None
     } else {
-        serde_json::from_slice::<Value>(&body)
-            .ok()
-            .and_then(|v| v.pointer("/sku/capacity").and_then(Value::as_i64))
+        serde_json::from_slice::<Value>(&body).ok().and_then(|v| {
+            // A scale set's `sku.capacity`, an agent pool's `properties.count`.
+            v.pointer("/sku/capacity")
+                .or_else(|| v.pointer("/properties/count"))
+                .and_then(Value::as_i64)
+        })
     };
     let query: Vec<(String, String)> = parts
         .uri
@@ -1174,4 +1177,43 @@ fn operation(d: &mut Data, ctx: &Ctx, id: &str) -> Reply {
         reply.push_header("Retry-After", "1");
     }
     reply
+}
+
+/// An out-of-band ARM request by a rival writer (a test's or the demo's): routed and answered
+/// exactly like a request on the wire (the conditional-request table, versions, lost-update
+/// tracking under `writer`), but never faulted, throttled or logged, so a schedule's injected
+/// faults hit only the client under test. Returns the status and the JSON body (`Null` if none).
+pub(crate) fn rival_request(
+    state: &EmulatorState,
+    writer: &str,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+    if_match: Option<&str>,
+) -> (u16, Value) {
+    let Some(route) = Route::parse(path) else {
+        return (404, Value::Null);
+    };
+    let settings = state.settings().clone();
+    let body = body.map(|b| b.to_string().into_bytes()).unwrap_or_default();
+    let mut d = state.lock();
+    d.seq += 1;
+    let ctx = Ctx {
+        writer: writer.to_string(),
+        seq: d.seq,
+        now: Instant::now(),
+        base: "http://127.0.0.1".into(),
+        api_version: "2024-09-01".into(),
+        lro_failed: false,
+        query: Vec::new(),
+        if_match: if_match.map(str::to_string),
+    };
+    let reply = execute(
+        &mut d, &settings, &ctx, &route, method, &body, if_match, None,
+    );
+    let json = match reply.body {
+        super::ReplyBody::Json(v) => v,
+        _ => Value::Null,
+    };
+    (reply.status, json)
 }

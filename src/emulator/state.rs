@@ -130,7 +130,7 @@ pub struct RequestRecord {
     pub status: u16,
     /// Subject (client id) of the bearer token, when valid.
     pub writer: Option<String>,
-    /// `sku.capacity` of the request body, when present.
+    /// `sku.capacity` (scale set) or `properties.count` (agent pool) of the request body.
     pub body_capacity: Option<i64>,
 }
 
@@ -630,6 +630,34 @@ impl EmulatorState {
             .scale_sets
             .get(&vmss_key(sub, rg, name))
             .map(|ss| ss.view(now))
+    }
+
+    /// An out-of-band ARM request by rival `writer` (say `PUT` of an agent pool or `PATCH` of a
+    /// managed cluster, `path` as on the wire): answered like a real request but never faulted,
+    /// throttled or logged. Returns the status and the JSON body.
+    pub fn rival_request(
+        &self,
+        writer: &str,
+        method: &str,
+        path: &str,
+        body: Option<&serde_json::Value>,
+        if_match: Option<&str>,
+    ) -> (u16, serde_json::Value) {
+        super::arm::rival_request(self, writer, method, path, body, if_match)
+    }
+
+    /// The count of agent pool `pool` of managed cluster `cluster`, if both exist.
+    pub fn agent_pool_count(&self, sub: &str, rg: &str, cluster: &str, pool: &str) -> Option<i64> {
+        let d = self.lock();
+        let c = d.clusters.values().find(|c| {
+            c.sub.eq_ignore_ascii_case(sub)
+                && c.rg.eq_ignore_ascii_case(rg)
+                && c.name.eq_ignore_ascii_case(cluster)
+        })?;
+        c.pools
+            .values()
+            .find(|p| p.name.eq_ignore_ascii_case(pool))
+            .map(|p| p.count)
     }
 
     /// A rival writer sets the capacity out of band; returns the new ETag.

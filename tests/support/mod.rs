@@ -87,6 +87,8 @@ pub fn settings(base_url: &str, groups: Vec<NodeGroupSpec>) -> Settings {
 }
 
 pub struct Harness {
+    /// What backs the node groups under test.
+    pub kind: Kind,
     pub emulator: EmulatorHandle,
     pub state: EmulatorState,
     pub metrics: Arc<Metrics>,
@@ -124,6 +126,7 @@ impl Harness {
         let reconciler =
             Reconciler::builder(settings.clone(), arm.clone(), metrics.clone()).build();
         Harness {
+            kind: Kind::Vmss,
             emulator,
             state,
             metrics,
@@ -373,4 +376,342 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
         cur = s.source();
     }
     out
+}
+
+/// The managed cluster whose agent pools are the node groups of [`Kind::AgentPool`] tests.
+pub const CLUSTER: &str = "aks-1";
+/// The AKS API version the tests' own HTTP calls use.
+pub const AKS_API: &str = "2024-09-01";
+
+/// What backs a node group under test: the same behaviour is proven for both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A VM scale set in [`RG`].
+    Vmss,
+    /// An agent pool of managed cluster [`CLUSTER`] in [`RG`].
+    AgentPool,
+}
+
+impl Kind {
+    /// `group` of this kind.
+    pub fn group(self, name: &str, min: u32, max: u32, desired: Option<u32>) -> NodeGroupSpec {
+        let mut g = group(name, min, max, desired);
+        if self == Kind::AgentPool {
+            g.kind = NodeGroupKind::AksAgentPool {
+                cluster: CLUSTER.into(),
+            };
+        }
+        g
+    }
+
+    /// The path suffix of requests for the resource itself.
+    pub fn path(self, name: &str) -> String {
+        match self {
+            Kind::Vmss => format!("/virtualMachineScaleSets/{name}"),
+            Kind::AgentPool => format!("/agentPools/{name}"),
+        }
+    }
+}
+
+/// What a read of one node group's resource showed (through the emulator's API).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Observed {
+    pub capacity: i64,
+    pub etag: String,
+    pub tags: std::collections::BTreeMap<String, String>,
+    pub provisioning_state: String,
+}
+
+fn pool_etag(v: &serde_json::Value) -> Option<String> {
+    v.pointer("/properties/eTag")
+        .or_else(|| v.get("etag"))
+        .and_then(|e| e.as_str())
+        .map(str::to_string)
+}
+
+impl Harness {
+    /// Like [`Harness::with_emulator`], for node groups of `kind`: agent pools are created as
+    /// pools of [`CLUSTER`] (through the ARM API, as writer `seeder`), scale sets are seeded.
+    pub async fn with_kind(
+        kind: Kind,
+        builder: EmulatorBuilder,
+        seeds: &[(&str, i64)],
+        groups: Vec<NodeGroupSpec>,
+        tweak: impl FnOnce(&mut Settings),
+    ) -> Self {
+        let groups = groups
+            .into_iter()
+            .map(|g| {
+                let mut k = kind.group(&g.name, g.min_size, g.max_size, g.desired_capacity);
+                k.schedules = g.schedules;
+                k.max_scale_down_step = g.max_scale_down_step;
+                k
+            })
+            .collect();
+        match kind {
+            Kind::Vmss => {
+                let mut h = Self::with_emulator(builder, seeds, groups, tweak).await;
+                h.kind = kind;
+                h
+            }
+            Kind::AgentPool => {
+                let mut h = Self::with_emulator(builder, &[], groups, tweak).await;
+                h.kind = kind;
+                let profiles: Vec<serde_json::Value> = seeds
+                    .iter()
+                    .map(|(n, c)| serde_json::json!({"name": n, "count": c, "vmSize": "Standard_D2s_v5", "mode": "User"}))
+                    .collect();
+                let (status, body) = h
+                    .arm_json(
+                        "seeder",
+                        reqwest::Method::PUT,
+                        &h.cluster_path(),
+                        Some(serde_json::json!({"location": "westeurope", "properties": {
+                            "kubernetesVersion": "1.30.6", "dnsPrefix": CLUSTER,
+                            "agentPoolProfiles": profiles}})),
+                        None,
+                    )
+                    .await;
+                assert!(status < 300, "cluster created: {status} {body}");
+                // Built after the pools exist, as in production where they precede the controller.
+                h.reconciler =
+                    Reconciler::builder(h.settings.clone(), h.arm.clone(), h.metrics.clone())
+                        .build();
+                h
+            }
+        }
+    }
+
+    /// The ARM path of [`CLUSTER`].
+    pub fn cluster_path(&self) -> String {
+        format!("/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.ContainerService/managedClusters/{CLUSTER}")
+    }
+
+    /// One ARM call as `writer`; the JSON answer (`Null` when empty).
+    pub async fn arm_json(
+        &self,
+        writer: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<serde_json::Value>,
+        if_match: Option<&str>,
+    ) -> (u16, serde_json::Value) {
+        let token = self.state.issue_token(writer);
+        let http = http_client(
+            Duration::from_secs(10),
+            self.emulator.ca_pem().as_deref().map(str::as_bytes),
+        )
+        .unwrap();
+        let url = format!("{}{path}?api-version={AKS_API}", self.emulator.base_url());
+        let mut req = http.request(method, url).bearer_auth(token);
+        if let Some(e) = if_match {
+            req = req.header("If-Match", e);
+        }
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let rsp = req.send().await.expect("emulator answers");
+        let status = rsp.status().as_u16();
+        let bytes = rsp.bytes().await.unwrap_or_default();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
+        )
+    }
+
+    /// The resource behind node group `name` as the emulator has it now; `None` when absent.
+    pub async fn observe(&self, name: &str) -> Option<Observed> {
+        match self.kind {
+            Kind::Vmss => self.state.scale_set(SUB, RG, name).map(|v| Observed {
+                capacity: v.capacity,
+                etag: v.etag,
+                tags: v.tags.into_iter().collect(),
+                provisioning_state: v.provisioning_state.to_string(),
+            }),
+            Kind::AgentPool => {
+                let path = format!("{}/agentPools/{name}", self.cluster_path());
+                let (status, v) = self
+                    .arm_json("observer", reqwest::Method::GET, &path, None, None)
+                    .await;
+                (status == 200).then(|| Observed {
+                    capacity: v
+                        .pointer("/properties/count")
+                        .and_then(|c| c.as_i64())
+                        .expect("count"),
+                    // Empty when a fault strips it (the tests that inject one read no ETag).
+                    etag: pool_etag(&v).unwrap_or_default(),
+                    tags: v
+                        .pointer("/properties/tags")
+                        .and_then(|t| serde_json::from_value(t.clone()).ok())
+                        .unwrap_or_default(),
+                    provisioning_state: v
+                        .pointer("/properties/provisioningState")
+                        .and_then(|p| p.as_str())
+                        .unwrap_or_default()
+                        .to_string(),
+                })
+            }
+        }
+    }
+
+    /// The capacity the emulator has for `name` now.
+    pub async fn capacity_now(&self, name: &str) -> i64 {
+        self.observe(name).await.expect("resource exists").capacity
+    }
+
+    /// The ETag the emulator has for `name` now.
+    pub async fn etag_now(&self, name: &str) -> String {
+        self.observe(name).await.expect("resource exists").etag
+    }
+
+    /// A rival writer changes `name`'s capacity and/or merges tags, as a careful client does
+    /// (read, then write with `If-Match`); returns the new ETag.
+    pub async fn rival_write(
+        &self,
+        name: &str,
+        capacity: Option<i64>,
+        tags: Option<std::collections::BTreeMap<String, String>>,
+        writer: &str,
+    ) -> String {
+        match self.kind {
+            Kind::Vmss => match (capacity, tags) {
+                (Some(c), None) => self.state.rival_set_capacity(SUB, RG, name, c, writer),
+                (None, Some(t)) => self.state.rival_set_tags(SUB, RG, name, t, writer),
+                (Some(c), Some(t)) => {
+                    self.state.rival_set_tags(SUB, RG, name, t, writer).unwrap();
+                    self.state.rival_set_capacity(SUB, RG, name, c, writer)
+                }
+                (None, None) => panic!("a rival write changes something"),
+            }
+            .expect("rival write lands"),
+            Kind::AgentPool => {
+                let path = format!("{}/agentPools/{name}", self.cluster_path());
+                let (status, mut v) = self
+                    .arm_json(writer, reqwest::Method::GET, &path, None, None)
+                    .await;
+                assert_eq!(status, 200, "rival reads the pool");
+                let etag = pool_etag(&v).expect("pool ETag");
+                let props = v
+                    .get_mut("properties")
+                    .and_then(|p| p.as_object_mut())
+                    .expect("properties");
+                if let Some(c) = capacity {
+                    props.insert("count".into(), c.into());
+                }
+                if let Some(t) = tags {
+                    let mut all: std::collections::BTreeMap<String, String> = props
+                        .get("tags")
+                        .and_then(|t| serde_json::from_value(t.clone()).ok())
+                        .unwrap_or_default();
+                    all.extend(t);
+                    props.insert("tags".into(), serde_json::to_value(all).unwrap());
+                }
+                let (status, v) = self
+                    .arm_json(writer, reqwest::Method::PUT, &path, Some(v), Some(&etag))
+                    .await;
+                assert!(status < 300, "rival write lands: {status} {v}");
+                pool_etag(&v).expect("pool ETag after write")
+            }
+        }
+    }
+
+    /// A cluster-level write by `writer` (a tag on the managed cluster, as an upgrade or a
+    /// Terraform apply would make): under AKS's scoping rule it changes every pool's ETag.
+    pub async fn rival_cluster_write(&self, writer: &str) {
+        let (status, mut v) = self
+            .arm_json(
+                writer,
+                reqwest::Method::GET,
+                &self.cluster_path(),
+                None,
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "rival reads the cluster");
+        let etag = v
+            .get("etag")
+            .or_else(|| v.get("eTag"))
+            .and_then(|e| e.as_str())
+            .map(str::to_string);
+        let seq = v
+            .pointer("/tags/rival")
+            .and_then(|t| t.as_str())
+            .unwrap_or("0")
+            .len();
+        v["tags"] = serde_json::json!({"rival": "x".repeat(seq + 1)});
+        let (status, v) = self
+            .arm_json(
+                writer,
+                reqwest::Method::PUT,
+                &self.cluster_path(),
+                Some(v),
+                etag.as_deref(),
+            )
+            .await;
+        assert!(status < 300, "cluster-level write lands: {status} {v}");
+    }
+
+    /// Capacity writes (PUTs of the resource itself) sent by the controller under test.
+    pub fn our_puts(&self) -> Vec<RequestRecord> {
+        let suffix = self.kind.path("");
+        self.state
+            .request_log()
+            .into_iter()
+            .filter(|r| r.method == "PUT" && r.writer.as_deref() == Some("controller"))
+            .filter(|r| {
+                let p = r.path.split('?').next().unwrap_or("");
+                p.rsplit_once('/')
+                    .is_some_and(|(head, _)| format!("{head}/").ends_with(&suffix))
+            })
+            .collect()
+    }
+
+    /// Requests by the controller under test (not the tests' own observers and rivals).
+    pub fn our_requests(&self, method: &str, path_suffix: &str) -> Vec<RequestRecord> {
+        self.requests(method, path_suffix)
+            .into_iter()
+            .filter(|r| r.writer.as_deref() == Some("controller"))
+            .collect()
+    }
+
+    /// Instance LISTs the controller made for node group `name`.
+    pub fn instance_lists(&self, name: &str) -> usize {
+        let needle = match self.kind {
+            Kind::Vmss => format!("/{name}/virtualMachines"),
+            Kind::AgentPool => format!("/aks-{name}-"),
+        };
+        self.state
+            .request_log()
+            .into_iter()
+            .filter(|r| {
+                r.method == "GET"
+                    && r.writer.as_deref() == Some("controller")
+                    && r.path.contains(&needle)
+                    && r.path.ends_with("/virtualMachines")
+            })
+            .count()
+    }
+}
+
+/// Runs an async test body once per node-group kind: `mod <test> { fn vmss, fn aks_agent_pool }`.
+#[macro_export]
+macro_rules! for_each_kind {
+    ($(#[$attr:meta])* async fn $name:ident($kind:ident: Kind) $body:block) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            async fn body($kind: Kind) $body
+
+            $(#[$attr])*
+            async fn vmss() {
+                body(Kind::Vmss).await
+            }
+
+            $(#[$attr])*
+            async fn aks_agent_pool() {
+                body(Kind::AgentPool).await
+            }
+        }
+    };
 }

@@ -1,0 +1,216 @@
+//! What backs a node group in Azure, behind one trait, so the ETag protocol exists once.
+//!
+//! The reconciler speaks only to [`CapacityResource`]: list, read one, write the capacity under a
+//! precondition, follow the operation, list instances. Scale sets ([`ArmClient`]) and AKS agent
+//! pools ([`AgentPools`]) implement it; the 412 / no-ETag / ambiguous-write / gone / LRO-failed
+//! rules live in the reconciler and apply to both. What differs by kind is only how a read is
+//! fetched and how a write is shaped (a sparse scale-set PUT, a whole-pool read-modify-write),
+//! and two refusals a pool read can carry ([`CapacityResource::write_refusal`],
+//! [`CapacityResource::capacity_floor`]).
+//!
+//! [`Resources`] maps each node group to its resource: one scale-set source for
+//! `azure.resourceGroup`, one agent-pool source per managed cluster.
+
+use crate::azure::aks::AgentPools;
+use crate::azure::arm::OperationStatus;
+use crate::azure::{ArmClient, ArmError, Precondition, PutAccepted};
+use crate::cache::{Instance, ScaleSet};
+use crate::config::{NodeGroupKind, NodeGroupSpec, Settings};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// What a node group's backing resource can do. Every call is one request (a LIST may page),
+/// never retried here: retrying is the reconciler's decision.
+#[async_trait::async_trait]
+pub trait CapacityResource: Send + Sync + std::fmt::Debug {
+    /// `vmss` or `aksAgentPool` (the config spelling and the `kind` label).
+    fn kind(&self) -> &'static str;
+
+    /// Every resource of this source (one LIST per cache TTL).
+    async fn list(&self) -> Result<Vec<ScaleSet>, ArmError>;
+
+    /// One resource, fresh; `Ok(None)` when it no longer exists.
+    async fn get(&self, name: &str) -> Result<Option<ScaleSet>, ArmError>;
+
+    /// Writes `capacity` on the resource as last read (`current`), under `precondition`.
+    async fn write_capacity(
+        &self,
+        current: &ScaleSet,
+        capacity: i64,
+        precondition: &Precondition,
+    ) -> Result<PutAccepted, ArmError>;
+
+    /// Polls a write's `Azure-AsyncOperation` once.
+    async fn poll_operation(&self, url: &str) -> Result<OperationStatus, ArmError>;
+
+    /// The VM instances behind the resource.
+    async fn list_instances(&self, name: &str) -> Result<Vec<Instance>, ArmError>;
+
+    /// Why this resource, as read, must never be written by this controller (the label of
+    /// `writes_held_total{reason}`), if it must not.
+    fn write_refusal(&self, _current: &ScaleSet) -> Option<&'static str> {
+        None
+    }
+
+    /// The lowest capacity the resource, as read, may have whatever the config says.
+    fn capacity_floor(&self, _current: &ScaleSet) -> u32 {
+        0
+    }
+}
+
+#[async_trait::async_trait]
+impl CapacityResource for ArmClient {
+    fn kind(&self) -> &'static str {
+        NodeGroupKind::Vmss.as_str()
+    }
+
+    async fn list(&self) -> Result<Vec<ScaleSet>, ArmError> {
+        self.list_scale_sets().await
+    }
+
+    async fn get(&self, name: &str) -> Result<Option<ScaleSet>, ArmError> {
+        self.get_scale_set(name).await
+    }
+
+    async fn write_capacity(
+        &self,
+        current: &ScaleSet,
+        capacity: i64,
+        precondition: &Precondition,
+    ) -> Result<PutAccepted, ArmError> {
+        self.put_capacity(current, capacity, precondition).await
+    }
+
+    async fn poll_operation(&self, url: &str) -> Result<OperationStatus, ArmError> {
+        ArmClient::poll_operation(self, url).await
+    }
+
+    async fn list_instances(&self, name: &str) -> Result<Vec<Instance>, ArmError> {
+        ArmClient::list_instances(self, name).await
+    }
+}
+
+/// An agent pool with AKS's own autoscaler on is scaled by AKS: writing its count would fight it.
+pub const AKS_AUTOSCALER_HOLD: &str = "aks_autoscaler";
+
+#[async_trait::async_trait]
+impl CapacityResource for AgentPools {
+    fn kind(&self) -> &'static str {
+        "aksAgentPool"
+    }
+
+    async fn list(&self) -> Result<Vec<ScaleSet>, ArmError> {
+        AgentPools::list(self).await
+    }
+
+    async fn get(&self, name: &str) -> Result<Option<ScaleSet>, ArmError> {
+        AgentPools::get(self, name).await
+    }
+
+    async fn write_capacity(
+        &self,
+        current: &ScaleSet,
+        capacity: i64,
+        precondition: &Precondition,
+    ) -> Result<PutAccepted, ArmError> {
+        self.put_count(current, capacity, precondition).await
+    }
+
+    async fn poll_operation(&self, url: &str) -> Result<OperationStatus, ArmError> {
+        self.arm().poll_operation(url).await
+    }
+
+    async fn list_instances(&self, name: &str) -> Result<Vec<Instance>, ArmError> {
+        AgentPools::list_instances(self, name).await
+    }
+
+    fn write_refusal(&self, current: &ScaleSet) -> Option<&'static str> {
+        current
+            .agent_pool
+            .as_ref()
+            .is_some_and(|p| p.enable_auto_scaling)
+            .then_some(AKS_AUTOSCALER_HOLD)
+    }
+
+    fn capacity_floor(&self, current: &ScaleSet) -> u32 {
+        // AKS refuses a System pool with no node: the cluster's system pods live there.
+        u32::from(current.agent_pool.as_ref().is_some_and(|p| p.is_system()))
+    }
+}
+
+/// Which resource serves which node group: one scale-set source, one source per managed cluster.
+#[derive(Debug, Clone)]
+pub struct Resources {
+    scale_sets: Arc<dyn CapacityResource>,
+    list_scale_sets: bool,
+    pools: BTreeMap<(String, String), Arc<dyn CapacityResource>>,
+    default_resource_group: String,
+}
+
+impl Resources {
+    /// The sources `settings` needs, all through `arm` (one token, one set of throttle gates).
+    /// Scale sets are listed when a scale-set group is configured, auto-discovery of scale sets
+    /// is on, or no agent pool is configured; each managed cluster named by a pool group or by
+    /// `autoDiscovery.aksCluster` gets a pool source.
+    pub fn new(settings: &Settings, arm: Arc<ArmClient>) -> Self {
+        let default_resource_group = arm.target().resource_group.clone();
+        let mut pools: BTreeMap<(String, String), Arc<dyn CapacityResource>> = BTreeMap::new();
+        let mut any_vmss = settings.auto_discovery.is_some();
+        let mut add = |rg: &str, cluster: &str| {
+            pools
+                .entry((rg.to_string(), cluster.to_string()))
+                .or_insert_with(|| Arc::new(AgentPools::new(arm.clone(), rg, cluster)));
+        };
+        for g in &settings.node_groups {
+            match &g.kind {
+                NodeGroupKind::Vmss => any_vmss = true,
+                NodeGroupKind::AksAgentPool { cluster } => add(
+                    g.resource_group
+                        .as_deref()
+                        .unwrap_or(&default_resource_group),
+                    cluster,
+                ),
+            }
+        }
+        Self {
+            list_scale_sets: any_vmss || pools.is_empty(),
+            scale_sets: arm,
+            pools,
+            default_resource_group,
+        }
+    }
+
+    /// The resource backing `group`.
+    pub fn for_group(&self, group: &NodeGroupSpec) -> Arc<dyn CapacityResource> {
+        match &group.kind {
+            NodeGroupKind::Vmss => self.scale_sets.clone(),
+            NodeGroupKind::AksAgentPool { cluster } => {
+                let rg = group
+                    .resource_group
+                    .as_deref()
+                    .unwrap_or(&self.default_resource_group);
+                match self.pools.get(&(rg.to_string(), cluster.clone())) {
+                    Some(p) => p.clone(),
+                    // A group discovered at run time in a cluster not known at start cannot
+                    // happen (discovery only covers `autoDiscovery.aksCluster`), but never panic.
+                    None => self.scale_sets.clone(),
+                }
+            }
+        }
+    }
+
+    /// The sources to LIST on a full refresh.
+    pub fn sources(&self) -> Vec<Arc<dyn CapacityResource>> {
+        let mut out = Vec::new();
+        if self.list_scale_sets {
+            out.push(self.scale_sets.clone());
+        }
+        out.extend(self.pools.values().cloned());
+        out
+    }
+
+    /// Whether `group` is served by `source`.
+    pub fn serves(&self, source: &Arc<dyn CapacityResource>, group: &NodeGroupSpec) -> bool {
+        Arc::ptr_eq(&self.for_group(group), source)
+    }
+}
