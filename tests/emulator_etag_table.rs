@@ -46,6 +46,16 @@ impl Kind {
         }
     }
 
+    /// Where the body carries the ETag: a scale set's `etag`, a managed cluster's `eTag` and an
+    /// agent pool's `properties.eTag` (the AKS REST specification, 2024-09-01 and later).
+    fn body_etag(self, body: &Value) -> Option<&str> {
+        match self {
+            Kind::Vmss => body["etag"].as_str(),
+            Kind::Cluster => body["eTag"].as_str(),
+            Kind::Pool => body["properties"]["eTag"].as_str(),
+        }
+    }
+
     fn stale(self) -> &'static str {
         match self {
             Kind::Vmss => "\"999999\"",
@@ -118,7 +128,7 @@ async fn cell(
         200 | 201 if method != "DELETE" => {
             let new = a.etag().expect("successful write answers an ETag");
             assert_eq!(
-                a.body["etag"].as_str(),
+                kind.body_etag(&a.body),
                 Some(new.as_str()),
                 "body etag equals header"
             );

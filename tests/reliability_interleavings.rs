@@ -372,8 +372,10 @@ async fn run_schedule(
             },
             Step::ClusterWrite { value } => {
                 let (_, cluster) = state.rival_request("rival", "GET", &cluster_path(), None, None);
+                // The AKS specification spells the cluster's ETag `eTag`.
                 let etag = cluster
-                    .get("etag")
+                    .get("eTag")
+                    .or_else(|| cluster.get("etag"))
                     .and_then(|e| e.as_str())
                     .map(str::to_string);
                 let body = serde_json::json!({"tags": {"rival": value.to_string()}});

@@ -86,6 +86,19 @@ pub(crate) fn prevalidate(
     Ok(())
 }
 
+/// Whether an If-Match value names `current`. The opaque tag is compared without one pair of
+/// surrounding double quotes on either side: AKS's ETags are bare GUIDs, and clients that follow
+/// RFC 9110 (azure-core's `quote_etag`, so every Azure SDK for Python) send them quoted.
+pub(crate) fn etags_match(if_match: &str, current: &str) -> bool {
+    fn bare(s: &str) -> &str {
+        let s = s.trim();
+        s.strip_prefix('"')
+            .and_then(|r| r.strip_suffix('"'))
+            .unwrap_or(s)
+    }
+    bare(if_match) == bare(current)
+}
+
 /// The seeds' table, cell for cell. `current` is the resource's ETag when it exists.
 pub(crate) fn decide(
     kind: WriteKind,
@@ -123,7 +136,7 @@ pub(crate) fn decide(
             }
             match im {
                 None | Some("*") => Decision::Update,
-                Some(v) if v == etag => Decision::Update,
+                Some(v) if etags_match(v, etag) => Decision::Update,
                 Some(v) => Decision::Answer(Reply::arm_error(
                     412,
                     "PreconditionFailed",
@@ -528,14 +541,16 @@ async fn process(
                     d.delete_scale_set(sub, rg, name);
                 }
                 Route::Cluster { sub, rg, name } => {
-                    aks::delete_cluster_out_of_band(&mut d, sub, rg, name)
+                    aks::delete_cluster_out_of_band(&mut d, sub, rg, name);
                 }
                 Route::Pool {
                     sub,
                     rg,
                     cluster,
                     pool,
-                } => aks::delete_pool_out_of_band(&mut d, sub, rg, cluster, pool),
+                } => {
+                    aks::delete_pool_out_of_band(&mut d, sub, rg, cluster, pool);
+                }
                 _ => {}
             }
         }
@@ -562,11 +577,11 @@ async fn process(
         Some(FaultKind::NoEtag) if success => {
             reply.remove_header("etag");
             if let ReplyBody::Json(Value::Object(map)) = &mut reply.body {
-                map.remove("etag");
+                strip_etags(map);
                 // A LIST carries the ETags in its items.
                 if let Some(Value::Array(items)) = map.get_mut("value") {
                     for item in items.iter_mut().filter_map(Value::as_object_mut) {
-                        item.remove("etag");
+                        strip_etags(item);
                     }
                 }
             }
@@ -586,6 +601,21 @@ async fn process(
         _ => {}
     }
     Outcome::Reply(with_limits(reply))
+}
+
+/// Removes every place a resource carries its ETag in a body: a scale set's `etag`, a managed
+/// cluster's `eTag` and its pool profiles' `eTag`, an agent pool's `properties.eTag`.
+fn strip_etags(item: &mut serde_json::Map<String, Value>) {
+    item.remove("etag");
+    item.remove("eTag");
+    if let Some(props) = item.get_mut("properties").and_then(Value::as_object_mut) {
+        props.remove("eTag");
+        if let Some(Value::Array(profiles)) = props.get_mut("agentPoolProfiles") {
+            for p in profiles.iter_mut().filter_map(Value::as_object_mut) {
+                p.remove("eTag");
+            }
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 
 use super::faults::FaultSpec;
 use super::state::ScaleSetSeed;
+use super::ClusterSeed;
 use super::{EmulatorError, EmulatorState, Reply};
 
 /// Writer recorded for out-of-band writes that name none.
@@ -15,6 +16,7 @@ const DEFAULT_RIVAL: &str = "rival";
 
 #[derive(Deserialize)]
 struct CapacityBody {
+    #[serde(alias = "count")]
     capacity: i64,
     #[serde(default)]
     writer: Option<String>,
@@ -51,7 +53,7 @@ fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Reply> {
 
 fn from_error(e: EmulatorError) -> Reply {
     match e {
-        EmulatorError::NotFound { .. } => Reply::json(
+        EmulatorError::NotFound { .. } | EmulatorError::AksNotFound { .. } => Reply::json(
             404,
             json!({"error": {"code": "ResourceNotFound", "message": e.to_string()}}),
         ),
@@ -106,6 +108,38 @@ fn route(state: &EmulatorState, parts: &Parts, body: &[u8]) -> Result<Reply, Rep
             let b: TagsBody = parse(body)?;
             let writer = b.writer.unwrap_or_else(|| DEFAULT_RIVAL.to_string());
             etag_reply(state.rival_set_tags(sub, rg, name, b.tags, &writer))
+        }
+        ("POST", ["clusters"]) => {
+            let seed: ClusterSeed = parse(body)?;
+            etag_reply(state.seed_cluster(seed))
+        }
+        ("GET", ["clusters", sub, rg, name]) => match state.cluster(sub, rg, name) {
+            Some(view) => Reply::json(200, serde_json::to_value(view).unwrap_or(Value::Null)),
+            None => from_error(EmulatorError::AksNotFound {
+                resource: format!("{sub}/{rg}/{name}"),
+            }),
+        },
+        ("POST", ["clusters", sub, rg, name, "tags"]) => {
+            let b: TagsBody = parse(body)?;
+            let writer = b.writer.unwrap_or_else(|| DEFAULT_RIVAL.to_string());
+            etag_reply(state.rival_cluster_write(sub, rg, name, b.tags, &writer))
+        }
+        ("GET", ["clusters", sub, rg, name, "agent-pools", pool]) => {
+            match state.agent_pool(sub, rg, name, pool) {
+                Some(view) => Reply::json(200, serde_json::to_value(view).unwrap_or(Value::Null)),
+                None => from_error(EmulatorError::AksNotFound {
+                    resource: format!("{sub}/{rg}/{name}/agentPools/{pool}"),
+                }),
+            }
+        }
+        ("DELETE", ["clusters", sub, rg, name, "agent-pools", pool]) => Reply::json(
+            200,
+            json!({"deleted": state.delete_agent_pool_out_of_band(sub, rg, name, pool)}),
+        ),
+        ("POST", ["clusters", sub, rg, name, "agent-pools", pool, "count"]) => {
+            let b: CapacityBody = parse(body)?;
+            let writer = b.writer.unwrap_or_else(|| DEFAULT_RIVAL.to_string());
+            etag_reply(state.rival_set_pool_count(sub, rg, name, pool, b.capacity, &writer))
         }
         ("POST", ["faults"]) => {
             let spec: FaultSpec = parse(body)?;

@@ -8,7 +8,7 @@
 //! | `mod.rs` | the builder, the handle, the accept loop and request dispatch |
 //! | [`state`] | resources, versions, lost-update tracking, the request log |
 //! | `arm` | the ARM scale-set routes, preconditions, long-running operations |
-//! | `aks` | managed clusters and agent pools |
+//! | `aks` | managed clusters, agent pools and the scale sets behind them |
 //! | `identity` | the token endpoint, OpenID discovery, IMDS |
 //! | [`throttle`] | token buckets and rate-limit headers |
 //! | [`faults`] | scriptable faults |
@@ -45,6 +45,7 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
+pub use aks::{AgentPoolSeed, AgentPoolView, ClusterSeed, ClusterView};
 pub use faults::{FaultKind, FaultSpec};
 pub use state::{EmulatorState, LostUpdate, RequestRecord, ScaleSetSeed, ScaleSetView};
 pub use throttle::ThrottleLimits;
@@ -88,6 +89,18 @@ pub enum EmulatorError {
     NotFound {
         /// `sub/rg/name` of the missing scale set.
         resource: String,
+    },
+    /// An out-of-band write or view named a managed cluster or agent pool that does not exist.
+    #[error("managed cluster or agent pool {resource} not found")]
+    AksNotFound {
+        /// `sub/rg/cluster[/agentPools/pool]` of the missing resource.
+        resource: String,
+    },
+    /// A seed or out-of-band write that AKS would refuse (e.g. a System pool at count 0).
+    #[error("invalid AKS seed or write: {message}")]
+    InvalidSeed {
+        /// AKS's error message.
+        message: String,
     },
     /// An out-of-band write asked for a capacity outside 0..=1000.
     #[error("capacity {capacity} is outside 0..=1000")]

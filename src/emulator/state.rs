@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use super::aks::Cluster;
+use super::aks::{AgentPoolView, Cluster, ClusterSeed, ClusterView};
 use super::faults::{ActiveFault, FaultSpec};
 use super::throttle::{Throttle, ThrottleLimits};
 use super::EmulatorError;
@@ -415,7 +415,7 @@ impl Data {
         seq: u64,
         if_match: Option<&str>,
     ) {
-        if if_match.map(str::trim) == Some(etag) {
+        if if_match.is_some_and(|v| super::arm::etags_match(v, etag)) {
             return;
         }
         let pair = (key.to_string(), etag.to_string());
@@ -707,6 +707,73 @@ impl EmulatorState {
     /// Deletes a scale set out of band; true when it existed.
     pub fn delete_out_of_band(&self, sub: &str, rg: &str, name: &str) -> bool {
         self.lock().delete_scale_set(sub, rg, name)
+    }
+
+    /// Creates or replaces a managed cluster with its agent pools, each backed by a scale set in
+    /// the node resource group; returns the cluster's ETag.
+    pub fn seed_cluster(&self, seed: ClusterSeed) -> Result<String, EmulatorError> {
+        self.lock().seed_cluster(seed, Instant::now())
+    }
+
+    /// The current state of one managed cluster, if it exists.
+    pub fn cluster(&self, sub: &str, rg: &str, name: &str) -> Option<ClusterView> {
+        self.lock().cluster_view(sub, rg, name)
+    }
+
+    /// The current state of one agent pool, if it exists.
+    pub fn agent_pool(
+        &self,
+        sub: &str,
+        rg: &str,
+        cluster: &str,
+        pool: &str,
+    ) -> Option<AgentPoolView> {
+        self.lock()
+            .agent_pool_view(sub, rg, cluster, pool, Instant::now())
+    }
+
+    /// A rival makes a cluster-level write (merges `tags` into the managed cluster's tags, as a
+    /// portal edit or an upgrade would touch the cluster): the cluster's ETag and every agent
+    /// pool's ETag change, so any pool write holding an older pool ETag gets 412. Returns the
+    /// cluster's new ETag.
+    pub fn rival_cluster_write(
+        &self,
+        sub: &str,
+        rg: &str,
+        cluster: &str,
+        tags: BTreeMap<String, String>,
+        writer: &str,
+    ) -> Result<String, EmulatorError> {
+        let busy_until = Instant::now() + self.settings().lro_delay;
+        self.lock()
+            .rival_cluster_write(sub, rg, cluster, tags, writer, busy_until)
+    }
+
+    /// A rival sets an agent pool's `count` out of band (a pool-level write: only that pool's
+    /// ETag changes, and its scale set follows). Returns the pool's new ETag.
+    pub fn rival_set_pool_count(
+        &self,
+        sub: &str,
+        rg: &str,
+        cluster: &str,
+        pool: &str,
+        count: i64,
+        writer: &str,
+    ) -> Result<String, EmulatorError> {
+        let busy_until = Instant::now() + self.settings().lro_delay;
+        self.lock()
+            .rival_set_pool_count(sub, rg, cluster, pool, count, writer, busy_until)
+    }
+
+    /// Deletes an agent pool and its scale set out of band; true when it existed.
+    pub fn delete_agent_pool_out_of_band(
+        &self,
+        sub: &str,
+        rg: &str,
+        cluster: &str,
+        pool: &str,
+    ) -> bool {
+        super::aks::delete_pool_out_of_band(&mut self.lock(), sub, rg, cluster, pool)
     }
 
     /// Adds a fault; returns its id.

@@ -1,4 +1,5 @@
-"""Interop: Azure's official Python SDK (azure-mgmt-compute + azure-identity) against the emulator.
+"""Interop: Azure's official Python SDKs (azure-mgmt-compute, azure-mgmt-containerservice,
+azure-identity) against the emulator.
 
 The SDK is the referee: where it disagrees with the emulator, the emulator is wrong.
 
@@ -14,10 +15,16 @@ import urllib.request
 import ssl
 
 from azure.core import MatchConditions
-from azure.core.exceptions import HttpResponseError, ResourceNotFoundError
+from azure.core.exceptions import HttpResponseError, ResourceModifiedError, ResourceNotFoundError
 from azure.identity import ClientSecretCredential
 from azure.mgmt.compute import ComputeManagementClient
 from azure.mgmt.compute.models import Sku, VirtualMachineScaleSet, VirtualMachineScaleSetUpdate
+from azure.mgmt.containerservice import ContainerServiceClient
+from azure.mgmt.containerservice.models import (
+    ManagedCluster,
+    ManagedClusterAgentPoolProfile,
+    TagsObject,
+)
 
 URL = os.environ["EMULATOR_URL"].rstrip("/")
 CA = os.environ["EMULATOR_CA"]
@@ -26,6 +33,8 @@ CLIENT_ID = "python-sdk"
 SECRET = "python-secret"
 SUB = "00000000-0000-0000-0000-00000000feed"
 RG = "rg-interop"
+LOCATION = "westeurope"
+CLUSTER = "py-aks"
 SCOPE = "https://management.azure.com/.default"
 
 
@@ -54,6 +63,13 @@ def make_client():
         polling_interval=0,
     )
     return cred, client
+
+
+def make_aks_client(cred):
+    return ContainerServiceClient(
+        cred, SUB, base_url=URL, credential_scopes=[SCOPE], connection_verify=CA,
+        polling_interval=0,
+    )
 
 
 def vmss(capacity, tags=None):
@@ -163,8 +179,145 @@ def test_conditional_lifecycle():
     assert lost == [], lost
 
 
+def create_cluster(aks, name):
+    """Creates a cluster with a System pool `sys` (1 node) and a User pool `work` (2 nodes)."""
+    cluster = ManagedCluster(
+        location=LOCATION,
+        agent_pool_profiles=[
+            ManagedClusterAgentPoolProfile(
+                name="sys", count=1, mode="System", vm_size="Standard_D2s_v5"
+            ),
+            ManagedClusterAgentPoolProfile(
+                name="work", count=2, mode="User", vm_size="Standard_D4s_v5",
+                node_labels={"team": "blue"},
+            ),
+        ],
+    )
+    created = aks.managed_clusters.begin_create_or_update(
+        RG, name, cluster, match_condition=MatchConditions.IfMissing
+    ).result()
+    assert created.e_tag, created
+    return created
+
+
+def expect_412(call, what):
+    try:
+        call()
+    except HttpResponseError as e:  # ResourceModifiedError is one
+        assert e.status_code == 412, e
+        return e
+    raise AssertionError(f"{what} succeeded")
+
+
+def test_aks_pool_read_and_conditional_count_update():
+    cred, compute = make_client()
+    aks = make_aks_client(cred)
+    create_cluster(aks, CLUSTER)
+
+    pool = aks.agent_pools.get(RG, CLUSTER, "work")
+    etag = pool.properties.e_tag
+    assert etag, pool
+    assert pool.count == 2 and pool.mode == "User" and pool.vm_size == "Standard_D4s_v5", pool
+    assert pool.node_labels == {"team": "blue"}, pool
+    assert pool.provisioning_state == "Succeeded", pool
+    names = sorted(p.name for p in aks.agent_pools.list(RG, CLUSTER))
+    assert names == ["sys", "work"], names
+
+    # Read-modify-write of the whole pool, as read, under If-Match.
+    pool.count = 3
+    updated = aks.agent_pools.begin_create_or_update(
+        RG, CLUSTER, "work", pool, etag=etag, match_condition=MatchConditions.IfNotModified
+    ).result()
+    assert updated.count == 3, updated
+    assert updated.node_labels == {"team": "blue"}, "the PUT kept what it sent back"
+    new_etag = updated.properties.e_tag
+    assert new_etag and new_etag != etag, (etag, new_etag)
+    assert aks.agent_pools.get(RG, CLUSTER, "work").properties.e_tag == new_etag
+
+    # The stale ETag is refused with 412 (the SDK's ResourceModifiedError) and changes nothing.
+    pool.count = 9
+    err = expect_412(
+        lambda: aks.agent_pools.begin_create_or_update(
+            RG, CLUSTER, "work", pool, etag=etag, match_condition=MatchConditions.IfNotModified
+        ).result(),
+        "a stale If-Match on an agent pool",
+    )
+    assert isinstance(err, ResourceModifiedError), type(err)
+    assert aks.agent_pools.get(RG, CLUSTER, "work").count == 3
+
+    # The pool's nodes are a scale set in the node resource group, read with the compute SDK.
+    cluster = aks.managed_clusters.get(RG, CLUSTER)
+    node_rg = cluster.node_resource_group
+    assert node_rg == f"MC_{RG}_{CLUSTER}_{LOCATION}", node_rg
+    sets = {s.tags.get("aks-managed-poolName"): s for s in compute.virtual_machine_scale_sets.list(node_rg)}
+    assert sorted(sets) == ["sys", "work"], sorted(sets)
+    work = sets["work"]
+    assert work.name.startswith("aks-work-") and work.name.endswith("-vmss"), work.name
+    assert work.sku.capacity == 3, work.sku
+    vms = list(compute.virtual_machine_scale_set_vms.list(node_rg, work.name))
+    assert len(vms) == 3, vms
+
+    assert control("GET", "lost-updates") == []
+
+
+def test_aks_cluster_update_changes_the_pool_etag():
+    cred, _ = make_client()
+    aks = make_aks_client(cred)
+    name = CLUSTER + "-2"
+    create_cluster(aks, name)
+    before = aks.agent_pools.get(RG, name, "work")
+    cluster_before = aks.managed_clusters.get(RG, name)
+    profile = next(p for p in cluster_before.agent_pool_profiles if p.name == "work")
+    assert profile.e_tag == before.properties.e_tag, (profile.e_tag, before.properties.e_tag)
+
+    # A cluster-level write: a tag change on the managed cluster, conditional on its eTag.
+    updated = aks.managed_clusters.begin_update_tags(
+        RG, name, TagsObject(tags={"owner": "python"}),
+        etag=cluster_before.e_tag, match_condition=MatchConditions.IfNotModified,
+    ).result()
+    assert updated.tags == {"owner": "python"}, updated.tags
+    assert updated.e_tag != cluster_before.e_tag
+
+    after = aks.agent_pools.get(RG, name, "work")
+    assert after.properties.e_tag != before.properties.e_tag, "the cluster write changed the pool's ETag"
+    assert after.count == before.count == 2
+
+    # So a pool write holding the ETag read before the cluster write gets 412.
+    before.count = 4
+    expect_412(
+        lambda: aks.agent_pools.begin_create_or_update(
+            RG, name, "work", before,
+            etag=before.properties.e_tag, match_condition=MatchConditions.IfNotModified,
+        ).result(),
+        "a pool write across a cluster-level write",
+    )
+    # Re-read and retry, as the controller does.
+    fresh = aks.agent_pools.get(RG, name, "work")
+    fresh.count = 4
+    done = aks.agent_pools.begin_create_or_update(
+        RG, name, "work", fresh,
+        etag=fresh.properties.e_tag, match_condition=MatchConditions.IfNotModified,
+    ).result()
+    assert done.count == 4, done
+
+    # A stale cluster ETag is refused too.
+    expect_412(
+        lambda: aks.managed_clusters.begin_update_tags(
+            RG, name, TagsObject(tags={"owner": "late"}),
+            etag=cluster_before.e_tag, match_condition=MatchConditions.IfNotModified,
+        ).result(),
+        "a stale If-Match on a managed cluster",
+    )
+    assert control("GET", "lost-updates") == []
+
+
 def main():
-    tests = [test_bad_secret_is_refused, test_conditional_lifecycle]
+    tests = [
+        test_bad_secret_is_refused,
+        test_conditional_lifecycle,
+        test_aks_pool_read_and_conditional_count_update,
+        test_aks_cluster_update_changes_the_pool_etag,
+    ]
     passed = failed = 0
     for t in tests:
         try:

@@ -1,6 +1,13 @@
 //! AKS managed clusters and agent pools: GUID ETags, and the scoping rule of the seeds: a
 //! cluster-level write changes the cluster ETag and every agent pool's, an agent-pool write only
-//! that pool's.
+//! that pool's. Shapes follow the AKS REST specification (2024-09-01 and later): the cluster's
+//! ETag is its top-level `eTag`, a pool's is `properties.eTag` (pools have no top-level `etag`);
+//! both also come back in the `ETag` header. Each pool is backed by a scale set in the cluster's
+//! node resource group ([`backing`]).
+
+mod backing;
+mod out_of_band;
+mod pool;
 
 use std::collections::BTreeMap;
 
@@ -8,27 +15,22 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::arm::{
-    add_lro_headers, decide, not_found, parse_count, parse_json_object, prevalidate, same_location,
+    add_lro_headers, decide, not_found, parse_json_object, parse_tags, prevalidate, same_location,
     Ctx, Decision, WriteKind,
 };
 use super::state::{Data, Settings};
 use super::Reply;
+use backing::Backing;
+pub use out_of_band::{AgentPoolSeed, AgentPoolView, ClusterSeed, ClusterView};
+pub(crate) use pool::Pool;
+use pool::{Mode, PoolBody};
 
 const PROVIDER: &str = "Microsoft.ContainerService";
 const CLUSTER_TYPE: &str = "Microsoft.ContainerService/ManagedClusters";
 const POOL_TYPE: &str = "Microsoft.ContainerService/managedClusters/agentPools";
 const DEFAULT_K8S: &str = "1.30.6";
-const DEFAULT_VM_SIZE: &str = "Standard_D2s_v5";
 
-#[derive(Clone, Debug)]
-pub(crate) struct Pool {
-    pub name: String,
-    pub count: i64,
-    pub vm_size: String,
-    pub mode: String,
-    pub etag: String,
-}
-
+/// One managed cluster and its agent pools (keyed by lowercased pool name).
 #[derive(Clone, Debug)]
 pub(crate) struct Cluster {
     pub sub: String,
@@ -36,6 +38,8 @@ pub(crate) struct Cluster {
     pub name: String,
     pub location: String,
     pub kubernetes_version: String,
+    pub node_resource_group: String,
+    pub tags: BTreeMap<String, String>,
     pub etag: String,
     pub pools: BTreeMap<String, Pool>,
     pub busy_until: Instant,
@@ -80,22 +84,20 @@ impl Cluster {
     }
 
     fn to_json(&self, now: Instant) -> Value {
-        let profiles: Vec<Value> = self
-            .pools
-            .values()
-            .map(|p| {
-                json!({"name": p.name, "count": p.count, "vmSize": p.vm_size, "mode": p.mode, "eTag": p.etag})
-            })
-            .collect();
+        let profiles: Vec<Value> = self.pools.values().map(|p| p.profile_json(now)).collect();
         json!({
             "id": self.id(),
             "name": self.name,
             "type": CLUSTER_TYPE,
             "location": self.location,
-            "etag": self.etag,
+            "tags": self.tags,
+            "eTag": self.etag,
             "properties": {
                 "provisioningState": self.state(now),
+                "powerState": {"code": "Running"},
                 "kubernetesVersion": self.kubernetes_version,
+                "currentKubernetesVersion": self.kubernetes_version,
+                "nodeResourceGroup": self.node_resource_group,
                 "agentPoolProfiles": profiles,
             },
         })
@@ -106,14 +108,18 @@ impl Cluster {
             "id": format!("{}/agentPools/{}", self.id(), p.name),
             "name": p.name,
             "type": POOL_TYPE,
-            "etag": p.etag,
-            "properties": {
-                "count": p.count,
-                "vmSize": p.vm_size,
-                "mode": p.mode,
-                "provisioningState": self.state(now),
-            },
+            "properties": p.properties_json(now),
         })
+    }
+
+    fn backing(&self, p: &Pool) -> Backing {
+        Backing::of(
+            &self.sub,
+            &self.node_resource_group,
+            &self.id(),
+            &self.location,
+            p,
+        )
     }
 
     fn counts(&self) -> BTreeMap<String, i64> {
@@ -121,6 +127,15 @@ impl Cluster {
             .values()
             .map(|p| (p.name.clone(), p.count))
             .collect()
+    }
+
+    /// The mode a new pool gets when its body names none: the first pool is the System pool.
+    fn default_mode(&self) -> Mode {
+        if self.pools.values().any(|p| p.mode == Mode::System) {
+            Mode::User
+        } else {
+            Mode::System
+        }
     }
 }
 
@@ -143,114 +158,178 @@ fn describe_counts(old: &BTreeMap<String, i64>, new: &BTreeMap<String, i64>) -> 
     }
 }
 
-/// A pool profile or agent-pool body: fields absent keep their value.
-#[derive(Default)]
-struct PoolBody {
-    count: Option<i64>,
-    vm_size: Option<String>,
-    mode: Option<String>,
-}
-
-fn parse_pool_fields(m: &serde_json::Map<String, Value>) -> Result<PoolBody, Reply> {
-    let mut out = PoolBody::default();
-    if let Some(c) = m.get("count").filter(|v| !v.is_null()) {
-        out.count = Some(parse_count(c, "count")?);
-    }
-    out.vm_size = m.get("vmSize").and_then(Value::as_str).map(str::to_string);
-    out.mode = m.get("mode").and_then(Value::as_str).map(str::to_string);
-    Ok(out)
-}
-
-fn apply_pool(pool: &mut Pool, body: PoolBody) {
-    if let Some(c) = body.count {
-        pool.count = c;
-    }
-    if let Some(v) = body.vm_size {
-        pool.vm_size = v;
-    }
-    if let Some(m) = body.mode {
-        pool.mode = m;
-    }
-}
-
 struct ClusterBody {
     location: Option<String>,
+    tags: Option<BTreeMap<String, String>>,
     kubernetes_version: Option<String>,
+    node_resource_group: Option<String>,
     profiles: Vec<(String, PoolBody)>,
+}
+
+fn invalid(msg: &str) -> Reply {
+    Reply::arm_error(400, "InvalidParameter", msg)
 }
 
 fn parse_cluster_body(body: &[u8]) -> Result<ClusterBody, Reply> {
     let m = parse_json_object(body)?;
     let props = m.get("properties").and_then(Value::as_object);
     let mut profiles = Vec::new();
-    if let Some(list) = props.and_then(|p| p.get("agentPoolProfiles")) {
+    if let Some(list) = props
+        .and_then(|p| p.get("agentPoolProfiles"))
+        .filter(|v| !v.is_null())
+    {
         let Some(list) = list.as_array() else {
-            return Err(Reply::arm_error(
-                400,
-                "InvalidParameter",
-                "'agentPoolProfiles' must be a list.",
-            ));
+            return Err(invalid("'agentPoolProfiles' must be a list."));
         };
         for p in list {
             let Some(obj) = p.as_object() else {
-                return Err(Reply::arm_error(
-                    400,
-                    "InvalidParameter",
-                    "an agent pool profile must be an object.",
-                ));
+                return Err(invalid("an agent pool profile must be an object."));
             };
             let Some(name) = obj.get("name").and_then(Value::as_str) else {
-                return Err(Reply::arm_error(
-                    400,
-                    "InvalidParameter",
-                    "an agent pool profile needs a 'name'.",
-                ));
+                return Err(invalid("an agent pool profile needs a 'name'."));
             };
-            profiles.push((name.to_string(), parse_pool_fields(obj)?));
+            profiles.push((name.to_string(), PoolBody::parse(obj)?));
         }
     }
+    let text = |key: &str| {
+        props
+            .and_then(|p| p.get(key))
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
     Ok(ClusterBody {
         location: m
             .get("location")
             .and_then(Value::as_str)
             .map(str::to_string),
-        kubernetes_version: props
-            .and_then(|p| p.get("kubernetesVersion"))
-            .and_then(Value::as_str)
-            .map(str::to_string),
+        tags: match m.get("tags") {
+            Some(t) => parse_tags(t)?,
+            None => None,
+        },
+        kubernetes_version: text("kubernetesVersion"),
+        node_resource_group: text("nodeResourceGroup"),
         profiles,
     })
 }
 
-fn new_pool(name: &str, body: PoolBody, first: bool) -> Pool {
-    let mut pool = Pool {
-        name: name.to_string(),
-        count: 1,
-        vm_size: DEFAULT_VM_SIZE.to_string(),
-        mode: if first { "System" } else { "User" }.to_string(),
-        etag: new_etag(),
-    };
-    apply_pool(&mut pool, body);
-    pool
-}
-
-/// Records new versions for the cluster and all its pools after a cluster-level write.
-fn commit_cluster(d: &mut Data, key: &str, ctx: &Ctx, change: &str) {
+/// Records new versions for the cluster and all its pools after a cluster-level write, and
+/// brings every pool's scale set in line.
+fn commit_cluster(d: &mut Data, key: &str, writer: &str, change: &str) {
     let Some(c) = d.clusters.get_mut(key) else {
         return;
     };
     c.etag = new_etag();
-    let mut versions = vec![(c.key(), c.etag.clone())];
     for p in c.pools.values_mut() {
         p.etag = new_etag();
+        p.busy_until = c.busy_until;
+        p.failed = c.failed;
     }
-    for p in c.pools.values() {
-        versions.push((c.pool_key(&p.name), p.etag.clone()));
-    }
+    let mut versions = vec![(c.key(), c.etag.clone())];
+    versions.extend(
+        c.pools
+            .values()
+            .map(|p| (c.pool_key(&p.name), p.etag.clone())),
+    );
+    let backings: Vec<Backing> = c.pools.values().map(|p| c.backing(p)).collect();
+    let (busy_until, failed) = (c.busy_until, c.failed);
     for (k, etag) in versions {
-        d.record_version(&k, &etag, &ctx.writer, change.to_string());
-        d.mark_seen(&ctx.writer, &k, &etag);
+        d.record_version(&k, &etag, writer, change.to_string());
+        d.mark_seen(writer, &k, &etag);
     }
+    for b in backings {
+        b.apply(d, busy_until, failed);
+    }
+}
+
+/// Builds a new cluster from a create body.
+fn new_cluster(
+    sub: &str,
+    rg: &str,
+    name: &str,
+    p: ClusterBody,
+    busy_until: Instant,
+    failed: bool,
+) -> Result<Cluster, Reply> {
+    let Some(location) = p.location else {
+        return Err(Reply::arm_error(
+            400,
+            "LocationRequired",
+            "The location property is required for this definition.",
+        ));
+    };
+    let mut c = Cluster {
+        sub: sub.to_string(),
+        rg: rg.to_string(),
+        name: name.to_string(),
+        node_resource_group: p
+            .node_resource_group
+            .unwrap_or_else(|| backing::default_node_resource_group(rg, name, &location)),
+        location,
+        kubernetes_version: p
+            .kubernetes_version
+            .unwrap_or_else(|| DEFAULT_K8S.to_string()),
+        tags: p.tags.unwrap_or_default(),
+        etag: String::new(),
+        pools: BTreeMap::new(),
+        busy_until,
+        failed,
+    };
+    for (pname, pb) in p.profiles {
+        let pool = Pool::new(
+            &pname,
+            pb,
+            c.default_mode(),
+            &c.kubernetes_version,
+            String::new(),
+            busy_until,
+            failed,
+        )?;
+        c.pools.insert(pname.to_ascii_lowercase(), pool);
+    }
+    Ok(c)
+}
+
+/// Applies an update body to a copy of the cluster; nothing changes if any part is invalid.
+fn updated_cluster(c: &Cluster, p: ClusterBody) -> Result<Cluster, Reply> {
+    let mut next = c.clone();
+    if let Some(loc) = &p.location {
+        if !same_location(loc, &c.location) {
+            return Err(invalid(&format!(
+                "The location '{loc}' does not match the cluster's location '{}'.",
+                c.location
+            )));
+        }
+    }
+    if let Some(t) = p.tags {
+        next.tags = t;
+    }
+    if let Some(v) = p.kubernetes_version {
+        // An upgrade of the control plane takes the pools that ran its version along.
+        for pool in next.pools.values_mut() {
+            if pool.orchestrator_version == next.kubernetes_version {
+                pool.orchestrator_version = v.clone();
+            }
+        }
+        next.kubernetes_version = v;
+    }
+    for (pname, pb) in p.profiles {
+        let lower = pname.to_ascii_lowercase();
+        let pool = match next.pools.get(&lower) {
+            Some(existing) => existing.merged(pb)?,
+            None => Pool::new(
+                &pname,
+                pb,
+                next.default_mode(),
+                &next.kubernetes_version,
+                String::new(),
+                c.busy_until,
+                c.failed,
+            )?,
+        };
+        next.pools.insert(lower, pool);
+    }
+    Ok(next)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -308,39 +387,23 @@ pub(crate) fn cluster(
             let Some(p) = parsed else {
                 return Reply::empty(204);
             };
-            let Some(location) = p.location else {
-                return Reply::arm_error(
-                    400,
-                    "LocationRequired",
-                    "The location property is required for this definition.",
-                );
-            };
-            let mut pools = BTreeMap::new();
-            for (i, (pname, pb)) in p.profiles.into_iter().enumerate() {
-                pools.insert(pname.to_ascii_lowercase(), new_pool(&pname, pb, i == 0));
-            }
-            let c = Cluster {
-                sub: sub.to_string(),
-                rg: rg.to_string(),
-                name: name.to_string(),
-                location: location.clone(),
-                kubernetes_version: p
-                    .kubernetes_version
-                    .unwrap_or_else(|| DEFAULT_K8S.to_string()),
-                etag: String::new(),
-                pools,
-                busy_until,
-                failed: ctx.lro_failed,
+            let c = match new_cluster(sub, rg, name, p, busy_until, ctx.lro_failed) {
+                Ok(c) => c,
+                Err(r) => return r,
             };
             let change = describe_counts(&BTreeMap::new(), &c.counts());
+            let location = c.location.clone();
             d.clusters.insert(key.clone(), c);
-            commit_cluster(d, &key, ctx, &format!("created: {change}"));
+            commit_cluster(d, &key, &ctx.writer, &format!("created: {change}"));
             reply_cluster(d, s, ctx, &key, 201, sub, &location)
         }
         Decision::Update if kind == WriteKind::Delete => {
             let Some(c) = d.clusters.remove(&key) else {
                 return Reply::empty(204);
             };
+            for p in c.pools.values() {
+                c.backing(p).remove(d);
+            }
             d.check_lost(
                 &ctx.writer,
                 &key,
@@ -360,39 +423,15 @@ pub(crate) fn cluster(
             let Some(c) = d.clusters.get_mut(&key) else {
                 return not_found(CLUSTER_TYPE, name, rg);
             };
-            if let Some(loc) = &p.location {
-                if !same_location(loc, &c.location) {
-                    return Reply::arm_error(
-                        400,
-                        "InvalidParameter",
-                        format!(
-                            "The location '{loc}' does not match the cluster's location '{}'.",
-                            c.location
-                        ),
-                    );
-                }
-            }
-            let old_counts = c.counts();
-            let old_etag = c.etag.clone();
-            if let Some(v) = p.kubernetes_version {
-                c.kubernetes_version = v;
-            }
-            let first = c.pools.is_empty();
-            for (i, (pname, pb)) in p.profiles.into_iter().enumerate() {
-                match c.pools.get_mut(&pname.to_ascii_lowercase()) {
-                    Some(pool) => apply_pool(pool, pb),
-                    None => {
-                        c.pools.insert(
-                            pname.to_ascii_lowercase(),
-                            new_pool(&pname, pb, first && i == 0),
-                        );
-                    }
-                }
-            }
-            c.busy_until = busy_until;
-            c.failed = ctx.lro_failed;
-            let change = describe_counts(&old_counts, &c.counts());
-            let (id, location) = (c.id(), c.location.clone());
+            let mut next = match updated_cluster(c, p) {
+                Ok(n) => n,
+                Err(r) => return r,
+            };
+            next.busy_until = busy_until;
+            next.failed = ctx.lro_failed;
+            let change = describe_counts(&c.counts(), &next.counts());
+            let (old_etag, id, location) = (c.etag.clone(), c.id(), c.location.clone());
+            *c = next;
             d.check_lost(
                 &ctx.writer,
                 &key,
@@ -401,7 +440,7 @@ pub(crate) fn cluster(
                 ctx.seq,
                 ctx.if_match.as_deref(),
             );
-            commit_cluster(d, &key, ctx, &change);
+            commit_cluster(d, &key, &ctx.writer, &change);
             reply_cluster(d, s, ctx, &key, 200, sub, &location)
         }
     }
@@ -491,7 +530,7 @@ pub(crate) fn pool(
                 .and_then(Value::as_object)
                 .cloned()
                 .unwrap_or_default();
-            parse_pool_fields(&props)
+            PoolBody::parse(&props)
         }) {
             Ok(p) => p,
             Err(r) => return r,
@@ -506,6 +545,7 @@ pub(crate) fn pool(
     let current = c.pools.get(&pool_lower).map(|p| p.etag.clone());
     let pk = c.pool_key(pool);
     let (id, location) = (format!("{}/agentPools/{pool}", c.id()), c.location.clone());
+    let busy_until = ctx.now + s.lro_delay;
     let decision = decide(
         kind,
         if_match,
@@ -513,18 +553,28 @@ pub(crate) fn pool(
         current.as_deref(),
         pool_not_found,
     );
-    let change: String;
-    let status = match decision {
+    let (status, change, next) = match decision {
         Decision::Answer(r) => return r,
         Decision::Create => {
-            let first = c.pools.is_empty();
-            let created = new_pool(pool, parsed, first);
-            change = format!("pool {} created with count {}", created.name, created.count);
-            c.pools.insert(pool_lower.clone(), created);
-            201
+            let created = match Pool::new(
+                pool,
+                parsed,
+                c.default_mode(),
+                &c.kubernetes_version,
+                String::new(),
+                busy_until,
+                ctx.lro_failed,
+            ) {
+                Ok(p) => p,
+                Err(r) => return r,
+            };
+            let change = format!("pool {} created with count {}", created.name, created.count);
+            (201, change, created)
         }
         Decision::Update if kind == WriteKind::Delete => {
             if let Some(p) = c.pools.remove(&pool_lower) {
+                let backing = c.backing(&p);
+                backing.remove(d);
                 d.check_lost(
                     &ctx.writer,
                     &pk,
@@ -539,18 +589,21 @@ pub(crate) fn pool(
             return reply;
         }
         Decision::Update => {
-            let Some(p) = c.pools.get_mut(&pool_lower) else {
+            let Some(p) = c.pools.get(&pool_lower) else {
                 return pool_not_found();
             };
-            let (old_count, old_etag) = (p.count, p.etag.clone());
-            apply_pool(p, parsed);
-            change = if old_count == p.count {
-                format!("pool {} updated", p.name)
-            } else {
-                format!("pool {} count {old_count} -> {}", p.name, p.count)
+            let next = match kind {
+                WriteKind::Put => p.replaced(parsed),
+                _ => p.merged(parsed),
             };
-            c.busy_until = ctx.now + s.lro_delay;
-            c.failed = ctx.lro_failed;
+            let mut next = match next {
+                Ok(n) => n,
+                Err(r) => return r,
+            };
+            next.busy_until = busy_until;
+            next.failed = ctx.lro_failed;
+            let change = Pool::describe_change(p, &next);
+            let old_etag = p.etag.clone();
             d.check_lost(
                 &ctx.writer,
                 &pk,
@@ -559,19 +612,19 @@ pub(crate) fn pool(
                 ctx.seq,
                 ctx.if_match.as_deref(),
             );
-            200
+            (200, change, next)
         }
     };
+    let mut next = next;
+    next.etag = new_etag();
+    let etag = next.etag.clone();
     let Some(c) = d.clusters.get_mut(&key) else {
         return not_found(CLUSTER_TYPE, cluster, rg);
     };
-    let Some(p) = c.pools.get_mut(&pool_lower) else {
-        return pool_not_found();
-    };
-    p.etag = new_etag();
-    let etag = p.etag.clone();
-    let p = p.clone();
-    let body = c.pool_json(&p, ctx.now);
+    let body = c.pool_json(&next, ctx.now);
+    let backing = c.backing(&next);
+    c.pools.insert(pool_lower, next);
+    backing.apply(d, busy_until, ctx.lro_failed);
     d.record_version(&pk, &etag, &ctx.writer, change);
     d.mark_seen(&ctx.writer, &pk, &etag);
     let mut reply = Reply::json(status, body).header("ETag", etag);
@@ -579,20 +632,32 @@ pub(crate) fn pool(
     reply
 }
 
-/// Deletes a cluster without a request (a fault or the control API).
-pub(crate) fn delete_cluster_out_of_band(d: &mut Data, sub: &str, rg: &str, name: &str) {
-    d.clusters.remove(&cluster_key(sub, rg, name));
+/// Deletes a cluster (and its pools' scale sets) without a request (a fault or the control API).
+pub(crate) fn delete_cluster_out_of_band(d: &mut Data, sub: &str, rg: &str, name: &str) -> bool {
+    let Some(c) = d.clusters.remove(&cluster_key(sub, rg, name)) else {
+        return false;
+    };
+    for p in c.pools.values() {
+        c.backing(p).remove(d);
+    }
+    true
 }
 
-/// Deletes an agent pool without a request.
+/// Deletes an agent pool (and its scale set) without a request.
 pub(crate) fn delete_pool_out_of_band(
     d: &mut Data,
     sub: &str,
     rg: &str,
     cluster: &str,
     pool: &str,
-) {
-    if let Some(c) = d.clusters.get_mut(&cluster_key(sub, rg, cluster)) {
-        c.pools.remove(&pool.to_ascii_lowercase());
-    }
+) -> bool {
+    let Some(c) = d.clusters.get_mut(&cluster_key(sub, rg, cluster)) else {
+        return false;
+    };
+    let Some(p) = c.pools.remove(&pool.to_ascii_lowercase()) else {
+        return false;
+    };
+    let backing = c.backing(&p);
+    backing.remove(d);
+    true
 }
