@@ -68,7 +68,13 @@ fn node_groups(count: usize, run: Duration, aks: bool) -> Vec<NodeGroupSpec> {
     };
     (0..count.max(1))
         .map(|i| {
-            let name = format!("pool-{}", (b'a' + (i % 26) as u8) as char);
+            let letter = (b'a' + (i % 26) as u8) as char;
+            // AKS pool names are lowercase letters and digits only.
+            let name = if aks {
+                format!("pool{letter}")
+            } else {
+                format!("pool-{letter}")
+            };
             let offset = Duration::from_millis(1300 * i as u64);
             let kind = if aks {
                 NodeGroupKind::AksAgentPool {
@@ -367,7 +373,11 @@ impl PoolRival {
     async fn cluster_write(&self, tag: &str) -> anyhow::Result<bool> {
         let (status, v) = self.call(reqwest::Method::GET, "", None, None).await?;
         anyhow::ensure!(status == 200, "cluster GET answered {status}");
-        let etag = v.get("etag").and_then(|e| e.as_str()).map(str::to_string);
+        let etag = v
+            .get("eTag")
+            .or_else(|| v.get("etag"))
+            .and_then(|e| e.as_str())
+            .map(str::to_string);
         let body = serde_json::json!({"tags": {"rival-change": tag}});
         let (status, _) = self
             .call(reqwest::Method::PATCH, "", Some(&body), etag.as_deref())

@@ -537,6 +537,8 @@ impl Inner {
         let sent_at = Instant::now();
         let mut merged: Vec<ScaleSet> = Vec::new();
         let mut scale_sets_listed = None;
+        let mut pools_listed = None;
+        let discovery_pools = self.resources.discovery_pools();
         for source in self.resources.sources() {
             let listed = source.list().await?;
             let groups = self.groups();
@@ -552,15 +554,19 @@ impl Inner {
             if source.kind() == crate::config::NodeGroupKind::Vmss.as_str() {
                 scale_sets_listed = Some(listed.clone());
             }
+            if discovery_pools
+                .as_ref()
+                .is_some_and(|d| Arc::ptr_eq(d, &source))
+            {
+                pools_listed = Some(listed.clone());
+            }
             merged.extend(listed);
         }
         for s in &merged {
             self.observe(s);
         }
         let present: HashSet<String> = merged.iter().map(|s| s.name.clone()).collect();
-        if let Some(listed) = &scale_sets_listed {
-            self.update_groups(listed);
-        }
+        self.update_groups(scale_sets_listed.as_deref(), pools_listed.as_deref());
         // Say at once (not only when a write is planned) which groups will never be written.
         let by_name: HashMap<&str, &ScaleSet> =
             merged.iter().map(|s| (s.name.as_str(), s)).collect();
@@ -616,25 +622,48 @@ impl Inner {
     }
 
     /// Configured groups plus those discovered from tags.
-    fn update_groups(&self, listed: &[ScaleSet]) {
+    /// `scale_sets` is the scale-set LIST, `pools` the LIST of `autoDiscovery.aksCluster`'s pools.
+    fn update_groups(&self, scale_sets: Option<&[ScaleSet]>, pools: Option<&[ScaleSet]>) {
         let Some(auto) = &self.settings.auto_discovery else {
             return;
         };
-        let tagged: Vec<(String, std::collections::BTreeMap<String, String>)> = listed
-            .iter()
-            .map(|s| (s.name.clone(), s.tags.clone()))
-            .collect();
-        let (discovered, skipped) = crate::config::discover_node_groups(auto, &tagged);
+        let tagged =
+            |listed: &[ScaleSet]| -> Vec<(String, std::collections::BTreeMap<String, String>)> {
+                listed
+                    .iter()
+                    .map(|s| (s.name.clone(), s.tags.clone()))
+                    .collect()
+            };
+        let mut discovered = Vec::new();
+        let mut skipped = Vec::new();
+        if let Some(listed) = scale_sets {
+            let (found, skip) = crate::config::discover_node_groups(auto, &tagged(listed));
+            discovered.extend(found);
+            skipped.extend(skip);
+        }
+        if let (Some(listed), Some(cluster)) = (pools, auto.aks_cluster.as_deref()) {
+            let (found, skip) = crate::config::discover_pools(
+                auto,
+                cluster,
+                auto.aks_resource_group.as_deref(),
+                &tagged(listed),
+            );
+            discovered.extend(found);
+            skipped.extend(skip);
+        }
         for (name, reason) in &skipped {
-            debug!(scale_set = %name, %reason, "auto-discovery skipped scale set");
+            debug!(scale_set = %name, %reason, "auto-discovery skipped");
         }
         let mut groups = self.settings.node_groups.clone();
-        let explicit: HashSet<String> = groups.iter().map(|g| g.name.clone()).collect();
-        groups.extend(
-            discovered
-                .into_iter()
-                .filter(|g| !explicit.contains(&g.name)),
-        );
+        let mut taken: HashSet<String> = groups.iter().map(|g| g.name.clone()).collect();
+        for g in discovered {
+            // Configured groups win; of two discovered resources with one name, the first.
+            if taken.insert(g.name.clone()) {
+                groups.push(g);
+            } else {
+                debug!(scale_set = %g.name, kind = g.kind.as_str(), "auto-discovery skipped: the name is already a node group");
+            }
+        }
         let mut current = self.groups.lock();
         if **current != groups {
             info!(groups = ?groups.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(), "node groups changed");

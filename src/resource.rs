@@ -144,6 +144,8 @@ pub struct Resources {
     scale_sets: Arc<dyn CapacityResource>,
     list_scale_sets: bool,
     pools: BTreeMap<(String, String), Arc<dyn CapacityResource>>,
+    /// `(resource group, cluster)` of `autoDiscovery.aksCluster`.
+    discovery: Option<(String, String)>,
     default_resource_group: String,
 }
 
@@ -172,7 +174,17 @@ impl Resources {
                 ),
             }
         }
+        let discovery = settings.auto_discovery.as_ref().and_then(|a| {
+            let cluster = a.aks_cluster.as_deref()?;
+            let rg = a
+                .aks_resource_group
+                .as_deref()
+                .unwrap_or(&default_resource_group);
+            add(rg, cluster);
+            Some((rg.to_string(), cluster.to_string()))
+        });
         Self {
+            discovery,
             list_scale_sets: any_vmss || pools.is_empty(),
             scale_sets: arm,
             pools,
@@ -207,6 +219,13 @@ impl Resources {
         }
         out.extend(self.pools.values().cloned());
         out
+    }
+
+    /// The pool source of `autoDiscovery.aksCluster`, whose LIST feeds pool discovery.
+    pub fn discovery_pools(&self) -> Option<Arc<dyn CapacityResource>> {
+        self.discovery
+            .as_ref()
+            .and_then(|key| self.pools.get(key).cloned())
     }
 
     /// Whether `group` is served by `source`.

@@ -166,3 +166,53 @@ async fn a_system_pool_is_never_scaled_below_one_node() {
         "desired 0, but a System pool keeps one node"
     );
 }
+
+#[tokio::test]
+async fn agent_pools_tagged_for_discovery_become_node_groups_with_bounds_from_their_tags() {
+    let h = Harness::with_kind(
+        Kind::AgentPool,
+        EmulatorBuilder::new(),
+        &[("np1", 1), ("np2", 2), ("other", 3)],
+        vec![],
+        |s| {
+            s.auto_discovery = Some(vmss_capacity_controller::config::AutoDiscovery {
+                cluster_name: "aks-1".into(),
+                default_min: None,
+                default_max: None,
+                aks_cluster: Some(CLUSTER.into()),
+                aks_resource_group: None,
+            });
+        },
+    )
+    .await;
+    let tags = |min: &str, max: &str| {
+        std::collections::BTreeMap::from([
+            ("cluster-autoscaler-enabled".to_string(), "true".to_string()),
+            ("cluster-autoscaler-name".to_string(), "aks-1".to_string()),
+            ("min".to_string(), min.to_string()),
+            ("max".to_string(), max.to_string()),
+        ])
+    };
+    h.rival_write("np1", None, Some(tags("3", "5")), "terraform")
+        .await;
+    h.rival_write("np2", None, Some(tags("0", "1")), "terraform")
+        .await;
+    h.reconciler.run_once().await.expect("discovery pass");
+    let groups = h.reconciler.groups();
+    let mut names: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
+    names.sort();
+    assert_eq!(names, ["np1", "np2"], "only the tagged pools");
+    assert!(groups
+        .iter()
+        .all(|g| matches!(&g.kind, vmss_capacity_controller::config::NodeGroupKind::AksAgentPool { cluster } if cluster == CLUSTER)));
+    // Their bounds hold: np1 rises to its min 3, np2 falls to its max 1.
+    h.reconciler.run_once().await.expect("pass");
+    assert_eq!(h.capacity_now("np1").await, 3);
+    assert_eq!(h.capacity_now("np2").await, 1);
+    assert_eq!(
+        h.capacity_now("other").await,
+        3,
+        "an untagged pool is left alone"
+    );
+    assert!(h.state.lost_updates().is_empty());
+}
