@@ -24,7 +24,9 @@ use crate::azure::arm::OperationStatus;
 use crate::azure::{ArmClient, ArmError, Precondition, PutAccepted};
 use crate::cache::{InstanceCache, ScaleSet, ScaleSetCache, SizeCache};
 use crate::config::{ConflictStrategy, NodeGroupSpec, Settings};
+use crate::fence::{Unfenced, WriteFence};
 use crate::metrics::Metrics;
+use crate::notify::{ControllerEvent, EventSink, NoEvents};
 use crate::planner::{self, CapacityChange, ConfiguredDemand, DemandSource, Hold};
 use crate::resource::{CapacityResource, Resources};
 use parking_lot::Mutex;
@@ -155,9 +157,24 @@ pub struct ReconcilerBuilder {
     demand: Arc<dyn DemandSource>,
     clock: WallClock,
     dry_run: bool,
+    fence: Arc<dyn WriteFence>,
+    events: Arc<dyn EventSink>,
 }
 
 impl ReconcilerBuilder {
+    /// The check made immediately before every Azure write (default: none, every write may go).
+    /// With leader election it is the Lease: only the leader, freshly renewed, writes.
+    pub fn fence(mut self, fence: Arc<dyn WriteFence>) -> Self {
+        self.fence = fence;
+        self
+    }
+
+    /// Where notable moments go (default: nowhere); with Kubernetes, Events.
+    pub fn events(mut self, events: Arc<dyn EventSink>) -> Self {
+        self.events = events;
+        self
+    }
+
     /// Plans and logs but never writes.
     pub fn dry_run(mut self, dry_run: bool) -> Self {
         self.dry_run = dry_run;
@@ -196,6 +213,8 @@ impl ReconcilerBuilder {
                 state: Mutex::new(HashMap::new()),
                 lro_tasks: Mutex::new(JoinSet::new()),
                 dry_run: self.dry_run,
+                fence: self.fence,
+                events: self.events,
                 started: Instant::now(),
                 resources: Resources::new(&settings, self.arm),
                 settings,
@@ -225,6 +244,8 @@ struct Inner {
     write_slots: Arc<Semaphore>,
     lro_tasks: Mutex<JoinSet<()>>,
     dry_run: bool,
+    fence: Arc<dyn WriteFence>,
+    events: Arc<dyn EventSink>,
     started: Instant,
     health: Health,
 }
@@ -258,6 +279,8 @@ impl Reconciler {
             demand: Arc::new(ConfiguredDemand),
             clock: Arc::new(OffsetDateTime::now_utc),
             dry_run: false,
+            fence: Arc::new(Unfenced),
+            events: Arc::new(NoEvents),
         }
     }
 
@@ -526,6 +549,11 @@ impl Inner {
                 .with_label_values(&[&fresh.name])
                 .inc();
             info!(scale_set = %fresh.name, etag = %etag, capacity = ?fresh.capacity, "foreign write: another writer changed the scale set");
+            self.events.record(ControllerEvent::ForeignWrite {
+                group: fresh.name.clone(),
+                etag: etag.clone(),
+                capacity: fresh.capacity,
+            });
         }
     }
 
@@ -808,12 +836,24 @@ impl Inner {
         self.with_state(name, |s| s.budget.tokens -= 1.0);
     }
 
-    fn held(&self, name: &str, reason: &str) -> (WriteEnd, bool) {
+    fn held(&self, name: &str, reason: &'static str) -> (WriteEnd, bool) {
         self.metrics
             .writes_held_total
             .with_label_values(&[name, reason])
             .inc();
+        self.events.record(ControllerEvent::WriteHeld {
+            group: name.to_string(),
+            reason,
+        });
         (WriteEnd::Held, false)
+    }
+
+    /// The fence, asked immediately before a write leaves the process: a replica that is not
+    /// the leader, or whose last renewal is older than the renew deadline, sends nothing.
+    fn fenced(&self, name: &str) -> Option<&'static str> {
+        let hold = self.fence.check().err()?;
+        debug!(scale_set = name, %hold, "write fenced");
+        Some(hold.metric_label())
     }
 
     /// One planned write through the ETag protocol. Returns how it ended and whether a 412 was met.
@@ -823,7 +863,7 @@ impl Inner {
         change: CapacityChange,
     ) -> (WriteEnd, bool) {
         let name = group.name.as_str();
-        if let Some(reason) = self.hold_reason(name) {
+        if let Some(reason) = self.fenced(name).or_else(|| self.hold_reason(name)) {
             debug!(scale_set = name, reason, "write held");
             return self.held(name, reason);
         }
@@ -882,6 +922,10 @@ impl Inner {
         if self.dry_run {
             info!(scale_set = name, from = ?current.capacity, to = target, reason = %change.reason, "dry run: would write capacity");
             return self.held(name, "dry_run");
+        }
+        // The reads above may have taken a while: ask again, as late as possible.
+        if let Some(reason) = self.fenced(name) {
+            return self.held(name, reason);
         }
         self.spend_budget(name);
         match resource
@@ -993,6 +1037,13 @@ impl Inner {
             etag = etag.as_deref().unwrap_or("-"),
             "capacity written"
         );
+        self.events.record(ControllerEvent::CapacityWritten {
+            group: name.to_string(),
+            kind: group.kind.as_str(),
+            from: sent_from.capacity,
+            to: target,
+            etag: etag.clone(),
+        });
         if let Some(url) = acc.async_operation {
             self.track_operation(group, url, acc.retry_after, target, etag);
         }
@@ -1017,11 +1068,17 @@ impl Inner {
             "412 Precondition Failed: another writer changed the scale set; refreshing"
         );
         self.invalidate_after_conflict(name);
-        let outcome = |o: &str| {
+        let fresh_capacity = Mutex::new(None);
+        let outcome = |o: &'static str| {
             self.metrics
                 .etag_conflicts_total
                 .with_label_values(&[name, o])
-                .inc()
+                .inc();
+            self.events.record(ControllerEvent::Conflict {
+                group: name.to_string(),
+                outcome: o,
+                fresh_capacity: *fresh_capacity.lock(),
+            });
         };
         let strategy = self.settings.conflict_strategy;
         if strategy == ConflictStrategy::NextLoop {
@@ -1045,6 +1102,7 @@ impl Inner {
                 return self.write_error(name, &e);
             }
         };
+        *fresh_capacity.lock() = fresh.capacity;
         let Some(fresh_capacity) = fresh.capacity else {
             outcome("gave_up");
             return WriteEnd::GaveUp;
@@ -1090,7 +1148,10 @@ impl Inner {
         };
         let resource = self.resources.for_group(group);
         let refused = self.refused(group, &resource, &fresh);
-        if let Some(reason) = refused.or_else(|| self.hold_reason(name)) {
+        if let Some(reason) = refused
+            .or_else(|| self.fenced(name))
+            .or_else(|| self.hold_reason(name))
+        {
             outcome("gave_up");
             self.metrics
                 .writes_held_total
