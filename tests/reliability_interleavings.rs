@@ -89,7 +89,7 @@ struct Schedule {
 impl Schedule {
     fn generate(seed: u64) -> Self {
         // Blocks of eight seeds alternate, so every slice of the seed range has both kinds.
-        let kind = if (seed / 8) % 2 == 0 {
+        let kind = if (seed / 8).is_multiple_of(2) {
             Kind::Vmss
         } else {
             Kind::AgentPool

@@ -86,10 +86,12 @@ impl ActiveFault {
             .spec
             .method
             .as_deref()
-            .map_or(true, |m| m.eq_ignore_ascii_case(method));
-        let path_ok = self.spec.path_contains.as_deref().map_or(true, |p| {
-            path.to_ascii_lowercase().contains(&p.to_ascii_lowercase())
-        });
+            .is_none_or(|m| m.eq_ignore_ascii_case(method));
+        let path_ok = self
+            .spec
+            .path_contains
+            .as_deref()
+            .is_none_or(|p| path.to_ascii_lowercase().contains(&p.to_ascii_lowercase()));
         method_ok && path_ok && self.remaining != Some(0)
     }
 }
