@@ -198,6 +198,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
         quota_cooldown: Duration::from_secs(30),
         node_groups: groups.clone(),
         auto_discovery: None,
+        kubernetes: Default::default(),
     });
     let metrics = Arc::new(Metrics::new());
     let http = http_client(settings.request_timeout, None)?;

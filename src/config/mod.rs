@@ -14,12 +14,17 @@
 //! | `discovery` | tag auto-discovery of scale sets and AKS agent pools |
 
 mod discovery;
+mod kubernetes;
 mod raw;
 mod sources;
 mod validate;
 
 pub use discovery::{
     discover_node_groups, discover_pools, TAG_CLUSTER_NAME, TAG_ENABLED, TAG_MAX, TAG_MIN,
+};
+pub use kubernetes::{
+    KubernetesSettings, LeaderElectionSettings, DEFAULT_LEASE_DURATION, DEFAULT_LEASE_NAME,
+    DEFAULT_NAMESPACE, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD, DEFAULT_STATUS_CONFIG_MAP,
 };
 pub use sources::secret_from_cloud_config;
 pub use validate::parse_node_spec;
@@ -97,6 +102,8 @@ pub struct Settings {
     pub node_groups: Vec<NodeGroupSpec>,
     /// Tag auto-discovery, if enabled.
     pub auto_discovery: Option<AutoDiscovery>,
+    /// `kubernetes:` (off by default).
+    pub kubernetes: KubernetesSettings,
 }
 
 /// Azure endpoints, scope and identity.
@@ -422,6 +429,8 @@ pub fn load(sources: &ConfigSources) -> Result<Settings, ConfigErrors> {
         &mut problems,
     );
     validate::something_to_manage(&node_groups, auto_discovery.is_some(), &mut problems);
+    let kubernetes =
+        kubernetes::kubernetes_settings(raw.kubernetes.take(), &sources.env, &mut problems);
 
     problems.finish()?;
     let Some(azure) = azure else {
@@ -447,6 +456,7 @@ pub fn load(sources: &ConfigSources) -> Result<Settings, ConfigErrors> {
         quota_cooldown: runtime.quota_cooldown,
         node_groups,
         auto_discovery,
+        kubernetes,
     })
 }
 

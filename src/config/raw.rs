@@ -140,6 +140,29 @@ pub(super) struct RawConfig {
     pub(super) quota_cooldown: Option<HumanDuration>,
     pub(super) node_groups: Option<Vec<RawNodeGroup>>,
     pub(super) auto_discovery: Option<RawAutoDiscovery>,
+    pub(super) kubernetes: Option<RawKubernetes>,
+}
+
+/// `kubernetes:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct RawKubernetes {
+    pub(super) enabled: Option<bool>,
+    pub(super) kubeconfig: Option<PathBuf>,
+    pub(super) namespace: Option<String>,
+    pub(super) leader_election: Option<RawLeaderElection>,
+    pub(super) status_config_map: Option<String>,
+}
+
+/// `kubernetes.leaderElection`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct RawLeaderElection {
+    pub(super) enabled: Option<bool>,
+    pub(super) lease_name: Option<String>,
+    pub(super) lease_duration: Option<HumanDuration>,
+    pub(super) renew_deadline: Option<HumanDuration>,
+    pub(super) retry_period: Option<HumanDuration>,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]

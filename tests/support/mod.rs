@@ -83,6 +83,7 @@ pub fn settings(base_url: &str, groups: Vec<NodeGroupSpec>) -> Settings {
         quota_cooldown: Duration::from_secs(300),
         node_groups: groups,
         auto_discovery: None,
+        kubernetes: Default::default(),
     }
 }
 
