@@ -293,14 +293,26 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let settings = Arc::new(settings);
     let metrics = Arc::new(Metrics::new());
     let arm = arm_client(&settings, metrics.clone())?;
-    let reconciler = Arc::new(
-        Reconciler::builder(settings.clone(), arm, metrics.clone())
-            .dry_run(args.dry_run)
-            .build(),
-    );
+    let election = leader_election(&settings).await?;
+    let mut builder =
+        Reconciler::builder(settings.clone(), arm, metrics.clone()).dry_run(args.dry_run);
+    if let Some(e) = &election {
+        builder = builder.fence(e.leadership());
+    }
+    let reconciler = Arc::new(builder.build());
 
     if args.once {
-        return Ok(match reconciler.run_once().await {
+        if let Some(e) = &election {
+            // One attempt: a pass by a replica that does not get the Lease writes nothing.
+            if let Err(err) = e.try_acquire_or_renew().await {
+                tracing::warn!(error = %err, "lease attempt failed: this pass will not write");
+            }
+        }
+        let pass = reconciler.run_once().await;
+        if let Some(e) = &election {
+            e.release().await;
+        }
+        return Ok(match pass {
             Ok(report) => {
                 tracing::info!(
                     planned = report.planned,
@@ -326,6 +338,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             addr,
             metrics.clone(),
             reconciler.clone(),
+            election.as_ref().map(|e| e.leadership()),
             shutdown.clone(),
             tx,
         ));
@@ -347,12 +360,99 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         tracing::info!("signal received: shutting down");
         signals.cancel();
     });
+    // The elector releases the Lease as soon as shutdown starts: the fence then holds any
+    // write the last pass has not sent yet, and a standby takes over within a retry period.
+    let election_task = election.map(|e| {
+        let leadership = e.leadership();
+        let stop = shutdown.clone();
+        let gauges = tokio::spawn(publish_leadership(
+            leadership,
+            metrics.clone(),
+            stop.clone(),
+        ));
+        (tokio::spawn(async move { e.run(stop).await }), gauges)
+    });
     reconciler.run(shutdown.clone()).await;
     shutdown.cancel();
+    if let Some((elector, gauges)) = election_task {
+        let _ = elector.await;
+        let _ = gauges.await;
+    }
     if let Some(task) = http_task {
         let _ = task.await;
     }
     Ok(ExitCode(0))
+}
+
+/// The Lease candidate when `kubernetes.enabled` and `kubernetes.leaderElection.enabled`.
+async fn leader_election(
+    settings: &Settings,
+) -> anyhow::Result<Option<Arc<crate::kube::lease::LeaderElection>>> {
+    let k = &settings.kubernetes;
+    if !k.enabled || !k.leader_election.enabled {
+        return Ok(None);
+    }
+    let client = kube_client(k).await?;
+    let le = &k.leader_election;
+    let identity = crate::kube::identity();
+    tracing::info!(lease = %le.lease_name, namespace = %k.namespace, %identity, "leader election on");
+    let store = crate::kube::KubeLeases::new(client, &k.namespace, &le.lease_name);
+    Ok(Some(Arc::new(crate::kube::lease::LeaderElection::new(
+        crate::kube::lease::LeaseConfig {
+            name: le.lease_name.clone(),
+            identity,
+            lease_duration: le.lease_duration,
+            renew_deadline: le.renew_deadline,
+            retry_period: le.retry_period,
+        },
+        Arc::new(store),
+        Arc::new(crate::notify::NoEvents),
+    ))))
+}
+
+/// The Kubernetes client the standard way: `kubernetes.kubeconfig`, else the in-cluster service
+/// account, else `KUBECONFIG` / `~/.kube/config`.
+async fn kube_client(k: &config::KubernetesSettings) -> anyhow::Result<kube::Client> {
+    let config = match &k.kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("kubernetes.kubeconfig: reading {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("kubernetes.kubeconfig: {}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("kubernetes: no in-cluster service account and no usable KUBECONFIG")?,
+    };
+    kube::Client::try_from(config).context("kubernetes: building the client")
+}
+
+/// Keeps `leader` (1 only while the fence lets writes go) and `leader_transitions_total` current.
+async fn publish_leadership(
+    leadership: Arc<crate::kube::lease::Leadership>,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) {
+    use crate::fence::WriteFence;
+    let mut counted = 0;
+    loop {
+        metrics
+            .leader
+            .set(if leadership.check().is_ok() { 1.0 } else { 0.0 });
+        let t = leadership.transitions();
+        if t > counted {
+            metrics
+                .leader_transitions_total
+                .inc_by((t - counted) as f64);
+            counted = t;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            _ = stop.cancelled() => break,
+        }
+    }
+    metrics.leader.set(0.0);
 }
 
 async fn wait_for_signal() {

@@ -1,7 +1,10 @@
 //! `/metrics` (Prometheus text), `/healthz` (the loop made progress recently) and `/readyz`
-//! (the first full refresh is done). The listen address comes from configuration, never a
+//! (the first full refresh is done and, with leader election, the first Lease attempt: a ready
+//! standby can take over at once). The listen address comes from configuration, never a
 //! constant. Answers carry no secrets: only metric values and a one-word status.
 
+use crate::fence::WriteFence;
+use crate::kube::lease::Leadership;
 use crate::metrics::Metrics;
 use crate::reconciler::Reconciler;
 use axum::extract::State;
@@ -17,10 +20,16 @@ use tokio_util::sync::CancellationToken;
 struct AppState {
     metrics: Arc<Metrics>,
     reconciler: Arc<Reconciler>,
+    election: Option<Arc<Leadership>>,
 }
 
-/// The router, for tests that serve it themselves.
-pub fn router(metrics: Arc<Metrics>, reconciler: Arc<Reconciler>) -> Router {
+/// The router, for tests that serve it themselves. With leader election, `/readyz` also waits
+/// for the first Lease attempt, so a ready standby is one that can take over at once.
+pub fn router(
+    metrics: Arc<Metrics>,
+    reconciler: Arc<Reconciler>,
+    election: Option<Arc<Leadership>>,
+) -> Router {
     Router::new()
         .route("/metrics", get(metrics_handler))
         .route("/healthz", get(healthz))
@@ -28,6 +37,7 @@ pub fn router(metrics: Arc<Metrics>, reconciler: Arc<Reconciler>) -> Router {
         .with_state(AppState {
             metrics,
             reconciler,
+            election,
         })
 }
 
@@ -37,12 +47,13 @@ pub async fn serve(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
     reconciler: Arc<Reconciler>,
+    election: Option<Arc<Leadership>>,
     shutdown: CancellationToken,
     bound: tokio::sync::oneshot::Sender<SocketAddr>,
 ) -> std::io::Result<()> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let _ = bound.send(listener.local_addr()?);
-    axum::serve(listener, router(metrics, reconciler))
+    axum::serve(listener, router(metrics, reconciler, election))
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await
 }
@@ -69,12 +80,19 @@ async fn healthz(State(s): State<AppState>) -> impl IntoResponse {
 }
 
 async fn readyz(State(s): State<AppState>) -> impl IntoResponse {
-    if s.reconciler.health().ready() {
-        (StatusCode::OK, "ready\n")
-    } else {
-        (
+    if !s.reconciler.health().ready() {
+        return (
             StatusCode::SERVICE_UNAVAILABLE,
             "first scale-set refresh not done yet\n",
-        )
+        );
+    }
+    match &s.election {
+        None => (StatusCode::OK, "ready\n"),
+        Some(e) if !e.settled() => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "first Lease attempt not done yet\n",
+        ),
+        Some(e) if e.check().is_ok() => (StatusCode::OK, "ready: leading\n"),
+        Some(_) => (StatusCode::OK, "ready: standby, can take over\n"),
     }
 }

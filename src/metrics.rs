@@ -59,6 +59,10 @@ pub struct Metrics {
     pub throttle_wait_seconds_total: Counter,
     /// Unix time of the last reconcile pass that succeeded.
     pub last_successful_reconcile_timestamp_seconds: Gauge,
+    /// 1 while this replica holds the Lease and its renewal is fresh (it may write), else 0.
+    pub leader: Gauge,
+    /// Times this replica became or stopped being the leader.
+    pub leader_transitions_total: Counter,
     /// Writes refused before sending, by scale set and reason (`no_etag`, `budget`, `cooldown`, `backoff`, `gated`).
     pub writes_held_total: IntCounterVec,
     /// Long-running operations by final status (`succeeded`, `failed`, `canceled`, `timeout`, `error`).
@@ -174,6 +178,16 @@ impl Metrics {
                 &registry,
                 "throttle_wait_seconds_total",
                 "Seconds of Retry-After that held calls back.",
+            ),
+            leader: gauge(
+                &registry,
+                "leader",
+                "1 while this replica holds the Lease with a fresh renewal (it may write to Azure).",
+            ),
+            leader_transitions_total: float_counter(
+                &registry,
+                "leader_transitions_total",
+                "Times this replica became or stopped being the leader.",
             ),
             last_successful_reconcile_timestamp_seconds: gauge(
                 &registry,
