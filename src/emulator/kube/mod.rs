@@ -12,6 +12,7 @@
 //! | [`patch`] | merge and strategic merge patch |
 //! | `eviction` | `pods/eviction` and PodDisruptionBudgets |
 //! | `discovery` | `/version`, `/api`, `/apis` documents |
+//! | `openapi` | the minimal `/openapi/v3` kubectl reads |
 //! | [`select`] | label and field selectors |
 //! | [`status`] | `Status` bodies |
 //! | `control` | `/_emulator/kube/` |
@@ -19,6 +20,7 @@
 pub(crate) mod control;
 mod discovery;
 mod eviction;
+mod openapi;
 pub mod patch;
 pub mod resources;
 mod routes;
@@ -298,6 +300,15 @@ pub(crate) fn handle(kube: &KubeState, parts: &Parts, body: &[u8]) -> Response {
     }
     if !authorized(kube, parts) {
         return error_response(status::unauthorized());
+    }
+    if path == "/openapi/v3" {
+        return Reply::json(200, openapi::index()).into_response();
+    }
+    if let Some(gv) = path.strip_prefix("/openapi/v3/") {
+        return match openapi::document(gv) {
+            Some(doc) => Reply::json(200, doc).into_response(),
+            None => error_response(status::no_route()),
+        };
     }
     if path.starts_with("/openapi") {
         return error_response(status::no_route());
