@@ -150,6 +150,13 @@ pub struct EmulatorArgs {
     /// Enforce Azure's compute throttling limits (token buckets, 429 with Retry-After).
     #[arg(long)]
     pub throttling: bool,
+    /// Also serve the Kubernetes API (`/api`, `/apis`, `/version`) on the same listener.
+    #[arg(long)]
+    pub kubernetes: bool,
+    /// Write a kubeconfig for the Kubernetes API here (server, bearer token, CA with `--tls`);
+    /// implies `--kubernetes`.
+    #[arg(long)]
+    pub kubeconfig_out: Option<PathBuf>,
 }
 
 /// Which resource `get` and `scale` address.
@@ -614,10 +621,17 @@ pub async fn emulator(args: EmulatorArgs) -> anyhow::Result<ExitCode> {
     let mut builder = crate::emulator::EmulatorBuilder::new()
         .listen(args.listen)
         .tls(args.tls)
-        .lro_delay(args.lro_delay);
+        .lro_delay(args.lro_delay)
+        .kubernetes(args.kubernetes || args.kubeconfig_out.is_some());
     if args.throttling {
         builder = builder.throttling(crate::emulator::ThrottleLimits::azure_compute());
     }
-    crate::emulator::serve_until(builder, args.cert_out, wait_for_signal()).await?;
+    crate::emulator::serve_until_with_kubeconfig(
+        builder,
+        args.cert_out,
+        args.kubeconfig_out,
+        wait_for_signal(),
+    )
+    .await?;
     Ok(ExitCode(0))
 }

@@ -14,12 +14,14 @@
 //! | [`faults`] | scriptable faults |
 //! | `tls` | the generated CA and leaf certificate |
 //! | `control` | the `/_emulator/` API |
+//! | [`kube`] | the Kubernetes API (with [`EmulatorBuilder::kubernetes`]), its own room |
 
 mod aks;
 mod arm;
 mod control;
 pub mod faults;
 mod identity;
+pub mod kube;
 pub mod state;
 pub mod throttle;
 mod tls;
@@ -81,6 +83,18 @@ pub enum EmulatorError {
         #[source]
         source: std::io::Error,
     },
+    /// The kubeconfig could not be written where asked.
+    #[error("writing the emulator's kubeconfig to {path}")]
+    WriteKubeconfig {
+        /// Where it was to be written.
+        path: PathBuf,
+        /// Why it failed.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A kubeconfig was asked of an emulator without its Kubernetes side.
+    #[error("a kubeconfig needs the Kubernetes API: start the emulator with --kubernetes")]
+    KubeconfigWithoutKubernetes,
     /// A certificate file was asked of a plain-HTTP emulator.
     #[error("a CA certificate file needs TLS: start the emulator with TLS on")]
     CertificateWithoutTls,
@@ -119,6 +133,7 @@ pub struct EmulatorBuilder {
     throttling: Option<ThrottleLimits>,
     page_size: usize,
     token_lifetime: Duration,
+    kubernetes: Option<kube::KubeSettings>,
 }
 
 impl Default for EmulatorBuilder {
@@ -130,6 +145,7 @@ impl Default for EmulatorBuilder {
             throttling: None,
             page_size: DEFAULT_PAGE_SIZE,
             token_lifetime: DEFAULT_TOKEN_LIFETIME,
+            kubernetes: None,
         }
     }
 }
@@ -176,6 +192,18 @@ impl EmulatorBuilder {
         self
     }
 
+    /// Also serve the Kubernetes API (`/api`, `/apis`, `/version`) on the same listener.
+    pub fn kubernetes(mut self, on: bool) -> Self {
+        self.kubernetes = on.then(|| self.kubernetes.take().unwrap_or_default());
+        self
+    }
+
+    /// Settings of the Kubernetes side (token, watch history, bookmark interval); turns it on.
+    pub fn kube_settings(mut self, settings: kube::KubeSettings) -> Self {
+        self.kubernetes = Some(settings);
+        self
+    }
+
     /// Binds, generates the certificate if TLS is on, and starts serving in the background.
     pub async fn start(self) -> Result<EmulatorHandle, EmulatorError> {
         let listener =
@@ -212,7 +240,14 @@ impl EmulatorBuilder {
             },
             base_url.clone(),
         );
-        let router = Router::new().fallback(dispatch).with_state(state.clone());
+        let kube = self.kubernetes.map(|settings| {
+            kube::KubeState::new(settings, SocketAddr::new(host, addr.port()).to_string())
+        });
+        let sides = Sides {
+            arm: state.clone(),
+            kube: kube.clone(),
+        };
+        let router = Router::new().fallback(dispatch).with_state(sides);
         let acceptor = material
             .as_ref()
             .map(|m| TlsAcceptor::from(Arc::clone(&m.config)));
@@ -222,6 +257,7 @@ impl EmulatorBuilder {
             base_url,
             ca_pem: material.map(|m| m.ca_pem),
             state,
+            kube,
             accept_task,
         })
     }
@@ -234,7 +270,15 @@ pub struct EmulatorHandle {
     base_url: String,
     ca_pem: Option<String>,
     state: EmulatorState,
+    kube: Option<kube::KubeState>,
     accept_task: tokio::task::JoinHandle<()>,
+}
+
+/// What the router hands each request: the ARM side, and the Kubernetes side when on.
+#[derive(Clone)]
+struct Sides {
+    arm: EmulatorState,
+    kube: Option<kube::KubeState>,
 }
 
 impl EmulatorHandle {
@@ -257,6 +301,21 @@ impl EmulatorHandle {
     pub fn state(&self) -> EmulatorState {
         self.state.clone()
     }
+
+    /// In-process control of the Kubernetes side (`None` unless it was turned on).
+    pub fn kube(&self) -> Option<kube::KubeState> {
+        self.kube.clone()
+    }
+
+    /// A kubeconfig for the Kubernetes side (`None` unless it was turned on).
+    pub fn kubeconfig(&self) -> Option<String> {
+        let k = self.kube.as_ref()?;
+        Some(kube::kubeconfig(
+            &self.base_url,
+            &k.token(),
+            self.ca_pem.as_deref(),
+        ))
+    }
 }
 
 impl Drop for EmulatorHandle {
@@ -273,7 +332,25 @@ pub async fn serve_until(
     cert_out: Option<PathBuf>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), EmulatorError> {
+    serve_until_with_kubeconfig(builder, cert_out, None, shutdown).await
+}
+
+/// [`serve_until`], also writing a kubeconfig for the Kubernetes side to `kubeconfig_out`.
+pub async fn serve_until_with_kubeconfig(
+    builder: EmulatorBuilder,
+    cert_out: Option<PathBuf>,
+    kubeconfig_out: Option<PathBuf>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), EmulatorError> {
     let handle = builder.start().await?;
+    if let Some(path) = kubeconfig_out {
+        let text = handle
+            .kubeconfig()
+            .ok_or(EmulatorError::KubeconfigWithoutKubernetes)?;
+        tokio::fs::write(&path, text)
+            .await
+            .map_err(|source| EmulatorError::WriteKubeconfig { path, source })?;
+    }
     if let Some(path) = cert_out {
         let pem = handle
             .ca_pem()
@@ -433,7 +510,8 @@ impl Reply {
     }
 }
 
-async fn dispatch(State(state): State<EmulatorState>, req: Request) -> Response {
+async fn dispatch(State(sides): State<Sides>, req: Request) -> Response {
+    let state = sides.arm;
     let (parts, body) = req.into_parts();
     let bytes = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
         Ok(b) => b,
@@ -447,6 +525,16 @@ async fn dispatch(State(state): State<EmulatorState>, req: Request) -> Response 
         }
     };
     let path = parts.uri.path();
+    if let Some(kube) = &sides.kube {
+        if let Some(rest) = path.strip_prefix("/_emulator/kube") {
+            let segs: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
+            return kube::control::handle(kube, parts.method.as_str(), &segs, &bytes)
+                .into_response();
+        }
+        if kube::owns_path(path) {
+            return kube::handle(kube, &parts, &bytes);
+        }
+    }
     if path == "/_emulator" || path.starts_with("/_emulator/") {
         return control::handle(&state, &parts, &bytes).into_response();
     }

@@ -1,0 +1,110 @@
+//! `pods/eviction`: a policy/v1 Eviction deletes the pod unless a PodDisruptionBudget selecting
+//! it has no disruption left (429 TooManyRequests, the real server's message). The budget is
+//! computed here from the pods themselves, as the disruption controller would.
+
+use serde_json::{json, Value};
+
+use super::resources;
+use super::select::label_selector_matches;
+use super::status::{self, KubeError};
+use super::store::{name_of, Store};
+
+fn is_healthy(pod: &Value) -> bool {
+    let running = pod.pointer("/status/phase").and_then(Value::as_str) == Some("Running");
+    let deleting = pod.pointer("/metadata/deletionTimestamp").is_some();
+    let ready = pod
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.get("type").and_then(Value::as_str) == Some("Ready")
+                    && c.get("status").and_then(Value::as_str) == Some("True")
+            })
+        });
+    running && ready && !deleting
+}
+
+/// An `IntOrString` of a budget resolved against `total` (percentages round up, as the
+/// disruption controller rounds them).
+fn resolve(v: &Value, total: i64) -> Option<i64> {
+    if let Some(n) = v.as_i64() {
+        return Some(n);
+    }
+    let pct: i64 = v.as_str()?.strip_suffix('%')?.parse().ok()?;
+    Some((pct * total + 99) / 100)
+}
+
+/// The budget's arithmetic: (pods it needs healthy, pods healthy now, disruptions allowed).
+pub fn budget(pdb: &Value, pods: &[&Value]) -> (i64, i64, i64) {
+    let total = pods.len() as i64;
+    let healthy = pods.iter().filter(|p| is_healthy(p)).count() as i64;
+    let spec = pdb.get("spec").cloned().unwrap_or(json!({}));
+    let desired = if let Some(min) = spec.get("minAvailable") {
+        resolve(min, total).unwrap_or(total)
+    } else if let Some(max) = spec.get("maxUnavailable") {
+        total - resolve(max, total).unwrap_or(0)
+    } else {
+        0
+    };
+    let desired = desired.max(0);
+    (desired, healthy, (healthy - desired).max(0))
+}
+
+/// Answers the eviction of `namespace/name`: `Ok(status body)` when the pod was deleted.
+pub fn evict(store: &mut Store, namespace: &str, name: &str) -> Result<Value, KubeError> {
+    let pods_rt = resources::find("", "v1", "pods").expect("pods are served");
+    let pdb_rt = resources::find("policy", "v1", "poddisruptionbudgets").expect("PDBs are served");
+    let pod = store.get(pods_rt, namespace, name)?;
+    let phase = pod
+        .pointer("/status/phase")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    // The real server evicts pods that are not running whatever the budget.
+    if phase == "Running" {
+        let labels = pod.pointer("/metadata/labels").and_then(Value::as_object);
+        let all_pods = store.all_in(pods_rt, namespace);
+        let pdbs: Vec<Value> = store
+            .all_in(pdb_rt, namespace)
+            .into_iter()
+            .filter(|pdb| {
+                pdb.pointer("/spec/selector")
+                    .is_some_and(|sel| label_selector_matches(sel, labels))
+            })
+            .collect();
+        if pdbs.len() > 1 {
+            return Err(status::failure(
+                500,
+                "InternalError",
+                "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support.",
+                None,
+            ));
+        }
+        if let Some(pdb) = pdbs.first() {
+            let selector = pdb.pointer("/spec/selector").cloned().unwrap_or(json!({}));
+            let covered: Vec<&Value> = all_pods
+                .iter()
+                .filter(|p| {
+                    label_selector_matches(
+                        &selector,
+                        p.pointer("/metadata/labels").and_then(Value::as_object),
+                    )
+                })
+                .collect();
+            let (desired, healthy, allowed) = budget(pdb, &covered);
+            if allowed == 0 {
+                let pdb_name = name_of(pdb).unwrap_or("");
+                return Err(status::failure(
+                    429,
+                    "TooManyRequests",
+                    "Cannot evict pod as it would violate the pod's disruption budget.",
+                    Some(json!({"causes": [{
+                        "reason": "DisruptionBudget",
+                        "message": format!("The disruption budget {pdb_name} needs {desired} healthy pods and has {healthy} currently"),
+                    }]})),
+                ));
+            }
+        }
+    }
+    store.delete(pods_rt, namespace, name, None)?;
+    Ok(status::success(201))
+}

@@ -1,0 +1,336 @@
+//! The emulator's Kubernetes side: a Kubernetes API served on the same listener as the ARM side
+//! (paths `/api`, `/apis`, `/version`, `/openapi`), enabled with
+//! [`EmulatorBuilder::kubernetes`](super::EmulatorBuilder::kubernetes). It shares only the server
+//! plumbing with the ARM side.
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`store`] | objects, the cluster-wide `resourceVersion`, the watch history |
+//! | [`resources`] | the served types |
+//! | `routes` | paths and verbs |
+//! | `watch` | streaming watches, bookmarks, 410 Gone |
+//! | [`patch`] | merge and strategic merge patch |
+//! | `eviction` | `pods/eviction` and PodDisruptionBudgets |
+//! | `discovery` | `/version`, `/api`, `/apis` documents |
+//! | `openapi` | the minimal `/openapi/v3` kubectl reads |
+//! | [`select`] | label and field selectors |
+//! | [`status`] | `Status` bodies |
+//! | `control` | `/_emulator/kube/` |
+
+pub(crate) mod control;
+mod discovery;
+mod eviction;
+mod openapi;
+pub mod patch;
+pub mod resources;
+mod routes;
+pub mod select;
+pub mod status;
+pub mod store;
+mod watch;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::response::{IntoResponse, Response};
+use http::request::Parts;
+use serde_json::{json, Value};
+
+pub use status::KubeError;
+use store::Store;
+
+use super::Reply;
+
+/// Watch events kept for watches that resume from a `resourceVersion` (older ones get 410).
+pub const DEFAULT_HISTORY: usize = 1000;
+/// Interval between watch bookmarks (the real server sends one about every minute).
+pub const DEFAULT_BOOKMARK_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Settings of the Kubernetes side.
+#[derive(Debug, Clone)]
+pub struct KubeSettings {
+    /// The bearer token the API accepts.
+    pub token: String,
+    /// Watch events retained.
+    pub history: usize,
+    /// Interval between bookmarks on watches that allow them.
+    pub bookmark_interval: Duration,
+}
+
+impl Default for KubeSettings {
+    fn default() -> Self {
+        KubeSettings {
+            token: format!("emulator-{}", uuid::Uuid::new_v4().simple()),
+            history: DEFAULT_HISTORY,
+            bookmark_interval: DEFAULT_BOOKMARK_INTERVAL,
+        }
+    }
+}
+
+/// The Kubernetes side's state, for in-process tests: cheap to clone, all clones share it.
+#[derive(Clone, Debug)]
+pub struct KubeState {
+    store: Arc<parking_lot::Mutex<Store>>,
+    token: String,
+    bookmark_interval: Duration,
+    server_address: String,
+}
+
+/// Whether a path belongs to the Kubernetes side.
+pub(crate) fn owns_path(path: &str) -> bool {
+    let first = path.trim_start_matches('/').split('/').next().unwrap_or("");
+    matches!(
+        first,
+        "api" | "apis" | "version" | "openapi" | "healthz" | "livez" | "readyz"
+    )
+}
+
+fn api_version_split(api_version: &str) -> (&str, &str) {
+    api_version.rsplit_once('/').unwrap_or(("", api_version))
+}
+
+fn find(api_version: &str, plural: &str) -> Result<&'static resources::ResourceType, KubeError> {
+    let (g, v) = api_version_split(api_version);
+    resources::find(g, v, plural).ok_or_else(|| {
+        status::failure(
+            404,
+            "NotFound",
+            format!("the emulator serves no {plural} in {api_version}"),
+            None,
+        )
+    })
+}
+
+impl KubeState {
+    /// A fresh cluster (namespaces `default`, `kube-system`, `kube-public`, `kube-node-lease`),
+    /// served at `server_address` (`host:port`, for `/api` discovery).
+    pub fn new(settings: KubeSettings, server_address: String) -> Self {
+        KubeState {
+            store: Arc::new(parking_lot::Mutex::new(Store::new(settings.history))),
+            token: settings.token,
+            bookmark_interval: settings.bookmark_interval,
+            server_address,
+        }
+    }
+
+    /// The bearer token the API accepts.
+    pub fn token(&self) -> String {
+        self.token.clone()
+    }
+
+    /// The current cluster-wide `resourceVersion`.
+    pub fn resource_version(&self) -> u64 {
+        self.store.lock().resource_version()
+    }
+
+    /// Forgets the watch history, as an etcd compaction would: a watch or a continue token
+    /// from an earlier version then gets 410 Gone.
+    pub fn compact(&self) {
+        self.store.lock().compact();
+    }
+
+    /// Creates an object, e.g. `create("v1", "pods", "default", pod)` (`""` namespace for
+    /// cluster-scoped types). Unlike the API, a pod keeps the status it is given.
+    pub fn create(
+        &self,
+        api_version: &str,
+        plural: &str,
+        namespace: &str,
+        obj: Value,
+    ) -> Result<Value, KubeError> {
+        let rt = find(api_version, plural)?;
+        self.store.lock().create(rt, namespace, obj)
+    }
+
+    /// Reads an object.
+    pub fn get(
+        &self,
+        api_version: &str,
+        plural: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Value, KubeError> {
+        let rt = find(api_version, plural)?;
+        self.store.lock().get(rt, namespace, name)
+    }
+
+    /// Replaces an object (stale `metadata.resourceVersion` → 409; none → unconditional),
+    /// status included.
+    pub fn update(
+        &self,
+        api_version: &str,
+        plural: &str,
+        namespace: &str,
+        obj: Value,
+    ) -> Result<Value, KubeError> {
+        let rt = find(api_version, plural)?;
+        let name = store::name_of(&obj).unwrap_or("").to_string();
+        let mut s = self.store.lock();
+        let updated = s.update(rt, namespace, &name, obj.clone(), None)?;
+        if rt.status_subresource
+            && obj.get("status").is_some()
+            && updated.get("status") != obj.get("status")
+        {
+            let mut status_only = obj;
+            status_only["metadata"]["resourceVersion"] =
+                updated["metadata"]["resourceVersion"].clone();
+            return s.update(rt, namespace, &name, status_only, Some("status"));
+        }
+        Ok(updated)
+    }
+
+    /// Deletes an object.
+    pub fn delete(
+        &self,
+        api_version: &str,
+        plural: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Value, KubeError> {
+        let rt = find(api_version, plural)?;
+        self.store.lock().delete(rt, namespace, name, None)
+    }
+
+    /// Adds a Node with these labels, `Ready` or not.
+    pub fn add_node(
+        &self,
+        name: &str,
+        labels: &BTreeMap<String, String>,
+        ready: bool,
+    ) -> Result<Value, KubeError> {
+        let ready = if ready { "True" } else { "False" };
+        self.create(
+            "v1",
+            "nodes",
+            "",
+            json!({
+                "metadata": {"name": name, "labels": labels},
+                "spec": {},
+                "status": {
+                    "conditions": [{"type": "Ready", "status": ready, "reason": "EmulatorSeeded"}],
+                    "allocatable": {"cpu": "4", "memory": "16Gi", "pods": "110"},
+                    "capacity": {"cpu": "4", "memory": "16Gi", "pods": "110"},
+                },
+            }),
+        )
+    }
+
+    /// Adds a Pod bound to `node` (if any) in `phase`, with a `Ready` condition when `ready`.
+    pub fn add_pod(&self, seed: &PodSeed) -> Result<Value, KubeError> {
+        let ready = if seed.ready { "True" } else { "False" };
+        let mut spec =
+            json!({"containers": [{"name": "main", "image": "registry.k8s.io/pause:3.9"}]});
+        if let Some(node) = &seed.node {
+            spec["nodeName"] = json!(node);
+        }
+        self.create(
+            "v1",
+            "pods",
+            &seed.namespace,
+            json!({
+                "metadata": {"name": seed.name, "labels": seed.labels},
+                "spec": spec,
+                "status": {"phase": seed.phase, "conditions": [{"type": "Ready", "status": ready}]},
+            }),
+        )
+    }
+}
+
+/// A pod for [`KubeState::add_pod`] and `POST /_emulator/kube/pods`.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodSeed {
+    /// Namespace (must exist).
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `spec.nodeName`.
+    #[serde(default, alias = "nodeName")]
+    pub node: Option<String>,
+    /// Labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// `status.phase` (default `Running`).
+    #[serde(default = "default_phase")]
+    pub phase: String,
+    /// A `Ready` condition `True` (default) or `False`.
+    #[serde(default = "default_true")]
+    pub ready: bool,
+}
+
+fn default_namespace() -> String {
+    "default".to_string()
+}
+fn default_phase() -> String {
+    "Running".to_string()
+}
+fn default_true() -> bool {
+    true
+}
+
+fn authorized(kube: &KubeState, parts: &Parts) -> bool {
+    parts
+        .headers
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .is_some_and(|t| t.trim() == kube.token)
+}
+
+fn error_response(e: KubeError) -> Response {
+    Reply::json(e.code, e.status).into_response()
+}
+
+/// Answers one request on a Kubernetes path.
+pub(crate) fn handle(kube: &KubeState, parts: &Parts, body: &[u8]) -> Response {
+    let path = parts.uri.path().trim_end_matches('/');
+    match path {
+        "/healthz" | "/livez" | "/readyz" => {
+            return Reply {
+                status: 200,
+                headers: Vec::new(),
+                body: super::ReplyBody::Text("ok".to_string()),
+            }
+            .into_response()
+        }
+        "/version" => return Reply::json(200, discovery::version()).into_response(),
+        _ => {}
+    }
+    if !authorized(kube, parts) {
+        return error_response(status::unauthorized());
+    }
+    if path == "/openapi/v3" {
+        return Reply::json(200, openapi::index()).into_response();
+    }
+    if let Some(gv) = path.strip_prefix("/openapi/v3/") {
+        return match openapi::document(gv) {
+            Some(doc) => Reply::json(200, doc).into_response(),
+            None => error_response(status::no_route()),
+        };
+    }
+    if path.starts_with("/openapi") {
+        return error_response(status::no_route());
+    }
+    match routes::handle(kube, parts, body) {
+        Ok(r) => r,
+        Err(e) => error_response(e),
+    }
+}
+
+/// A kubeconfig for this emulator: its server URL, its token, its CA when it serves TLS.
+pub fn kubeconfig(server: &str, token: &str, ca_pem: Option<&str>) -> String {
+    use base64::Engine;
+    let ca = ca_pem
+        .map(|pem| {
+            format!(
+                "\n    certificate-authority-data: {}",
+                base64::engine::general_purpose::STANDARD.encode(pem)
+            )
+        })
+        .unwrap_or_default();
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: emulator\n  cluster:\n    server: {server}{ca}\ncontexts:\n- name: emulator\n  context:\n    cluster: emulator\n    user: emulator\n    namespace: default\ncurrent-context: emulator\nusers:\n- name: emulator\n  user:\n    token: {token}\npreferences: {{}}\n"
+    )
+}

@@ -1,0 +1,154 @@
+//! `metav1.Status` bodies, shaped exactly as the real API server writes them.
+
+use serde_json::{json, Value};
+
+use super::resources::ResourceType;
+
+/// A refused request: the HTTP code and the `Status` body the real server would send.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KubeError {
+    /// HTTP status code (also `Status.code`).
+    pub code: u16,
+    /// The `Status` object.
+    pub status: Value,
+}
+
+impl std::fmt::Display for KubeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let message = self
+            .status
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        write!(f, "{} {}", self.code, message)
+    }
+}
+
+impl std::error::Error for KubeError {}
+
+/// A `Status` with `status: Failure`.
+pub fn failure(
+    code: u16,
+    reason: &str,
+    message: impl Into<String>,
+    details: Option<Value>,
+) -> KubeError {
+    let mut status = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message.into(),
+        "reason": reason,
+        "code": code,
+    });
+    if let Some(d) = details {
+        status["details"] = d;
+    }
+    KubeError { code, status }
+}
+
+/// A `Status` with `status: Success` (binding, eviction).
+pub fn success(code: u16) -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code})
+}
+
+/// `details` naming an object: `{"name", "group"?, "kind": <plural>}`.
+fn details(rt: &ResourceType, name: &str) -> Value {
+    let mut d = json!({"name": name});
+    if !rt.group.is_empty() {
+        d["group"] = json!(rt.group);
+    }
+    d["kind"] = json!(rt.plural);
+    d
+}
+
+/// `pods "x" not found`.
+pub fn not_found(rt: &ResourceType, name: &str) -> KubeError {
+    failure(
+        404,
+        "NotFound",
+        format!("{} \"{name}\" not found", rt.qualified()),
+        Some(details(rt, name)),
+    )
+}
+
+/// `pods "x" already exists`.
+pub fn already_exists(rt: &ResourceType, name: &str) -> KubeError {
+    failure(
+        409,
+        "AlreadyExists",
+        format!("{} \"{name}\" already exists", rt.qualified()),
+        Some(details(rt, name)),
+    )
+}
+
+/// The optimistic-concurrency refusal of a stale `resourceVersion`.
+pub fn conflict(rt: &ResourceType, name: &str) -> KubeError {
+    failure(
+        409,
+        "Conflict",
+        format!(
+            "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+            rt.qualified()
+        ),
+        Some(details(rt, name)),
+    )
+}
+
+/// A watch or continue token older than the retained history.
+pub fn expired(message: impl Into<String>) -> KubeError {
+    failure(410, "Expired", message, None)
+}
+
+/// 400 BadRequest.
+pub fn bad_request(message: impl Into<String>) -> KubeError {
+    failure(400, "BadRequest", message, None)
+}
+
+/// 422 Invalid for one field.
+pub fn invalid(rt: &ResourceType, name: &str, field: &str, message: &str) -> KubeError {
+    let mut d = details(rt, name);
+    d["causes"] = json!([{"reason": "FieldValueRequired", "message": message, "field": field}]);
+    failure(
+        422,
+        "Invalid",
+        format!("{} \"{name}\" is invalid: {field}: {message}", rt.kind),
+        Some(d),
+    )
+}
+
+/// 405 for a verb the resource does not support.
+pub fn method_not_allowed() -> KubeError {
+    failure(
+        405,
+        "MethodNotAllowed",
+        "the server does not allow this method on the requested resource",
+        None,
+    )
+}
+
+/// 404 for a path that names no resource (the real server's body for unknown paths).
+pub fn no_route() -> KubeError {
+    failure(
+        404,
+        "NotFound",
+        "the server could not find the requested resource",
+        Some(json!({})),
+    )
+}
+
+/// 401 for a missing or wrong bearer token.
+pub fn unauthorized() -> KubeError {
+    failure(401, "Unauthorized", "Unauthorized", None)
+}
+
+/// 415 for a PATCH content type that is not supported.
+pub fn unsupported_media_type(content_type: &str) -> KubeError {
+    failure(
+        415,
+        "UnsupportedMediaType",
+        format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {content_type})"),
+        None,
+    )
+}

@@ -1,0 +1,501 @@
+//! The object store: JSON objects keyed by (type, namespace, name), one cluster-wide
+//! `resourceVersion` stamped on every write, and a bounded history of watch events.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use tokio::sync::broadcast;
+
+use super::resources::{self, ResourceType};
+use super::select::Selector;
+use super::status::{self, KubeError};
+
+/// Namespaces a fresh real cluster has.
+pub const INITIAL_NAMESPACES: &[&str] =
+    &["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// Kind of a watch event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    /// Created.
+    Added,
+    /// Changed.
+    Modified,
+    /// Deleted (the object as it was, stamped with the deletion's version).
+    Deleted,
+}
+
+impl EventType {
+    /// `ADDED`, `MODIFIED`, `DELETED`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One change, as watches see it.
+#[derive(Debug, Clone)]
+pub struct Change {
+    /// The cluster version of the write.
+    pub rv: u64,
+    /// Store id of the object's type (`group/version/plural`).
+    pub type_id: String,
+    /// Namespace (`""` for cluster-scoped).
+    pub namespace: String,
+    /// What happened.
+    pub event: EventType,
+    /// The object after the change (before it, for a delete).
+    pub object: Value,
+}
+
+/// Key of a stored object.
+type Key = (String, String, String);
+
+/// The objects, the cluster version and the watch history.
+#[derive(Debug)]
+pub struct Store {
+    rv: u64,
+    objects: BTreeMap<Key, Value>,
+    history: VecDeque<Arc<Change>>,
+    window: usize,
+    /// Watches from a version below this one cannot be served (410 Gone).
+    oldest_servable: u64,
+    tx: broadcast::Sender<Arc<Change>>,
+}
+
+/// A LIST page.
+#[derive(Debug)]
+pub struct Page {
+    /// Matching objects, in key order.
+    pub items: Vec<Value>,
+    /// The cluster version the list reflects.
+    pub rv: u64,
+    /// Set when more items follow: the key to resume after.
+    pub next: Option<String>,
+    /// How many matching items follow this page.
+    pub remaining: usize,
+}
+
+fn now_rfc3339() -> String {
+    time::OffsetDateTime::now_utc()
+        .replace_nanosecond(0)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_else(|| "1970-01-01T00:00:00Z".to_string())
+}
+
+fn rv_of(obj: &Value) -> Option<&str> {
+    obj.pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+}
+
+/// The `metadata.name` of `obj`, if any.
+pub fn name_of(obj: &Value) -> Option<&str> {
+    obj.pointer("/metadata/name").and_then(Value::as_str)
+}
+
+impl Store {
+    /// An empty store with the initial namespaces, keeping `window` watch events.
+    pub fn new(window: usize) -> Self {
+        let (tx, _) = broadcast::channel(4096);
+        let mut store = Store {
+            rv: 0,
+            objects: BTreeMap::new(),
+            history: VecDeque::new(),
+            window: window.max(1),
+            oldest_servable: 0,
+            tx,
+        };
+        let ns = resources::find("", "v1", "namespaces").expect("namespaces are served");
+        for name in INITIAL_NAMESPACES {
+            let _ = store.create(ns, "", json!({"metadata": {"name": name}}));
+        }
+        store
+    }
+
+    /// The current cluster version.
+    pub fn resource_version(&self) -> u64 {
+        self.rv
+    }
+
+    /// The lowest version a watch can start from.
+    pub fn oldest_servable(&self) -> u64 {
+        self.oldest_servable
+    }
+
+    /// A receiver of every later change.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Change>> {
+        self.tx.subscribe()
+    }
+
+    /// Retained changes after `rv`, oldest first.
+    pub fn changes_since(&self, rv: u64) -> Vec<Arc<Change>> {
+        self.history.iter().filter(|c| c.rv > rv).cloned().collect()
+    }
+
+    /// Forgets the whole history, as an etcd compaction does: watches from any earlier
+    /// version then get 410 Gone.
+    pub fn compact(&mut self) {
+        self.history.clear();
+        self.oldest_servable = self.rv;
+    }
+
+    fn record(&mut self, rt: &ResourceType, namespace: &str, event: EventType, object: Value) {
+        let change = Arc::new(Change {
+            rv: self.rv,
+            type_id: rt.id(),
+            namespace: namespace.to_string(),
+            event,
+            object,
+        });
+        self.history.push_back(Arc::clone(&change));
+        while self.history.len() > self.window {
+            if let Some(old) = self.history.pop_front() {
+                self.oldest_servable = old.rv;
+            }
+        }
+        // No receiver is fine: nobody is watching.
+        let _ = self.tx.send(change);
+    }
+
+    fn key(rt: &ResourceType, namespace: &str, name: &str) -> Key {
+        let ns = if rt.namespaced { namespace } else { "" };
+        (rt.id(), ns.to_string(), name.to_string())
+    }
+
+    fn check_namespace(&self, rt: &ResourceType, namespace: &str) -> Result<(), KubeError> {
+        if !rt.namespaced {
+            return Ok(());
+        }
+        let ns = resources::find("", "v1", "namespaces").expect("namespaces are served");
+        if self.objects.contains_key(&Self::key(ns, "", namespace)) {
+            Ok(())
+        } else {
+            Err(status::not_found(ns, namespace))
+        }
+    }
+
+    /// One object.
+    pub fn get(&self, rt: &ResourceType, namespace: &str, name: &str) -> Result<Value, KubeError> {
+        self.objects
+            .get(&Self::key(rt, namespace, name))
+            .cloned()
+            .ok_or_else(|| status::not_found(rt, name))
+    }
+
+    /// Objects of a type (in `namespace`, or all when it is `None`), matching `selector`, after
+    /// the key `after`, at most `limit` of them.
+    pub fn list(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        selector: &Selector,
+        after: Option<&str>,
+        limit: Option<usize>,
+    ) -> Page {
+        let id = rt.id();
+        let mut items = Vec::new();
+        let mut next = None;
+        let mut remaining = 0;
+        for ((tid, ns, name), obj) in self
+            .objects
+            .range((id.clone(), String::new(), String::new())..)
+        {
+            if *tid != id {
+                break;
+            }
+            if namespace.is_some_and(|want| want != ns) {
+                continue;
+            }
+            let key = format!("{ns}/{name}");
+            if after.is_some_and(|a| key.as_str() <= a) {
+                continue;
+            }
+            if !selector.matches(rt, obj) {
+                continue;
+            }
+            if limit.is_some_and(|l| items.len() >= l) {
+                if next.is_none() {
+                    next = Some(
+                        items
+                            .last()
+                            .map(|o: &Value| {
+                                format!(
+                                    "{}/{}",
+                                    o.pointer("/metadata/namespace")
+                                        .and_then(Value::as_str)
+                                        .unwrap_or(""),
+                                    name_of(o).unwrap_or("")
+                                )
+                            })
+                            .unwrap_or_default(),
+                    );
+                }
+                remaining += 1;
+                continue;
+            }
+            items.push(obj.clone());
+        }
+        Page {
+            items,
+            rv: self.rv,
+            next,
+            remaining,
+        }
+    }
+
+    /// Creates an object (`metadata.name` or `generateName` required). Stamps `uid`,
+    /// `creationTimestamp`, `resourceVersion` and, where kept, `generation`.
+    pub fn create(
+        &mut self,
+        rt: &ResourceType,
+        namespace: &str,
+        mut obj: Value,
+    ) -> Result<Value, KubeError> {
+        if !obj.is_object() {
+            return Err(status::bad_request(format!(
+                "the body of a {} must be a JSON object",
+                rt.kind
+            )));
+        }
+        if !obj.get("metadata").is_some_and(Value::is_object) {
+            obj["metadata"] = json!({});
+        }
+        let name = match name_of(&obj) {
+            Some(n) if !n.is_empty() => n.to_string(),
+            _ => match obj
+                .pointer("/metadata/generateName")
+                .and_then(Value::as_str)
+            {
+                Some(prefix) if !prefix.is_empty() => {
+                    let suffix: String = uuid::Uuid::new_v4().simple().to_string()[..5].to_string();
+                    format!("{prefix}{suffix}")
+                }
+                _ => {
+                    return Err(status::invalid(
+                        rt,
+                        "",
+                        "metadata.name",
+                        "Required value: name or generateName is required",
+                    ))
+                }
+            },
+        };
+        if let Some(body_ns) = obj.pointer("/metadata/namespace").and_then(Value::as_str) {
+            if rt.namespaced && !body_ns.is_empty() && body_ns != namespace {
+                return Err(status::bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request",
+                ));
+            }
+        }
+        self.check_namespace(rt, namespace)?;
+        let key = Self::key(rt, namespace, &name);
+        if self.objects.contains_key(&key) {
+            return Err(status::already_exists(rt, &name));
+        }
+        self.rv += 1;
+        let rv = self.rv;
+        obj["kind"] = json!(rt.kind);
+        obj["apiVersion"] = json!(rt.group_version());
+        let meta = &mut obj["metadata"];
+        meta["name"] = json!(name);
+        if rt.namespaced {
+            meta["namespace"] = json!(namespace);
+        } else if let Some(m) = meta.as_object_mut() {
+            m.remove("namespace");
+        }
+        meta["uid"] = json!(uuid::Uuid::new_v4().to_string());
+        meta["creationTimestamp"] = json!(now_rfc3339());
+        meta["resourceVersion"] = json!(rv.to_string());
+        if rt.generation {
+            meta["generation"] = json!(1);
+        } else if let Some(m) = meta.as_object_mut() {
+            m.remove("generation");
+        }
+        defaults(rt, &mut obj);
+        self.objects.insert(key, obj.clone());
+        self.record(rt, namespace, EventType::Added, obj.clone());
+        Ok(obj)
+    }
+
+    /// Replaces an object. A `metadata.resourceVersion` in `obj` is a precondition (409 Conflict
+    /// when stale); without one the update is unconditional. `subresource` `status` changes only
+    /// the status; otherwise a type with a status subresource keeps its stored status. An update
+    /// that changes nothing keeps the version, as on the real server.
+    pub fn update(
+        &mut self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        mut obj: Value,
+        subresource: Option<&str>,
+    ) -> Result<Value, KubeError> {
+        if !obj.is_object() {
+            return Err(status::bad_request(format!(
+                "the body of a {} must be a JSON object",
+                rt.kind
+            )));
+        }
+        if let Some(body_name) = name_of(&obj) {
+            if body_name != name {
+                return Err(status::bad_request(
+                    "the name of the object does not match the name on the URL",
+                ));
+            }
+        }
+        self.check_namespace(rt, namespace)?;
+        let key = Self::key(rt, namespace, name);
+        let old = self
+            .objects
+            .get(&key)
+            .ok_or_else(|| status::not_found(rt, name))?;
+        let old_rv = rv_of(old).unwrap_or("").to_string();
+        if let Some(want) = rv_of(&obj) {
+            if !want.is_empty() && want != old_rv {
+                return Err(status::conflict(rt, name));
+            }
+        }
+        let mut new = match subresource {
+            Some("status") => {
+                let mut n = old.clone();
+                n["status"] = obj.get("status").cloned().unwrap_or(json!({}));
+                n
+            }
+            _ => {
+                if !obj.get("metadata").is_some_and(Value::is_object) {
+                    obj["metadata"] = json!({});
+                }
+                if rt.status_subresource {
+                    match old.get("status") {
+                        Some(s) => obj["status"] = s.clone(),
+                        None => {
+                            if let Some(m) = obj.as_object_mut() {
+                                m.remove("status");
+                            }
+                        }
+                    }
+                }
+                obj
+            }
+        };
+        new["kind"] = json!(rt.kind);
+        new["apiVersion"] = json!(rt.group_version());
+        let meta = &mut new["metadata"];
+        meta["name"] = json!(name);
+        if rt.namespaced {
+            meta["namespace"] = json!(namespace);
+        }
+        for immutable in ["uid", "creationTimestamp", "deletionTimestamp"] {
+            match old.pointer(&format!("/metadata/{immutable}")) {
+                Some(v) => meta[immutable] = v.clone(),
+                None => {
+                    if let Some(m) = meta.as_object_mut() {
+                        m.remove(immutable);
+                    }
+                }
+            }
+        }
+        meta["resourceVersion"] = json!(old_rv);
+        if rt.generation {
+            let g = old
+                .pointer("/metadata/generation")
+                .and_then(Value::as_i64)
+                .unwrap_or(1);
+            let bump = old.get("spec") != new.get("spec");
+            new["metadata"]["generation"] = json!(if bump { g + 1 } else { g });
+        } else if let Some(m) = new["metadata"].as_object_mut() {
+            m.remove("generation");
+        }
+        defaults(rt, &mut new);
+        if &new == old {
+            return Ok(new);
+        }
+        self.rv += 1;
+        new["metadata"]["resourceVersion"] = json!(self.rv.to_string());
+        self.objects.insert(key, new.clone());
+        self.record(rt, namespace, EventType::Modified, new.clone());
+        Ok(new)
+    }
+
+    /// Deletes an object (a namespace takes its objects with it). `precondition_rv`, from
+    /// `DeleteOptions.preconditions.resourceVersion`, must match when given.
+    pub fn delete(
+        &mut self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        precondition_rv: Option<&str>,
+    ) -> Result<Value, KubeError> {
+        let key = Self::key(rt, namespace, name);
+        let old = self
+            .objects
+            .get(&key)
+            .ok_or_else(|| status::not_found(rt, name))?;
+        if let Some(want) = precondition_rv {
+            if rv_of(old) != Some(want) {
+                return Err(status::conflict(rt, name));
+            }
+        }
+        if rt.plural == "namespaces" && rt.group.is_empty() {
+            let inside: Vec<Key> = self
+                .objects
+                .keys()
+                .filter(|(tid, ns, _)| ns == name && by_id_namespaced(tid))
+                .cloned()
+                .collect();
+            for (tid, ns, n) in inside {
+                if let Some(inner) = resources::by_id(&tid) {
+                    let _ = self.delete(inner, &ns, &n, None);
+                }
+            }
+        }
+        let Some(old) = self.objects.remove(&key) else {
+            return Err(status::not_found(rt, name));
+        };
+        self.rv += 1;
+        let mut gone = old.clone();
+        gone["metadata"]["resourceVersion"] = json!(self.rv.to_string());
+        self.record(rt, namespace, EventType::Deleted, gone);
+        Ok(old)
+    }
+
+    /// Every stored object of a type in a namespace (for eviction's budget arithmetic).
+    pub fn all_in(&self, rt: &ResourceType, namespace: &str) -> Vec<Value> {
+        self.list(rt, Some(namespace), &Selector::default(), None, None)
+            .items
+    }
+}
+
+fn by_id_namespaced(id: &str) -> bool {
+    resources::by_id(id).is_some_and(|r| r.namespaced)
+}
+
+/// Server-side defaults the clients rely on.
+fn defaults(rt: &ResourceType, obj: &mut Value) {
+    match (rt.group, rt.plural) {
+        ("", "namespaces") => {
+            if obj.pointer("/spec/finalizers").is_none() {
+                obj["spec"] = json!({"finalizers": ["kubernetes"]});
+            }
+            if obj.pointer("/status/phase").is_none() {
+                obj["status"] = json!({"phase": "Active"});
+            }
+        }
+        ("", "pods") => {
+            if obj.pointer("/status/phase").is_none() {
+                if !obj.get("status").is_some_and(Value::is_object) {
+                    obj["status"] = json!({});
+                }
+                obj["status"]["phase"] = json!("Pending");
+            }
+        }
+        _ => {}
+    }
+}

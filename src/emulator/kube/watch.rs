@@ -1,0 +1,164 @@
+//! WATCH: newline-delimited JSON events from a `resourceVersion`, with bookmarks, a timeout,
+//! and 410 Gone (an `ERROR` event carrying a `Status`) for a version older than the history.
+
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::response::Response;
+use bytes::Bytes;
+use http::{HeaderValue, StatusCode};
+use serde_json::{json, Value};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::mpsc;
+
+use super::resources::ResourceType;
+use super::select::Selector;
+use super::status::{self, KubeError};
+use super::store::{Change, Store};
+
+/// What a watch asks for.
+#[derive(Debug)]
+pub struct WatchRequest {
+    /// The type watched.
+    pub rt: &'static ResourceType,
+    /// Namespace, or all.
+    pub namespace: Option<String>,
+    /// Label and field selectors.
+    pub selector: Selector,
+    /// `resourceVersion`: `None` or `0` start with the current state as ADDED events.
+    pub from: Option<u64>,
+    /// `allowWatchBookmarks`.
+    pub bookmarks: bool,
+    /// `timeoutSeconds`.
+    pub timeout: Option<Duration>,
+    /// Interval between bookmarks.
+    pub bookmark_interval: Duration,
+}
+
+fn line(event: &str, object: &Value) -> Bytes {
+    let mut v = serde_json::to_vec(&json!({"type": event, "object": object})).unwrap_or_default();
+    v.push(b'\n');
+    Bytes::from(v)
+}
+
+fn too_old(from: u64, oldest: u64) -> KubeError {
+    status::expired(format!("too old resource version: {from} ({oldest})"))
+}
+
+impl WatchRequest {
+    fn wants(&self, change: &Change) -> bool {
+        change.type_id == self.rt.id()
+            && self
+                .namespace
+                .as_deref()
+                .map_or(true, |ns| ns == change.namespace)
+            && self.selector.matches(self.rt, &change.object)
+    }
+}
+
+/// Starts a watch: the initial events are taken and the subscription made under one lock, so no
+/// change falls between them. The answer streams until the timeout or the client leaves.
+pub fn start(store: &parking_lot::Mutex<Store>, req: WatchRequest) -> Response {
+    let (initial, mut rx, start_rv) = {
+        let s = store.lock();
+        let rx = s.subscribe();
+        match req.from {
+            None | Some(0) => {
+                let page = s.list(req.rt, req.namespace.as_deref(), &req.selector, None, None);
+                let lines: Vec<Bytes> = page.items.iter().map(|o| line("ADDED", o)).collect();
+                (Ok(lines), rx, s.resource_version())
+            }
+            Some(from) if from < s.oldest_servable() => (
+                Err(too_old(from, s.oldest_servable())),
+                rx,
+                s.resource_version(),
+            ),
+            Some(from) => {
+                let lines = s
+                    .changes_since(from)
+                    .iter()
+                    .filter(|c| req.wants(c))
+                    .map(|c| line(c.event.as_str(), &c.object))
+                    .collect();
+                (Ok(lines), rx, s.resource_version().max(from))
+            }
+        }
+    };
+    let (tx, body_rx) = mpsc::channel::<Bytes>(64);
+    tokio::spawn(async move {
+        let initial = match initial {
+            Ok(lines) => lines,
+            Err(e) => {
+                let _ = tx.send(line("ERROR", &e.status)).await;
+                return;
+            }
+        };
+        for l in initial {
+            if tx.send(l).await.is_err() {
+                return;
+            }
+        }
+        let mut last_rv = start_rv;
+        let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
+        let mut ticker = tokio::time::interval(req.bookmark_interval);
+        ticker.tick().await;
+        loop {
+            let timeout = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                _ = timeout => return,
+                _ = tx.closed() => return,
+                _ = ticker.tick(), if req.bookmarks => {
+                    let obj = json!({
+                        "kind": req.rt.kind,
+                        "apiVersion": req.rt.group_version(),
+                        "metadata": {"resourceVersion": last_rv.to_string()},
+                    });
+                    if tx.send(line("BOOKMARK", &obj)).await.is_err() {
+                        return;
+                    }
+                }
+                got = rx.recv() => match got {
+                    Ok(change) => {
+                        if change.rv <= last_rv {
+                            continue;
+                        }
+                        last_rv = change.rv;
+                        if req.wants(&change) {
+                            let l = line(change.event.as_str(), &change.object);
+                            if tx.send(l).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    Err(RecvError::Lagged(_)) => {
+                        let e = too_old(last_rv, last_rv + 1);
+                        let _ = tx.send(line("ERROR", &e.status)).await;
+                        return;
+                    }
+                    Err(RecvError::Closed) => return,
+                }
+            }
+        }
+    });
+    let stream = futures::stream::unfold(body_rx, |mut rx| async move {
+        rx.recv()
+            .await
+            .map(|b| (Ok::<Bytes, std::io::Error>(b), rx))
+    });
+    let mut resp = Response::new(Body::from_stream(stream));
+    *resp.status_mut() = StatusCode::OK;
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp.headers_mut().insert(
+        http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, private"),
+    );
+    resp
+}

@@ -1,0 +1,543 @@
+//! The emulator's Kubernetes side over HTTP: one cluster-wide resourceVersion, 409 Conflict and
+//! AlreadyExists with the real server's `Status` bodies, namespaces required, list paging and
+//! selectors, watch events with bookmarks and 410 Gone, merge and strategic merge patch, and
+//! eviction refused by a PodDisruptionBudget.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use vmss_capacity_controller::emulator::kube::{KubeSettings, PodSeed};
+use vmss_capacity_controller::emulator::{EmulatorBuilder, EmulatorHandle};
+
+const TOKEN: &str = "test-token";
+
+struct Kube {
+    handle: EmulatorHandle,
+    http: reqwest::Client,
+}
+
+impl Kube {
+    async fn start() -> Self {
+        Self::with(KubeSettings {
+            token: TOKEN.to_string(),
+            bookmark_interval: Duration::from_millis(100),
+            ..KubeSettings::default()
+        })
+        .await
+    }
+
+    async fn with(settings: KubeSettings) -> Self {
+        let handle = EmulatorBuilder::new()
+            .kube_settings(settings)
+            .start()
+            .await
+            .expect("emulator starts");
+        Kube {
+            handle,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.handle.base_url())
+    }
+
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<(&str, Value)>,
+    ) -> (u16, Value) {
+        let mut req = self.http.request(method, self.url(path)).bearer_auth(TOKEN);
+        if let Some((ct, b)) = body {
+            req = req.header("content-type", ct).body(b.to_string());
+        }
+        let resp = req.send().await.expect("request is answered");
+        let status = resp.status().as_u16();
+        let v = resp.json().await.unwrap_or(Value::Null);
+        (status, v)
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        self.send(reqwest::Method::GET, path, None).await
+    }
+    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send(
+            reqwest::Method::POST,
+            path,
+            Some(("application/json", body)),
+        )
+        .await
+    }
+    async fn put(&self, path: &str, body: Value) -> (u16, Value) {
+        self.send(reqwest::Method::PUT, path, Some(("application/json", body)))
+            .await
+    }
+    async fn patch(&self, path: &str, ct: &str, body: Value) -> (u16, Value) {
+        self.send(reqwest::Method::PATCH, path, Some((ct, body)))
+            .await
+    }
+}
+
+fn rv(v: &Value) -> u64 {
+    v["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .expect("a resourceVersion")
+}
+
+const CM: &str = "/api/v1/namespaces/default/configmaps";
+
+#[tokio::test]
+async fn every_write_of_any_type_gets_a_higher_cluster_wide_resource_version() {
+    let k = Kube::start().await;
+    let (s1, cm) = k
+        .post(CM, json!({"metadata": {"name": "a"}, "data": {"x": "1"}}))
+        .await;
+    let (s2, lease) = k
+        .post(
+            "/apis/coordination.k8s.io/v1/namespaces/default/leases",
+            json!({"metadata": {"name": "l"}, "spec": {"holderIdentity": "me"}}),
+        )
+        .await;
+    let (s3, cm2) = k
+        .put(
+            &format!("{CM}/a"),
+            json!({"metadata": {"name": "a"}, "data": {"x": "2"}}),
+        )
+        .await;
+    assert_eq!((s1, s2, s3), (201, 201, 200));
+    assert!(rv(&cm) < rv(&lease) && rv(&lease) < rv(&cm2));
+    assert_eq!(cm2["metadata"]["uid"], cm["metadata"]["uid"]);
+    assert!(cm["metadata"]["creationTimestamp"].is_string());
+    assert_eq!(lease["apiVersion"], "coordination.k8s.io/v1");
+}
+
+#[tokio::test]
+async fn an_update_with_a_stale_resource_version_is_refused_with_the_real_conflict_status() {
+    let k = Kube::start().await;
+    let (_, cm) = k
+        .post(CM, json!({"metadata": {"name": "a"}, "data": {"x": "1"}}))
+        .await;
+    let read = cm["metadata"]["resourceVersion"].clone();
+    let (ok, _) = k
+        .put(
+            &format!("{CM}/a"),
+            json!({"metadata": {"name": "a", "resourceVersion": read}, "data": {"x": "2"}}),
+        )
+        .await;
+    assert_eq!(ok, 200);
+    let (code, status) = k
+        .put(
+            &format!("{CM}/a"),
+            json!({"metadata": {"name": "a", "resourceVersion": read}, "data": {"x": "3"}}),
+        )
+        .await;
+    assert_eq!(code, 409);
+    assert_eq!(
+        status,
+        json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "Operation cannot be fulfilled on configmaps \"a\": the object has been modified; please apply your changes to the latest version and try again",
+            "reason": "Conflict", "details": {"name": "a", "kind": "configmaps"}, "code": 409
+        })
+    );
+}
+
+#[tokio::test]
+async fn creating_an_existing_name_is_already_exists_and_a_missing_namespace_is_not_found() {
+    let k = Kube::start().await;
+    k.post(CM, json!({"metadata": {"name": "a"}})).await;
+    let (code, status) = k.post(CM, json!({"metadata": {"name": "a"}})).await;
+    assert_eq!(code, 409);
+    assert_eq!(status["reason"], "AlreadyExists");
+    assert_eq!(status["message"], "configmaps \"a\" already exists");
+    let (code, status) = k
+        .post(
+            "/apis/coordination.k8s.io/v1/namespaces/nope/leases",
+            json!({"metadata": {"name": "l"}}),
+        )
+        .await;
+    assert_eq!(code, 404);
+    assert_eq!(
+        status,
+        json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "namespaces \"nope\" not found", "reason": "NotFound",
+            "details": {"name": "nope", "kind": "namespaces"}, "code": 404
+        })
+    );
+    let (code, status) = k
+        .get("/apis/coordination.k8s.io/v1/namespaces/default/leases/x")
+        .await;
+    assert_eq!(code, 404);
+    assert_eq!(
+        status["message"],
+        "leases.coordination.k8s.io \"x\" not found"
+    );
+    assert_eq!(status["details"]["group"], "coordination.k8s.io");
+}
+
+#[tokio::test]
+async fn a_request_without_the_bearer_token_is_unauthorized() {
+    let k = Kube::start().await;
+    let resp = k
+        .http
+        .get(k.url("/api/v1/pods"))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(resp.status().as_u16(), 401);
+}
+
+#[tokio::test]
+async fn lists_page_with_limit_and_continue_and_filter_pods_by_field_and_label() {
+    let k = Kube::start().await;
+    let kube = k.handle.kube().expect("kubernetes side on");
+    for i in 0..5 {
+        kube.add_pod(&PodSeed {
+            namespace: "default".into(),
+            name: format!("p{i}"),
+            node: Some(if i % 2 == 0 { "n0" } else { "n1" }.into()),
+            labels: BTreeMap::from([(
+                "app".to_string(),
+                if i < 3 { "a" } else { "b" }.to_string(),
+            )]),
+            phase: if i == 4 { "Succeeded" } else { "Running" }.into(),
+            ready: true,
+        })
+        .expect("pod added");
+    }
+    let mut names = Vec::new();
+    let mut path = "/api/v1/namespaces/default/pods?limit=2".to_string();
+    let mut pages = 0;
+    loop {
+        let (code, page) = k.get(&path).await;
+        assert_eq!(code, 200);
+        assert_eq!(page["kind"], "PodList");
+        pages += 1;
+        for item in page["items"].as_array().expect("items") {
+            names.push(item["metadata"]["name"].as_str().expect("name").to_string());
+        }
+        match page["metadata"]["continue"].as_str() {
+            Some(c) => {
+                path = format!(
+                    "/api/v1/namespaces/default/pods?limit=2&continue={}",
+                    urlencode(c)
+                )
+            }
+            None => break,
+        }
+    }
+    assert_eq!(pages, 3);
+    assert_eq!(names, ["p0", "p1", "p2", "p3", "p4"]);
+    let (_, on_n0) = k
+        .get("/api/v1/pods?fieldSelector=spec.nodeName%3Dn0,status.phase!%3DSucceeded")
+        .await;
+    let n: Vec<&str> = on_n0["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(n, ["p0", "p2"]);
+    let (_, app_b) = k.get("/api/v1/pods?labelSelector=app%3Db").await;
+    assert_eq!(app_b["items"].as_array().map(Vec::len), Some(2));
+}
+
+fn urlencode(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+async fn read_events(resp: reqwest::Response, until: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    let mut resp = resp;
+    let mut buf = Vec::new();
+    let mut events = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !until(&events) {
+        let chunk = tokio::time::timeout_at(deadline, resp.chunk())
+            .await
+            .expect("events in time")
+            .expect("stream ok");
+        let Some(chunk) = chunk else { break };
+        buf.extend_from_slice(&chunk);
+        while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=pos).collect();
+            events.push(serde_json::from_slice(&line).expect("a JSON event per line"));
+        }
+    }
+    events
+}
+
+#[tokio::test]
+async fn a_watch_from_a_resource_version_streams_changes_and_bookmarks() {
+    let k = Kube::start().await;
+    let (_, a) = k.post(CM, json!({"metadata": {"name": "a"}})).await;
+    let from = rv(&a);
+    k.post(CM, json!({"metadata": {"name": "b"}})).await;
+    let resp = k
+        .http
+        .get(k.url(&format!(
+            "{CM}?watch=1&resourceVersion={from}&allowWatchBookmarks=true"
+        )))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("watch starts");
+    assert_eq!(resp.status().as_u16(), 200);
+    let writer = {
+        let http = k.http.clone();
+        let url = k.url(&format!("{CM}/a"));
+        tokio::spawn(async move {
+            let _ = http
+                .patch(url)
+                .bearer_auth(TOKEN)
+                .header("content-type", "application/merge-patch+json")
+                .body(json!({"data": {"k": "v"}}).to_string())
+                .send()
+                .await;
+        })
+    };
+    let events = read_events(resp, |evs| {
+        evs.iter().any(|e| e["type"] == "MODIFIED") && evs.iter().any(|e| e["type"] == "BOOKMARK")
+    })
+    .await;
+    writer.await.expect("writer ran");
+    assert_eq!(events[0]["type"], "ADDED");
+    assert_eq!(events[0]["object"]["metadata"]["name"], "b");
+    let modified = events
+        .iter()
+        .find(|e| e["type"] == "MODIFIED")
+        .expect("a MODIFIED event");
+    assert_eq!(modified["object"]["data"]["k"], "v");
+    let bookmark = events
+        .iter()
+        .find(|e| e["type"] == "BOOKMARK")
+        .expect("a bookmark");
+    assert_eq!(bookmark["object"]["kind"], "ConfigMap");
+    assert!(rv(&bookmark["object"]) >= rv(&modified["object"]));
+}
+
+#[tokio::test]
+async fn a_watch_from_a_version_older_than_the_history_gets_an_error_event_with_410_expired() {
+    let k = Kube::with(KubeSettings {
+        token: TOKEN.to_string(),
+        history: 3,
+        ..KubeSettings::default()
+    })
+    .await;
+    let (_, first) = k.post(CM, json!({"metadata": {"name": "a"}})).await;
+    for i in 0..5 {
+        k.post(CM, json!({"metadata": {"name": format!("x{i}")}}))
+            .await;
+    }
+    let resp = k
+        .http
+        .get(k.url(&format!("{CM}?watch=true&resourceVersion={}", rv(&first))))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("watch answered");
+    let events = read_events(resp, |evs| !evs.is_empty()).await;
+    assert_eq!(events[0]["type"], "ERROR");
+    let status = &events[0]["object"];
+    assert_eq!(status["kind"], "Status");
+    assert_eq!(status["code"], 410);
+    assert_eq!(status["reason"], "Expired");
+    assert!(status["message"]
+        .as_str()
+        .is_some_and(|m| m.starts_with("too old resource version: ")));
+}
+
+#[tokio::test]
+async fn a_watch_without_a_version_starts_with_the_current_objects_and_ends_at_its_timeout() {
+    let k = Kube::start().await;
+    k.post(CM, json!({"metadata": {"name": "a"}})).await;
+    let resp = k
+        .http
+        .get(k.url(&format!("{CM}?watch=1&timeoutSeconds=1")))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("watch answered");
+    let events = read_events(resp, |_| false).await;
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0]["type"], "ADDED");
+}
+
+#[tokio::test]
+async fn merge_and_strategic_merge_patches_change_labels_taints_and_unschedulable() {
+    let k = Kube::start().await;
+    let kube = k.handle.kube().expect("kubernetes side on");
+    kube.add_node(
+        "n0",
+        &BTreeMap::from([("pool".to_string(), "a".to_string())]),
+        true,
+    )
+    .expect("node added");
+    let (code, node) = k
+        .patch(
+            "/api/v1/nodes/n0",
+            "application/merge-patch+json",
+            json!({"metadata": {"labels": {"pool": null, "x": "1"}}}),
+        )
+        .await;
+    assert_eq!(code, 200);
+    assert_eq!(node["metadata"]["labels"], json!({"x": "1"}));
+    let (code, node) = k
+        .patch(
+            "/api/v1/nodes/n0",
+            "application/strategic-merge-patch+json",
+            json!({"spec": {"unschedulable": true, "taints": [{"key": "t", "effect": "NoSchedule"}]}}),
+        )
+        .await;
+    assert_eq!(code, 200);
+    assert_eq!(node["spec"]["unschedulable"], true);
+    assert_eq!(
+        node["spec"]["taints"],
+        json!([{"key": "t", "effect": "NoSchedule"}])
+    );
+    // The main resource's writes keep the status; the status subresource changes it.
+    assert_eq!(node["status"]["conditions"][0]["type"], "Ready");
+    let (code, stale) = k
+        .patch(
+            "/api/v1/nodes/n0",
+            "application/merge-patch+json",
+            json!({"metadata": {"resourceVersion": "1"}, "spec": {"unschedulable": false}}),
+        )
+        .await;
+    assert_eq!((code, stale["reason"].as_str()), (409, Some("Conflict")));
+}
+
+#[tokio::test]
+async fn an_eviction_is_refused_with_429_while_the_budget_has_no_disruption_left() {
+    let k = Kube::start().await;
+    let kube = k.handle.kube().expect("kubernetes side on");
+    for i in 0..2 {
+        kube.add_pod(&PodSeed {
+            namespace: "default".into(),
+            name: format!("web-{i}"),
+            node: Some("n0".into()),
+            labels: BTreeMap::from([("app".to_string(), "web".to_string())]),
+            phase: "Running".into(),
+            ready: true,
+        })
+        .expect("pod added");
+    }
+    let (code, _) = k
+        .post(
+            "/apis/policy/v1/namespaces/default/poddisruptionbudgets",
+            json!({"metadata": {"name": "web"}, "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}}}),
+        )
+        .await;
+    assert_eq!(code, 201);
+    let eviction = |name: &str| json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": "default"}});
+    let (code, ok) = k
+        .post(
+            "/api/v1/namespaces/default/pods/web-0/eviction",
+            eviction("web-0"),
+        )
+        .await;
+    assert_eq!((code, ok["status"].as_str()), (201, Some("Success")));
+    let (code, refused) = k
+        .post(
+            "/api/v1/namespaces/default/pods/web-1/eviction",
+            eviction("web-1"),
+        )
+        .await;
+    assert_eq!(code, 429);
+    assert_eq!(refused["reason"], "TooManyRequests");
+    assert_eq!(
+        refused["message"],
+        "Cannot evict pod as it would violate the pod's disruption budget."
+    );
+    assert_eq!(
+        refused["details"]["causes"][0]["message"],
+        "The disruption budget web needs 1 healthy pods and has 1 currently"
+    );
+    let (code, _) = k.get("/api/v1/namespaces/default/pods/web-1").await;
+    assert_eq!(code, 200);
+}
+
+#[tokio::test]
+async fn a_pod_is_bound_to_a_node_once_through_the_binding_subresource() {
+    let k = Kube::start().await;
+    let (code, pod) = k
+        .post(
+            "/api/v1/namespaces/default/pods",
+            json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}, "status": {"phase": "Running"}}),
+        )
+        .await;
+    assert_eq!(code, 201);
+    assert_eq!(pod["status"]["phase"], "Pending");
+    let binding = json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "p"}, "target": {"kind": "Node", "name": "n0"}});
+    let (code, _) = k
+        .post("/api/v1/namespaces/default/pods/p/binding", binding.clone())
+        .await;
+    assert_eq!(code, 201);
+    let (_, pod) = k.get("/api/v1/namespaces/default/pods/p").await;
+    assert_eq!(pod["spec"]["nodeName"], "n0");
+    let (code, _) = k
+        .post("/api/v1/namespaces/default/pods/p/binding", binding)
+        .await;
+    assert_eq!(code, 409);
+}
+
+#[tokio::test]
+async fn discovery_lists_the_served_groups_and_resources() {
+    let k = Kube::start().await;
+    let (_, groups) = k.get("/apis").await;
+    let names: Vec<&str> = groups["groups"]
+        .as_array()
+        .expect("groups")
+        .iter()
+        .filter_map(|g| g["name"].as_str())
+        .collect();
+    for g in ["coordination.k8s.io", "events.k8s.io", "policy", "apps"] {
+        assert!(names.contains(&g), "{g} in {names:?}");
+    }
+    let (_, core) = k.get("/api/v1").await;
+    let res: Vec<&str> = core["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    for r in [
+        "pods",
+        "pods/status",
+        "pods/binding",
+        "pods/eviction",
+        "nodes",
+        "namespaces",
+        "configmaps",
+        "events",
+    ] {
+        assert!(res.contains(&r), "{r} in {res:?}");
+    }
+    let resp = k
+        .http
+        .get(k.url("/version"))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(resp.status().as_u16(), 200);
+}
+
+#[tokio::test]
+async fn the_kubeconfig_names_the_server_and_the_token() {
+    let handle = EmulatorBuilder::new()
+        .tls(true)
+        .kubernetes(true)
+        .start()
+        .await
+        .expect("starts");
+    let cfg = handle.kubeconfig().expect("a kubeconfig");
+    assert!(cfg.contains(&format!("server: {}", handle.base_url())));
+    assert!(cfg.contains("certificate-authority-data: "));
+    let token = handle.kube().expect("kubernetes side on").token();
+    assert!(cfg.contains(&format!("token: {token}")));
+    let without = EmulatorBuilder::new().start().await.expect("starts");
+    assert!(without.kubeconfig().is_none());
+}
