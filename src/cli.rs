@@ -300,7 +300,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let settings = Arc::new(settings);
     let metrics = Arc::new(Metrics::new());
     let arm = arm_client(&settings, metrics.clone())?;
-    let election = leader_election(&settings).await?;
+    let kube = match settings.kubernetes.enabled {
+        true => Some(kube_client(&settings.kubernetes).await?),
+        false => None,
+    };
+    let election = leader_election(&settings, kube.clone());
     let mut builder =
         Reconciler::builder(settings.clone(), arm, metrics.clone()).dry_run(args.dry_run);
     if let Some(e) = &election {
@@ -338,6 +342,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
 
     let shutdown = CancellationToken::new();
+    // The reflectors start before the loop so their first full lists overlap the first
+    // scale-set refresh; /readyz waits for both.
+    let (cluster, reflectors) = match &kube {
+        Some(client) => {
+            let (view, tasks) =
+                crate::kube::reflect::start(client.clone(), metrics.clone(), shutdown.clone());
+            (Some(view), tasks)
+        }
+        None => (None, Vec::new()),
+    };
     let mut http_task = None;
     if let Some(addr) = settings.metrics_listen {
         let (tx, rx) = tokio::sync::oneshot::channel();
@@ -345,7 +359,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             addr,
             metrics.clone(),
             reconciler.clone(),
-            election.as_ref().map(|e| e.leadership()),
+            crate::http::Readiness {
+                election: election.as_ref().map(|e| e.leadership()),
+                cluster: cluster.clone(),
+            },
             shutdown.clone(),
             tx,
         ));
@@ -385,6 +402,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let _ = elector.await;
         let _ = gauges.await;
     }
+    for task in reflectors {
+        let _ = task.await;
+    }
     if let Some(task) = http_task {
         let _ = task.await;
     }
@@ -392,19 +412,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// The Lease candidate when `kubernetes.enabled` and `kubernetes.leaderElection.enabled`.
-async fn leader_election(
+fn leader_election(
     settings: &Settings,
-) -> anyhow::Result<Option<Arc<crate::kube::lease::LeaderElection>>> {
+    client: Option<kube::Client>,
+) -> Option<Arc<crate::kube::lease::LeaderElection>> {
     let k = &settings.kubernetes;
-    if !k.enabled || !k.leader_election.enabled {
-        return Ok(None);
-    }
-    let client = kube_client(k).await?;
+    let client = client.filter(|_| k.leader_election.enabled)?;
     let le = &k.leader_election;
     let identity = crate::kube::identity();
     tracing::info!(lease = %le.lease_name, namespace = %k.namespace, %identity, "leader election on");
     let store = crate::kube::KubeLeases::new(client, &k.namespace, &le.lease_name);
-    Ok(Some(Arc::new(crate::kube::lease::LeaderElection::new(
+    Some(Arc::new(crate::kube::lease::LeaderElection::new(
         crate::kube::lease::LeaseConfig {
             name: le.lease_name.clone(),
             identity,
@@ -414,7 +432,7 @@ async fn leader_election(
         },
         Arc::new(store),
         Arc::new(crate::notify::NoEvents),
-    ))))
+    )))
 }
 
 /// The Kubernetes client the standard way: `kubernetes.kubeconfig`, else the in-cluster service

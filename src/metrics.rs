@@ -63,6 +63,13 @@ pub struct Metrics {
     pub leader: Gauge,
     /// Times this replica became or stopped being the leader.
     pub leader_transitions_total: Counter,
+    /// Kubernetes objects in the reflectors' caches, by kind (`nodes`, `pods`, ...).
+    pub kube_objects_cached: IntGaugeVec,
+    /// Watches that restarted, by kind and reason (`error`: the watch failed and is resumed;
+    /// `relist`: a full list again, e.g. after 410 Gone).
+    pub kube_watch_restarts_total: IntCounterVec,
+    /// Seconds since the newest watch event (or full list) of a kind arrived.
+    pub kube_newest_event_age_seconds: GaugeVec,
     /// Writes refused before sending, by scale set and reason (`no_etag`, `budget`, `cooldown`, `backoff`, `gated`).
     pub writes_held_total: IntCounterVec,
     /// Long-running operations by final status (`succeeded`, `failed`, `canceled`, `timeout`, `error`).
@@ -188,6 +195,24 @@ impl Metrics {
                 &registry,
                 "leader_transitions_total",
                 "Times this replica became or stopped being the leader.",
+            ),
+            kube_objects_cached: int_gauge(
+                &registry,
+                "kube_objects_cached",
+                "Kubernetes objects in the reflectors' caches, by kind.",
+                &["kind"],
+            ),
+            kube_watch_restarts_total: counter(
+                &registry,
+                "kube_watch_restarts_total",
+                "Watches restarted, by kind and reason (error, relist).",
+                &["kind", "reason"],
+            ),
+            kube_newest_event_age_seconds: gauge_vec(
+                &registry,
+                "kube_newest_event_age_seconds",
+                "Seconds since the newest watch event or full list of a kind arrived.",
+                &["kind"],
             ),
             last_successful_reconcile_timestamp_seconds: gauge(
                 &registry,

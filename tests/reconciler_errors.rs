@@ -203,7 +203,7 @@ async fn the_metrics_endpoint_exports_every_documented_name() {
         "127.0.0.1:0".parse().unwrap(),
         h.metrics.clone(),
         reconciler.clone(),
-        None,
+        Default::default(),
         stop.clone(),
         tx,
     ));

@@ -92,7 +92,7 @@ async fn a_known_secret_never_appears_in_logs_metrics_health_or_errors() {
         "127.0.0.1:0".parse().unwrap(),
         rejected.metrics.clone(),
         reconciler.clone(),
-        None,
+        Default::default(),
         stop.clone(),
         tx,
     ));

@@ -5,6 +5,7 @@
 //! every Azure write and reports through [`crate::notify::EventSink`].
 
 pub mod lease;
+pub mod reflect;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, PostParams};

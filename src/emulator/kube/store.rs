@@ -50,6 +50,10 @@ pub struct Change {
     pub event: EventType,
     /// The object after the change (before it, for a delete).
     pub object: Value,
+    /// The object before a modification, so a filtered watch can tell an object that enters its
+    /// selector (ADDED) or leaves it (DELETED) from one that stays (MODIFIED), as the API
+    /// server's watch cache does.
+    pub prev: Option<Value>,
 }
 
 /// Key of a stored object.
@@ -147,13 +151,21 @@ impl Store {
         self.oldest_servable = self.rv;
     }
 
-    fn record(&mut self, rt: &ResourceType, namespace: &str, event: EventType, object: Value) {
+    fn record(
+        &mut self,
+        rt: &ResourceType,
+        namespace: &str,
+        event: EventType,
+        object: Value,
+        prev: Option<Value>,
+    ) {
         let change = Arc::new(Change {
             rv: self.rv,
             type_id: rt.id(),
             namespace: namespace.to_string(),
             event,
             object,
+            prev,
         });
         self.history.push_back(Arc::clone(&change));
         while self.history.len() > self.window {
@@ -321,7 +333,7 @@ impl Store {
         }
         defaults(rt, &mut obj);
         self.objects.insert(key, obj.clone());
-        self.record(rt, namespace, EventType::Added, obj.clone());
+        self.record(rt, namespace, EventType::Added, obj.clone(), None);
         Ok(obj)
     }
 
@@ -419,8 +431,8 @@ impl Store {
         }
         self.rv += 1;
         new["metadata"]["resourceVersion"] = json!(self.rv.to_string());
-        self.objects.insert(key, new.clone());
-        self.record(rt, namespace, EventType::Modified, new.clone());
+        let prev = self.objects.insert(key, new.clone());
+        self.record(rt, namespace, EventType::Modified, new.clone(), prev);
         Ok(new)
     }
 
@@ -462,7 +474,7 @@ impl Store {
         self.rv += 1;
         let mut gone = old.clone();
         gone["metadata"]["resourceVersion"] = json!(self.rv.to_string());
-        self.record(rt, namespace, EventType::Deleted, gone);
+        self.record(rt, namespace, EventType::Deleted, gone, None);
         Ok(old)
     }
 

@@ -46,13 +46,35 @@ fn too_old(from: u64, oldest: u64) -> KubeError {
 }
 
 impl WatchRequest {
-    fn wants(&self, change: &Change) -> bool {
-        change.type_id == self.rt.id()
+    /// The event this watch sees for `change`, if any. As the API server's watch cache does
+    /// (`cacher.go`, `convertToWatchEvent`): an object that enters the selector is ADDED, one
+    /// that leaves it is DELETED (its previous content at the change's version), one that stays
+    /// is MODIFIED.
+    fn sees(&self, change: &Change) -> Option<(&'static str, Value)> {
+        let scoped = change.type_id == self.rt.id()
             && self
                 .namespace
                 .as_deref()
-                .map_or(true, |ns| ns == change.namespace)
-            && self.selector.matches(self.rt, &change.object)
+                .is_none_or(|ns| ns == change.namespace);
+        if !scoped {
+            return None;
+        }
+        let now = self.selector.matches(self.rt, &change.object);
+        let before = change
+            .prev
+            .as_ref()
+            .is_some_and(|p| self.selector.matches(self.rt, p));
+        match (change.prev.is_some(), before, now) {
+            (false, _, true) => Some((change.event.as_str(), change.object.clone())),
+            (true, true, true) => Some(("MODIFIED", change.object.clone())),
+            (true, false, true) => Some(("ADDED", change.object.clone())),
+            (true, true, false) => {
+                let mut gone = change.prev.clone().unwrap_or(Value::Null);
+                gone["metadata"]["resourceVersion"] = json!(change.rv.to_string());
+                Some(("DELETED", gone))
+            }
+            _ => None,
+        }
     }
 }
 
@@ -77,8 +99,8 @@ pub fn start(store: &parking_lot::Mutex<Store>, req: WatchRequest) -> Response {
                 let lines = s
                     .changes_since(from)
                     .iter()
-                    .filter(|c| req.wants(c))
-                    .map(|c| line(c.event.as_str(), &c.object))
+                    .filter_map(|c| req.sees(c))
+                    .map(|(event, object)| line(event, &object))
                     .collect();
                 (Ok(lines), rx, s.resource_version().max(from))
             }
@@ -128,8 +150,8 @@ pub fn start(store: &parking_lot::Mutex<Store>, req: WatchRequest) -> Response {
                             continue;
                         }
                         last_rv = change.rv;
-                        if req.wants(&change) {
-                            let l = line(change.event.as_str(), &change.object);
+                        if let Some((event, object)) = req.sees(&change) {
+                            let l = line(event, &object);
                             if tx.send(l).await.is_err() {
                                 return;
                             }

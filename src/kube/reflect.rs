@@ -1,0 +1,413 @@
+//! Reflectors: the controller's read-only view of the cluster (Nodes, Pods that are not finished,
+//! PodDisruptionBudgets, DaemonSets), kept by kube-runtime watchers and shared with the planner
+//! the same copy-on-write way as the scale-set cache.
+//!
+//! Each kind has one task that owns the live map. It applies watch events to it and publishes an
+//! [`Arc`] snapshot after each batch of events that arrived together; readers take the snapshot
+//! under a lock held for one pointer copy and never wait for the watch. A relist (at start, after
+//! a watch that cannot resume, after `410 Gone`) is built aside and swapped in whole when its
+//! last page arrives, so readers see the old complete state until the new complete state: no gap,
+//! and no half-listed cluster that would look like missing nodes.
+//!
+//! Readiness ([`ClusterView::synced`]) waits for the first full list of every kind.
+
+use crate::metrics::Metrics;
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Api, Resource, ResourceExt};
+use parking_lot::RwLock;
+use serde::de::DeserializeOwned;
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// Objects of one kind by `namespace/name` (`name` for cluster-scoped kinds).
+pub type Objects<K> = HashMap<String, Arc<K>>;
+
+/// The published state of one kind: a snapshot and whether a full list has arrived.
+pub struct Reflected<K> {
+    snapshot: RwLock<Arc<Objects<K>>>,
+    synced: AtomicBool,
+}
+
+impl<K> Default for Reflected<K> {
+    fn default() -> Self {
+        Self {
+            snapshot: RwLock::new(Arc::new(HashMap::new())),
+            synced: AtomicBool::new(false),
+        }
+    }
+}
+
+impl<K> Reflected<K> {
+    /// The current snapshot (one pointer copy under the lock).
+    pub fn snapshot(&self) -> Arc<Objects<K>> {
+        self.snapshot.read().clone()
+    }
+
+    /// Whether the first full list has been published.
+    pub fn synced(&self) -> bool {
+        self.synced.load(Ordering::Acquire)
+    }
+
+    fn publish(&self, objects: Objects<K>, synced: bool) {
+        *self.snapshot.write() = Arc::new(objects);
+        if synced {
+            self.synced.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// The cluster as the watchers see it.
+pub struct ClusterView {
+    /// Nodes.
+    pub nodes: Arc<Reflected<Node>>,
+    /// Pods not yet `Succeeded` or `Failed` (a field selector on the watch).
+    pub pods: Arc<Reflected<Pod>>,
+    /// PodDisruptionBudgets (`policy/v1`).
+    pub pdbs: Arc<Reflected<PodDisruptionBudget>>,
+    /// DaemonSets (`apps/v1`).
+    pub daemonsets: Arc<Reflected<DaemonSet>>,
+}
+
+impl ClusterView {
+    /// Whether every kind has had its first full list (readiness waits for this).
+    pub fn synced(&self) -> bool {
+        self.unsynced().is_empty()
+    }
+
+    /// The kinds not listed yet.
+    pub fn unsynced(&self) -> Vec<&'static str> {
+        [
+            (NODES, self.nodes.synced()),
+            (PODS, self.pods.synced()),
+            (PDBS, self.pdbs.synced()),
+            (DAEMONSETS, self.daemonsets.synced()),
+        ]
+        .into_iter()
+        .filter(|(_, ok)| !ok)
+        .map(|(kind, _)| kind)
+        .collect()
+    }
+}
+
+const NODES: &str = "nodes";
+const PODS: &str = "pods";
+const PDBS: &str = "poddisruptionbudgets";
+const DAEMONSETS: &str = "daemonsets";
+
+/// Pods that still hold or want a node: the ones the planner cares about.
+pub const UNFINISHED_PODS: &str = "status.phase!=Succeeded,status.phase!=Failed";
+
+/// Starts one watcher per kind (cluster-wide) and returns the view they keep current, with the
+/// tasks (they end when `stop` is cancelled).
+pub fn start(
+    client: kube::Client,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) -> (Arc<ClusterView>, Vec<JoinHandle<()>>) {
+    let all = watcher::Config::default();
+    let (nodes, a) = watch(
+        Api::<Node>::all(client.clone()),
+        all.clone(),
+        NODES,
+        metrics.clone(),
+        stop.clone(),
+    );
+    let (pods, b) = watch(
+        Api::<Pod>::all(client.clone()),
+        all.clone().fields(UNFINISHED_PODS),
+        PODS,
+        metrics.clone(),
+        stop.clone(),
+    );
+    let (pdbs, c) = watch(
+        Api::<PodDisruptionBudget>::all(client.clone()),
+        all.clone(),
+        PDBS,
+        metrics.clone(),
+        stop.clone(),
+    );
+    let (daemonsets, d) = watch(
+        Api::<DaemonSet>::all(client),
+        all,
+        DAEMONSETS,
+        metrics,
+        stop,
+    );
+    let view = ClusterView {
+        nodes,
+        pods,
+        pdbs,
+        daemonsets,
+    };
+    (Arc::new(view), vec![a, b, c, d])
+}
+
+/// One reflector: a watcher of `api` with `config`, kept in the returned [`Reflected`] by a task
+/// that ends when `stop` is cancelled. `kind` is the metrics label.
+pub fn watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    kind: &'static str,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) -> (Arc<Reflected<K>>, JoinHandle<()>)
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let into = Arc::new(Reflected::default());
+    let task = {
+        let into = into.clone();
+        tokio::spawn(async move {
+            let stream = watcher::watcher(api, config).default_backoff();
+            reflect(stream, kind, &into, &metrics, stop).await;
+        })
+    };
+    (into, task)
+}
+
+/// What a relist or a live event did to the state.
+struct Mirror<K> {
+    live: Objects<K>,
+    /// A relist being built aside; swapped in at `InitDone`.
+    relist: Option<Objects<K>>,
+    lists: u64,
+    synced: bool,
+}
+
+impl<K> Default for Mirror<K> {
+    fn default() -> Self {
+        Self {
+            live: HashMap::new(),
+            relist: None,
+            lists: 0,
+            synced: false,
+        }
+    }
+}
+
+impl<K: Resource> Mirror<K> {
+    /// Applies one event; returns whether the live state changed (worth publishing).
+    fn apply(&mut self, event: Event<K>) -> bool {
+        match event {
+            Event::Init => {
+                self.relist = Some(HashMap::new());
+                self.lists += 1;
+                false
+            }
+            Event::InitApply(obj) => {
+                let map = self.relist.get_or_insert_with(HashMap::new);
+                map.insert(key(&obj), Arc::new(obj));
+                false
+            }
+            Event::InitDone => {
+                self.live = self.relist.take().unwrap_or_default();
+                self.synced = true;
+                true
+            }
+            Event::Apply(obj) => {
+                self.live.insert(key(&obj), Arc::new(obj));
+                self.synced
+            }
+            Event::Delete(obj) => {
+                self.live.remove(&key(&obj));
+                self.synced
+            }
+        }
+    }
+}
+
+fn key<K: Resource>(obj: &K) -> String {
+    match obj.namespace() {
+        Some(ns) => format!("{ns}/{}", obj.name_any()),
+        None => obj.name_any(),
+    }
+}
+
+/// Drives one watch stream into `into` until `stop`. Generic over the stream so tests can feed
+/// it events directly.
+async fn reflect<K, S>(
+    stream: S,
+    kind: &'static str,
+    into: &Reflected<K>,
+    metrics: &Metrics,
+    stop: CancellationToken,
+) where
+    K: Resource + Clone + Send + Sync + 'static,
+    S: futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send,
+{
+    let mut stream = std::pin::pin!(stream);
+    let mut mirror = Mirror::<K>::default();
+    let mut newest = Instant::now();
+    let mut age_tick = tokio::time::interval(Duration::from_secs(1));
+    age_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let first = tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = age_tick.tick() => {
+                metrics
+                    .kube_newest_event_age_seconds
+                    .with_label_values(&[kind])
+                    .set(newest.elapsed().as_secs_f64());
+                continue;
+            }
+            next = stream.next() => next,
+        };
+        let Some(first) = first else { break };
+        // One batch: this event and every one already waiting, then one publish.
+        let mut changed = false;
+        let mut item = Some(first);
+        while let Some(next) = item.take() {
+            match next {
+                Ok(event) => {
+                    newest = Instant::now();
+                    let lists_before = mirror.lists;
+                    changed |= mirror.apply(event);
+                    if mirror.lists > lists_before && lists_before > 0 {
+                        metrics
+                            .kube_watch_restarts_total
+                            .with_label_values(&[kind, "relist"])
+                            .inc();
+                        tracing::info!(kind, "relisting (the watch could not resume)");
+                    }
+                }
+                Err(err) => {
+                    metrics
+                        .kube_watch_restarts_total
+                        .with_label_values(&[kind, "error"])
+                        .inc();
+                    tracing::warn!(kind, error = %err, "watch failed; resuming with backoff");
+                }
+            }
+            item = stream.next().now_or_never().flatten();
+        }
+        if changed {
+            metrics
+                .kube_objects_cached
+                .with_label_values(&[kind])
+                .set(mirror.live.len() as i64);
+            into.publish(mirror.live.clone(), mirror.synced);
+        }
+        metrics
+            .kube_newest_event_age_seconds
+            .with_label_values(&[kind])
+            .set(0.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn node(name: &str) -> Node {
+        Node {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn names(r: &Reflected<Node>) -> Vec<String> {
+        let mut v: Vec<_> = r.snapshot().keys().cloned().collect();
+        v.sort();
+        v
+    }
+
+    async fn feed(events: Vec<Result<Event<Node>, watcher::Error>>) -> (Reflected<Node>, Metrics) {
+        let into = Reflected::default();
+        let metrics = Metrics::new();
+        reflect(
+            futures::stream::iter(events),
+            "nodes",
+            &into,
+            &metrics,
+            CancellationToken::new(),
+        )
+        .await;
+        (into, metrics)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nothing_is_published_or_ready_before_the_first_list_completes() {
+        let (into, _) = feed(vec![Ok(Event::Init), Ok(Event::InitApply(node("a")))]).await;
+        assert!(!into.synced());
+        assert!(into.snapshot().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn live_events_change_the_snapshot_after_the_first_list() {
+        let (into, metrics) = feed(vec![
+            Ok(Event::Init),
+            Ok(Event::InitApply(node("a"))),
+            Ok(Event::InitApply(node("b"))),
+            Ok(Event::InitDone),
+            Ok(Event::Apply(node("c"))),
+            Ok(Event::Delete(node("a"))),
+        ])
+        .await;
+        assert!(into.synced());
+        assert_eq!(names(&into), ["b", "c"]);
+        assert_eq!(
+            metrics
+                .kube_objects_cached
+                .with_label_values(&["nodes"])
+                .get(),
+            2
+        );
+    }
+
+    #[test]
+    fn a_relist_replaces_the_state_whole_only_when_its_last_page_arrives() {
+        let mut m = Mirror::<Node>::default();
+        for e in [
+            Event::Init,
+            Event::InitApply(node("a")),
+            Event::InitApply(node("b")),
+            Event::InitDone,
+        ] {
+            m.apply(e);
+        }
+        // A relist starts (e.g. after 410 Gone): until it is done the old full state stays.
+        assert!(!m.apply(Event::Init));
+        assert!(!m.apply(Event::InitApply(node("b"))));
+        assert_eq!(m.live.len(), 2, "the old state is still served mid-relist");
+        assert!(m.apply(Event::InitDone));
+        // `a` was deleted while the watch was down: the relist drops it.
+        assert_eq!(m.live.keys().collect::<Vec<_>>(), ["b"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_second_list_and_a_watch_error_count_as_restarts() {
+        let (into, metrics) = feed(vec![
+            Ok(Event::Init),
+            Ok(Event::InitDone),
+            Err(watcher::Error::NoResourceVersion),
+            Ok(Event::Init),
+            Ok(Event::InitApply(node("z"))),
+            Ok(Event::InitDone),
+        ])
+        .await;
+        assert_eq!(names(&into), ["z"]);
+        let restarts = |reason| {
+            metrics
+                .kube_watch_restarts_total
+                .with_label_values(&["nodes", reason])
+                .get()
+        };
+        assert_eq!(restarts("relist"), 1);
+        assert_eq!(restarts("error"), 1);
+    }
+}
