@@ -22,3 +22,6 @@ if [ -f .ci/rbac-real-apiserver.sh ]; then
     bash .ci/rbac-real-apiserver.sh
 fi
 cargo test --locked -- --ignored
+# kubectl and the Python kubernetes client against the emulator's Kubernetes side, with the Python
+# checks run against the real server first (the debug binary exists: cargo test built it).
+ORACLE_KUBECONFIG="$KUBECONFIG" bash tests/interop/kube.sh target/debug/vmss-capacity-controller

@@ -61,8 +61,10 @@ pub enum Command {
     /// Run the controller (the daemon). Reads scale sets, plans, writes with If-Match.
     Run(RunArgs),
     /// Zero-setup showcase: built-in ARM emulator, scale sets, a rival writer, the controller.
+    #[cfg(feature = "emulator")]
     Demo(DemoArgs),
     /// Run the ARM emulator as a standalone server (for tests, demos and your own CI).
+    #[cfg(feature = "emulator")]
     Emulator(EmulatorArgs),
     /// Show one scale set or AKS agent pool as ARM has it (capacity, ETag, state, tags).
     Get(GetArgs),
@@ -107,6 +109,7 @@ pub struct RunArgs {
 
 /// `demo` flags.
 #[derive(Debug, Args)]
+#[cfg(feature = "emulator")]
 pub struct DemoArgs {
     /// How long the scenario runs.
     #[arg(long, default_value = "40s", value_parser = parse_duration)]
@@ -134,6 +137,7 @@ pub struct DemoArgs {
 
 /// `emulator` flags (a contract: tests outside the project use them).
 #[derive(Debug, Args)]
+#[cfg(feature = "emulator")]
 pub struct EmulatorArgs {
     /// Address to listen on, e.g. `127.0.0.1:8443` or `127.0.0.1:0`.
     #[arg(long, default_value = "127.0.0.1:8443")]
@@ -201,6 +205,7 @@ pub struct ScaleArgs {
     pub if_none_match: Option<String>,
 }
 
+#[cfg(feature = "emulator")]
 fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 30s, 1m30s, 500ms)"))
 }
@@ -635,6 +640,7 @@ pub async fn scale(args: ScaleArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `emulator`.
+#[cfg(feature = "emulator")]
 pub async fn emulator(args: EmulatorArgs) -> anyhow::Result<ExitCode> {
     let mut builder = crate::emulator::EmulatorBuilder::new()
         .listen(args.listen)

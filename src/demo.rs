@@ -453,6 +453,7 @@ fn capacity_of(state: &EmulatorState, g: &NodeGroupSpec) -> Option<i64> {
 /// The controller's 412s on pools, split by the rival write that last touched the pool before
 /// each: `(after a cluster-level write, after a pool-level write)`.
 fn conflicts_by_cause(state: &EmulatorState) -> (u64, u64) {
+    // Per pool: whether the last rival write that moved its ETag was pool-level.
     let mut last_cause: std::collections::HashMap<String, bool> = Default::default();
     let mut cluster_wide = false;
     let (mut by_cluster, mut by_pool) = (0, 0);
@@ -468,7 +469,7 @@ fn conflicts_by_cause(state: &EmulatorState) -> (u64, u64) {
             }
             Some(RIVAL) if ok && r.method == "PUT" => {
                 if let Some(p) = pool {
-                    last_cause.insert(p, false);
+                    last_cause.insert(p, true);
                 }
             }
             Some(CLIENT_ID) if r.method == "PUT" && r.status == 412 => {

@@ -19,15 +19,18 @@
 //! | [`notify`] | events and per-group status the reconciler reports (Kubernetes Events, status ConfigMap) |
 //! | [`metrics`] | the Prometheus registry and every metric the daemon exports |
 //! | [`http`] | `/metrics`, `/healthz`, `/readyz` |
-//! | [`emulator`] | a faithful ARM emulator (scale sets, AKS, identity, throttling, faults) |
-//! | [`demo`] | the zero-setup showcase: emulator, rival writer, controller, summary |
+//! | [`kube`] | the Kubernetes side: client, Lease leader election, reflectors of nodes, pods, PDBs, DaemonSets |
+//! | [`emulator`] | feature `emulator` (default): ARM (scale sets, AKS, identity, throttling, faults) and Kubernetes API emulators, separate rooms |
+//! | [`demo`] | feature `emulator`: the zero-setup showcase: emulator, rival writer, controller, summary |
 //! | [`cli`] | subcommands and their implementations; `main.rs` only dispatches |
 
 pub mod azure;
 pub mod cache;
 pub mod cli;
 pub mod config;
+#[cfg(feature = "emulator")]
 pub mod demo;
+#[cfg(feature = "emulator")]
 pub mod emulator;
 pub mod fence;
 pub mod http;

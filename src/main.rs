@@ -26,13 +26,16 @@ async fn main() -> std::process::ExitCode {
     let args = Cli::parse();
     // The demo draws its own screen; its controller logs only warnings unless asked.
     let filter = match (&args.command, std::env::var_os("RUST_LOG")) {
+        #[cfg(feature = "emulator")]
         (Command::Demo(_), None) if args.log_level == "info" => "warn",
         _ => args.log_level.as_str(),
     };
     init_tracing(args.log_format, filter);
     let result = match args.command {
         Command::Run(a) => cli::run(a).await,
+        #[cfg(feature = "emulator")]
         Command::Demo(a) => vmss_capacity_controller::demo::run(a).await,
+        #[cfg(feature = "emulator")]
         Command::Emulator(a) => cli::emulator(a).await,
         Command::Get(a) => cli::get(a).await,
         Command::Scale(a) => cli::scale(a).await,

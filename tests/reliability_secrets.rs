@@ -35,7 +35,11 @@ impl Captured {
     }
 }
 
-fn capture_logs() -> (Captured, tracing::subscriber::DefaultGuard) {
+/// Installs the process-wide subscriber (only this test does). Global rather than a thread's
+/// scoped default: with a scoped one, a callsite first reached by another test's thread at the
+/// same moment could have its interest cached without this subscriber, and an event would be
+/// missed (seen once under load). Every test's events land here, which only widens the check.
+fn capture_logs() -> Captured {
     let captured = Captured::default();
     let writer = captured.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -43,7 +47,9 @@ fn capture_logs() -> (Captured, tracing::subscriber::DefaultGuard) {
         .with_ansi(false)
         .with_writer(move || writer.clone())
         .finish();
-    (captured, tracing::subscriber::set_default(subscriber))
+    tracing::subscriber::set_global_default(subscriber)
+        .expect("no other test in this file installs a subscriber");
+    captured
 }
 
 async fn get(url: String) -> (u16, String) {
@@ -54,7 +60,7 @@ async fn get(url: String) -> (u16, String) {
 
 #[tokio::test]
 async fn a_known_secret_never_appears_in_logs_metrics_health_or_errors() {
-    let (logs, _guard) = capture_logs();
+    let logs = capture_logs();
     let h = Harness::new(
         &[("pool-a", 1)],
         vec![group("pool-a", 0, 10, Some(3))],

@@ -1,29 +1,23 @@
-//! A faithful Azure Resource Manager emulator: VM scale sets, AKS clusters and agent pools,
-//! identity (AAD token endpoint, IMDS), throttling, faults, TLS, and a control API under
-//! `/_emulator/`. It honours the seeds' conditional-request table cell for cell and reports lost
+//! The emulator: a faithful Azure Resource Manager (VM scale sets, AKS clusters and agent pools,
+//! identity, throttling, faults) and, with [`EmulatorBuilder::kubernetes`], a Kubernetes API, on
+//! one listener. It honours the seeds' conditional-request table cell for cell and reports lost
 //! updates (writes that replaced a version their writer had never read).
+//!
+//! Two rooms share only the plumbing: neither imports the other.
 //!
 //! | module | owns |
 //! |---|---|
-//! | `mod.rs` | the builder, the handle, the accept loop and request dispatch |
-//! | [`state`] | resources, versions, lost-update tracking, the request log |
-//! | `arm` | the ARM scale-set routes, preconditions, long-running operations |
-//! | `aks` | managed clusters, agent pools and the scale sets behind them |
-//! | `identity` | the token endpoint, OpenID discovery, IMDS |
-//! | [`throttle`] | token buckets and rate-limit headers |
-//! | [`faults`] | scriptable faults |
-//! | `tls` | the generated CA and leaf certificate |
-//! | `control` | the `/_emulator/` API |
-//! | [`kube`] | the Kubernetes API (with [`EmulatorBuilder::kubernetes`]), its own room |
+//! | `mod.rs` | the builder, the handle, and dispatch of each request to a room |
+//! | [`arm`] | the ARM room: scale sets, AKS, identity, throttling, faults, `/_emulator/` |
+//! | [`kube`] | the Kubernetes room: the API, watches, `/_emulator/kube/` |
+//! | `server` | plumbing: the accept loop, connections, the structured reply |
+//! | `tls` | plumbing: the generated CA and leaf certificate |
+//! | `error` | plumbing: [`EmulatorError`] |
 
-mod aks;
-mod arm;
-mod control;
-pub mod faults;
-mod identity;
+pub mod arm;
+mod error;
 pub mod kube;
-pub mod state;
-pub mod throttle;
+pub(crate) mod server;
 mod tls;
 
 use std::future::Future;
@@ -32,23 +26,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use http::{HeaderName, HeaderValue, StatusCode};
-use hyper_util::rt::TokioIo;
-use hyper_util::service::TowerToHyperService;
-use serde_json::{json, Value};
-use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
-use tokio::sync::Notify;
-use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
-use tower::ServiceExt;
 
-pub use aks::{AgentPoolSeed, AgentPoolView, ClusterSeed, ClusterView};
+pub use arm::{faults, state, throttle};
+pub use arm::{AgentPoolSeed, AgentPoolView, ClusterSeed, ClusterView};
+pub use error::EmulatorError;
 pub use faults::{FaultKind, FaultSpec};
+use server::{accept_loop, Reply};
 pub use state::{EmulatorState, LostUpdate, RequestRecord, ScaleSetSeed, ScaleSetView};
 pub use throttle::ThrottleLimits;
 
@@ -58,71 +46,6 @@ pub const DEFAULT_PAGE_SIZE: usize = 100;
 pub const DEFAULT_TOKEN_LIFETIME: Duration = Duration::from_secs(3600);
 /// Largest request body accepted.
 const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
-
-/// Errors of the emulator's own API (starting it, in-process control).
-#[derive(Debug, thiserror::Error)]
-pub enum EmulatorError {
-    /// The listener could not be bound.
-    #[error("binding the emulator listener on {addr}")]
-    Bind {
-        /// Address asked for.
-        addr: SocketAddr,
-        /// Why it failed.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The TLS certificate or server configuration could not be built.
-    #[error("building the emulator's TLS certificate: {0}")]
-    Certificate(String),
-    /// The CA PEM could not be written where asked.
-    #[error("writing the emulator's CA certificate to {path}")]
-    WriteCertificate {
-        /// Where it was to be written.
-        path: PathBuf,
-        /// Why it failed.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The kubeconfig could not be written where asked.
-    #[error("writing the emulator's kubeconfig to {path}")]
-    WriteKubeconfig {
-        /// Where it was to be written.
-        path: PathBuf,
-        /// Why it failed.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A kubeconfig was asked of an emulator without its Kubernetes side.
-    #[error("a kubeconfig needs the Kubernetes API: start the emulator with --kubernetes")]
-    KubeconfigWithoutKubernetes,
-    /// A certificate file was asked of a plain-HTTP emulator.
-    #[error("a CA certificate file needs TLS: start the emulator with TLS on")]
-    CertificateWithoutTls,
-    /// An out-of-band write named a scale set that does not exist (ARM would answer 404).
-    #[error("scale set {resource} not found")]
-    NotFound {
-        /// `sub/rg/name` of the missing scale set.
-        resource: String,
-    },
-    /// An out-of-band write or view named a managed cluster or agent pool that does not exist.
-    #[error("managed cluster or agent pool {resource} not found")]
-    AksNotFound {
-        /// `sub/rg/cluster[/agentPools/pool]` of the missing resource.
-        resource: String,
-    },
-    /// A seed or out-of-band write that AKS would refuse (e.g. a System pool at count 0).
-    #[error("invalid AKS seed or write: {message}")]
-    InvalidSeed {
-        /// AKS's error message.
-        message: String,
-    },
-    /// An out-of-band write asked for a capacity outside 0..=1000.
-    #[error("capacity {capacity} is outside 0..=1000")]
-    InvalidCapacity {
-        /// The refused capacity.
-        capacity: i64,
-    },
-}
 
 /// Configures and starts an emulator.
 #[derive(Clone, Debug)]
@@ -365,151 +288,6 @@ pub async fn serve_until_with_kubeconfig(
     Ok(())
 }
 
-/// Per-connection signal: firing it closes the connection without sending anything.
-#[derive(Clone)]
-pub(crate) struct ConnKill(Arc<Notify>);
-
-impl ConnKill {
-    /// Closes the connection without an answer and never returns.
-    pub(crate) async fn drop_connection(&self) -> ! {
-        self.0.notify_one();
-        std::future::pending::<()>().await;
-        unreachable!("a pending future never completes")
-    }
-}
-
-async fn accept_loop(listener: TcpListener, acceptor: Option<TlsAcceptor>, router: Router) {
-    let mut conns = JoinSet::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => {
-                    let _ = stream.set_nodelay(true);
-                    let router = router.clone();
-                    let acceptor = acceptor.clone();
-                    conns.spawn(async move {
-                        match acceptor {
-                            Some(acceptor) => match acceptor.accept(stream).await {
-                                Ok(tls) => serve_connection(tls, router).await,
-                                Err(e) => tracing::debug!(error = %e, "emulator TLS handshake failed"),
-                            },
-                            None => serve_connection(stream, router).await,
-                        }
-                    });
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "emulator accept failed");
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                }
-            },
-            Some(_) = conns.join_next(), if !conns.is_empty() => {}
-        }
-    }
-}
-
-async fn serve_connection<I>(io: I, router: Router)
-where
-    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let kill = Arc::new(Notify::new());
-    let conn_kill = ConnKill(Arc::clone(&kill));
-    let svc = tower::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
-        req.extensions_mut().insert(conn_kill.clone());
-        router.clone().oneshot(req.map(Body::new))
-    });
-    let conn = hyper::server::conn::http1::Builder::new()
-        .serve_connection(TokioIo::new(io), TowerToHyperService::new(svc));
-    tokio::select! {
-        res = conn => {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "emulator connection ended with an error");
-            }
-        }
-        _ = kill.notified() => {}
-    }
-}
-
-/// An answer being built: kept structured so faults can strip the ETag or cut the body.
-#[derive(Debug)]
-pub(crate) struct Reply {
-    pub status: u16,
-    pub headers: Vec<(String, String)>,
-    pub body: ReplyBody,
-}
-
-#[derive(Debug)]
-pub(crate) enum ReplyBody {
-    Empty,
-    Json(Value),
-    Text(String),
-}
-
-impl Reply {
-    pub fn json(status: u16, body: Value) -> Self {
-        Reply {
-            status,
-            headers: Vec::new(),
-            body: ReplyBody::Json(body),
-        }
-    }
-
-    pub fn empty(status: u16) -> Self {
-        Reply {
-            status,
-            headers: Vec::new(),
-            body: ReplyBody::Empty,
-        }
-    }
-
-    /// ARM's error shape: `{"error":{"code","message"}}`.
-    pub fn arm_error(status: u16, code: &str, message: impl Into<String>) -> Self {
-        Reply::json(
-            status,
-            json!({"error": {"code": code, "message": message.into()}}),
-        )
-    }
-
-    pub fn header(mut self, name: &str, value: impl Into<String>) -> Self {
-        self.headers.push((name.to_string(), value.into()));
-        self
-    }
-
-    pub fn push_header(&mut self, name: &str, value: impl Into<String>) {
-        self.headers.push((name.to_string(), value.into()));
-    }
-
-    pub fn remove_header(&mut self, name: &str) {
-        self.headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
-    }
-
-    pub fn render(self) -> Response {
-        let (bytes, content_type) = match self.body {
-            ReplyBody::Empty => (Vec::new(), None),
-            ReplyBody::Json(v) => (
-                serde_json::to_vec(&v).unwrap_or_default(),
-                Some("application/json; charset=utf-8"),
-            ),
-            ReplyBody::Text(t) => (t.into_bytes(), Some("application/json; charset=utf-8")),
-        };
-        let mut resp = Response::new(Body::from(bytes));
-        *resp.status_mut() =
-            StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let headers = resp.headers_mut();
-        if let Some(ct) = content_type {
-            headers.insert(http::header::CONTENT_TYPE, HeaderValue::from_static(ct));
-        }
-        for (name, value) in self.headers {
-            if let (Ok(n), Ok(v)) = (
-                HeaderName::from_bytes(name.as_bytes()),
-                HeaderValue::from_str(&value),
-            ) {
-                headers.append(n, v);
-            }
-        }
-        resp
-    }
-}
-
 async fn dispatch(State(sides): State<Sides>, req: Request) -> Response {
     let state = sides.arm;
     let (parts, body) = req.into_parts();
@@ -535,30 +313,5 @@ async fn dispatch(State(sides): State<Sides>, req: Request) -> Response {
             return kube::handle(kube, &parts, &bytes);
         }
     }
-    if path == "/_emulator" || path.starts_with("/_emulator/") {
-        return control::handle(&state, &parts, &bytes).into_response();
-    }
-    if let Some(reply) = identity::handle(&state, &parts, &bytes) {
-        let mut d = state.lock();
-        d.seq += 1;
-        let seq = d.seq;
-        d.log(RequestRecord {
-            seq,
-            method: parts.method.as_str().to_string(),
-            path: path.to_string(),
-            if_match: None,
-            if_none_match: None,
-            status: reply.status,
-            writer: None,
-            body_capacity: None,
-        });
-        return reply.into_response();
-    }
-    arm::handle(&state, &parts, bytes).await.into_response()
-}
-
-impl IntoResponse for Reply {
-    fn into_response(self) -> Response {
-        self.render()
-    }
+    arm::handle(&state, &parts, bytes).await
 }

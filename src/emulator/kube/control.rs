@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{KubeState, PodSeed};
-use crate::emulator::Reply;
+use crate::emulator::server::Reply;
 
 #[derive(Deserialize)]
 struct NodeSeed {

@@ -40,7 +40,7 @@ use serde_json::{json, Value};
 pub use status::KubeError;
 use store::Store;
 
-use super::Reply;
+use crate::emulator::server::Reply;
 
 /// Watch events kept for watches that resume from a `resourceVersion` (older ones get 410).
 pub const DEFAULT_HISTORY: usize = 1000;
@@ -291,7 +291,7 @@ pub(crate) fn handle(kube: &KubeState, parts: &Parts, body: &[u8]) -> Response {
             return Reply {
                 status: 200,
                 headers: Vec::new(),
-                body: super::ReplyBody::Text("ok".to_string()),
+                body: crate::emulator::server::ReplyBody::Text("ok".to_string()),
             }
             .into_response()
         }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
-use super::super::arm::{parse_count, parse_tags};
+use super::super::scale_sets::{parse_count, parse_tags};
 use super::super::Reply;
 
 /// `vmSize` of a pool created without one.

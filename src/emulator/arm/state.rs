@@ -415,7 +415,7 @@ impl Data {
         seq: u64,
         if_match: Option<&str>,
     ) {
-        if if_match.is_some_and(|v| super::arm::etags_match(v, etag)) {
+        if if_match.is_some_and(|v| super::scale_sets::etags_match(v, etag)) {
             return;
         }
         let pair = (key.to_string(), etag.to_string());
@@ -643,7 +643,7 @@ impl EmulatorState {
         body: Option<&serde_json::Value>,
         if_match: Option<&str>,
     ) -> (u16, serde_json::Value) {
-        super::arm::rival_request(self, writer, method, path, body, if_match)
+        super::scale_sets::rival_request(self, writer, method, path, body, if_match)
     }
 
     /// The count of agent pool `pool` of managed cluster `cluster`, if both exist.

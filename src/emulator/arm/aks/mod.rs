@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use super::arm::{
+use super::scale_sets::{
     add_lro_headers, decide, not_found, parse_json_object, parse_tags, prevalidate, same_location,
     Ctx, Decision, WriteKind,
 };
