@@ -131,9 +131,7 @@ fn pod_uses_no_host_namespaces_and_mounts_only_a_projected_api_token() {
         .as_sequence()
         .expect("volumeMounts list")
         .iter()
-        .find(|m| {
-            m["mountPath"].as_str() == Some("/var/run/secrets/kubernetes.io/serviceaccount")
-        })
+        .find(|m| m["mountPath"].as_str() == Some("/var/run/secrets/kubernetes.io/serviceaccount"))
         .expect("the API token is mounted where kube-rs's in-cluster config reads it")
         .clone();
     assert_eq!(mount["readOnly"], Value::Bool(true));
@@ -514,7 +512,13 @@ fn no_rbac_rule_anywhere_uses_a_wildcard_escalates_or_touches_secrets() {
                 "{}: Secrets are never granted",
                 f.display()
             );
-            for v in ["escalate", "bind", "impersonate", "delete", "deletecollection"] {
+            for v in [
+                "escalate",
+                "bind",
+                "impersonate",
+                "delete",
+                "deletecollection",
+            ] {
                 assert!(
                     !verbs.iter().any(|x| x == v),
                     "{}: verb {v} is not needed",
@@ -554,7 +558,11 @@ fn both_bindings_bind_their_own_role_to_the_controllers_service_account() {
     }
     let kustomization = only_document(&deploy_dir().join("base/kustomization.yaml"));
     let resources = strings(&kustomization, "resources");
-    for f in ["serviceaccount.yaml", "rbac-namespaced.yaml", "rbac-cluster.yaml"] {
+    for f in [
+        "serviceaccount.yaml",
+        "rbac-namespaced.yaml",
+        "rbac-cluster.yaml",
+    ] {
         assert!(resources.iter().any(|r| r == f), "{f} is in the base");
     }
 }
@@ -583,8 +591,15 @@ fn every_config_joins_the_cluster_with_leader_election_on_the_names_the_role_all
             f.display()
         );
         let le = at(k, &["leaderElection"]);
-        assert_ne!(le.get("enabled"), Some(&Value::Bool(false)), "{}", f.display());
-        let lease = le["leaseName"].as_str().unwrap_or("vmss-capacity-controller");
+        assert_ne!(
+            le.get("enabled"),
+            Some(&Value::Bool(false)),
+            "{}",
+            f.display()
+        );
+        let lease = le["leaseName"]
+            .as_str()
+            .unwrap_or("vmss-capacity-controller");
         let status = k["statusConfigMap"]
             .as_str()
             .unwrap_or("vmss-capacity-controller-status");
