@@ -211,7 +211,8 @@ else
 fi
 expect_refused Forbidden "get ConfigMap kube-root-ca.crt" ksa get configmap kube-root-ca.crt -n "$NS"
 
-# An events.k8s.io/v1 Event: create, then patch its series (client-go's aggregation of repeats).
+# An events.k8s.io/v1 Event: create, then a strategic-merge patch of its series, as the
+# controller's recorder aggregates repeats.
 now="$(date -u +%Y-%m-%dT%H:%M:%S.000000Z)"
 cat > "$WORK/event.yaml" <<YAML
 apiVersion: events.k8s.io/v1
@@ -242,7 +243,7 @@ if [ -z "$port" ]; then
   fail "kubectl proxy did not start: $(cat "$WORK/proxy.out")"
 else
   code="$(curl -s -o "$WORK/patch.out" -w '%{http_code}' -X PATCH \
-    -H 'Content-Type: application/merge-patch+json' \
+    -H 'Content-Type: application/strategic-merge-patch+json' \
     --data "{\"series\":{\"count\":2,\"lastObservedTime\":\"$now\"}}" \
     "http://127.0.0.1:$port/apis/events.k8s.io/v1/namespaces/$NS/events/rbac-check.$TAG")"
   if [ "$code" = 200 ]; then pass "patch the Event's series (PATCH -> 200)"; else fail "patch the Event: HTTP $code $(cat "$WORK/patch.out")"; fi
