@@ -15,15 +15,16 @@
 #      not 403); and Secrets, a Node delete and another Lease are refused with 403.
 # Everything it created is deleted on exit. The rules themselves are applied verbatim.
 #
-# Needs: curl, python3 with PyYAML, kubectl with kustomize v4+ (KUBECTL, default `kubectl`), KUBECONFIG pointing at a
-# cluster where the caller may create namespaces, RBAC objects and Nodes, and impersonate
-# (cluster-admin). CI runs it against ../shared/kube-apiserver (Kubernetes 1.20: policy/v1 is
+# Needs: curl, python3 with PyYAML (PYTHON, default `python3`), kubectl with kustomize v4+
+# (KUBECTL, default `kubectl`), and KUBECONFIG pointing at a cluster where the caller may create
+# namespaces, RBAC objects and Nodes, and impersonate (cluster-admin). CI runs it against ../shared/kube-apiserver (Kubernetes 1.20: policy/v1 is
 # missing there, so PDBs are listed through policy/v1beta1; RBAC rules name the group `policy`,
 # which covers both versions). It works the same against a real AKS cluster.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 KUBECTL="${KUBECTL:-kubectl}"
+PYTHON="${PYTHON:-python3}"
 TAG="${RBAC_TEST_TAG:-$(date +%s)-$$}"
 NS="vmss-rbac-check-$TAG"
 SUFFIX="-rbac-check-$TAG"
@@ -86,7 +87,7 @@ YAML
 if ! k kustomize "$WORK" > "$WORK/all.yaml" 2> "$WORK/kustomize.err"; then
   echo "FAIL: kubectl kustomize: $(cat "$WORK/kustomize.err")" >&2; exit 1
 fi
-python3 - "$WORK/all.yaml" "$WORK/rbac.yaml" <<'PY' || { echo "FAIL: could not pick the RBAC objects" >&2; exit 1; }
+"$PYTHON" - "$WORK/all.yaml" "$WORK/rbac.yaml" <<'PY' || { echo "FAIL: could not pick the RBAC objects" >&2; exit 1; }
 import sys, yaml
 keep = ["Namespace", "ServiceAccount", "Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"]
 docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] in keep]
