@@ -12,7 +12,10 @@
 #      updated with their resourceVersion (a stale one is refused with 409, not 403), an
 #      events.k8s.io/v1 Event is created and patched, Nodes/Pods/PDBs/DaemonSets are listed and
 #      watched, a Node is patched, an eviction is authorised (404 for a pod that does not exist,
-#      not 403); and Secrets, a Node delete and another Lease are refused with 403.
+#      not 403); and Secrets, a Node delete and another Lease are refused with 403;
+#   3. with VMSS_BIN=path/to/vmss-capacity-controller, the daemon itself runs with a token of that
+#      ServiceAccount (and the emulator as Azure): it must win the Lease, write capacity, release
+#      the Lease on SIGTERM, and log no 403.
 # Everything it created is deleted on exit. The rules themselves are applied verbatim.
 #
 # Needs: curl, python3 with PyYAML (PYTHON, default `python3`), kubectl with kustomize v4+
@@ -46,8 +49,16 @@ k() { "$KUBECTL" "$@"; }
 ksa() { "$KUBECTL" --as="$AS" "$@"; }
 
 PROXY_PID=""
+CTRL_PID=""
+EMU_PID=""
 cleanup() {
-  [ -n "$PROXY_PID" ] && kill "$PROXY_PID" 2>/dev/null
+  local pid
+  for pid in "$CTRL_PID" "$EMU_PID" "$PROXY_PID"; do
+    [ -n "$pid" ] || continue
+    kill -TERM "$pid" 2>/dev/null
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null
+  done
   k delete node "$NODE" --ignore-not-found --wait=false >/dev/null 2>&1
   k delete clusterrolebinding "vmss-capacity-controller$SUFFIX" --ignore-not-found >/dev/null 2>&1
   k delete clusterrole "vmss-capacity-controller$SUFFIX" --ignore-not-found >/dev/null 2>&1
@@ -71,6 +82,101 @@ finish_namespace() {
     | k replace --raw "/api/v1/namespaces/$ns/finalize" -f - >/dev/null 2>&1
 }
 trap cleanup EXIT
+
+free_port() {
+  "$PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+# Waits up to $1 seconds for "$2..." to succeed.
+wait_for() {
+  local deadline=$((SECONDS + $1)); shift
+  while [ $SECONDS -lt $deadline ]; do "$@" >/dev/null 2>&1 && return 0; sleep 0.5; done
+  return 1
+}
+lease_holder() { k get lease "$LEASE" -n "$NS" -o jsonpath='{.spec.holderIdentity}' 2>/dev/null; }
+
+run_controller_as_the_service_account() {
+  local sub=00000000-0000-0000-0000-000000000000 rg=rg-rbac emu="" token server ca mport
+  # The earlier steps left a Lease and a status ConfigMap: start from none, as a new install.
+  k delete lease "$LEASE" -n "$NS" --ignore-not-found >/dev/null 2>&1
+  k delete configmap "$STATUS_CM" -n "$NS" --ignore-not-found >/dev/null 2>&1
+  "$VMSS_BIN" emulator --listen 127.0.0.1:0 > "$WORK/emulator.log" 2>&1 &
+  EMU_PID=$!
+  for _ in $(seq 1 60); do
+    emu="$(grep -o 'emulator listening on http://127\.0\.0\.1:[0-9]*' "$WORK/emulator.log" | head -1 | sed 's/^emulator listening on //')"
+    [ -n "$emu" ] && break
+    sleep 0.5
+  done
+  [ -n "$emu" ] || { fail "controller run: the emulator did not start: $(tail -5 "$WORK/emulator.log")"; return; }
+  curl -fsS -X POST "$emu/_emulator/scale-sets" -H 'content-type: application/json' \
+    -d "{\"subscription\":\"$sub\",\"resource_group\":\"$rg\",\"name\":\"pool-a\",\"location\":\"westeurope\",\"sku_name\":\"Standard_D2s_v5\",\"tier\":\"Standard\",\"capacity\":1}" \
+    >/dev/null || { fail "controller run: seeding the emulator"; return; }
+
+  token="$(k create token "$SA" -n "$NS" --duration=1h 2>"$WORK/err")" \
+    || { fail "controller run: kubectl create token: $(cat "$WORK/err")"; return; }
+  server="$(k config view --raw --minify --flatten -o jsonpath='{.clusters[0].cluster.server}')"
+  ca="$(k config view --raw --minify --flatten -o jsonpath='{.clusters[0].cluster.certificate-authority-data}')"
+  cat > "$WORK/sa.kubeconfig" <<YAML
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "$server", certificate-authority-data: "$ca"}}]
+users: [{name: sa, user: {token: "$token"}}]
+contexts: [{name: c, context: {cluster: c, user: sa, namespace: $NS}}]
+current-context: c
+YAML
+  mport="$(free_port)"
+  cat > "$WORK/config.yaml" <<YAML
+azure:
+  resourceManagerEndpoint: $emu
+  authorityHost: $emu
+  tenantId: t
+  subscriptionId: $sub
+  resourceGroup: $rg
+  auth: {method: clientSecret, clientId: controller}
+scanInterval: 1s
+vmssCacheTTL: 2s
+metricsListen: 127.0.0.1:$mport
+kubernetes:
+  enabled: true
+  kubeconfig: $WORK/sa.kubeconfig
+  namespace: $NS
+  leaderElection: {leaseName: $LEASE}
+  statusConfigMap: $STATUS_CM
+nodeGroups:
+  - {name: pool-a, minSize: 1, maxSize: 5, desiredCapacity: 3}
+YAML
+  ARM_CLIENT_SECRET=s3cret RUST_LOG=info "$VMSS_BIN" run --config "$WORK/config.yaml" > "$WORK/controller.log" 2>&1 &
+  CTRL_PID=$!
+  if wait_for 60 curl -fsS "http://127.0.0.1:$mport/readyz"; then pass "controller ready, as $AS"; else
+    fail "controller run: not ready within 60 s: $(tail -5 "$WORK/controller.log")"; return; fi
+  if wait_for 30 bash -c "[ -n \"\$($KUBECTL get lease $LEASE -n $NS -o jsonpath='{.spec.holderIdentity}')\" ]"; then
+    pass "controller holds the Lease: $(lease_holder)"
+  else
+    fail "controller run: no Lease holder within 30 s: $(tail -5 "$WORK/controller.log")"
+  fi
+  if wait_for 30 bash -c "curl -fsS http://127.0.0.1:$mport/metrics | grep -q '^vmss_capacity_capacity_writes_total{.*result=\"ok\"'"; then
+    pass "controller wrote capacity to Azure as the leader"
+  else
+    fail "controller run: no successful capacity write within 30 s: $(tail -5 "$WORK/controller.log")"
+  fi
+  # Not required (a build without the status writer passes), but shown: they went through too.
+  if k get configmap "$STATUS_CM" -n "$NS" >/dev/null 2>&1; then
+    echo "info status ConfigMap $STATUS_CM written by the controller"
+  else
+    echo "info no status ConfigMap (this build of the controller may not write one yet)"
+  fi
+  echo "info Events in $NS after the run: $(k get events.events.k8s.io -n "$NS" --no-headers 2>/dev/null \
+    | grep -vc "rbac-check\.$TAG")"
+  kill -TERM "$CTRL_PID" 2>/dev/null
+  for _ in $(seq 1 100); do kill -0 "$CTRL_PID" 2>/dev/null || break; sleep 0.2; done
+  CTRL_PID=""
+  if [ -z "$(lease_holder)" ]; then pass "controller released the Lease on SIGTERM"; else
+    fail "controller run: the Lease is still held by $(lease_holder) after SIGTERM"; fi
+  if grep -Eiq 'forbidden|\b403\b' "$WORK/controller.log"; then
+    fail "controller run: the controller met a 403: $(grep -Ei 'forbidden|\b403\b' "$WORK/controller.log" | head -3)"
+  else
+    pass "controller log has no 403 ($(wc -l < "$WORK/controller.log") lines)"
+  fi
+}
 
 k version >/dev/null 2>&1 || { echo "FAIL: no API server reachable through KUBECONFIG=${KUBECONFIG:-}" >&2; exit 1; }
 
@@ -278,6 +384,15 @@ fi
 printf '{"apiVersion":"policy/v1beta1","kind":"Eviction","metadata":{"name":"no-such-pod","namespace":"%s"}}\n' "$NS" > "$WORK/eviction.json"
 expect_refused NotFound "evict a missing pod (authorised, so 404)" ksa create --raw "/api/v1/namespaces/$NS/pods/no-such-pod/eviction" -f "$WORK/eviction.json"
 expect_refused Forbidden "delete pods" ksa delete pod no-such-pod -n "$NS"
+
+# --- 3. optional: the controller itself, as the ServiceAccount ----------------------------------
+# With VMSS_BIN=path/to/vmss-capacity-controller: the real daemon runs with a kubeconfig holding a
+# token of the ServiceAccount (TokenRequest, audience: the API server's, one hour) and the
+# emulator as Azure. It must win the Lease, write capacity, and release the Lease on SIGTERM, all
+# with exactly these rules, and log no 403.
+if [ -n "${VMSS_BIN:-}" ]; then
+  run_controller_as_the_service_account
+fi
 
 echo
 echo "test-rbac: $PASSED passed, $FAILED failed"
