@@ -7,12 +7,14 @@
 #      newest Kubernetes versions we claim;
 #   3. the Prometheus Operator objects (ServiceMonitor, PodMonitor, PrometheusRule), which have
 #      no schema there, are checked structurally, and cross-checked against the Service and pod
-#      (selectors match, named ports exist);
+#      (selectors match, named ports exist); the RBAC is checked (no wildcard, no Secrets,
+#      bindings point at the package's ServiceAccount, the Role covers the config's Lease and
+#      status ConfigMap names) and the pod mounts a projected API token;
 #   4. `promtool check rules` on the PrometheusRule's spec.groups, extracted to a rules file;
 #   5. the generated config.yaml of each overlay parses and has the contract's keys, and the
 #      Grafana dashboard is valid JSON whose queries use only contract metric names;
-#   6. self-tests: a deliberately broken object and a broken rule MUST fail, so a validator that
-#      silently passes everything is caught.
+#   6. self-tests: a deliberately broken object, a ClusterRole with a wildcard and a broken rule
+#      MUST fail, so a validator that silently passes everything is caught.
 # Optional: VMSS_BIN=path/to/vmss-capacity-controller also runs `check-config` on every
 # overlay's rendered config (skipped when unset, or when the binary lacks the subcommand).
 # Needs: bash, python3, network access to PyPI and Debian (first run only). Root for apt-get.
@@ -141,6 +143,23 @@ if "$VENV/bin/kubernetes-validate" -k 1.37.0 --strict --quiet "$WORK/broken.yaml
 else
   pass "self-test: kubernetes-validate --strict rejects an unknown field"
 fi
+# A wildcard verb added to the rendered ClusterRole must be caught by the RBAC checks.
+if [ -f "$WORK/rendered/overlay-workload-identity.yaml" ]; then
+  "$PY" - "$WORK/rendered/overlay-workload-identity.yaml" "$WORK/broken-rbac.yaml" <<'PY'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+for d in docs:
+    if d["kind"] == "ClusterRole":
+        d["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["*"]})
+yaml.safe_dump_all(docs, open(sys.argv[2], "w"), sort_keys=False)
+PY
+  if "$PY" "$ROOT/.ci/lib/check_rendered.py" "$WORK/broken-rbac.yaml" "$WORK/broken-rbac.core.yaml" \
+       "$WORK/broken-rbac.rules.yaml" overlay-broken >/dev/null 2>&1; then
+    fail "self-test: the RBAC check accepted a wildcard verb on Secrets"
+  else
+    pass "self-test: the RBAC check rejects a wildcard verb on Secrets"
+  fi
+fi
 printf 'groups:\n- name: g\n  rules:\n  - alert: A\n    expr: rate(x[5m]\n' > "$WORK/broken-rules.yaml"
 if promtool check rules "$WORK/broken-rules.yaml" >/dev/null 2>&1; then
   fail "self-test: promtool accepted a broken expression"
@@ -152,6 +171,7 @@ fi
 if [ -n "${VMSS_BIN:-}" ]; then
   if "$VMSS_BIN" check-config --help >/dev/null 2>&1; then
     for f in "$WORK"/rendered/overlay-*.yaml; do
+      case "$f" in *.core.yaml) continue ;; esac   # the schema-validation copy of the same overlay
       name="$(basename "$f" .yaml)"
       "$PY" - "$f" "$WORK/$name.config.yaml" <<'PY'
 import sys, yaml

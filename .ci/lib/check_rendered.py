@@ -25,7 +25,8 @@ CONTRACT_METRICS = {
 }
 HISTOGRAM_SUFFIXES = ("_bucket", "_sum", "_count")
 NAMESPACE = "vmss-capacity-controller"
-RBAC_KINDS = {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"}
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+SA_TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 AUTH_METHODS = {"workloadIdentity", "managedIdentity", "clientSecret", "azureCli"}
 SEVERITIES = {"critical", "warning", "info"}
 
@@ -65,9 +66,10 @@ def check_rendered(path, core_out, rules_out, target):
     by_kind = {}
     for d in docs:
         by_kind.setdefault(d["kind"], []).append(d)
-        if d["kind"] in RBAC_KINDS:
-            problem(f"{d['kind']}/{d['metadata']['name']}: the controller needs no Kubernetes RBAC")
-        if d["kind"] != "Namespace" and d["metadata"].get("namespace") != NAMESPACE:
+        if d["kind"] in CLUSTER_SCOPED:
+            if "namespace" in d["metadata"]:
+                problem(f"{d['kind']}/{d['metadata']['name']}: cluster-scoped, but has a namespace")
+        elif d["metadata"].get("namespace") != NAMESPACE:
             problem(f"{d['kind']}/{d['metadata']['name']}: namespace is not {NAMESPACE}")
     core = [d for d in docs if not d["apiVersion"].startswith("monitoring.coreos.com/")]
     with open(core_out, "w") as f:
@@ -91,6 +93,22 @@ def check_rendered(path, core_out, rules_out, target):
         problem("pod does not use the package's ServiceAccount")
     if sa.get("automountServiceAccountToken") is not False:
         problem("ServiceAccount must set automountServiceAccountToken: false")
+
+    check_rbac(by_kind, sa)
+
+    # The Kubernetes API token: mounted explicitly (automount is off) where kube-rs looks.
+    api_token_volumes = {
+        v["name"] for v in pod["spec"].get("volumes", [])
+        if any("serviceAccountToken" in src for src in v.get("projected", {}).get("sources", []))
+    }
+    if not any(m["mountPath"] == SA_TOKEN_DIR and m["name"] in api_token_volumes
+               for m in ctr.get("volumeMounts", [])):
+        problem(f"no projected serviceAccountToken volume mounted at {SA_TOKEN_DIR}")
+    env_fields = {e["name"]: e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+                  for e in ctr.get("env", [])}
+    for name, field in (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace")):
+        if env_fields.get(name) != field:
+            problem(f"env {name} must come from the downward API ({field})")
 
     # Volumes refer to objects that exist in the rendering (hash-suffixed names resolved).
     cm_names = {d["metadata"]["name"]: d for d in by_kind.get("ConfigMap", [])}
@@ -132,6 +150,19 @@ def check_rendered(path, core_out, rules_out, target):
             lo, hi, want = g.get("minSize"), g.get("maxSize"), g.get("desiredCapacity", g.get("minSize"))
             if not (isinstance(lo, int) and isinstance(hi, int) and lo <= want <= hi):
                 problem(f"config: node group {g.get('name')}: need minSize <= desiredCapacity <= maxSize")
+        kube = cfg.get("kubernetes") or {}
+        le = kube.get("leaderElection") or {}
+        if kube.get("enabled") is not True:
+            problem("config: kubernetes.enabled must be true (leader election, status, Events)")
+        if dep["spec"].get("replicas", 1) > 1 and le.get("enabled", True) is not True:
+            problem("config: more than one replica needs kubernetes.leaderElection.enabled")
+        if kube.get("namespace", NAMESPACE) != NAMESPACE:
+            problem(f"config: kubernetes.namespace {kube.get('namespace')!r} is not the Role's {NAMESPACE}")
+        own = {("coordination.k8s.io", "leases"): le.get("leaseName", "vmss-capacity-controller"),
+               ("", "configmaps"): kube.get("statusConfigMap", "vmss-capacity-controller-status")}
+        for (group, resource), name in own.items():
+            if not role_allows(by_kind.get("Role", []), group, resource, name, {"get", "update"}):
+                problem(f"config: the Role does not allow get and update of {resource}/{name}")
         is_overlay = target.startswith("overlay-") or target.startswith("component-")
         wi_label = pod_labels.get("azure.workload.identity/use") == "true"
         wi_annot = "azure.workload.identity/client-id" in sa["metadata"].get("annotations", {})
@@ -182,6 +213,51 @@ def check_rendered(path, core_out, rules_out, target):
             yaml.safe_dump({"groups": groups}, f, sort_keys=False)
     kinds = ",".join(sorted(by_kind))
     return f"{len(docs)} objects ({kinds}), {n_rules} rules"
+
+
+def role_allows(roles, group, resource, name, verbs):
+    """Whether the Roles together grant every verb of `verbs` on `resource` named `name`."""
+    granted = set()
+    for role in roles:
+        for r in role.get("rules", []):
+            if group in r.get("apiGroups", []) and resource in r.get("resources", []) \
+                    and (not r.get("resourceNames") or name in r["resourceNames"]):
+                granted |= set(r.get("verbs", []))
+    return verbs <= granted
+
+
+def check_rbac(by_kind, sa):
+    """No wildcard, no Secrets; every binding points at a rendered role and at the package's SA."""
+    roles = {("Role", d["metadata"]["name"]) for d in by_kind.get("Role", [])}
+    roles |= {("ClusterRole", d["metadata"]["name"]) for d in by_kind.get("ClusterRole", [])}
+    if roles != {("Role", "vmss-capacity-controller"), ("ClusterRole", "vmss-capacity-controller")}:
+        problem(f"expected one Role and one ClusterRole, found {sorted(roles)}")
+    for kind in ("Role", "ClusterRole"):
+        for d in by_kind.get(kind, []):
+            if d.get("aggregationRule"):
+                problem(f"{kind}/{d['metadata']['name']}: aggregationRule grants whatever is aggregated")
+            for r in d.get("rules", []):
+                for key in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"):
+                    if any("*" in x for x in r.get(key, [])):
+                        problem(f"{kind}/{d['metadata']['name']}: wildcard in {key}: {r}")
+                if "nonResourceURLs" in r:
+                    problem(f"{kind}/{d['metadata']['name']}: nonResourceURLs are not needed: {r}")
+                if "secrets" in r.get("resources", []):
+                    problem(f"{kind}/{d['metadata']['name']}: grants access to Secrets: {r}")
+                if {"escalate", "bind", "impersonate"} & set(r.get("verbs", [])):
+                    problem(f"{kind}/{d['metadata']['name']}: privilege-escalation verb: {r}")
+    bindings = by_kind.get("RoleBinding", []) + by_kind.get("ClusterRoleBinding", [])
+    if len(bindings) != 2:
+        problem(f"expected one RoleBinding and one ClusterRoleBinding, found {len(bindings)}")
+    for b in bindings:
+        ref = b["roleRef"]
+        if (ref["kind"], ref["name"]) not in roles:
+            problem(f"{b['kind']}/{b['metadata']['name']}: roleRef {ref['kind']}/{ref['name']} not rendered")
+        if b["kind"] == "RoleBinding" and ref["kind"] != "Role":
+            problem(f"RoleBinding/{b['metadata']['name']}: must bind the namespaced Role")
+        want = [{"kind": "ServiceAccount", "name": sa["metadata"]["name"], "namespace": NAMESPACE}]
+        if b.get("subjects") != want:
+            problem(f"{b['kind']}/{b['metadata']['name']}: subjects {b.get('subjects')} != {want}")
 
 
 def check_dashboard(path):
