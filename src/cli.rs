@@ -352,7 +352,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let (cluster, reflectors) = match &kube {
         Some(client) => {
             let (view, tasks) =
-                crate::kube::reflect::start(client.clone(), metrics.clone(), shutdown.clone());
+                crate::kube::reflect::start(client.clone(), metrics.clone(), shutdown.clone())
+                    .await;
             (Some(view), tasks)
         }
         None => (None, Vec::new()),

@@ -16,6 +16,7 @@ use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Api, Resource, ResourceExt};
@@ -110,7 +111,7 @@ pub const UNFINISHED_PODS: &str = "status.phase!=Succeeded,status.phase!=Failed"
 
 /// Starts one watcher per kind (cluster-wide) and returns the view they keep current, with the
 /// tasks (they end when `stop` is cancelled).
-pub fn start(
+pub async fn start(
     client: kube::Client,
     metrics: Arc<Metrics>,
     stop: CancellationToken,
@@ -130,13 +131,28 @@ pub fn start(
         metrics.clone(),
         stop.clone(),
     );
-    let (pdbs, c) = watch(
-        Api::<PodDisruptionBudget>::all(client.clone()),
-        all.clone(),
-        PDBS,
-        metrics.clone(),
-        stop.clone(),
-    );
+    let (pdbs, c) = match pdb_version(&client).await {
+        PdbVersion::V1 => watch(
+            Api::<PodDisruptionBudget>::all(client.clone()),
+            all.clone(),
+            PDBS,
+            metrics.clone(),
+            stop.clone(),
+        ),
+        PdbVersion::V1beta1 => {
+            tracing::warn!(
+                "the API server has no policy/v1 PodDisruptionBudgets (Kubernetes before 1.21): \
+                 reading policy/v1beta1 instead"
+            );
+            let gvk = GroupVersionKind::gvk("policy", "v1beta1", "PodDisruptionBudget");
+            let ar = ApiResource::from_gvk_with_plural(&gvk, "poddisruptionbudgets");
+            let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
+            let stream = watcher::watcher(api, all.clone())
+                .default_backoff()
+                .filter_map(|r| std::future::ready(as_typed(r)));
+            spawn_reflector(stream, PDBS, metrics.clone(), stop.clone())
+        }
+    };
     let (daemonsets, d) = watch(
         Api::<DaemonSet>::all(client),
         all,
@@ -165,15 +181,81 @@ pub fn watch<K>(
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
+    spawn_reflector(
+        watcher::watcher(api, config).default_backoff(),
+        kind,
+        metrics,
+        stop,
+    )
+}
+
+fn spawn_reflector<K, S>(
+    stream: S,
+    kind: &'static str,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) -> (Arc<Reflected<K>>, JoinHandle<()>)
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    S: futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+{
     let into = Arc::new(Reflected::default());
     let task = {
         let into = into.clone();
         tokio::spawn(async move {
-            let stream = watcher::watcher(api, config).default_backoff();
             reflect(stream, kind, &into, &metrics, stop).await;
         })
     };
     (into, task)
+}
+
+enum PdbVersion {
+    V1,
+    V1beta1,
+}
+
+/// `policy/v1` when the server has it (Kubernetes 1.21 and later), else `policy/v1beta1` when
+/// it has that (older servers, such as the 1.20 the project tests against), else `policy/v1`
+/// (whose watch then reports the error and retries).
+async fn pdb_version(client: &kube::Client) -> PdbVersion {
+    let serves = |gv: &'static str| async move {
+        client
+            .list_api_group_resources(gv)
+            .await
+            .is_ok_and(|l| l.resources.iter().any(|r| r.name == "poddisruptionbudgets"))
+    };
+    if !serves("policy/v1").await && serves("policy/v1beta1").await {
+        PdbVersion::V1beta1
+    } else {
+        PdbVersion::V1
+    }
+}
+
+/// A `policy/v1beta1` PodDisruptionBudget event read as `policy/v1`: the fields the controller
+/// uses (selector, minAvailable, maxUnavailable, status) have the same shape. An object that does
+/// not convert is dropped with a warning rather than stopping the watch.
+fn as_typed(
+    r: Result<Event<DynamicObject>, watcher::Error>,
+) -> Option<Result<Event<PodDisruptionBudget>, watcher::Error>> {
+    fn convert(o: DynamicObject) -> Option<PodDisruptionBudget> {
+        let name = o.name_any();
+        let mut v = serde_json::to_value(o).ok()?;
+        v["apiVersion"] = "policy/v1".into();
+        serde_json::from_value(v)
+            .map_err(|e| tracing::warn!(pdb = %name, error = %e, "unreadable PodDisruptionBudget"))
+            .ok()
+    }
+    let event = match r {
+        Err(e) => return Some(Err(e)),
+        Ok(e) => e,
+    };
+    Some(Ok(match event {
+        Event::Init => Event::Init,
+        Event::InitDone => Event::InitDone,
+        Event::InitApply(o) => Event::InitApply(convert(o)?),
+        Event::Apply(o) => Event::Apply(convert(o)?),
+        Event::Delete(o) => Event::Delete(convert(o)?),
+    }))
 }
 
 /// What a relist or a live event did to the state.
