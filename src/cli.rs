@@ -300,13 +300,32 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let settings = Arc::new(settings);
     let metrics = Arc::new(Metrics::new());
     let arm = arm_client(&settings, metrics.clone())?;
-    let election = leader_election(&settings).await?;
+    let kube_side = kube_side(&settings, metrics.clone()).await?;
+    let election = leader_election(&settings, kube_side.as_ref());
     let mut builder =
         Reconciler::builder(settings.clone(), arm, metrics.clone()).dry_run(args.dry_run);
     if let Some(e) = &election {
         builder = builder.fence(e.leadership());
     }
+    if let Some(k) = &kube_side {
+        builder = builder.events(k.recorder.clone());
+    }
     let reconciler = Arc::new(builder.build());
+    // Events and the status ConfigMap: background tasks owned here, stopped by `kube_stop`.
+    let kube_stop = CancellationToken::new();
+    let kube_tasks = kube_side.map(|k| {
+        let fence: Arc<dyn crate::fence::WriteFence> = match &election {
+            Some(e) => e.leadership(),
+            None => Arc::new(crate::fence::Unfenced),
+        };
+        k.spawn(
+            &settings,
+            reconciler.clone(),
+            fence,
+            metrics.clone(),
+            kube_stop.clone(),
+        )
+    });
 
     if args.once {
         if let Some(e) = &election {
@@ -319,6 +338,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         if let Some(e) = &election {
             e.release().await;
         }
+        stop_kube_tasks(kube_stop, kube_tasks).await;
         return Ok(match pass {
             Ok(report) => {
                 tracing::info!(
@@ -385,26 +405,109 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         let _ = elector.await;
         let _ = gauges.await;
     }
+    stop_kube_tasks(kube_stop, kube_tasks).await;
     if let Some(task) = http_task {
         let _ = task.await;
     }
     Ok(ExitCode(0))
 }
 
-/// The Lease candidate when `kubernetes.enabled` and `kubernetes.leaderElection.enabled`.
-async fn leader_election(
-    settings: &Settings,
-) -> anyhow::Result<Option<Arc<crate::kube::lease::LeaderElection>>> {
+/// What `run` needs of Kubernetes when `kubernetes.enabled`: the client, this replica's
+/// identity, and the Events recorder with its poster.
+struct KubeSide {
+    client: kube::Client,
+    identity: String,
+    recorder: Arc<crate::kube::events::EventRecorder>,
+    poster: crate::kube::events::EventPoster,
+}
+
+async fn kube_side(settings: &Settings, metrics: Arc<Metrics>) -> anyhow::Result<Option<KubeSide>> {
+    use crate::kube::events::{EventRecorder, KubeEvents, RecorderConfig, QUEUE_CAPACITY};
     let k = &settings.kubernetes;
-    if !k.enabled || !k.leader_election.enabled {
+    if !k.enabled {
         return Ok(None);
     }
     let client = kube_client(k).await?;
-    let le = &k.leader_election;
     let identity = crate::kube::identity();
+    let (recorder, poster) = EventRecorder::new(
+        RecorderConfig {
+            namespace: k.namespace.clone(),
+            identity: identity.clone(),
+            status_config_map: k.status_config_map.clone(),
+            lease: k
+                .leader_election
+                .enabled
+                .then(|| k.leader_election.lease_name.clone()),
+        },
+        Arc::new(KubeEvents::new(client.clone())),
+        metrics,
+        QUEUE_CAPACITY,
+    );
+    Ok(Some(KubeSide {
+        client,
+        identity,
+        recorder: Arc::new(recorder),
+        poster,
+    }))
+}
+
+type KubeTasks = (tokio::task::JoinHandle<()>, tokio::task::JoinHandle<()>);
+
+impl KubeSide {
+    /// Spawns the Event poster and the status writer (every `scanInterval`, while `fence` lets
+    /// this replica write).
+    fn spawn(
+        self,
+        settings: &Settings,
+        reconciler: Arc<Reconciler>,
+        fence: Arc<dyn crate::fence::WriteFence>,
+        metrics: Arc<Metrics>,
+        stop: CancellationToken,
+    ) -> KubeTasks {
+        let k = &settings.kubernetes;
+        let writer = crate::kube::status::StatusWriter::new(
+            Arc::new(crate::kube::status::KubeConfigMaps::new(
+                self.client,
+                &k.namespace,
+                &k.status_config_map,
+            )),
+            &k.status_config_map,
+            &self.identity,
+        )
+        .metrics(metrics);
+        let recorder = self.recorder.clone();
+        let status = tokio::spawn(writer.run(
+            move || reconciler.status(),
+            fence,
+            settings.scan_interval,
+            move |cm| recorder.set_status_uid(cm.metadata.uid.clone()),
+            stop.clone(),
+        ));
+        (tokio::spawn(self.poster.run(stop)), status)
+    }
+}
+
+async fn stop_kube_tasks(stop: CancellationToken, tasks: Option<KubeTasks>) {
+    stop.cancel();
+    if let Some((poster, status)) = tasks {
+        let _ = status.await;
+        let _ = poster.await;
+    }
+}
+
+/// The Lease candidate when `kubernetes.enabled` and `kubernetes.leaderElection.enabled`,
+/// reporting to the Events recorder.
+fn leader_election(
+    settings: &Settings,
+    kube_side: Option<&KubeSide>,
+) -> Option<Arc<crate::kube::lease::LeaderElection>> {
+    let k = &settings.kubernetes;
+    let side = kube_side.filter(|_| k.enabled && k.leader_election.enabled)?;
+    let le = &k.leader_election;
+    let identity = side.identity.clone();
     tracing::info!(lease = %le.lease_name, namespace = %k.namespace, %identity, "leader election on");
-    let store = crate::kube::KubeLeases::new(client, &k.namespace, &le.lease_name);
-    Ok(Some(Arc::new(crate::kube::lease::LeaderElection::new(
+    let store = crate::kube::KubeLeases::new(side.client.clone(), &k.namespace, &le.lease_name);
+    Some(Arc::new(crate::kube::lease::LeaderElection::new(
         crate::kube::lease::LeaseConfig {
             name: le.lease_name.clone(),
             identity,
@@ -413,8 +516,8 @@ async fn leader_election(
             retry_period: le.retry_period,
         },
         Arc::new(store),
-        Arc::new(crate::notify::NoEvents),
-    ))))
+        side.recorder.clone(),
+    )))
 }
 
 /// The Kubernetes client the standard way: `kubernetes.kubeconfig`, else the in-cluster service

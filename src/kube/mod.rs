@@ -4,7 +4,9 @@
 //! The reconciler knows nothing of Kubernetes: it asks a [`crate::fence::WriteFence`] before
 //! every Azure write and reports through [`crate::notify::EventSink`].
 
+pub mod events;
 pub mod lease;
+pub mod status;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, PostParams};

@@ -20,7 +20,10 @@ pub fn index() -> Value {
     let mut paths = Map::new();
     for r in RESOURCES {
         let p = gv_path(r);
-        paths.insert(p.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash=emulator")}));
+        paths.insert(
+            p.clone(),
+            json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash=emulator")}),
+        );
     }
     json!({"paths": paths})
 }
