@@ -501,3 +501,43 @@ async fn the_poster_task_posts_what_the_recorder_queued_and_drains_on_shutdown()
     poster.run(stop).await;
     assert_eq!(api.creates.load(Ordering::SeqCst), 2);
 }
+
+/// As on the real server (checked in `kube_status_real_apiserver.rs`): an `events.k8s.io/v1`
+/// Event is also a core `v1` Event, which is what `kubectl get events` lists.
+#[tokio::test]
+async fn an_event_posted_as_events_k8s_io_is_listed_as_a_core_event_too() {
+    let (_h, k, client) = emulator().await;
+    let (_recorder, mut poster) = EventRecorder::new(
+        recorder_config(),
+        Arc::new(KubeEvents::new(client.clone())),
+        Arc::new(Metrics::new()),
+        16,
+    );
+    poster.post(held("pool-a")).await;
+    poster.post(held("pool-a")).await;
+    let core = kube::Api::<k8s_openapi::api::core::v1::Event>::namespaced(client.clone(), NS)
+        .list(&Default::default())
+        .await
+        .expect("core events list")
+        .items;
+    assert_eq!(core.len(), 1);
+    let e = &core[0];
+    assert_eq!(e.involved_object.name.as_deref(), Some(CM));
+    assert_eq!(e.involved_object.kind.as_deref(), Some("ConfigMap"));
+    assert!(e.message.as_deref().is_some_and(|m| m.contains("pool-a")));
+    assert_eq!(
+        e.reporting_component.as_deref(),
+        Some("vmss-capacity-controller")
+    );
+    assert_eq!(e.series.as_ref().and_then(|s| s.count), Some(2));
+    // One object: same uid and version through both APIs; deleting one deletes the other.
+    let twin = events(&client).await;
+    assert_eq!(twin[0].metadata.uid, e.metadata.uid);
+    assert_eq!(
+        twin[0].metadata.resource_version,
+        e.metadata.resource_version
+    );
+    k.delete("v1", "events", NS, e.metadata.name.as_deref().unwrap())
+        .unwrap();
+    assert!(events(&client).await.is_empty());
+}

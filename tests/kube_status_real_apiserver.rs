@@ -249,6 +249,20 @@ async fn on_a_real_api_server_a_repeated_event_is_one_event_whose_series_counts_
         .expect("the held Event");
     assert_eq!(held_event.series.as_ref().map(|s| s.count), Some(3));
     assert_eq!(held_event.type_.as_deref(), Some("Warning"));
+    // The same object through the core API (what `kubectl get events` lists): the emulator
+    // mirrors this.
+    let core = Api::<k8s_openapi::api::core::v1::Event>::namespaced(c.clone(), NS)
+        .get(held_event.metadata.name.as_deref().unwrap())
+        .await
+        .expect("the core view of the Event");
+    assert_eq!(core.metadata.uid, held_event.metadata.uid);
+    assert_eq!(core.involved_object.name.as_deref(), Some(cm.as_str()));
+    assert_eq!(core.message, held_event.note);
+    assert_eq!(
+        core.reporting_component.as_deref(),
+        Some("vmss-capacity-controller")
+    );
+    assert_eq!(core.series.as_ref().and_then(|s| s.count), Some(3));
     // Deleted meanwhile: the next repeat's patch gets 404 and creates it again.
     let name = held_event.metadata.name.clone().unwrap();
     Api::<Event>::namespaced(c.clone(), NS)
