@@ -554,13 +554,11 @@ fn defaults(rt: &ResourceType, obj: &mut Value) {
                 obj["status"] = json!({"phase": "Active"});
             }
         }
-        ("", "pods") => {
-            if obj.pointer("/status/phase").is_none() {
-                if !obj.get("status").is_some_and(Value::is_object) {
-                    obj["status"] = json!({});
-                }
-                obj["status"]["phase"] = json!("Pending");
+        ("", "pods") if obj.pointer("/status/phase").is_none() => {
+            if !obj.get("status").is_some_and(Value::is_object) {
+                obj["status"] = json!({});
             }
+            obj["status"]["phase"] = json!("Pending");
         }
         _ => {}
     }

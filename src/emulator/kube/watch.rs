@@ -51,7 +51,7 @@ impl WatchRequest {
             && self
                 .namespace
                 .as_deref()
-                .map_or(true, |ns| ns == change.namespace)
+                .is_none_or(|ns| ns == change.namespace)
             && self.selector.matches(self.rt, &change.object)
     }
 }
