@@ -335,6 +335,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             }
         }
         let pass = reconciler.run_once().await;
+        if let Some(tasks) = &kube_tasks {
+            // The leader of this one pass says what it did before it lets go of the Lease.
+            tasks.write_status_now(&reconciler).await;
+        }
         if let Some(e) = &election {
             e.release().await;
         }
@@ -451,7 +455,24 @@ async fn kube_side(settings: &Settings, metrics: Arc<Metrics>) -> anyhow::Result
     }))
 }
 
-type KubeTasks = (tokio::task::JoinHandle<()>, tokio::task::JoinHandle<()>);
+/// The Event poster and the status writer, running.
+struct KubeTasks {
+    poster: tokio::task::JoinHandle<()>,
+    status: tokio::task::JoinHandle<()>,
+    writer: Arc<crate::kube::status::StatusWriter>,
+    fence: Arc<dyn crate::fence::WriteFence>,
+}
+
+impl KubeTasks {
+    /// One status write now, if this replica may write.
+    async fn write_status_now(&self, reconciler: &Reconciler) {
+        if self.fence.check().is_ok() {
+            if let Err(e) = self.writer.write(reconciler.status()).await {
+                tracing::warn!(error = %e, "could not write the status ConfigMap");
+            }
+        }
+    }
+}
 
 impl KubeSide {
     /// Spawns the Event poster and the status writer (every `scanInterval`, while `fence` lets
@@ -465,33 +486,49 @@ impl KubeSide {
         stop: CancellationToken,
     ) -> KubeTasks {
         let k = &settings.kubernetes;
-        let writer = crate::kube::status::StatusWriter::new(
-            Arc::new(crate::kube::status::KubeConfigMaps::new(
-                self.client,
-                &k.namespace,
+        let writer = Arc::new(
+            crate::kube::status::StatusWriter::new(
+                Arc::new(crate::kube::status::KubeConfigMaps::new(
+                    self.client,
+                    &k.namespace,
+                    &k.status_config_map,
+                )),
                 &k.status_config_map,
-            )),
-            &k.status_config_map,
-            &self.identity,
-        )
-        .metrics(metrics);
+                &self.identity,
+            )
+            .metrics(metrics),
+        );
         let recorder = self.recorder.clone();
-        let status = tokio::spawn(writer.run(
+        let status = tokio::spawn(writer.clone().run(
             move || reconciler.status(),
-            fence,
+            fence.clone(),
             settings.scan_interval,
             move |cm| recorder.set_status_uid(cm.metadata.uid.clone()),
             stop.clone(),
         ));
-        (tokio::spawn(self.poster.run(stop)), status)
+        KubeTasks {
+            poster: tokio::spawn(self.poster.run(stop)),
+            status,
+            writer,
+            fence,
+        }
     }
 }
 
+/// Stops the Kubernetes tasks; the poster gets a few seconds to post what is queued (the
+/// leadership hand-over), so an unreachable API server cannot hold the shutdown.
 async fn stop_kube_tasks(stop: CancellationToken, tasks: Option<KubeTasks>) {
     stop.cancel();
-    if let Some((poster, status)) = tasks {
-        let _ = status.await;
-        let _ = poster.await;
+    let Some(tasks) = tasks else {
+        return;
+    };
+    for mut task in [tasks.status, tasks.poster] {
+        if tokio::time::timeout(Duration::from_secs(5), &mut task)
+            .await
+            .is_err()
+        {
+            task.abort();
+        }
     }
 }
 

@@ -294,7 +294,7 @@ impl StatusWriter {
     /// Every `every` until `shutdown`: writes `snapshot()` if `fence` lets this replica write
     /// (it leads, freshly renewed), and hands each written ConfigMap to `written`.
     pub async fn run(
-        self,
+        self: Arc<Self>,
         snapshot: impl Fn() -> Vec<GroupStatus> + Send,
         fence: Arc<dyn WriteFence>,
         every: Duration,
@@ -398,6 +398,50 @@ mod tests {
             *slot = Some(stored.clone());
             Ok(stored)
         }
+    }
+
+    /// A fence the test opens and closes.
+    #[derive(Debug, Default)]
+    struct Switch(std::sync::atomic::AtomicBool);
+
+    impl WriteFence for Switch {
+        fn check(&self) -> Result<(), crate::fence::FenceHold> {
+            if self.0.load(std::sync::atomic::Ordering::SeqCst) {
+                Ok(())
+            } else {
+                Err(crate::fence::FenceHold::NotLeader)
+            }
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_the_replica_the_fence_lets_write_writes_the_status_and_then_every_interval() {
+        let store = Arc::new(Memory::default());
+        let fence = Arc::new(Switch::default());
+        let stop = CancellationToken::new();
+        let uid_seen = Arc::new(Mutex::new(0u32));
+        let seen = uid_seen.clone();
+        let task = tokio::spawn(Arc::new(writer(&store)).run(
+            Vec::new,
+            fence.clone(),
+            Duration::from_secs(10),
+            move |_| *seen.lock() += 1,
+            stop.clone(),
+        ));
+        tokio::time::sleep(Duration::from_secs(25)).await;
+        assert!(store.cm.lock().is_none(), "a standby writes nothing");
+        fence.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let first = *store.version.lock();
+        assert!(first >= 1, "the leader wrote");
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(
+            *store.version.lock() > first,
+            "and writes again each interval"
+        );
+        assert!(*uid_seen.lock() >= 2);
+        stop.cancel();
+        task.await.unwrap();
     }
 
     fn writer(store: &Arc<Memory>) -> StatusWriter {
