@@ -73,7 +73,7 @@ pub struct Metrics {
     pub build_info: IntGaugeVec,
     /// Kubernetes Events posted (created, or a series bumped), by reason.
     pub kube_events_total: IntCounterVec,
-    /// Events not posted, by why (`queue_full`, `rate_limited`, `api_error`).
+    /// Events not posted, by why (`queue_full`, `rate_limited`, `api_error`, `closed`).
     pub kube_events_dropped_total: IntCounterVec,
     /// Status ConfigMap writes by result (`created`, `updated`, `conflict`, `error`); a
     /// `conflict` is one 409 met, followed by a re-read.

@@ -1,5 +1,7 @@
 //! The controller's side of Kubernetes: a kube-rs client and leader election on a Lease with
-//! `resourceVersion`-guarded updates and fencing at the Azure write path ([`lease`]).
+//! `resourceVersion`-guarded updates and fencing at the Azure write path ([`lease`]), the status
+//! ConfigMap the leader writes the same way ([`status`]), and Events aggregated and rate-limited
+//! like client-go's recorder ([`events`]).
 //!
 //! The reconciler knows nothing of Kubernetes: it asks a [`crate::fence::WriteFence`] before
 //! every Azure write and reports through [`crate::notify::EventSink`].
