@@ -393,6 +393,7 @@ async fn a_series_patch_that_finds_the_event_gone_creates_it_again() {
 struct Counting {
     creates: AtomicUsize,
     patches: AtomicUsize,
+    last_count: Mutex<i32>,
 }
 
 #[async_trait::async_trait]
@@ -408,6 +409,7 @@ impl EventApi for Counting {
         series: &EventSeries,
     ) -> Result<Event, EventApiError> {
         self.patches.fetch_add(1, Ordering::SeqCst);
+        *self.last_count.lock() = series.count;
         Ok(Event {
             series: Some(series.clone()),
             ..Event::default()
@@ -540,4 +542,39 @@ async fn an_event_posted_as_events_k8s_io_is_listed_as_a_core_event_too() {
     k.delete("v1", "events", NS, e.metadata.name.as_deref().unwrap())
         .unwrap();
     assert!(events(&client).await.is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn repeats_held_back_by_the_rate_limit_still_count_and_their_total_is_sent_when_a_token_returns(
+) {
+    let api = Arc::new(Counting::default());
+    let metrics = Arc::new(Metrics::new());
+    let (_recorder, mut poster) =
+        EventRecorder::new(recorder_config(), api.clone(), metrics.clone(), 8);
+    for _ in 0..31 {
+        poster.post(held("pool-a")).await;
+    }
+    // One create and 24 patches spend the burst of 25; six repeats are held back.
+    assert_eq!(api.creates.load(Ordering::SeqCst), 1);
+    assert_eq!(api.patches.load(Ordering::SeqCst), 24);
+    assert_eq!(*api.last_count.lock(), 25);
+    assert_eq!(
+        counter(
+            &metrics.kube_events_dropped_total,
+            &[("why", "rate_limited")]
+        ),
+        6
+    );
+    poster.flush().await;
+    assert_eq!(api.patches.load(Ordering::SeqCst), 24, "no token yet");
+    tokio::time::advance(SPAM_REFILL).await;
+    poster.flush().await;
+    assert_eq!(api.patches.load(Ordering::SeqCst), 25);
+    assert_eq!(*api.last_count.lock(), 31, "the full count, nothing lost");
+    poster.flush().await;
+    assert_eq!(
+        api.patches.load(Ordering::SeqCst),
+        25,
+        "nothing pending any more"
+    );
 }

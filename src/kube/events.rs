@@ -19,7 +19,8 @@
 //!   `getSpamKey`: component, host and the involved object; `defaultSpamBurst = 25`,
 //!   `defaultSpamQPS = 1/300`): a token bucket of 25 refilled at one every 5 minutes. As there,
 //!   the filter is asked after aggregation, so a repeat that is filtered still counts in the
-//!   series and the next patch that goes carries the full count.
+//!   series, and the next patch that goes carries the full count; counts held back are also
+//!   sent every [`FLUSH_EVERY`] as tokens allow (client-go refreshes series every 30 minutes).
 //!
 //! A standby holding writes because it does not lead (`WriteHeld{reason: not_leader}`) is doing
 //! its job, not news: no Event (the leader's Events tell the story).
@@ -49,6 +50,8 @@ pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
 pub const SPAM_BURST: f64 = 25.0;
 /// One more token every this long (client-go's `defaultSpamQPS`, 1/300).
 pub const SPAM_REFILL: Duration = Duration::from_secs(300);
+/// How often held-back series counts are sent (one token is refilled per [`SPAM_REFILL`]).
+pub const FLUSH_EVERY: Duration = Duration::from_secs(60);
 /// Aggregation entries kept at most (client-go's `maxLruCacheEntries`).
 const CACHE_ENTRIES: usize = 4096;
 
@@ -328,8 +331,14 @@ struct SeriesKey {
 #[derive(Debug)]
 struct Posted {
     event: Event,
+    /// Occurrences seen.
     count: i32,
+    /// Occurrences the API server has been told of.
+    sent: i32,
+    /// When the last occurrence was seen (monotonic, for the window).
     last: Instant,
+    /// When the last occurrence was seen (wall clock, for `lastObservedTime`).
+    observed: MicroTime,
 }
 
 #[derive(Debug)]
@@ -364,14 +373,18 @@ fn now_micro() -> MicroTime {
 }
 
 impl EventPoster {
-    /// Posts queued events until `shutdown`, then what is already queued, then returns.
+    /// Posts queued events until `shutdown`, then what is already queued, then returns. Every
+    /// [`FLUSH_EVERY`] it sends the series counts the rate limit held back.
     pub async fn run(mut self, shutdown: CancellationToken) {
+        let mut flush = tokio::time::interval_at(Instant::now() + FLUSH_EVERY, FLUSH_EVERY);
+        flush.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tokio::select! {
                 next = self.rx.recv() => match next {
                     Some(event) => self.post(event).await,
                     None => return,
                 },
+                _ = flush.tick() => self.flush().await,
                 _ = shutdown.cancelled() => break,
             }
         }
@@ -464,6 +477,72 @@ impl EventPoster {
         }
     }
 
+    /// Tells the API server the series of `key` so far: a strategic merge PATCH of `series`, or
+    /// a create when the Event is gone (404).
+    async fn send_series(&mut self, key: &SeriesKey) {
+        let Some(p) = self.series.get(key) else {
+            return;
+        };
+        let reason = key.reason;
+        let series = EventSeries {
+            count: p.count,
+            last_observed_time: p.observed.clone(),
+        };
+        let (ns, name) = (
+            p.event.metadata.namespace.clone().unwrap_or_default(),
+            p.event.metadata.name.clone().unwrap_or_default(),
+        );
+        let sent = match self.api.patch_series(&ns, &name, &series).await {
+            Ok(_) => None,
+            Err(EventApiError::NotFound) => {
+                // Expired or deleted: create it again, with the series so far.
+                let mut again = p.event.clone();
+                again.metadata.resource_version = None;
+                again.metadata.uid = None;
+                again.metadata.creation_timestamp = None;
+                again.metadata.managed_fields = None;
+                again.series = Some(series.clone());
+                match self.api.create(&again).await {
+                    Ok(created) => Some(created),
+                    Err(e) => {
+                        debug!(error = %e, "could not re-create an expired Event");
+                        self.dropped("api_error");
+                        return;
+                    }
+                }
+            }
+            Err(e) => {
+                debug!(error = %e, event = %name, "could not bump an Event's series");
+                self.dropped("api_error");
+                return;
+            }
+        };
+        self.posted(reason);
+        if let Some(p) = self.series.get_mut(key) {
+            p.sent = series.count;
+            if let Some(created) = sent {
+                p.event = created;
+            }
+        }
+    }
+
+    /// Sends the counts that the rate limit held back, as far as tokens allow (client-go's
+    /// `refreshExistingEventSeries`, more often: every [`FLUSH_EVERY`]).
+    pub async fn flush(&mut self) {
+        let now = Instant::now();
+        let pending: Vec<(SeriesKey, ObjectReference)> = self
+            .series
+            .iter()
+            .filter(|(_, p)| p.count > p.sent)
+            .filter_map(|(k, p)| Some((k.clone(), p.event.regarding.clone()?)))
+            .collect();
+        for (key, regarding) in pending {
+            if self.allowed(&regarding, now) {
+                self.send_series(&key).await;
+            }
+        }
+    }
+
     /// Records one event: a new Event, or a bump of the series of an isomorphic one.
     pub async fn post(&mut self, event: ControllerEvent) {
         let Some(shape) = shape(&event) else {
@@ -488,49 +567,12 @@ impl EventPoster {
             // A repeat: count it even if the call is filtered, so the next patch is right.
             p.count = p.count.saturating_add(1);
             p.last = now;
-            let series = EventSeries {
-                count: p.count,
-                last_observed_time: now_micro(),
-            };
+            p.observed = now_micro();
             if !self.allowed(&regarding, now) {
                 self.dropped("rate_limited");
                 return;
             }
-            let Some(p) = self.series.get(&key) else {
-                return;
-            };
-            let (ns, name) = (
-                p.event.metadata.namespace.clone().unwrap_or_default(),
-                p.event.metadata.name.clone().unwrap_or_default(),
-            );
-            match self.api.patch_series(&ns, &name, &series).await {
-                Ok(_) => self.posted(shape.reason),
-                Err(EventApiError::NotFound) => {
-                    // Expired or deleted: create it again, with the series so far.
-                    let mut again = p.event.clone();
-                    again.metadata.resource_version = None;
-                    again.metadata.uid = None;
-                    again.metadata.creation_timestamp = None;
-                    again.metadata.managed_fields = None;
-                    again.series = Some(series);
-                    match self.api.create(&again).await {
-                        Ok(created) => {
-                            self.posted(shape.reason);
-                            if let Some(p) = self.series.get_mut(&key) {
-                                p.event = created;
-                            }
-                        }
-                        Err(e) => {
-                            debug!(error = %e, "could not re-create an expired Event");
-                            self.dropped("api_error");
-                        }
-                    }
-                }
-                Err(e) => {
-                    debug!(error = %e, event = %name, "could not bump an Event's series");
-                    self.dropped("api_error");
-                }
-            }
+            self.send_series(&key).await;
             return;
         }
         if !self.allowed(&regarding, now) {
@@ -567,7 +609,9 @@ impl EventPoster {
                     Posted {
                         event: created,
                         count: 1,
+                        sent: 1,
                         last: now,
+                        observed: now_micro(),
                     },
                 );
             }
