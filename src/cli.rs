@@ -305,17 +305,33 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let settings = Arc::new(settings);
     let metrics = Arc::new(Metrics::new());
     let arm = arm_client(&settings, metrics.clone())?;
-    let kube = match settings.kubernetes.enabled {
-        true => Some(kube_client(&settings.kubernetes).await?),
-        false => None,
-    };
-    let election = leader_election(&settings, kube.clone());
+    let kube_side = kube_side(&settings, metrics.clone()).await?;
+    let election = leader_election(&settings, kube_side.as_ref());
     let mut builder =
         Reconciler::builder(settings.clone(), arm, metrics.clone()).dry_run(args.dry_run);
     if let Some(e) = &election {
         builder = builder.fence(e.leadership());
     }
+    if let Some(k) = &kube_side {
+        builder = builder.events(k.recorder.clone());
+    }
     let reconciler = Arc::new(builder.build());
+    let kube_client = kube_side.as_ref().map(|k| k.client.clone());
+    // Events and the status ConfigMap: background tasks owned here, stopped by `kube_stop`.
+    let kube_stop = CancellationToken::new();
+    let kube_tasks = kube_side.map(|k| {
+        let fence: Arc<dyn crate::fence::WriteFence> = match &election {
+            Some(e) => e.leadership(),
+            None => Arc::new(crate::fence::Unfenced),
+        };
+        k.spawn(
+            &settings,
+            reconciler.clone(),
+            fence,
+            metrics.clone(),
+            kube_stop.clone(),
+        )
+    });
 
     if args.once {
         if let Some(e) = &election {
@@ -325,9 +341,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             }
         }
         let pass = reconciler.run_once().await;
+        if let Some(tasks) = &kube_tasks {
+            // The leader of this one pass says what it did before it lets go of the Lease.
+            tasks.write_status_now(&reconciler).await;
+        }
         if let Some(e) = &election {
             e.release().await;
         }
+        stop_kube_tasks(kube_stop, kube_tasks).await;
         return Ok(match pass {
             Ok(report) => {
                 tracing::info!(
@@ -349,11 +370,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let shutdown = CancellationToken::new();
     // The reflectors start before the loop so their first full lists overlap the first
     // scale-set refresh; /readyz waits for both.
-    let (cluster, reflectors) = match &kube {
+    let (cluster, reflectors) = match kube_client {
         Some(client) => {
             let (view, tasks) =
-                crate::kube::reflect::start(client.clone(), metrics.clone(), shutdown.clone())
-                    .await;
+                crate::kube::reflect::start(client, metrics.clone(), shutdown.clone()).await;
             (Some(view), tasks)
         }
         None => (None, Vec::new()),
@@ -411,23 +431,141 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     for task in reflectors {
         let _ = task.await;
     }
+    stop_kube_tasks(kube_stop, kube_tasks).await;
     if let Some(task) = http_task {
         let _ = task.await;
     }
     Ok(ExitCode(0))
 }
 
-/// The Lease candidate when `kubernetes.enabled` and `kubernetes.leaderElection.enabled`.
+/// What `run` needs of Kubernetes when `kubernetes.enabled`: the client, this replica's
+/// identity, and the Events recorder with its poster.
+struct KubeSide {
+    client: kube::Client,
+    identity: String,
+    recorder: Arc<crate::kube::events::EventRecorder>,
+    poster: crate::kube::events::EventPoster,
+}
+
+async fn kube_side(settings: &Settings, metrics: Arc<Metrics>) -> anyhow::Result<Option<KubeSide>> {
+    use crate::kube::events::{EventRecorder, KubeEvents, RecorderConfig, QUEUE_CAPACITY};
+    let k = &settings.kubernetes;
+    if !k.enabled {
+        return Ok(None);
+    }
+    let client = kube_client(k).await?;
+    let identity = crate::kube::identity();
+    let (recorder, poster) = EventRecorder::new(
+        RecorderConfig {
+            namespace: k.namespace.clone(),
+            identity: identity.clone(),
+            status_config_map: k.status_config_map.clone(),
+            lease: k
+                .leader_election
+                .enabled
+                .then(|| k.leader_election.lease_name.clone()),
+        },
+        Arc::new(KubeEvents::new(client.clone())),
+        metrics,
+        QUEUE_CAPACITY,
+    );
+    Ok(Some(KubeSide {
+        client,
+        identity,
+        recorder: Arc::new(recorder),
+        poster,
+    }))
+}
+
+/// The Event poster and the status writer, running.
+struct KubeTasks {
+    poster: tokio::task::JoinHandle<()>,
+    status: tokio::task::JoinHandle<()>,
+    writer: Arc<crate::kube::status::StatusWriter>,
+    fence: Arc<dyn crate::fence::WriteFence>,
+}
+
+impl KubeTasks {
+    /// One status write now, if this replica may write.
+    async fn write_status_now(&self, reconciler: &Reconciler) {
+        if self.fence.check().is_ok() {
+            if let Err(e) = self.writer.write(reconciler.status()).await {
+                tracing::warn!(error = %e, "could not write the status ConfigMap");
+            }
+        }
+    }
+}
+
+impl KubeSide {
+    /// Spawns the Event poster and the status writer (every `scanInterval`, while `fence` lets
+    /// this replica write).
+    fn spawn(
+        self,
+        settings: &Settings,
+        reconciler: Arc<Reconciler>,
+        fence: Arc<dyn crate::fence::WriteFence>,
+        metrics: Arc<Metrics>,
+        stop: CancellationToken,
+    ) -> KubeTasks {
+        let k = &settings.kubernetes;
+        let writer = Arc::new(
+            crate::kube::status::StatusWriter::new(
+                Arc::new(crate::kube::status::KubeConfigMaps::new(
+                    self.client,
+                    &k.namespace,
+                    &k.status_config_map,
+                )),
+                &k.status_config_map,
+                &self.identity,
+            )
+            .metrics(metrics),
+        );
+        let recorder = self.recorder.clone();
+        let status = tokio::spawn(writer.clone().run(
+            move || reconciler.status(),
+            fence.clone(),
+            settings.scan_interval,
+            move |cm| recorder.set_status_uid(cm.metadata.uid.clone()),
+            stop.clone(),
+        ));
+        KubeTasks {
+            poster: tokio::spawn(self.poster.run(stop)),
+            status,
+            writer,
+            fence,
+        }
+    }
+}
+
+/// Stops the Kubernetes tasks; the poster gets a few seconds to post what is queued (the
+/// leadership hand-over), so an unreachable API server cannot hold the shutdown.
+async fn stop_kube_tasks(stop: CancellationToken, tasks: Option<KubeTasks>) {
+    stop.cancel();
+    let Some(tasks) = tasks else {
+        return;
+    };
+    for mut task in [tasks.status, tasks.poster] {
+        if tokio::time::timeout(Duration::from_secs(5), &mut task)
+            .await
+            .is_err()
+        {
+            task.abort();
+        }
+    }
+}
+
+/// The Lease candidate when `kubernetes.enabled` and `kubernetes.leaderElection.enabled`,
+/// reporting to the Events recorder.
 fn leader_election(
     settings: &Settings,
-    client: Option<kube::Client>,
+    kube_side: Option<&KubeSide>,
 ) -> Option<Arc<crate::kube::lease::LeaderElection>> {
     let k = &settings.kubernetes;
-    let client = client.filter(|_| k.leader_election.enabled)?;
+    let side = kube_side.filter(|_| k.enabled && k.leader_election.enabled)?;
     let le = &k.leader_election;
-    let identity = crate::kube::identity();
+    let identity = side.identity.clone();
     tracing::info!(lease = %le.lease_name, namespace = %k.namespace, %identity, "leader election on");
-    let store = crate::kube::KubeLeases::new(client, &k.namespace, &le.lease_name);
+    let store = crate::kube::KubeLeases::new(side.client.clone(), &k.namespace, &le.lease_name);
     Some(Arc::new(crate::kube::lease::LeaderElection::new(
         crate::kube::lease::LeaseConfig {
             name: le.lease_name.clone(),
@@ -437,7 +575,7 @@ fn leader_election(
             retry_period: le.retry_period,
         },
         Arc::new(store),
-        Arc::new(crate::notify::NoEvents),
+        side.recorder.clone(),
     )))
 }
 

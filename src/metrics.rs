@@ -78,6 +78,13 @@ pub struct Metrics {
     pub credential_errors_total: IntCounterVec,
     /// Build information, always 1.
     pub build_info: IntGaugeVec,
+    /// Kubernetes Events posted (created, or a series bumped), by reason.
+    pub kube_events_total: IntCounterVec,
+    /// Events not posted, by why (`queue_full`, `rate_limited`, `api_error`, `closed`).
+    pub kube_events_dropped_total: IntCounterVec,
+    /// Status ConfigMap writes by result (`created`, `updated`, `conflict`, `error`); a
+    /// `conflict` is one 409 met, followed by a re-read.
+    pub kube_status_writes_total: IntCounterVec,
 }
 
 impl Metrics {
@@ -238,6 +245,25 @@ impl Metrics {
                 &["kind"],
             ),
             build_info: int_gauge(&registry, "build_info", "Build information.", &["version"]),
+            // Kubernetes Events and the status ConfigMap (src/kube/events.rs, src/kube/status.rs).
+            kube_events_total: counter(
+                &registry,
+                "kube_events_total",
+                "Kubernetes Events posted (created or series bumped), by reason.",
+                &["reason"],
+            ),
+            kube_events_dropped_total: counter(
+                &registry,
+                "kube_events_dropped_total",
+                "Kubernetes Events not posted, by why.",
+                &["why"],
+            ),
+            kube_status_writes_total: counter(
+                &registry,
+                "kube_status_writes_total",
+                "Status ConfigMap writes by result; conflict counts each 409 met.",
+                &["result"],
+            ),
             registry,
         };
         m.build_info

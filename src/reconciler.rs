@@ -26,7 +26,9 @@ use crate::cache::{InstanceCache, ScaleSet, ScaleSetCache, SizeCache};
 use crate::config::{ConflictStrategy, NodeGroupSpec, Settings};
 use crate::fence::{Unfenced, WriteFence};
 use crate::metrics::Metrics;
-use crate::notify::{ControllerEvent, EventSink, NoEvents};
+use crate::notify::{
+    ConflictRecord, ControllerEvent, EventSink, GroupStatus, NoEvents, WriteRecord,
+};
 use crate::planner::{self, CapacityChange, ConfiguredDemand, DemandSource, Hold};
 use crate::resource::{CapacityResource, Resources};
 use parking_lot::Mutex;
@@ -115,6 +117,16 @@ struct GroupState {
     budget: TokenBucket,
     /// The refusal last logged (logged again only when it changes).
     refusal: Option<&'static str>,
+    /// What the last plan wanted for the group (the status snapshot).
+    target: Option<i64>,
+    /// The last write sent and its result (the status snapshot).
+    last_write: Option<WriteRecord>,
+    /// The last 412 and how it ended (the status snapshot).
+    last_conflict: Option<ConflictRecord>,
+    /// Foreign writes seen (the status snapshot).
+    foreign_writes: u64,
+    /// Why the last planned write was not sent; cleared when a write is sent or none is planned.
+    held: Option<&'static str>,
 }
 
 /// Liveness and readiness, read by `/healthz` and `/readyz`.
@@ -323,6 +335,13 @@ impl Reconciler {
             .target_size(name, &self.inner.scale_sets, Instant::now())
     }
 
+    /// Each node group as the reconciler sees it now (what the leader writes to the status
+    /// ConfigMap): bounds, the planned target, capacity and ETag, the last write and the last
+    /// 412 with their outcomes, foreign writes, backoff or cool-down, and why writes are held.
+    pub fn status(&self) -> Vec<GroupStatus> {
+        self.inner.status()
+    }
+
     /// Runs passes every `scanInterval` (jittered) until `shutdown` is cancelled; a pass under
     /// way when it is gets `shutdownGrace` to finish its writes.
     pub async fn run(&self, shutdown: CancellationToken) {
@@ -375,6 +394,56 @@ impl Reconciler {
 impl Inner {
     fn groups(&self) -> Arc<Vec<NodeGroupSpec>> {
         self.groups.lock().clone()
+    }
+
+    fn status(&self) -> Vec<GroupStatus> {
+        let now = Instant::now();
+        let wall = OffsetDateTime::now_utc();
+        // A monotonic deadline as wall-clock time, for people reading the ConfigMap.
+        let until = |t: Option<Instant>| {
+            t.filter(|t| *t > now)
+                .map(|t| rfc3339(wall + t.saturating_duration_since(now)))
+        };
+        let snapshot = self.scale_sets.snapshot();
+        let state = self.state.lock();
+        self.groups()
+            .iter()
+            .map(|g| {
+                let entry = snapshot.get(&g.name).map(|e| &e.scale_set);
+                let s = state.get(&g.name);
+                GroupStatus {
+                    name: g.name.clone(),
+                    kind: g.kind.as_str().to_string(),
+                    min_size: g.min_size,
+                    max_size: g.max_size,
+                    target: s.and_then(|s| s.target),
+                    capacity: entry.and_then(|e| e.capacity),
+                    etag: s
+                        .and_then(|s| s.known_etag.clone())
+                        .or_else(|| entry.and_then(|e| e.etag.clone())),
+                    last_write: s.and_then(|s| s.last_write.clone()),
+                    last_conflict: s.and_then(|s| s.last_conflict.clone()),
+                    foreign_writes: s.map_or(0, |s| s.foreign_writes),
+                    backoff_until: until(s.and_then(|s| s.backoff_until)),
+                    cooldown_until: until(s.and_then(|s| s.cooldown_until)),
+                    held: s.and_then(|s| s.held.or(s.refusal)).map(str::to_string),
+                }
+            })
+            .collect()
+    }
+
+    /// Records a write that was sent and its `capacity_writes_total` result (status snapshot).
+    fn record_write(&self, name: &str, from: Option<i64>, to: i64, result: &str) {
+        let record = WriteRecord {
+            at: rfc3339(OffsetDateTime::now_utc()),
+            from,
+            to,
+            result: result.to_string(),
+        };
+        self.with_state(name, |s| {
+            s.last_write = Some(record);
+            s.held = None;
+        });
     }
 
     async fn run_once(self: Arc<Self>) -> Result<PassReport, ReconcileError> {
@@ -517,6 +586,11 @@ impl Inner {
             backoff_until: None,
             backoff_attempts: 0,
             refusal: None,
+            target: None,
+            last_write: None,
+            last_conflict: None,
+            foreign_writes: 0,
+            held: None,
             budget: TokenBucket {
                 tokens: f64::from(self.settings.write_budget.burst),
                 last: Instant::now(),
@@ -544,6 +618,7 @@ impl Inner {
             foreign
         });
         if foreign && managed {
+            self.with_state(&fresh.name, |s| s.foreign_writes += 1);
             self.metrics
                 .foreign_writes_total
                 .with_label_values(&[&fresh.name])
@@ -766,6 +841,15 @@ impl Inner {
                 .scale_set_max_size
                 .with_label_values(&[name])
                 .set(i64::from(g.max_size));
+            let target = desired.get(name).copied().flatten();
+            let planned = changes.iter().any(|c| c.scale_set == name);
+            self.with_state(name, |s| {
+                s.target = target.or(s.target);
+                if !planned {
+                    // Nothing to write this pass: nothing is held.
+                    s.held = None;
+                }
+            });
             if let Some(Some(d)) = desired.get(name) {
                 self.metrics
                     .scale_set_desired_capacity
@@ -837,6 +921,7 @@ impl Inner {
     }
 
     fn held(&self, name: &str, reason: &'static str) -> (WriteEnd, bool) {
+        self.with_state(name, |s| s.held = Some(reason));
         self.metrics
             .writes_held_total
             .with_label_values(&[name, reason])
@@ -928,10 +1013,11 @@ impl Inner {
             return self.held(name, reason);
         }
         self.spend_budget(name);
-        match resource
+        let result = resource
             .write_capacity(&current, target, &precondition)
-            .await
-        {
+            .await;
+        self.record_write(name, current.capacity, target, write_result(&result));
+        match result {
             Ok(acc) => {
                 self.write_ok(group, &current, target, &precondition, acc);
                 (WriteEnd::Written, false)
@@ -1070,6 +1156,11 @@ impl Inner {
         self.invalidate_after_conflict(name);
         let fresh_capacity = Mutex::new(None);
         let outcome = |o: &'static str| {
+            let record = ConflictRecord {
+                at: rfc3339(OffsetDateTime::now_utc()),
+                outcome: o.to_string(),
+            };
+            self.with_state(name, |s| s.last_conflict = Some(record));
             self.metrics
                 .etag_conflicts_total
                 .with_label_values(&[name, o])
@@ -1153,6 +1244,7 @@ impl Inner {
             .or_else(|| self.hold_reason(name))
         {
             outcome("gave_up");
+            self.with_state(name, |s| s.held = Some(reason));
             self.metrics
                 .writes_held_total
                 .with_label_values(&[name, reason])
@@ -1161,7 +1253,9 @@ impl Inner {
         }
         self.spend_budget(name);
         let precondition = Precondition::IfMatch(etag);
-        match resource.write_capacity(&fresh, next, &precondition).await {
+        let result = resource.write_capacity(&fresh, next, &precondition).await;
+        self.record_write(name, fresh.capacity, next, write_result(&result));
+        match result {
             Ok(acc) => {
                 self.write_ok(group, &fresh, next, &precondition, acc);
                 outcome("retried_ok");
@@ -1378,6 +1472,20 @@ enum OperationEnd {
     Failed(String),
     Timeout,
     Error(String),
+}
+
+/// The `capacity_writes_total` result label of a write's answer.
+fn write_result(result: &Result<PutAccepted, ArmError>) -> &'static str {
+    match result {
+        Ok(_) => "ok",
+        Err(e) => e.metric_label(),
+    }
+}
+
+/// RFC 3339 in UTC, as the status ConfigMap shows times.
+fn rfc3339(t: OffsetDateTime) -> String {
+    t.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
 }
 
 /// `d` plus or minus `fraction` of it, at random.

@@ -334,6 +334,7 @@ impl Store {
         defaults(rt, &mut obj);
         self.objects.insert(key, obj.clone());
         self.record(rt, namespace, EventType::Added, obj.clone(), None);
+        self.mirror_event(rt, namespace, EventType::Added, &obj);
         Ok(obj)
     }
 
@@ -433,6 +434,7 @@ impl Store {
         new["metadata"]["resourceVersion"] = json!(self.rv.to_string());
         let prev = self.objects.insert(key, new.clone());
         self.record(rt, namespace, EventType::Modified, new.clone(), prev);
+        self.mirror_event(rt, namespace, EventType::Modified, &new);
         Ok(new)
     }
 
@@ -474,8 +476,35 @@ impl Store {
         self.rv += 1;
         let mut gone = old.clone();
         gone["metadata"]["resourceVersion"] = json!(self.rv.to_string());
-        self.record(rt, namespace, EventType::Deleted, gone, None);
+        self.record(rt, namespace, EventType::Deleted, gone.clone(), None);
+        self.mirror_event(rt, namespace, EventType::Deleted, &gone);
         Ok(old)
+    }
+
+    /// A core `v1` Event and an `events.k8s.io/v1` Event are one object on the real server,
+    /// seen through two APIs with some fields renamed: an Event posted through either shows in
+    /// both (so `kubectl get events` lists what a controller posted as `events.k8s.io/v1`).
+    /// Each write of one is mirrored to its twin, with the same version, uid and change.
+    fn mirror_event(&mut self, rt: &ResourceType, namespace: &str, event: EventType, obj: &Value) {
+        let Some((twin, converted)) = event_twin(rt, obj) else {
+            return;
+        };
+        let Some(name) = name_of(&converted).map(str::to_string) else {
+            return;
+        };
+        let key = Self::key(twin, namespace, &name);
+        let prev = match event {
+            EventType::Deleted => {
+                self.objects.remove(&key);
+                None
+            }
+            EventType::Added => {
+                self.objects.insert(key, converted.clone());
+                None
+            }
+            EventType::Modified => self.objects.insert(key, converted.clone()),
+        };
+        self.record(twin, namespace, event, converted, prev);
     }
 
     /// Every stored object of a type in a namespace (for eviction's budget arithmetic).
@@ -483,6 +512,46 @@ impl Store {
         self.list(rt, Some(namespace), &Selector::default(), None, None)
             .items
     }
+}
+
+/// Field names of a core `v1` Event and their `events.k8s.io/v1` names (the rest are shared),
+/// as `k8s.io/kubernetes/pkg/apis/events/v1/conversion.go` maps them.
+const EVENT_FIELDS: &[(&str, &str)] = &[
+    ("involvedObject", "regarding"),
+    ("message", "note"),
+    ("source", "deprecatedSource"),
+    ("firstTimestamp", "deprecatedFirstTimestamp"),
+    ("lastTimestamp", "deprecatedLastTimestamp"),
+    ("count", "deprecatedCount"),
+    ("reportingComponent", "reportingController"),
+];
+
+/// The other API's type and view of an Event; `None` for every other type.
+fn event_twin(rt: &ResourceType, obj: &Value) -> Option<(&'static ResourceType, Value)> {
+    if rt.plural != "events" {
+        return None;
+    }
+    let to_events_api = rt.group.is_empty();
+    let twin = if to_events_api {
+        resources::find("events.k8s.io", "v1", "events")?
+    } else {
+        resources::find("", "v1", "events")?
+    };
+    let mut out = obj.clone();
+    let m = out.as_object_mut()?;
+    for (core, events) in EVENT_FIELDS {
+        let (from, to) = if to_events_api {
+            (core, events)
+        } else {
+            (events, core)
+        };
+        if let Some(v) = m.remove(*from) {
+            m.insert((*to).to_string(), v);
+        }
+    }
+    m.insert("kind".into(), json!(twin.kind));
+    m.insert("apiVersion".into(), json!(twin.group_version()));
+    Some((twin, out))
 }
 
 fn by_id_namespaced(id: &str) -> bool {
