@@ -306,6 +306,10 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let metrics = Arc::new(Metrics::new());
     let arm = arm_client(&settings, metrics.clone())?;
     let kube_side = kube_side(&settings, metrics.clone()).await?;
+    if let Some(k) = &kube_side {
+        // One identity for the Lease, the Events and the Azure calls' User-Agent.
+        arm.set_instance(&k.identity);
+    }
     let election = leader_election(&settings, kube_side.as_ref());
     let mut builder =
         Reconciler::builder(settings.clone(), arm, metrics.clone()).dry_run(args.dry_run);

@@ -322,6 +322,24 @@ pub struct ArmHttpError {
 #[derive(Debug)]
 pub struct ResponsePolicy {
     metrics: Arc<Metrics>,
+    user_agent: UserAgent,
+}
+
+/// This process's `User-Agent` prefix: `vmss-capacity-controller/<version>`, and once
+/// [`ArmClient::set_instance`] named it, `(instance <identity>)`, so Azure's activity log and the
+/// emulator's request log tell replicas apart.
+#[derive(Clone, Debug, Default)]
+struct UserAgent(Arc<parking_lot::RwLock<Option<String>>>);
+
+impl UserAgent {
+    const PRODUCT: &'static str = concat!("vmss-capacity-controller/", env!("CARGO_PKG_VERSION"));
+
+    fn value(&self) -> String {
+        match self.0.read().as_deref() {
+            Some(id) => format!("{} (instance {id})", Self::PRODUCT),
+            None => Self::PRODUCT.to_string(),
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -332,6 +350,13 @@ impl Policy for ResponsePolicy {
         request: &mut Request,
         next: &[Arc<dyn Policy>],
     ) -> PolicyResult {
+        // Ours first, then the SDK's own (`azsdk-rust-...`), as an application id would be.
+        let ua = HeaderName::from_static("user-agent");
+        let value = match request.headers().get_optional_str(&ua) {
+            Some(sdk) => format!("{} {sdk}", self.user_agent.value()),
+            None => self.user_agent.value(),
+        };
+        request.insert_header(ua, value);
         let rsp = next[0].send(ctx, request, &next[1..]).await?;
         record_ratelimits(&self.metrics, rsp.headers());
         let status = rsp.status();
@@ -442,6 +467,7 @@ pub struct ArmClient {
     target: ArmTarget,
     gates: ThrottleGates,
     metrics: Arc<Metrics>,
+    user_agent: UserAgent,
 }
 
 impl std::fmt::Debug for ArmClient {
@@ -482,6 +508,7 @@ impl ArmClient {
         http: reqwest::Client,
         metrics: Arc<Metrics>,
     ) -> Self {
+        let user_agent = UserAgent::default();
         let mut options = ClientOptions::default()
             .retry(RetryOptions::none())
             .transport(TransportOptions::new(Arc::new(http.clone())));
@@ -489,6 +516,7 @@ impl ArmClient {
             .per_retry_policies_mut()
             .push(Arc::new(ResponsePolicy {
                 metrics: metrics.clone(),
+                user_agent: user_agent.clone(),
             }));
         let compute = compute::Client::new(
             target.endpoint.clone(),
@@ -503,7 +531,15 @@ impl ArmClient {
             target,
             gates: ThrottleGates::new(),
             metrics,
+            user_agent,
         }
+    }
+
+    /// Names this replica in the `User-Agent` of every later request
+    /// (`vmss-capacity-controller/<version> (instance <identity>)`): with leader election, the
+    /// Lease identity, so each replica's Azure calls can be told apart.
+    pub fn set_instance(&self, identity: &str) {
+        *self.user_agent.0.write() = Some(identity.to_string());
     }
 
     /// The subscription and resource group this client serves.
@@ -864,6 +900,7 @@ impl ArmClient {
         let mut request = self
             .http
             .request(method, url)
+            .header("User-Agent", self.user_agent.value())
             .bearer_auth(token.token.secret());
         request = match precondition {
             Precondition::None => request,

@@ -51,6 +51,11 @@ pub(crate) async fn handle(state: &EmulatorState, parts: &Parts, bytes: Bytes) -
             status: reply.status,
             writer: None,
             body_capacity: None,
+            user_agent: parts
+                .headers
+                .get(http::header::USER_AGENT)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string),
         });
         return reply.into_response();
     }

@@ -382,6 +382,7 @@ pub(crate) async fn handle(state: &EmulatorState, parts: &Parts, body: Bytes) ->
         status: 0,
         writer,
         body_capacity,
+        user_agent: header(parts, "user-agent"),
     };
     match outcome {
         Outcome::Reply(mut reply) => {

@@ -132,6 +132,8 @@ pub struct RequestRecord {
     pub writer: Option<String>,
     /// `sku.capacity` (scale set) or `properties.count` (agent pool) of the request body.
     pub body_capacity: Option<i64>,
+    /// `User-Agent` as received (the controller names its replica there).
+    pub user_agent: Option<String>,
 }
 
 /// A write that replaced a version its writer had never been shown.
