@@ -38,5 +38,6 @@ pub mod kube;
 pub mod metrics;
 pub mod notify;
 pub mod planner;
+pub mod pods;
 pub mod reconciler;
 pub mod resource;

@@ -1,0 +1,894 @@
+//! Whether a pod fits a node, the way kube-scheduler's filter plugins decide it, for the
+//! predicates the controller simulates: resource requests (cpu, memory, ephemeral-storage, pod
+//! count and extended resources such as `nvidia.com/gpu`, init and sidecar containers counted as
+//! the scheduler counts them, plus pod overhead), `nodeSelector`, required node affinity
+//! (`In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt`, `Lt`, and `matchFields` on `metadata.name`),
+//! taints and tolerations (`NoSchedule` and `NoExecute`), host ports, and required pod
+//! anti-affinity on `kubernetes.io/hostname` (both directions).
+//!
+//! Constraints it does not simulate (required pod affinity, anti-affinity on another topology
+//! key or by namespace selector, `DoNotSchedule` topology spread) are reported by
+//! [`not_simulated`], never silently planned for. Pure code: no I/O, no clock.
+
+use super::quantity::{self, Milli};
+use k8s_openapi::api::core::v1::{
+    Container, Node, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodAffinityTerm, PodSpec,
+    Taint, Toleration,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Amounts by resource name, in milli-units (`pods` counts pods).
+pub type Resources = BTreeMap<String, Milli>;
+
+/// The label the anti-affinity this module simulates is about.
+pub const HOSTNAME: &str = "kubernetes.io/hostname";
+
+/// Why a pod does not fit a node (the scheduler's reasons, in its words where it has them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unfit {
+    /// Not enough of a resource left.
+    Insufficient {
+        /// Resource name.
+        resource: String,
+        /// What the pod asks for (milli-units).
+        requested: Milli,
+        /// What the node has left (milli-units).
+        free: Milli,
+    },
+    /// `nodeSelector` or required node affinity does not match the node's labels.
+    Selector,
+    /// A `NoSchedule` or `NoExecute` taint the pod does not tolerate.
+    Taint {
+        /// Taint key.
+        key: String,
+        /// Taint effect.
+        effect: String,
+    },
+    /// A host port already taken on the node.
+    HostPort {
+        /// Port number.
+        port: i32,
+        /// Protocol.
+        protocol: String,
+    },
+    /// Required anti-affinity on `kubernetes.io/hostname` against a pod on the node (either way).
+    AntiAffinity {
+        /// The pod on the node that conflicts.
+        with: String,
+    },
+}
+
+impl std::fmt::Display for Unfit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unfit::Insufficient { resource, .. } if resource == "pods" => {
+                f.write_str("Too many pods")
+            }
+            Unfit::Insufficient { resource, .. } => write!(f, "Insufficient {resource}"),
+            Unfit::Selector => f.write_str("node(s) didn't match Pod's node affinity/selector"),
+            Unfit::Taint { key, effect } => {
+                write!(f, "node(s) had untolerated taint {{{key}: {effect}}}")
+            }
+            Unfit::HostPort { port, protocol } => {
+                write!(f, "node(s) didn't have free ports ({protocol}/{port})")
+            }
+            Unfit::AntiAffinity { with } => {
+                write!(
+                    f,
+                    "node(s) didn't match pod anti-affinity rules (with {with})"
+                )
+            }
+        }
+    }
+}
+
+/// A constraint of the pod this module does not simulate, if any.
+pub fn not_simulated(spec: &PodSpec) -> Option<&'static str> {
+    if let Some(aff) = &spec.affinity {
+        if aff
+            .pod_affinity
+            .as_ref()
+            .and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .is_some_and(|t| !t.is_empty())
+        {
+            return Some("required pod affinity");
+        }
+        for term in required_anti_affinity(spec) {
+            if term.topology_key != HOSTNAME {
+                return Some("required pod anti-affinity on a topology key other than kubernetes.io/hostname");
+            }
+            if term
+                .namespace_selector
+                .as_ref()
+                .is_some_and(|s| !is_empty_selector(s))
+            {
+                return Some("required pod anti-affinity with a namespace selector");
+            }
+        }
+    }
+    if spec
+        .topology_spread_constraints
+        .iter()
+        .flatten()
+        .any(|c| c.when_unsatisfiable == "DoNotSchedule")
+    {
+        return Some("topology spread constraints (DoNotSchedule)");
+    }
+    None
+}
+
+/// What the scheduler counts for a pod: the larger of (containers + sidecars) and the largest
+/// init step (each init container runs alongside the sidecars started before it), plus the
+/// pod's overhead, plus one pod. A container with a limit but no request asks for its limit,
+/// as the API server's defaulting would have made it. Unparseable quantities count as 0 and are
+/// reported by [`bad_quantities`].
+pub fn pod_requests(spec: &PodSpec) -> Resources {
+    let mut sum = Resources::new();
+    for c in &spec.containers {
+        add(&mut sum, &container_requests(c));
+    }
+    let mut sidecars = Resources::new();
+    let mut init_max = Resources::new();
+    for c in spec.init_containers.iter().flatten() {
+        let step = if c.restart_policy.as_deref() == Some("Always") {
+            add(&mut sidecars, &container_requests(c));
+            sidecars.clone()
+        } else {
+            let mut r = container_requests(c);
+            add(&mut r, &sidecars);
+            r
+        };
+        max_into(&mut init_max, &step);
+    }
+    add(&mut sum, &sidecars);
+    max_into(&mut sum, &init_max);
+    if let Some(overhead) = &spec.overhead {
+        let o: Resources = overhead
+            .iter()
+            .filter_map(|(k, q)| quantity::parse(&q.0).ok().map(|v| (k.clone(), v)))
+            .collect();
+        add(&mut sum, &o);
+    }
+    *sum.entry("pods".into()).or_default() += 1000;
+    sum
+}
+
+/// Quantities in the pod's requests and limits that do not parse: `(container, text)`.
+pub fn bad_quantities(spec: &PodSpec) -> Vec<(String, String)> {
+    let mut bad = Vec::new();
+    for c in spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+    {
+        let r = c.resources.as_ref();
+        for q in r
+            .and_then(|r| r.requests.as_ref())
+            .into_iter()
+            .chain(r.and_then(|r| r.limits.as_ref()))
+            .flat_map(|m| m.values())
+        {
+            if quantity::parse(&q.0).is_err() {
+                bad.push((c.name.clone(), q.0.clone()));
+            }
+        }
+    }
+    bad
+}
+
+fn container_requests(c: &Container) -> Resources {
+    let Some(r) = &c.resources else {
+        return Resources::new();
+    };
+    let mut out = Resources::new();
+    for (k, q) in r.limits.iter().flatten() {
+        if let Ok(v) = quantity::parse(&q.0) {
+            out.insert(k.clone(), v);
+        }
+    }
+    for (k, q) in r.requests.iter().flatten() {
+        if let Ok(v) = quantity::parse(&q.0) {
+            out.insert(k.clone(), v);
+        }
+    }
+    out
+}
+
+fn add(into: &mut Resources, other: &Resources) {
+    for (k, v) in other {
+        *into.entry(k.clone()).or_default() += v;
+    }
+}
+
+fn max_into(into: &mut Resources, other: &Resources) {
+    for (k, v) in other {
+        let e = into.entry(k.clone()).or_default();
+        *e = (*e).max(*v);
+    }
+}
+
+/// A host port a container binds: `(protocol, hostIP, port)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct HostPort {
+    protocol: String,
+    ip: String,
+    port: i32,
+}
+
+impl HostPort {
+    fn conflicts(&self, other: &HostPort) -> bool {
+        let any = |ip: &str| ip.is_empty() || ip == "0.0.0.0" || ip == "::";
+        self.port == other.port
+            && self.protocol == other.protocol
+            && (any(&self.ip) || any(&other.ip) || self.ip == other.ip)
+    }
+}
+
+fn host_ports(spec: &PodSpec) -> Vec<HostPort> {
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter_map(|p| {
+            p.host_port.filter(|hp| *hp > 0).map(|port| HostPort {
+                protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                ip: p.host_ip.clone().unwrap_or_default(),
+                port,
+            })
+        })
+        .collect()
+}
+
+/// A node as the fit sees it: what it offers and what its pods already take. Built from a live
+/// Node and its pods, or from a template for a node that does not exist yet; [`NodeState::place`]
+/// adds a pod in a simulation.
+#[derive(Debug, Clone)]
+pub struct NodeState {
+    /// Node name (for matchFields and anti-affinity's hostname).
+    pub name: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+    /// Taints.
+    pub taints: Vec<Taint>,
+    /// Allocatable, including `pods`.
+    pub allocatable: Resources,
+    /// Sum of the requests of the pods placed on it.
+    pub requested: Resources,
+    /// Pods on it.
+    pub pods: Vec<Arc<Pod>>,
+    ports: Vec<HostPort>,
+}
+
+impl NodeState {
+    /// An empty node with these labels, taints and allocatable resources.
+    pub fn new(
+        name: &str,
+        labels: BTreeMap<String, String>,
+        taints: Vec<Taint>,
+        allocatable: Resources,
+    ) -> Self {
+        Self {
+            name: name.to_string(),
+            labels,
+            taints,
+            allocatable,
+            requested: Resources::new(),
+            pods: Vec::new(),
+            ports: Vec::new(),
+        }
+    }
+
+    /// A live node (its allocatable, labels and taints) with the pods bound to it.
+    pub fn from_node<'a>(node: &Node, pods: impl IntoIterator<Item = &'a Arc<Pod>>) -> Self {
+        let allocatable = node
+            .status
+            .as_ref()
+            .and_then(|s| s.allocatable.as_ref())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|(k, q)| quantity::parse(&q.0).ok().map(|v| (k.clone(), v)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut state = Self::new(
+            node.metadata.name.as_deref().unwrap_or_default(),
+            node.metadata.labels.clone().unwrap_or_default(),
+            node.spec
+                .as_ref()
+                .and_then(|s| s.taints.clone())
+                .unwrap_or_default(),
+            allocatable,
+        );
+        for p in pods {
+            state.place(p.clone());
+        }
+        state
+    }
+
+    /// Adds a pod: its requests, host ports and labels count from now on.
+    pub fn place(&mut self, pod: Arc<Pod>) {
+        if let Some(spec) = &pod.spec {
+            add(&mut self.requested, &pod_requests(spec));
+            self.ports.extend(host_ports(spec));
+        }
+        self.pods.push(pod);
+    }
+
+    /// What is left of `resource`.
+    pub fn free(&self, resource: &str) -> Milli {
+        self.allocatable.get(resource).copied().unwrap_or(0)
+            - self.requested.get(resource).copied().unwrap_or(0)
+    }
+
+    /// Whether `pod` fits, or the first reason it does not (checked in the scheduler's filter
+    /// order: selector and affinity, taints, ports, anti-affinity, resources).
+    pub fn fits(&self, pod: &Pod) -> Result<(), Unfit> {
+        let Some(spec) = &pod.spec else {
+            return Ok(());
+        };
+        if !self.matches_selector(spec) {
+            return Err(Unfit::Selector);
+        }
+        if let Some(t) = self.taints.iter().find(|t| {
+            matches!(t.effect.as_str(), "NoSchedule" | "NoExecute")
+                && !spec
+                    .tolerations
+                    .iter()
+                    .flatten()
+                    .any(|tol| tolerates(tol, t))
+        }) {
+            return Err(Unfit::Taint {
+                key: t.key.clone(),
+                effect: t.effect.clone(),
+            });
+        }
+        for want in host_ports(spec) {
+            if self.ports.iter().any(|have| have.conflicts(&want)) {
+                return Err(Unfit::HostPort {
+                    port: want.port,
+                    protocol: want.protocol,
+                });
+            }
+        }
+        if let Some(with) = self.anti_affinity_conflict(pod) {
+            return Err(Unfit::AntiAffinity { with });
+        }
+        for (resource, requested) in pod_requests(spec) {
+            if requested <= 0 {
+                continue;
+            }
+            let free = self.free(&resource);
+            if requested > free {
+                return Err(Unfit::Insufficient {
+                    resource,
+                    requested,
+                    free,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    fn matches_selector(&self, spec: &PodSpec) -> bool {
+        let selector_ok = spec
+            .node_selector
+            .iter()
+            .flatten()
+            .all(|(k, v)| self.labels.get(k) == Some(v));
+        let affinity_ok = match spec
+            .affinity
+            .as_ref()
+            .and_then(|a| a.node_affinity.as_ref())
+            .and_then(|n| {
+                n.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            }) {
+            None => true,
+            // The terms are ORed; an empty list matches no node.
+            Some(sel) => sel.node_selector_terms.iter().any(|t| self.matches_term(t)),
+        };
+        selector_ok && affinity_ok
+    }
+
+    /// A term's requirements are ANDed; a term with none matches no node.
+    fn matches_term(&self, term: &NodeSelectorTerm) -> bool {
+        let exprs = term.match_expressions.iter().flatten();
+        let fields = term.match_fields.iter().flatten();
+        let mut any = false;
+        for r in exprs {
+            any = true;
+            if !requirement(r, self.labels.get(&r.key).map(String::as_str)) {
+                return false;
+            }
+        }
+        for r in fields {
+            any = true;
+            let value = (r.key == "metadata.name").then_some(self.name.as_str());
+            if !requirement(r, value) {
+                return false;
+            }
+        }
+        any
+    }
+
+    fn anti_affinity_conflict(&self, pod: &Pod) -> Option<String> {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let spec = pod.spec.as_ref()?;
+        for existing in &self.pods {
+            let ens = existing.metadata.namespace.as_deref().unwrap_or("default");
+            let name = || format!("{ens}/{}", existing.metadata.name.as_deref().unwrap_or(""));
+            // The incoming pod's terms against the pods already there...
+            if required_anti_affinity(spec)
+                .any(|t| t.topology_key == HOSTNAME && term_selects(t, ns, existing))
+            {
+                return Some(name());
+            }
+            // ...and theirs against the incoming pod.
+            if let Some(es) = &existing.spec {
+                if required_anti_affinity(es)
+                    .any(|t| t.topology_key == HOSTNAME && term_selects(t, ens, pod))
+                {
+                    return Some(name());
+                }
+            }
+        }
+        None
+    }
+}
+
+fn required_anti_affinity(spec: &PodSpec) -> impl Iterator<Item = &PodAffinityTerm> {
+    spec.affinity
+        .as_ref()
+        .and_then(|a| a.pod_anti_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .into_iter()
+        .flatten()
+}
+
+/// Whether an affinity term of a pod in namespace `owner_ns` selects `other`.
+fn term_selects(term: &PodAffinityTerm, owner_ns: &str, other: &Pod) -> bool {
+    let other_ns = other.metadata.namespace.as_deref().unwrap_or("default");
+    let in_ns = match (&term.namespaces, &term.namespace_selector) {
+        // An empty namespace selector selects every namespace.
+        (_, Some(sel)) if is_empty_selector(sel) => true,
+        (Some(list), _) if !list.is_empty() => list.iter().any(|n| n == other_ns),
+        _ => owner_ns == other_ns,
+    };
+    let labels = other.metadata.labels.clone().unwrap_or_default();
+    in_ns
+        && term
+            .label_selector
+            .as_ref()
+            .is_some_and(|s| label_selector_matches(s, &labels))
+}
+
+fn is_empty_selector(s: &LabelSelector) -> bool {
+    s.match_labels.as_ref().is_none_or(|m| m.is_empty())
+        && s.match_expressions.as_ref().is_none_or(|m| m.is_empty())
+}
+
+/// `metav1.LabelSelector` semantics: matchLabels and matchExpressions ANDed; empty selects all.
+pub fn label_selector_matches(s: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    s.match_labels
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v))
+        && s.match_expressions.iter().flatten().all(|e| {
+            let have = labels.get(&e.key);
+            let values = e.values.as_deref().unwrap_or_default();
+            match e.operator.as_str() {
+                "In" => have.is_some_and(|v| values.contains(v)),
+                "NotIn" => have.is_none_or(|v| !values.contains(v)),
+                "Exists" => have.is_some(),
+                "DoesNotExist" => have.is_none(),
+                _ => false,
+            }
+        })
+}
+
+/// One node selector requirement against the label (or field) value, `None` when absent.
+fn requirement(r: &NodeSelectorRequirement, value: Option<&str>) -> bool {
+    let values = r.values.as_deref().unwrap_or_default();
+    let number = |s: &str| s.parse::<i64>().ok();
+    match r.operator.as_str() {
+        "In" => value.is_some_and(|v| values.iter().any(|x| x == v)),
+        "NotIn" => value.is_none_or(|v| !values.iter().any(|x| x == v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" | "Lt" => {
+            let (Some(have), Some(bound)) = (
+                value.and_then(number),
+                values.first().and_then(|b| number(b)),
+            ) else {
+                return false;
+            };
+            if r.operator == "Gt" {
+                have > bound
+            } else {
+                have < bound
+            }
+        }
+        _ => false,
+    }
+}
+
+/// `v1.Toleration.ToleratesTaint`.
+pub fn tolerates(tol: &Toleration, taint: &Taint) -> bool {
+    if let Some(effect) = tol.effect.as_deref().filter(|e| !e.is_empty()) {
+        if effect != taint.effect {
+            return false;
+        }
+    }
+    if let Some(key) = tol.key.as_deref().filter(|k| !k.is_empty()) {
+        if key != taint.key {
+            return false;
+        }
+    }
+    match tol.operator.as_deref().unwrap_or("Equal") {
+        "Exists" => true,
+        "Equal" | "" => tol.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(v: serde_json::Value) -> Pod {
+        let mut v = v;
+        if v.get("metadata").is_none() {
+            v["metadata"] = json!({"name": "p", "namespace": "default"});
+        }
+        serde_json::from_value(v).expect("a pod")
+    }
+
+    fn node(
+        labels: serde_json::Value,
+        taints: serde_json::Value,
+        alloc: serde_json::Value,
+    ) -> NodeState {
+        let n: Node = serde_json::from_value(json!({
+            "metadata": {"name": "node-1", "labels": labels},
+            "spec": {"taints": taints},
+            "status": {"allocatable": alloc},
+        }))
+        .expect("a node");
+        NodeState::from_node(&n, [])
+    }
+
+    fn roomy() -> NodeState {
+        node(
+            json!({"kubernetes.io/hostname": "node-1", "zone": "1", "gen": "5"}),
+            json!([]),
+            json!({"cpu": "4", "memory": "16Gi", "pods": "110", "ephemeral-storage": "100Gi"}),
+        )
+    }
+
+    fn containers(reqs: &[serde_json::Value]) -> serde_json::Value {
+        json!(reqs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| json!({"name": format!("c{i}"), "resources": {"requests": r}}))
+            .collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn requests_sum_the_containers_and_take_the_larger_init_step() {
+        // The scheduler's documented example: init containers run one at a time, so the
+        // effective request is max(sum of app containers, largest init container).
+        let spec = pod(json!({"spec": {
+            "containers": containers(&[json!({"cpu": "100m"}), json!({"cpu": "200m"})]),
+            "initContainers": containers(&[json!({"cpu": "500m"}), json!({"memory": "1Gi"})]),
+        }}))
+        .spec
+        .unwrap();
+        let r = pod_requests(&spec);
+        assert_eq!(r["cpu"], 500);
+        assert_eq!(r["memory"], (1i128 << 30) * 1000);
+        assert_eq!(r["pods"], 1000);
+    }
+
+    #[test]
+    fn sidecars_run_beside_the_app_and_beside_later_init_containers() {
+        // A restartable init container (restartPolicy: Always) is a sidecar: it adds to the
+        // app containers, and to every init container that starts after it.
+        let spec = pod(json!({"spec": {
+            "containers": containers(&[json!({"cpu": "100m"})]),
+            "initContainers": [
+                {"name": "side", "restartPolicy": "Always", "resources": {"requests": {"cpu": "200m"}}},
+                {"name": "migrate", "resources": {"requests": {"cpu": "1"}}},
+            ],
+            "overhead": {"cpu": "10m"},
+        }}))
+        .spec
+        .unwrap();
+        // max(100 + 200, 1000 + 200) + 10 overhead
+        assert_eq!(pod_requests(&spec)["cpu"], 1210);
+    }
+
+    #[test]
+    fn a_limit_without_a_request_asks_for_the_limit() {
+        let spec = pod(json!({"spec": {"containers": [
+            {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1", "cpu": "2"}, "requests": {"cpu": "1"}}}
+        ]}}))
+        .spec
+        .unwrap();
+        let r = pod_requests(&spec);
+        assert_eq!(r["nvidia.com/gpu"], 1000);
+        assert_eq!(r["cpu"], 1000);
+    }
+
+    #[test]
+    fn resources_pod_count_and_extended_resources_must_fit() {
+        let n = roomy();
+        let fits =
+            |r: serde_json::Value| n.fits(&pod(json!({"spec": {"containers": containers(&[r])}})));
+        assert_eq!(fits(json!({"cpu": "4", "memory": "16Gi"})), Ok(()));
+        assert!(matches!(
+            fits(json!({"cpu": "4001m"})),
+            Err(Unfit::Insufficient { ref resource, requested: 4001, free: 4000 }) if resource == "cpu"
+        ));
+        assert!(matches!(
+            fits(json!({"nvidia.com/gpu": "1"})),
+            Err(Unfit::Insufficient { ref resource, .. }) if resource == "nvidia.com/gpu"
+        ));
+        let mut full = node(json!({}), json!([]), json!({"cpu": "4", "pods": "1"}));
+        full.place(Arc::new(pod(json!({"spec": {"containers": []}}))));
+        let e = full
+            .fits(&pod(json!({"spec": {"containers": []}})))
+            .unwrap_err();
+        assert_eq!(e.to_string(), "Too many pods");
+    }
+
+    #[test]
+    fn placed_pods_use_up_the_room() {
+        let mut n = roomy();
+        let half = || pod(json!({"spec": {"containers": containers(&[json!({"cpu": "2"})])}}));
+        n.place(Arc::new(half()));
+        assert_eq!(n.fits(&half()), Ok(()));
+        n.place(Arc::new(half()));
+        assert!(n.fits(&half()).is_err());
+        assert_eq!(n.free("cpu"), 0);
+    }
+
+    /// Node affinity as the scheduler documents it (`In`, `NotIn`, `Exists`, `DoesNotExist`,
+    /// `Gt`, `Lt`; terms ORed, expressions ANDed; an empty term list matches nothing).
+    #[test]
+    fn node_selector_and_required_node_affinity_follow_the_scheduler_table() {
+        let n = roomy(); // labels zone=1, gen=5
+        let with_terms = |terms: serde_json::Value| {
+            pod(
+                json!({"spec": {"containers": [], "affinity": {"nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}}}),
+            )
+        };
+        let expr = |key: &str, op: &str, values: &[&str]| json!({"key": key, "operator": op, "values": values});
+        let cases = [
+            (
+                json!([{"matchExpressions": [expr("zone", "In", &["1", "2"])]}]),
+                true,
+            ),
+            (
+                json!([{"matchExpressions": [expr("zone", "In", &["3"])]}]),
+                false,
+            ),
+            (
+                json!([{"matchExpressions": [expr("zone", "NotIn", &["3"])]}]),
+                true,
+            ),
+            (
+                json!([{"matchExpressions": [expr("absent", "NotIn", &["3"])]}]),
+                true,
+            ),
+            (
+                json!([{"matchExpressions": [expr("zone", "Exists", &[])]}]),
+                true,
+            ),
+            (
+                json!([{"matchExpressions": [expr("zone", "DoesNotExist", &[])]}]),
+                false,
+            ),
+            (
+                json!([{"matchExpressions": [expr("gen", "Gt", &["4"])]}]),
+                true,
+            ),
+            (
+                json!([{"matchExpressions": [expr("gen", "Gt", &["5"])]}]),
+                false,
+            ),
+            (
+                json!([{"matchExpressions": [expr("gen", "Lt", &["6"])]}]),
+                true,
+            ),
+            (
+                json!([{"matchExpressions": [expr("zone", "Gt", &["x"])]}]),
+                false,
+            ),
+            (
+                json!([{"matchExpressions": [expr("absent", "Lt", &["9"])]}]),
+                false,
+            ),
+            // ANDed within a term
+            (
+                json!([{"matchExpressions": [expr("zone", "In", &["1"]), expr("gen", "In", &["4"])]}]),
+                false,
+            ),
+            // ORed across terms
+            (
+                json!([{"matchExpressions": [expr("zone", "In", &["9"])]}, {"matchExpressions": [expr("gen", "In", &["5"])]}]),
+                true,
+            ),
+            (
+                json!([{"matchFields": [expr("metadata.name", "In", &["node-1"])]}]),
+                true,
+            ),
+            (
+                json!([{"matchFields": [expr("metadata.name", "NotIn", &["node-1"])]}]),
+                false,
+            ),
+            (json!([]), false),
+            (json!([{}]), false),
+        ];
+        for (terms, want) in cases {
+            let got = n.fits(&with_terms(terms.clone())).is_ok();
+            assert_eq!(got, want, "{terms}");
+        }
+        let selected =
+            |sel: serde_json::Value| pod(json!({"spec": {"containers": [], "nodeSelector": sel}}));
+        assert_eq!(n.fits(&selected(json!({"zone": "1"}))), Ok(()));
+        assert_eq!(
+            n.fits(&selected(json!({"zone": "2"}))),
+            Err(Unfit::Selector)
+        );
+    }
+
+    /// `ToleratesTaint`: effect must match unless empty; key must match unless empty with
+    /// `Exists`; `Equal` compares values. `PreferNoSchedule` never blocks.
+    #[test]
+    fn taints_block_unless_tolerated_as_the_scheduler_tolerates_them() {
+        let gpu = node(
+            json!({}),
+            json!([{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"},
+                   {"key": "soft", "effect": "PreferNoSchedule"}]),
+            json!({"cpu": "4", "pods": "10"}),
+        );
+        let with =
+            |tols: serde_json::Value| pod(json!({"spec": {"containers": [], "tolerations": tols}}));
+        let cases = [
+            (json!([]), false),
+            (
+                json!([{"key": "nvidia.com/gpu", "operator": "Exists"}]),
+                true,
+            ),
+            (
+                json!([{"key": "nvidia.com/gpu", "operator": "Equal", "value": "true"}]),
+                true,
+            ),
+            (json!([{"key": "nvidia.com/gpu", "value": "true"}]), true),
+            (json!([{"key": "nvidia.com/gpu", "value": "false"}]), false),
+            (
+                json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoExecute"}]),
+                false,
+            ),
+            (
+                json!([{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]),
+                true,
+            ),
+            (json!([{"operator": "Exists"}]), true),
+            (json!([{"key": "other", "operator": "Exists"}]), false),
+        ];
+        for (tols, want) in cases {
+            assert_eq!(gpu.fits(&with(tols.clone())).is_ok(), want, "{tols}");
+        }
+        assert_eq!(
+            gpu.fits(&with(json!([]))).unwrap_err().to_string(),
+            "node(s) had untolerated taint {nvidia.com/gpu: NoSchedule}"
+        );
+    }
+
+    #[test]
+    fn a_host_port_can_be_bound_once_per_protocol_and_address() {
+        let mut n = roomy();
+        let bind = |port: i32, proto: &str, ip: &str| {
+            pod(json!({"spec": {"containers": [{"name": "c", "ports": [
+                {"containerPort": 80, "hostPort": port, "protocol": proto, "hostIP": ip}]}]}}))
+        };
+        n.place(Arc::new(bind(8080, "TCP", "")));
+        assert!(matches!(
+            n.fits(&bind(8080, "TCP", "")),
+            Err(Unfit::HostPort { port: 8080, .. })
+        ));
+        assert!(
+            n.fits(&bind(8080, "TCP", "10.0.0.1")).is_err(),
+            "0.0.0.0 covers every address"
+        );
+        assert_eq!(n.fits(&bind(8080, "UDP", "")), Ok(()));
+        assert_eq!(n.fits(&bind(8081, "TCP", "")), Ok(()));
+    }
+
+    #[test]
+    fn required_anti_affinity_on_hostname_is_checked_both_ways() {
+        let anti = |name: &str, app: &str| {
+            pod(
+                json!({"metadata": {"name": name, "namespace": "default", "labels": {"app": app}},
+                "spec": {"containers": [], "affinity": {"podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"topologyKey": HOSTNAME, "labelSelector": {"matchLabels": {"app": app}}}]}}}}),
+            )
+        };
+        let plain = |name: &str, app: &str, ns: &str| {
+            pod(
+                json!({"metadata": {"name": name, "namespace": ns, "labels": {"app": app}},
+                "spec": {"containers": []}}),
+            )
+        };
+        let mut n = roomy();
+        n.place(Arc::new(anti("web-1", "web")));
+        assert!(matches!(
+            n.fits(&anti("web-2", "web")),
+            Err(Unfit::AntiAffinity { .. })
+        ));
+        // The pod already there repels a matching newcomer even without its own terms.
+        assert!(n.fits(&plain("web-3", "web", "default")).is_err());
+        // Another namespace is not selected by a term without namespaces.
+        assert_eq!(n.fits(&plain("web-4", "web", "other")), Ok(()));
+        assert_eq!(n.fits(&anti("db-1", "db")), Ok(()));
+    }
+
+    #[test]
+    fn constraints_that_are_not_simulated_are_named() {
+        let with = |affinity: serde_json::Value| {
+            pod(json!({"spec": {"containers": [], "affinity": affinity}}))
+                .spec
+                .unwrap()
+        };
+        let term =
+            |key: &str| json!([{"topologyKey": key, "labelSelector": {"matchLabels": {"a": "b"}}}]);
+        assert_eq!(
+            not_simulated(&with(
+                json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": term(HOSTNAME)}})
+            )),
+            Some("required pod affinity")
+        );
+        assert!(not_simulated(&with(json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": term("topology.kubernetes.io/zone")}}))).is_some());
+        assert_eq!(
+            not_simulated(&with(
+                json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": term(HOSTNAME)}})
+            )),
+            None
+        );
+        let spread = |how: &str| {
+            pod(
+                json!({"spec": {"containers": [], "topologySpreadConstraints": [
+            {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": how}]}}),
+            )
+            .spec
+            .unwrap()
+        };
+        assert!(not_simulated(&spread("DoNotSchedule")).is_some());
+        assert_eq!(not_simulated(&spread("ScheduleAnyway")), None);
+    }
+
+    #[test]
+    fn unparseable_quantities_are_reported_not_guessed() {
+        let spec = pod(json!({"spec": {"containers": [
+            {"name": "c", "resources": {"requests": {"cpu": "lots"}}}]}}))
+        .spec
+        .unwrap();
+        assert_eq!(
+            bad_quantities(&spec),
+            [("c".to_string(), "lots".to_string())]
+        );
+        assert_eq!(pod_requests(&spec).get("cpu"), None);
+    }
+}
