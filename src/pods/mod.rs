@@ -4,6 +4,10 @@
 //! |---|---|
 //! | [`quantity`] | Kubernetes resource quantities as exact milli-units |
 //! | [`fit`] | whether a pod fits a node, as kube-scheduler's filters decide it |
+//! | [`estimate`] | first-fit-decreasing bin packing: new nodes per group for pending pods |
+//! | [`expander`] | which group to grow: least-waste, most-pods, priority, random |
 
+pub mod estimate;
+pub mod expander;
 pub mod fit;
 pub mod quantity;
