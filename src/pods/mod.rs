@@ -6,8 +6,10 @@
 //! | [`fit`] | whether a pod fits a node, as kube-scheduler's filters decide it |
 //! | [`estimate`] | first-fit-decreasing bin packing: new nodes per group for pending pods |
 //! | [`expander`] | which group to grow: least-waste, most-pods, priority, random |
+//! | [`template`] | what a new node of a group would offer: live node, or VM size + tags |
 
 pub mod estimate;
 pub mod expander;
 pub mod fit;
 pub mod quantity;
+pub mod template;

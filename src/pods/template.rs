@@ -1,0 +1,428 @@
+//! Node templates: what a new node of a group would offer, for planning before it exists.
+//!
+//! From a live Ready node of the group when there is one (its allocatable, labels and taints);
+//! else, to scale from zero, from the VM size (a built-in table of common Azure sizes, minus the
+//! kubelet and system reservations AKS documents) plus cluster-autoscaler's template tags on a
+//! scale set (`k8s.io_cluster-autoscaler_node-template_label_*`, `..._taint_*`,
+//! `..._resources_*`) or an agent pool's `nodeLabels`, `nodeTaints` and `maxPods`. Then what the
+//! cluster's DaemonSets would place on the new node is taken off. Pure code.
+
+use super::fit::{NodeState, Resources, HOSTNAME};
+use super::quantity;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// A VM size: vCPUs, memory and GPUs as Azure lists them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VmSize {
+    /// vCPUs.
+    pub vcpu: u32,
+    /// Memory in MiB.
+    pub memory_mib: u64,
+    /// NVIDIA GPUs.
+    pub gpu: u32,
+}
+
+const GIB: u64 = 1024;
+
+/// Common Azure sizes (Azure's size pages). Matching ignores case and a missing `Standard_`.
+const SIZES: &[(&str, u32, u64, u32)] = &[
+    ("Standard_B2s", 2, 4 * GIB, 0),
+    ("Standard_B2ms", 2, 8 * GIB, 0),
+    ("Standard_B4ms", 4, 16 * GIB, 0),
+    ("Standard_DS2_v2", 2, 7 * GIB, 0),
+    ("Standard_DS3_v2", 4, 14 * GIB, 0),
+    ("Standard_DS4_v2", 8, 28 * GIB, 0),
+    ("Standard_D2s_v3", 2, 8 * GIB, 0),
+    ("Standard_D4s_v3", 4, 16 * GIB, 0),
+    ("Standard_D8s_v3", 8, 32 * GIB, 0),
+    ("Standard_D16s_v3", 16, 64 * GIB, 0),
+    ("Standard_D32s_v3", 32, 128 * GIB, 0),
+    ("Standard_D2s_v5", 2, 8 * GIB, 0),
+    ("Standard_D4s_v5", 4, 16 * GIB, 0),
+    ("Standard_D8s_v5", 8, 32 * GIB, 0),
+    ("Standard_D16s_v5", 16, 64 * GIB, 0),
+    ("Standard_D32s_v5", 32, 128 * GIB, 0),
+    ("Standard_D2ds_v5", 2, 8 * GIB, 0),
+    ("Standard_D4ds_v5", 4, 16 * GIB, 0),
+    ("Standard_D8ds_v5", 8, 32 * GIB, 0),
+    ("Standard_D4as_v5", 4, 16 * GIB, 0),
+    ("Standard_D8as_v5", 8, 32 * GIB, 0),
+    ("Standard_E2s_v3", 2, 16 * GIB, 0),
+    ("Standard_E4s_v3", 4, 32 * GIB, 0),
+    ("Standard_E8s_v3", 8, 64 * GIB, 0),
+    ("Standard_E16s_v3", 16, 128 * GIB, 0),
+    ("Standard_E2s_v5", 2, 16 * GIB, 0),
+    ("Standard_E4s_v5", 4, 32 * GIB, 0),
+    ("Standard_E8s_v5", 8, 64 * GIB, 0),
+    ("Standard_E16s_v5", 16, 128 * GIB, 0),
+    ("Standard_E32s_v5", 32, 256 * GIB, 0),
+    ("Standard_F2s_v2", 2, 4 * GIB, 0),
+    ("Standard_F4s_v2", 4, 8 * GIB, 0),
+    ("Standard_F8s_v2", 8, 16 * GIB, 0),
+    ("Standard_F16s_v2", 16, 32 * GIB, 0),
+    ("Standard_NC6s_v3", 6, 112 * GIB, 1),
+    ("Standard_NC12s_v3", 12, 224 * GIB, 2),
+    ("Standard_NC24s_v3", 24, 448 * GIB, 4),
+    ("Standard_NC4as_T4_v3", 4, 28 * GIB, 1),
+    ("Standard_NC8as_T4_v3", 8, 56 * GIB, 1),
+    ("Standard_NC16as_T4_v3", 16, 110 * GIB, 1),
+    ("Standard_NC64as_T4_v3", 64, 440 * GIB, 4),
+    ("Standard_NC24ads_A100_v4", 24, 220 * GIB, 1),
+    ("Standard_ND96asr_v4", 96, 900 * GIB, 8),
+];
+
+/// The size named `name`, if the table has it.
+pub fn vm_size(name: &str) -> Option<VmSize> {
+    let want = name.trim().to_ascii_lowercase();
+    let want = want.strip_prefix("standard_").unwrap_or(&want);
+    SIZES
+        .iter()
+        .find(|(n, ..)| n.to_ascii_lowercase().strip_prefix("standard_") == Some(want))
+        .map(|&(_, vcpu, memory_mib, gpu)| VmSize {
+            vcpu,
+            memory_mib,
+            gpu,
+        })
+}
+
+/// What AKS reserves on a node ("Resource reservations", AKS 1.29 and later): kube-reserved CPU
+/// by core count (60m for 1 core, 100m for 2, 140m for 4, then 10m per further core: 180m for
+/// 8, 740m for 64), kube-reserved memory the lesser of 20 MiB per pod + 50 MiB and 25 % of the
+/// memory, plus a 100 MiB hard-eviction threshold. Returns `(cpu milli, memory bytes)`.
+pub fn aks_reserved(vcpu: u32, memory_mib: u64, max_pods: u32) -> (i128, i128) {
+    let n = i128::from(vcpu.max(1));
+    let cpu = match n {
+        1 => 60,
+        2 => 100,
+        3..=4 => 100 + 20 * (n - 2),
+        _ => 140 + 10 * (n - 4),
+    };
+    let kube_mib = (20 * u64::from(max_pods) + 50).min(memory_mib / 4);
+    let mem_mib = kube_mib + 100;
+    (cpu, i128::from(mem_mib) * 1024 * 1024)
+}
+
+/// Why no template could be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    /// The VM size is not in the built-in table and no live node shows the group's shape.
+    #[error("VM size {0:?} is not in the built-in table and the group has no Ready node to copy")]
+    UnknownVmSize(String),
+}
+
+const TAG_LABEL: &str = "k8s.io_cluster-autoscaler_node-template_label_";
+const TAG_TAINT: &str = "k8s.io_cluster-autoscaler_node-template_taint_";
+const TAG_RESOURCE: &str = "k8s.io_cluster-autoscaler_node-template_resources_";
+
+/// A tag name's key part, decoded as cluster-autoscaler's Azure provider does: `_` stands for
+/// `/` (Azure tag names cannot hold one) and `~2` for `_`.
+fn decode_tag_key(s: &str) -> String {
+    s.replace('_', "/").replace("~2", "_")
+}
+
+/// Parses `value:Effect` (a template taint tag) or `key=value:Effect` (an AKS `nodeTaints`
+/// entry) into a taint.
+fn parse_taint(key: Option<&str>, text: &str) -> Option<Taint> {
+    let (rest, effect) = text.rsplit_once(':')?;
+    if !matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
+        return None;
+    }
+    let (key, value) = match key {
+        Some(k) => (k.to_string(), rest.to_string()),
+        None => match rest.split_once('=') {
+            Some((k, v)) => (k.to_string(), v.to_string()),
+            None => (rest.to_string(), String::new()),
+        },
+    };
+    Some(Taint {
+        key,
+        value: (!value.is_empty()).then_some(value),
+        effect: effect.to_string(),
+        time_added: None,
+    })
+}
+
+/// What the group says about its future nodes.
+#[derive(Debug, Clone, Default)]
+pub struct GroupShape<'a> {
+    /// Node-group name (the AKS pool name for pools).
+    pub name: &'a str,
+    /// VM size (`Standard_D4s_v5`).
+    pub vm_size: &'a str,
+    /// The scale set's tags (template tags are read from them).
+    pub tags: BTreeMap<String, String>,
+    /// An agent pool's `nodeLabels`.
+    pub node_labels: BTreeMap<String, String>,
+    /// An agent pool's `nodeTaints` (`key=value:Effect`).
+    pub node_taints: Vec<String>,
+    /// An agent pool's `maxPods` (default 110).
+    pub max_pods: Option<u32>,
+    /// Whether it is an AKS agent pool (adds `kubernetes.azure.com/agentpool`).
+    pub aks_pool: bool,
+}
+
+/// A template from the VM size and the group's tags or pool properties.
+pub fn from_shape(shape: &GroupShape) -> Result<NodeState, TemplateError> {
+    let size =
+        vm_size(shape.vm_size).ok_or_else(|| TemplateError::UnknownVmSize(shape.vm_size.into()))?;
+    let max_pods = shape.max_pods.unwrap_or(110);
+    let (cpu_reserved, mem_reserved) = aks_reserved(size.vcpu, size.memory_mib, max_pods);
+    let mut alloc = Resources::from([
+        (
+            "cpu".to_string(),
+            i128::from(size.vcpu) * 1000 - cpu_reserved,
+        ),
+        (
+            "memory".to_string(),
+            (i128::from(size.memory_mib) * 1024 * 1024 - mem_reserved) * 1000,
+        ),
+        ("pods".to_string(), i128::from(max_pods) * 1000),
+    ]);
+    if size.gpu > 0 {
+        alloc.insert("nvidia.com/gpu".into(), i128::from(size.gpu) * 1000);
+    }
+    let name = format!("template-{}", shape.name);
+    let mut labels = BTreeMap::from([
+        ("kubernetes.io/os".to_string(), "linux".to_string()),
+        ("kubernetes.io/arch".to_string(), "amd64".to_string()),
+        (
+            "node.kubernetes.io/instance-type".to_string(),
+            shape.vm_size.to_string(),
+        ),
+        (
+            "beta.kubernetes.io/instance-type".to_string(),
+            shape.vm_size.to_string(),
+        ),
+        (HOSTNAME.to_string(), name.clone()),
+    ]);
+    if shape.aks_pool {
+        labels.insert("kubernetes.azure.com/agentpool".into(), shape.name.into());
+        labels.insert("agentpool".into(), shape.name.into());
+    }
+    let mut taints = Vec::new();
+    for (tag, value) in &shape.tags {
+        if let Some(k) = tag.strip_prefix(TAG_LABEL).filter(|k| !k.is_empty()) {
+            labels.insert(decode_tag_key(k), value.clone());
+        } else if let Some(k) = tag.strip_prefix(TAG_TAINT).filter(|k| !k.is_empty()) {
+            taints.extend(parse_taint(Some(&decode_tag_key(k)), value));
+        } else if let Some(k) = tag.strip_prefix(TAG_RESOURCE).filter(|k| !k.is_empty()) {
+            if let Ok(q) = quantity::parse(value) {
+                alloc.insert(decode_tag_key(k), q);
+            }
+        }
+    }
+    labels.extend(shape.node_labels.clone());
+    taints.extend(
+        shape
+            .node_taints
+            .iter()
+            .filter_map(|t| parse_taint(None, t)),
+    );
+    Ok(NodeState::new(&name, labels, taints, alloc))
+}
+
+/// A template copied from a live node of the group: its allocatable, labels (with a fresh
+/// hostname) and taints, without its pods.
+pub fn from_live_node(node: &Node, group: &str) -> NodeState {
+    let mut t = NodeState::from_node(node, std::iter::empty());
+    t.name = format!("template-{group}");
+    t.labels.insert(HOSTNAME.into(), t.name.clone());
+    // Taints the node carries only for a while (cordon, not-ready, our own scale-down taint)
+    // would not be on a new node.
+    t.taints.retain(|x| {
+        !x.key.starts_with("node.kubernetes.io/") && !x.key.starts_with("vmss-capacity-controller")
+    });
+    t
+}
+
+/// Takes off what the DaemonSets that would run on the template take: the requests of each
+/// DaemonSet whose pod template fits the (empty) node.
+pub fn subtract_daemonsets(template: &mut NodeState, daemonsets: &[Arc<DaemonSet>]) {
+    for ds in daemonsets {
+        let Some(spec) = ds.spec.as_ref().and_then(|s| s.template.spec.clone()) else {
+            continue;
+        };
+        let pod = Pod {
+            metadata: ds
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.metadata.clone())
+                .unwrap_or_default(),
+            spec: Some(spec),
+            status: None,
+        };
+        if template.fits(&pod).is_ok() {
+            template.place(Arc::new(pod));
+        }
+    }
+    // The DaemonSet pods stay placed: their requests, ports and labels count on the template.
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn sizes_are_found_with_or_without_the_standard_prefix_in_any_case() {
+        let d4 = vm_size("Standard_D4s_v5").unwrap();
+        assert_eq!((d4.vcpu, d4.memory_mib, d4.gpu), (4, 16 * 1024, 0));
+        assert_eq!(vm_size("d4s_v5"), Some(d4));
+        assert_eq!(vm_size("standard_nc6s_v3").unwrap().gpu, 1);
+        assert_eq!(vm_size("Standard_Z99"), None);
+    }
+
+    /// AKS's documented table: 1, 2, 4, 8, 16, 32, 64 cores reserve 60, 100, 140, 180, 260,
+    /// 420, 740 millicores.
+    #[test]
+    fn cpu_reservations_follow_the_aks_table() {
+        for (cores, milli) in [
+            (1, 60),
+            (2, 100),
+            (4, 140),
+            (8, 180),
+            (16, 260),
+            (32, 420),
+            (64, 740),
+        ] {
+            assert_eq!(
+                aks_reserved(cores, 64 * 1024, 110).0,
+                milli,
+                "{cores} cores"
+            );
+        }
+    }
+
+    #[test]
+    fn memory_reservation_is_per_pod_capped_at_a_quarter_plus_the_eviction_threshold() {
+        // 110 pods: 20 * 110 + 50 = 2250 MiB (< 4 GiB, a quarter of 16 GiB), + 100 MiB.
+        assert_eq!(aks_reserved(4, 16 * 1024, 110).1, 2350 * 1024 * 1024);
+        // A 4 GiB node: capped at a quarter (1024 MiB), + 100 MiB.
+        assert_eq!(aks_reserved(2, 4 * 1024, 110).1, 1124 * 1024 * 1024);
+    }
+
+    #[test]
+    fn a_scale_set_template_reads_cluster_autoscalers_tags() {
+        let shape = GroupShape {
+            name: "gpu",
+            vm_size: "Standard_NC6s_v3",
+            tags: BTreeMap::from([
+                (format!("{TAG_LABEL}accelerator"), "nvidia".to_string()),
+                (
+                    format!("{TAG_LABEL}example.com_team~2name"),
+                    "ml".to_string(),
+                ),
+                (
+                    format!("{TAG_TAINT}nvidia.com_gpu"),
+                    "true:NoSchedule".to_string(),
+                ),
+                (format!("{TAG_RESOURCE}example.com_fpga"), "2".to_string()),
+                ("unrelated".to_string(), "x".to_string()),
+            ]),
+            ..Default::default()
+        };
+        let t = from_shape(&shape).unwrap();
+        assert_eq!(t.labels["accelerator"], "nvidia");
+        assert_eq!(t.labels["example.com/team_name"], "ml");
+        assert_eq!(
+            t.labels["node.kubernetes.io/instance-type"],
+            "Standard_NC6s_v3"
+        );
+        assert_eq!(t.taints.len(), 1);
+        assert_eq!(t.taints[0].key, "nvidia.com/gpu");
+        assert_eq!(t.taints[0].value.as_deref(), Some("true"));
+        assert_eq!(t.allocatable["nvidia.com/gpu"], 1000);
+        assert_eq!(t.allocatable["example.com/fpga"], 2000);
+        assert_eq!(t.allocatable["cpu"], 6000 - (140 + 20));
+    }
+
+    #[test]
+    fn an_agent_pool_template_reads_its_labels_taints_and_max_pods() {
+        let shape = GroupShape {
+            name: "mem",
+            vm_size: "Standard_E8s_v5",
+            node_labels: BTreeMap::from([("workload".to_string(), "memory".to_string())]),
+            node_taints: vec!["dedicated=mem:NoSchedule".to_string(), "bogus".to_string()],
+            max_pods: Some(30),
+            aks_pool: true,
+            ..Default::default()
+        };
+        let t = from_shape(&shape).unwrap();
+        assert_eq!(t.labels["workload"], "memory");
+        assert_eq!(t.labels["kubernetes.azure.com/agentpool"], "mem");
+        assert_eq!(t.taints.len(), 1, "an unparseable taint is skipped");
+        assert_eq!(t.allocatable["pods"], 30_000);
+        // 64 GiB: kube-reserved 20 * 30 + 50 = 650 MiB, + 100 MiB eviction.
+        assert_eq!(
+            t.allocatable["memory"],
+            ((64 * 1024 - 750) as i128) * 1024 * 1024 * 1000
+        );
+    }
+
+    #[test]
+    fn an_unknown_size_without_a_live_node_is_an_error_that_names_it() {
+        let e = from_shape(&GroupShape {
+            name: "x",
+            vm_size: "Standard_Q1",
+            ..Default::default()
+        })
+        .unwrap_err();
+        assert!(e.to_string().contains("Standard_Q1"));
+    }
+
+    #[test]
+    fn a_live_node_template_keeps_shape_and_drops_transient_taints() {
+        let n: Node = serde_json::from_value(json!({
+            "metadata": {"name": "aks-gen-1", "labels": {"kubernetes.io/hostname": "aks-gen-1", "pool": "gen"}},
+            "spec": {"taints": [
+                {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
+                {"key": "dedicated", "value": "gen", "effect": "NoSchedule"}]},
+            "status": {"allocatable": {"cpu": "3860m", "memory": "13Gi", "pods": "110"}},
+        }))
+        .unwrap();
+        let t = from_live_node(&n, "gen");
+        assert_eq!(t.allocatable["cpu"], 3860);
+        assert_eq!(t.labels[HOSTNAME], "template-gen");
+        assert_eq!(t.taints.len(), 1);
+        assert!(t.pods.is_empty());
+    }
+
+    #[test]
+    fn daemonsets_that_would_run_on_the_new_node_take_their_share() {
+        let mut t = from_shape(&GroupShape {
+            name: "g",
+            vm_size: "Standard_D4s_v5",
+            ..Default::default()
+        })
+        .unwrap();
+        let ds = |name: &str, cpu: &str, selector: serde_json::Value| -> Arc<DaemonSet> {
+            Arc::new(
+                serde_json::from_value(json!({
+                    "metadata": {"name": name, "namespace": "kube-system"},
+                    "spec": {"selector": {"matchLabels": {"app": name}}, "template": {
+                        "metadata": {"labels": {"app": name}},
+                        "spec": {"nodeSelector": selector, "containers": [
+                            {"name": "c", "resources": {"requests": {"cpu": cpu}}}]}}},
+                }))
+                .unwrap(),
+            )
+        };
+        let before = t.free("cpu");
+        subtract_daemonsets(
+            &mut t,
+            &[
+                ds("kube-proxy", "100m", json!({})),
+                ds("gpu-plugin", "50m", json!({"accelerator": "nvidia"})),
+            ],
+        );
+        assert_eq!(
+            before - t.free("cpu"),
+            100,
+            "only the DaemonSet that would run counts"
+        );
+        assert_eq!(t.free("pods"), 109 * 1000);
+    }
+}
