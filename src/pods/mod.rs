@@ -7,9 +7,13 @@
 //! | [`estimate`] | first-fit-decreasing bin packing: new nodes per group for pending pods |
 //! | [`expander`] | which group to grow: least-waste, most-pods, priority, random |
 //! | [`template`] | what a new node of a group would offer: live node, or VM size + tags |
+//! | [`pending`] | which pods ask for capacity, and batching a burst of them |
+//! | [`scale_down`] | which nodes nobody needs, and what blocks removing one |
 
 pub mod estimate;
 pub mod expander;
 pub mod fit;
+pub mod pending;
 pub mod quantity;
+pub mod scale_down;
 pub mod template;

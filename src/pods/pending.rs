@@ -1,0 +1,194 @@
+//! Which pods ask for capacity, and when a burst of them is complete enough to plan for.
+//!
+//! A pod is pending for scale-up when the scheduler said so (`PodScheduled=False`, reason
+//! `Unschedulable`), it is not bound to a node, it is not a DaemonSet's (a new node brings its own),
+//! and its priority is at or above `expendablePodsPriorityCutoff` (cluster-autoscaler's -10).
+//! A burst is batched as Karpenter batches it: the batch closes after 1 s without a new pending
+//! pod, or 10 s after it opened, so 1,000 new pods make one plan, not 1,000. Pure code: the
+//! caller passes the time.
+
+use k8s_openapi::api::core::v1::Pod;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// cluster-autoscaler's `--expendable-pods-priority-cutoff` default.
+pub const EXPENDABLE_PRIORITY_CUTOFF: i32 = -10;
+/// Close a batch after this long without a new pending pod.
+pub const BATCH_IDLE: Duration = Duration::from_secs(1);
+/// Close a batch this long after it opened, however busy.
+pub const BATCH_MAX: Duration = Duration::from_secs(10);
+
+/// Whether the pod asks for capacity (see the module documentation).
+pub fn wants_capacity(pod: &Pod, priority_cutoff: i32) -> bool {
+    let unschedulable = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c.type_ == "PodScheduled"
+                && c.status == "False"
+                && c.reason.as_deref() == Some("Unschedulable")
+        });
+    let spec = pod.spec.as_ref();
+    let bound = spec
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    let priority = spec.and_then(|s| s.priority).unwrap_or(0);
+    unschedulable && !bound && !is_daemonset_pod(pod) && priority >= priority_cutoff
+}
+
+/// Whether a DaemonSet controls the pod.
+pub fn is_daemonset_pod(pod: &Pod) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.kind == "DaemonSet")
+}
+
+/// Whether the pod is a static pod's mirror (the kubelet's, not evictable).
+pub fn is_mirror_pod(pod: &Pod) -> bool {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))
+}
+
+/// Batches a burst of pending pods.
+#[derive(Debug, Clone)]
+pub struct Batcher {
+    idle: Duration,
+    max: Duration,
+    opened: Option<Instant>,
+    last_new: Option<Instant>,
+}
+
+impl Default for Batcher {
+    fn default() -> Self {
+        Self::new(BATCH_IDLE, BATCH_MAX)
+    }
+}
+
+impl Batcher {
+    /// A batcher closing after `idle` without news or `max` after opening.
+    pub fn new(idle: Duration, max: Duration) -> Self {
+        Self {
+            idle,
+            max,
+            opened: None,
+            last_new: None,
+        }
+    }
+
+    /// A pending pod not seen before arrived at `now`.
+    pub fn saw_new(&mut self, now: Instant) {
+        self.opened.get_or_insert(now);
+        self.last_new = Some(now);
+    }
+
+    /// Whether the open batch is complete at `now` (none is open: false).
+    pub fn ready(&self, now: Instant) -> bool {
+        match (self.opened, self.last_new) {
+            (Some(opened), Some(last)) => {
+                now.duration_since(last) >= self.idle || now.duration_since(opened) >= self.max
+            }
+            _ => false,
+        }
+    }
+
+    /// When the open batch will be complete if nothing new arrives (for the caller's sleep).
+    pub fn deadline(&self) -> Option<Instant> {
+        Some((self.last_new? + self.idle).min(self.opened? + self.max))
+    }
+
+    /// Closes the batch: the caller plans for everything pending now.
+    pub fn close(&mut self) {
+        self.opened = None;
+        self.last_new = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(v: serde_json::Value) -> Pod {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn unschedulable(extra_spec: serde_json::Value, meta: serde_json::Value) -> Pod {
+        let mut spec = json!({"containers": []});
+        for (k, v) in extra_spec.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        pod(json!({
+            "metadata": meta,
+            "spec": spec,
+            "status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+        }))
+    }
+
+    #[test]
+    fn only_unschedulable_unbound_non_daemonset_pods_above_the_cutoff_want_capacity() {
+        let plain = json!({"name": "p"});
+        assert!(wants_capacity(
+            &unschedulable(json!({}), plain.clone()),
+            -10
+        ));
+        assert!(!wants_capacity(
+            &unschedulable(json!({"nodeName": "n1"}), plain.clone()),
+            -10
+        ));
+        assert!(wants_capacity(
+            &unschedulable(json!({"priority": -10}), plain.clone()),
+            -10
+        ));
+        assert!(!wants_capacity(
+            &unschedulable(json!({"priority": -11}), plain.clone()),
+            -10
+        ));
+        let ds = json!({"name": "d", "ownerReferences": [
+            {"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "x", "uid": "u", "controller": true}]});
+        assert!(!wants_capacity(&unschedulable(json!({}), ds), -10));
+        let waiting = pod(
+            json!({"metadata": {"name": "w"}, "spec": {"containers": []},
+            "status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "SchedulerError"}]}}),
+        );
+        assert!(
+            !wants_capacity(&waiting, -10),
+            "only the Unschedulable reason counts"
+        );
+        let fresh = pod(json!({"metadata": {"name": "f"}, "spec": {"containers": []}}));
+        assert!(
+            !wants_capacity(&fresh, -10),
+            "not yet looked at by the scheduler"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_burst_closes_after_a_quiet_second_or_ten_seconds_at_most() {
+        let mut b = Batcher::default();
+        let t0 = Instant::now();
+        assert!(!b.ready(t0));
+        b.saw_new(t0);
+        assert!(!b.ready(t0 + Duration::from_millis(999)));
+        assert!(b.ready(t0 + Duration::from_secs(1)));
+        // A steady trickle keeps it open, but not past 10 s.
+        b.close();
+        for ms in (0..=9_900).step_by(500) {
+            b.saw_new(t0 + Duration::from_millis(ms));
+            if ms < 9_500 {
+                assert!(!b.ready(t0 + Duration::from_millis(ms)));
+            }
+        }
+        assert!(b.ready(t0 + Duration::from_secs(10)));
+        assert_eq!(b.deadline(), Some(t0 + Duration::from_secs(10)));
+        b.close();
+        assert_eq!(b.deadline(), None);
+    }
+}

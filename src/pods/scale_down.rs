@@ -1,0 +1,480 @@
+//! Which nodes nobody needs, as cluster-autoscaler decides it, with its annotation names so
+//! existing workloads keep working. A node is a candidate when it is empty of pods that would
+//! have to move, or when the larger of its cpu and memory request utilisation is under
+//! `scaleDownUtilizationThreshold` (0.5) and every pod that would have to move fits on the other
+//! nodes (the same fit code, against their free room). What blocks a node, in cluster-autoscaler's
+//! words: a PodDisruptionBudget that would be violated, a pod without a controller, a kube-system
+//! pod that is not a DaemonSet or mirror pod and has no PDB, local storage (hostPath, or emptyDir
+//! not in memory), `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"`, and the node
+//! annotation `cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"`. Pure code.
+
+use super::fit::{label_selector_matches, pod_requests, NodeState};
+use super::pending::{is_daemonset_pod, is_mirror_pod};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Pod annotation: `"true"` lets a pod move despite local storage or no controller; `"false"`
+/// pins it (and its node).
+pub const SAFE_TO_EVICT: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict";
+/// Node annotation: `"true"` keeps the node out of scale-down.
+pub const SCALE_DOWN_DISABLED: &str = "cluster-autoscaler.kubernetes.io/scale-down-disabled";
+/// cluster-autoscaler's `--scale-down-utilization-threshold` default.
+pub const UTILIZATION_THRESHOLD: f64 = 0.5;
+
+/// Why a node cannot be removed now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Blocker {
+    /// The node carries `scale-down-disabled: "true"`.
+    ScaleDownDisabled,
+    /// A pod says `safe-to-evict: "false"`.
+    NotSafeToEvict(String),
+    /// A pod has no controller to re-create it.
+    NotReplicated(String),
+    /// A kube-system pod (not DaemonSet or mirror) without a PodDisruptionBudget.
+    KubeSystemWithoutPdb(String),
+    /// A pod uses local storage (hostPath, or an emptyDir not in memory).
+    LocalStorage(String),
+    /// Evicting the node's pods would take a budget below what it allows.
+    PdbViolated {
+        /// `namespace/name` of the budget.
+        pdb: String,
+    },
+    /// The utilisation is at or above the threshold.
+    Utilized(u32),
+    /// A pod that would move fits on no other node.
+    NoPlaceFor(String),
+}
+
+impl std::fmt::Display for Blocker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Blocker::ScaleDownDisabled => write!(f, "node annotated {SCALE_DOWN_DISABLED}=true"),
+            Blocker::NotSafeToEvict(p) => write!(f, "pod {p} is annotated {SAFE_TO_EVICT}=false"),
+            Blocker::NotReplicated(p) => write!(f, "pod {p} is not backed by a controller"),
+            Blocker::KubeSystemWithoutPdb(p) => {
+                write!(
+                    f,
+                    "non-daemonset, non-mirror kube-system pod {p} has no PodDisruptionBudget"
+                )
+            }
+            Blocker::LocalStorage(p) => write!(f, "pod {p} uses local storage"),
+            Blocker::PdbViolated { pdb } => write!(
+                f,
+                "not enough disruptions left in PodDisruptionBudget {pdb}"
+            ),
+            Blocker::Utilized(pct) => write!(f, "utilization {pct}% is at or above the threshold"),
+            Blocker::NoPlaceFor(p) => write!(f, "pod {p} fits on no other node"),
+        }
+    }
+}
+
+fn key(p: &Pod) -> String {
+    format!(
+        "{}/{}",
+        p.metadata.namespace.as_deref().unwrap_or("default"),
+        p.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+fn annotation<'a>(p: &'a Pod, name: &str) -> Option<&'a str> {
+    p.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(name))
+        .map(String::as_str)
+}
+
+/// The pods that would have to move if the node went (not DaemonSet or mirror pods).
+pub fn pods_to_move(node: &NodeState) -> Vec<Arc<Pod>> {
+    node.pods
+        .iter()
+        .filter(|p| !is_daemonset_pod(p) && !is_mirror_pod(p))
+        .cloned()
+        .collect()
+}
+
+/// The larger of cpu and memory request utilisation (all pods counted, as cluster-autoscaler
+/// does by default).
+pub fn utilization(node: &NodeState) -> f64 {
+    ["cpu", "memory"]
+        .iter()
+        .map(|r| {
+            let alloc = node.allocatable.get(*r).copied().unwrap_or(0);
+            let used: i128 = node
+                .pods
+                .iter()
+                .filter_map(|p| p.spec.as_ref())
+                .map(|s| pod_requests(s).get(*r).copied().unwrap_or(0))
+                .sum();
+            if alloc <= 0 {
+                0.0
+            } else {
+                used as f64 / alloc as f64
+            }
+        })
+        .fold(0.0, f64::max)
+}
+
+fn pdbs_covering<'a>(
+    pod: &Pod,
+    pdbs: &'a [Arc<PodDisruptionBudget>],
+) -> impl Iterator<Item = &'a Arc<PodDisruptionBudget>> {
+    let ns = pod
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    pdbs.iter().filter(move |b| {
+        b.metadata.namespace.as_deref().unwrap_or("default") == ns
+            && b.spec
+                .as_ref()
+                .and_then(|s| s.selector.as_ref())
+                .is_some_and(|s| label_selector_matches(s, &labels))
+    })
+}
+
+/// What keeps one pod from moving, if anything.
+pub fn pod_blocker(pod: &Pod, pdbs: &[Arc<PodDisruptionBudget>]) -> Option<Blocker> {
+    let k = key(pod);
+    match annotation(pod, SAFE_TO_EVICT) {
+        Some("false") => return Some(Blocker::NotSafeToEvict(k)),
+        Some("true") => return None,
+        _ => {}
+    }
+    let controlled = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true));
+    if !controlled {
+        return Some(Blocker::NotReplicated(k));
+    }
+    if pod.metadata.namespace.as_deref() == Some("kube-system")
+        && pdbs_covering(pod, pdbs).next().is_none()
+    {
+        return Some(Blocker::KubeSystemWithoutPdb(k));
+    }
+    let local = pod
+        .spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .any(|v| {
+            v.host_path.is_some()
+                || v.empty_dir
+                    .as_ref()
+                    .is_some_and(|e| e.medium.as_deref() != Some("Memory"))
+        });
+    if local {
+        return Some(Blocker::LocalStorage(k));
+    }
+    None
+}
+
+/// Whether `node` can go: its blockers are checked in cluster-autoscaler's order, then the
+/// utilisation, then whether every pod that would move fits on `others` (placed greedily, so two
+/// pods are never both counted into the same free room). `Ok` carries where each pod would go.
+pub fn removable(
+    node: &NodeState,
+    node_annotations: &BTreeMap<String, String>,
+    others: &[NodeState],
+    pdbs: &[Arc<PodDisruptionBudget>],
+    threshold: f64,
+) -> Result<Vec<(String, String)>, Blocker> {
+    if node_annotations
+        .get(SCALE_DOWN_DISABLED)
+        .map(String::as_str)
+        == Some("true")
+    {
+        return Err(Blocker::ScaleDownDisabled);
+    }
+    let moving = pods_to_move(node);
+    for p in &moving {
+        if let Some(b) = pod_blocker(p, pdbs) {
+            return Err(b);
+        }
+    }
+    // Each budget allows `disruptionsAllowed` evictions; this node's pods under it must not
+    // need more.
+    for b in pdbs {
+        let allowed = b.status.as_ref().map_or(0, |s| s.disruptions_allowed);
+        let here = moving
+            .iter()
+            .filter(|p| pdbs_covering(p, std::slice::from_ref(b)).next().is_some())
+            .count() as i32;
+        if here > allowed {
+            return Err(Blocker::PdbViolated {
+                pdb: format!(
+                    "{}/{}",
+                    b.metadata.namespace.as_deref().unwrap_or("default"),
+                    b.metadata.name.as_deref().unwrap_or("")
+                ),
+            });
+        }
+    }
+    if moving.is_empty() {
+        return Ok(Vec::new());
+    }
+    let u = utilization(node);
+    if u >= threshold {
+        return Err(Blocker::Utilized((u * 100.0).round() as u32));
+    }
+    let mut room: Vec<NodeState> = others.to_vec();
+    let mut plan = Vec::new();
+    for p in moving {
+        match room.iter_mut().find(|n| n.fits(&p).is_ok()) {
+            Some(n) => {
+                plan.push((key(&p), n.name.clone()));
+                n.place(p);
+            }
+            None => return Err(Blocker::NoPlaceFor(key(&p))),
+        }
+    }
+    Ok(plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pods::fit::Resources;
+    use serde_json::json;
+
+    fn node(name: &str, cpu: i128) -> NodeState {
+        NodeState::new(
+            name,
+            BTreeMap::from([("kubernetes.io/hostname".to_string(), name.to_string())]),
+            Vec::new(),
+            Resources::from([
+                ("cpu".into(), cpu),
+                ("memory".into(), 16i128 * (1 << 30) * 1000),
+                ("pods".into(), 110_000),
+            ]),
+        )
+    }
+
+    fn pod(name: &str, cpu: &str, meta: serde_json::Value, spec: serde_json::Value) -> Arc<Pod> {
+        let mut m = json!({"name": name, "namespace": "default", "labels": {"app": "web"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": true}]});
+        for (k, v) in meta.as_object().unwrap() {
+            m[k] = v.clone();
+        }
+        let mut s = json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]});
+        for (k, v) in spec.as_object().unwrap() {
+            s[k] = v.clone();
+        }
+        Arc::new(serde_json::from_value(json!({"metadata": m, "spec": s})).unwrap())
+    }
+
+    fn on(mut n: NodeState, pods: Vec<Arc<Pod>>) -> NodeState {
+        for p in pods {
+            n.place(p);
+        }
+        n
+    }
+
+    fn pdb(allowed: i32) -> Arc<PodDisruptionBudget> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": "web", "namespace": "default"},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+                "status": {"disruptionsAllowed": allowed, "currentHealthy": 2, "desiredHealthy": 1, "expectedPods": 2},
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn none() -> BTreeMap<String, String> {
+        BTreeMap::new()
+    }
+
+    #[test]
+    fn an_underused_node_whose_pods_fit_elsewhere_can_go_and_says_where_they_would_go() {
+        let n = on(node("a", 4000), vec![pod("p1", "1", json!({}), json!({}))]);
+        let plan = removable(&n, &none(), &[node("b", 4000)], &[], UTILIZATION_THRESHOLD).unwrap();
+        assert_eq!(plan, [("default/p1".to_string(), "b".to_string())]);
+    }
+
+    #[test]
+    fn a_node_at_or_above_the_threshold_stays() {
+        let n = on(node("a", 4000), vec![pod("p1", "2", json!({}), json!({}))]);
+        assert_eq!(
+            removable(&n, &none(), &[node("b", 4000)], &[], UTILIZATION_THRESHOLD),
+            Err(Blocker::Utilized(50))
+        );
+    }
+
+    #[test]
+    fn pods_that_would_move_are_placed_without_double_counting_free_room() {
+        // Two 1.5-cpu pods, one 2-cpu node elsewhere: the first fits, the second does not.
+        let n = on(
+            node("a", 8000),
+            vec![
+                pod("p1", "1500m", json!({}), json!({})),
+                pod("p2", "1500m", json!({}), json!({})),
+            ],
+        );
+        assert_eq!(
+            removable(&n, &none(), &[node("b", 2000)], &[], UTILIZATION_THRESHOLD),
+            Err(Blocker::NoPlaceFor("default/p2".into()))
+        );
+    }
+
+    #[test]
+    fn an_empty_node_goes_even_with_daemonset_and_mirror_pods_on_it() {
+        let ds = pod(
+            "ds",
+            "3",
+            json!({"ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "x", "uid": "u", "controller": true}]}),
+            json!({}),
+        );
+        let mirror = pod(
+            "static",
+            "100m",
+            json!({"annotations": {"kubernetes.io/config.mirror": "x"}, "ownerReferences": []}),
+            json!({}),
+        );
+        let n = on(node("a", 4000), vec![ds, mirror]);
+        assert_eq!(
+            removable(&n, &none(), &[], &[], UTILIZATION_THRESHOLD),
+            Ok(vec![])
+        );
+    }
+
+    /// cluster-autoscaler's blockers, by name, each alone on an otherwise removable node.
+    #[test]
+    fn what_blocks_a_node_is_what_blocks_it_in_cluster_autoscaler() {
+        let elsewhere = [node("b", 4000)];
+        let blocked = |p: Arc<Pod>, pdbs: &[Arc<PodDisruptionBudget>]| {
+            removable(
+                &on(node("a", 4000), vec![p]),
+                &none(),
+                &elsewhere,
+                pdbs,
+                UTILIZATION_THRESHOLD,
+            )
+            .unwrap_err()
+        };
+        assert!(matches!(
+            blocked(
+                pod(
+                    "p",
+                    "1",
+                    json!({"annotations": {SAFE_TO_EVICT: "false"}}),
+                    json!({})
+                ),
+                &[]
+            ),
+            Blocker::NotSafeToEvict(_)
+        ));
+        assert!(matches!(
+            blocked(
+                pod("p", "1", json!({"ownerReferences": []}), json!({})),
+                &[]
+            ),
+            Blocker::NotReplicated(_)
+        ));
+        assert!(matches!(
+            blocked(
+                pod("p", "1", json!({"namespace": "kube-system"}), json!({})),
+                &[]
+            ),
+            Blocker::KubeSystemWithoutPdb(_)
+        ));
+        assert!(matches!(
+            blocked(
+                pod(
+                    "p",
+                    "1",
+                    json!({}),
+                    json!({"volumes": [{"name": "v", "hostPath": {"path": "/x"}}]})
+                ),
+                &[]
+            ),
+            Blocker::LocalStorage(_)
+        ));
+        assert!(matches!(
+            blocked(
+                pod(
+                    "p",
+                    "1",
+                    json!({}),
+                    json!({"volumes": [{"name": "v", "emptyDir": {}}]})
+                ),
+                &[]
+            ),
+            Blocker::LocalStorage(_)
+        ));
+        assert!(matches!(
+            blocked(pod("p", "1", json!({}), json!({})), &[pdb(0)]),
+            Blocker::PdbViolated { .. }
+        ));
+        // Not blockers: an in-memory emptyDir, a PDB with room, safe-to-evict "true".
+        let ok = |p: Arc<Pod>, pdbs: &[Arc<PodDisruptionBudget>]| {
+            removable(
+                &on(node("a", 4000), vec![p]),
+                &none(),
+                &elsewhere,
+                pdbs,
+                UTILIZATION_THRESHOLD,
+            )
+            .is_ok()
+        };
+        assert!(ok(
+            pod(
+                "p",
+                "1",
+                json!({}),
+                json!({"volumes": [{"name": "v", "emptyDir": {"medium": "Memory"}}]})
+            ),
+            &[]
+        ));
+        assert!(ok(pod("p", "1", json!({}), json!({})), &[pdb(1)]));
+        assert!(ok(
+            pod(
+                "p",
+                "1",
+                json!({"ownerReferences": [], "annotations": {SAFE_TO_EVICT: "true"}}),
+                json!({"volumes": [{"name": "v", "hostPath": {"path": "/x"}}]})
+            ),
+            &[]
+        ));
+        // The node annotation.
+        let ann = BTreeMap::from([(SCALE_DOWN_DISABLED.to_string(), "true".to_string())]);
+        assert_eq!(
+            removable(&node("a", 4000), &ann, &[], &[], UTILIZATION_THRESHOLD),
+            Err(Blocker::ScaleDownDisabled)
+        );
+    }
+
+    #[test]
+    fn a_budget_counts_every_pod_of_the_node_it_covers() {
+        let n = on(
+            node("a", 8000),
+            vec![
+                pod("p1", "500m", json!({}), json!({})),
+                pod("p2", "500m", json!({}), json!({})),
+            ],
+        );
+        assert!(matches!(
+            removable(
+                &n,
+                &none(),
+                &[node("b", 4000)],
+                &[pdb(1)],
+                UTILIZATION_THRESHOLD
+            ),
+            Err(Blocker::PdbViolated { .. })
+        ));
+        assert!(removable(
+            &n,
+            &none(),
+            &[node("b", 4000)],
+            &[pdb(2)],
+            UTILIZATION_THRESHOLD
+        )
+        .is_ok());
+    }
+}
