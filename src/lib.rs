@@ -19,6 +19,7 @@
 //! | [`notify`] | events and per-group status the reconciler reports (Kubernetes Events, status ConfigMap) |
 //! | [`metrics`] | the Prometheus registry and every metric the daemon exports |
 //! | [`http`] | `/metrics`, `/healthz`, `/readyz` |
+//! | [`pods`] | pod-driven demand's pure parts: quantities, fit, templates, bin packing, expanders, scale-down eligibility (not wired into the loop yet) |
 //! | [`kube`] | the Kubernetes side: client, Lease leader election, reflectors of nodes, pods, PDBs, DaemonSets |
 //! | [`emulator`] | feature `emulator` (default): ARM (scale sets, AKS, identity, throttling, faults) and Kubernetes API emulators, separate rooms |
 //! | [`demo`] | feature `emulator`: the zero-setup showcase: emulator, rival writer, controller, summary |
