@@ -655,7 +655,12 @@ fn summary(
         } else {
             "ETag concurrency, enableVMSSEtag=true"
         },
-        if args.aks { ", AKS agent pools" } else { "" }
+        match (args.aks, args.kubernetes) {
+            (true, true) => ", AKS agent pools, two replicas",
+            (true, false) => ", AKS agent pools",
+            (false, true) => ", two replicas",
+            (false, false) => "",
+        }
     );
     println!(
         "  {:<10} {:>8} {:>8} {:>7} {:>6} {:>8} {:>6}",
@@ -1371,9 +1376,11 @@ fn print_kubernetes(report: &KubernetesReport, replicas: &[Running]) {
         "leader election (Lease {NAMESPACE}/{}):",
         crate::config::DEFAULT_LEASE_NAME
     );
+    // A leading `None` is the Lease before anyone created it, not a release.
     let holders: Vec<String> = report
         .lease_holders
         .iter()
+        .skip_while(|h| h.is_none())
         .map(|h| h.clone().unwrap_or_else(|| "(released)".into()))
         .collect();
     println!("  Lease holders in order       {}", holders.join(" -> "));
@@ -1444,4 +1451,73 @@ fn print_kubernetes(report: &KubernetesReport, replicas: &[Running]) {
         "  (client-go's spam filter, as the recorder applies it: 25 Event calls per object and replica, then one per 5 min; held-back counts go out on the next minute's flush)"
     );
     let _ = std::io::stdout().flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_are_printed_as_kubectl_prints_them() {
+        for (secs, want) in [
+            (-5, "<invalid>"),
+            (-1, "0s"),
+            (0, "0s"),
+            (119, "119s"),
+            (120, "2m"),
+            (150, "2m30s"),
+            (600, "10m"),
+            (3 * 3600, "3h"),
+            (3 * 3600 + 60 * 5, "3h5m"),
+            (9 * 3600, "9h"),
+            (50 * 3600, "2d2h"),
+            (10 * 86400, "10d"),
+            (800 * 86400, "2y70d"),
+        ] {
+            assert_eq!(human_duration(secs), want, "{secs} s");
+        }
+    }
+
+    #[test]
+    fn a_repeated_event_shows_its_series_count_and_first_age() {
+        use k8s_openapi::api::core::v1::ObjectReference;
+        use k8s_openapi::api::events::v1::{Event, EventSeries};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+        use k8s_openapi::jiff::{SignedDuration, Timestamp};
+        let now = Timestamp::now();
+        let ago = |s: i64| MicroTime(now - SignedDuration::from_secs(s));
+        let mut e = Event {
+            event_time: Some(ago(30)),
+            type_: Some("Normal".into()),
+            reason: Some("CapacityWritten".into()),
+            note: Some("node group pool-a".into()),
+            regarding: Some(ObjectReference {
+                kind: Some("ConfigMap".into()),
+                name: Some("vmss-capacity-controller-status".into()),
+                ..ObjectReference::default()
+            }),
+            ..Event::default()
+        };
+        let once = event_row(&e, now);
+        assert_eq!(once.last_seen, "30s");
+        assert_eq!(once.object, "configmap/vmss-capacity-controller-status");
+        assert_eq!(once.count, 1);
+        e.series = Some(EventSeries {
+            count: 4,
+            last_observed_time: ago(3),
+        });
+        assert_eq!(event_row(&e, now).last_seen, "3s (x4 over 30s)");
+    }
+
+    #[test]
+    fn the_table_pads_like_kubectls_tab_writer() {
+        let rows = vec![
+            vec!["LAST SEEN".to_string(), "TYPE".into(), "MESSAGE".into()],
+            vec!["3s (x4 over 30s)".to_string(), "Normal".into(), "m".into()],
+        ];
+        assert_eq!(
+            table(&rows),
+            "LAST SEEN          TYPE      MESSAGE\n3s (x4 over 30s)   Normal    m\n"
+        );
+    }
 }
