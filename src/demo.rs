@@ -360,6 +360,7 @@ async fn single(args: &DemoArgs) -> anyhow::Result<()> {
         &groups,
         rival_writes.load(Ordering::Relaxed),
         &[CLIENT_ID],
+        time::OffsetDateTime::now_utc(),
     );
     Ok(())
 }
@@ -636,7 +637,8 @@ fn progress_line(
     let _ = std::io::stdout().flush();
 }
 
-/// The summary table and totals; `controllers` are the service principals of the replicas.
+/// The summary table and totals; `controllers` are the service principals of the replicas;
+/// `stopped` is when the controller stopped: the desired column is what the plan wanted then.
 fn summary(
     args: &DemoArgs,
     m: &[Arc<Metrics>],
@@ -644,6 +646,7 @@ fn summary(
     groups: &[NodeGroupSpec],
     rival: u64,
     controllers: &[&str],
+    stopped: time::OffsetDateTime,
 ) {
     let sum = |c: fn(&Metrics) -> &prometheus::IntCounterVec, l: &[(&str, &str)]| total(m, c, l);
     let lost = state.lost_updates();
@@ -672,7 +675,7 @@ fn summary(
         "foreign",
         "lost"
     );
-    let now = time::OffsetDateTime::now_utc();
+    let now = stopped;
     for g in groups {
         let n = g.name.as_str();
         let cap = capacity_of(state, g)
@@ -875,7 +878,8 @@ fn last_seq(state: &EmulatorState) -> u64 {
     state.request_log().last().map_or(0, |r| r.seq)
 }
 
-/// Samples every [`SAMPLE_EVERY`] whose fence is open and who holds the Lease, until `stop`.
+/// Samples every [`SAMPLE_EVERY`] whose fence is open and who holds the Lease, until `stop`,
+/// and once more then (the last release may land between two ticks).
 async fn referee(
     fences: Vec<Arc<crate::kube::lease::Leadership>>,
     kube: crate::emulator::kube::KubeState,
@@ -883,7 +887,6 @@ async fn referee(
     seen: Arc<parking_lot::Mutex<Referee>>,
     stop: CancellationToken,
 ) {
-    use crate::fence::WriteFence;
     {
         let mut r = seen.lock();
         r.open = vec![false; fences.len()];
@@ -892,28 +895,41 @@ async fn referee(
     let mut tick = tokio::time::interval(SAMPLE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.cancelled() => return,
+        let last = tokio::select! {
+            _ = tick.tick() => false,
+            _ = stop.cancelled() => true,
+        };
+        sample(&fences, &kube, &state, &mut seen.lock());
+        if last {
+            return;
         }
-        let open: Vec<bool> = fences.iter().map(|f| f.check().is_ok()).collect();
-        let holder = lease_holder(&kube);
-        let now = tokio::time::Instant::now();
-        let mut r = seen.lock();
-        r.samples += 1;
-        if open.iter().filter(|o| **o).count() > 1 {
-            r.two_leaders += 1;
+    }
+}
+
+/// One look at the fences and the Lease.
+fn sample(
+    fences: &[Arc<crate::kube::lease::Leadership>],
+    kube: &crate::emulator::kube::KubeState,
+    state: &EmulatorState,
+    r: &mut Referee,
+) {
+    use crate::fence::WriteFence;
+    let open: Vec<bool> = fences.iter().map(|f| f.check().is_ok()).collect();
+    let holder = lease_holder(kube);
+    let now = tokio::time::Instant::now();
+    r.samples += 1;
+    if open.iter().filter(|o| **o).count() > 1 {
+        r.two_leaders += 1;
+    }
+    for (i, is_open) in open.iter().enumerate() {
+        if r.open[i] && !is_open && r.closed_at[i].is_none() {
+            r.closed_at[i] = Some((now, last_seq(state)));
         }
-        for (i, is_open) in open.iter().enumerate() {
-            if r.open[i] && !is_open && r.closed_at[i].is_none() {
-                r.closed_at[i] = Some((now, last_seq(&state)));
-            }
-            r.open[i] = *is_open;
-        }
-        if r.holder.as_ref() != Some(&holder) {
-            r.holder = Some(holder.clone());
-            r.changes.push(HolderChange { at: now, holder });
-        }
+        r.open[i] = *is_open;
+    }
+    if r.holder.as_ref() != Some(&holder) {
+        r.holder = Some(holder.clone());
+        r.changes.push(HolderChange { at: now, holder });
     }
 }
 
@@ -1085,6 +1101,7 @@ pub async fn kubernetes(args: &DemoArgs) -> anyhow::Result<KubernetesReport> {
         leader.reconciler.scale_sets().invalidate_all();
     }
     tokio::time::sleep(SETTLE).await;
+    let stopped = time::OffsetDateTime::now_utc();
     for r in &replicas {
         r.stop.cancel();
     }
@@ -1118,6 +1135,7 @@ pub async fn kubernetes(args: &DemoArgs) -> anyhow::Result<KubernetesReport> {
         &stage.groups,
         rival_writes.load(Ordering::Relaxed),
         &REPLICAS,
+        stopped,
     );
     print_kubernetes(&report, &replicas);
     Ok(report)
