@@ -10,6 +10,15 @@
 //! `--aks` runs it on the agent pools of one managed cluster instead: the rival writes pools
 //! (their count and tags) and the cluster itself (a tag: under AKS's scoping rule that changes
 //! every pool's ETag), and the summary says how many 412s followed a cluster-level write.
+//!
+//! `--kubernetes` (composable with both) turns on the emulator's Kubernetes API and runs two
+//! replicas in the process, each wired exactly as `run` wires one ([`crate::cli::Replica`]: its
+//! own service principal, so the emulator's request log tells their Azure calls apart, its own
+//! candidacy on the Lease, Events recorder, status writer and fenced reconciler), with short
+//! Lease settings. Halfway the leader is stopped as on SIGTERM (it releases the Lease) and the
+//! standby takes over. A referee samples both write fences and the Lease every 10 ms; the summary
+//! adds the hand-over time, writes per replica, the status ConfigMap and the Events as
+//! `kubectl get events` prints them.
 
 use crate::azure::arm::{http_client, ArmTarget};
 use crate::azure::{credentials, ArmClient};
