@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
     after_help = "Examples:
   vmss-capacity-controller demo                          zero-setup showcase (about 40 s)
   vmss-capacity-controller demo --no-etag                the same with blind writes: lost updates
+  vmss-capacity-controller demo --kubernetes             two replicas, a Lease, a leader change
   vmss-capacity-controller check-config -c config.yaml   every problem, with its path
   vmss-capacity-controller run -c config.yaml --once --dry-run
   vmss-capacity-controller run -c config.yaml            the daemon (/metrics on metricsListen)
@@ -133,6 +134,10 @@ pub struct DemoArgs {
     /// pool-level and cluster-level writes.
     #[arg(long)]
     pub aks: bool,
+    /// Two controller replicas electing a leader on the emulator's Kubernetes API (a Lease); the
+    /// leader stops halfway and the standby takes over; then the status ConfigMap and the Events.
+    #[arg(long)]
+    pub kubernetes: bool,
 }
 
 /// `emulator` flags (a contract: tests outside the project use them).
@@ -302,42 +307,142 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     if !settings.enable_vmss_etag {
         tracing::warn!("enableVMSSEtag is off: capacity writes are blind and can overwrite other writers' changes");
     }
-    let settings = Arc::new(settings);
-    let metrics = Arc::new(Metrics::new());
-    let arm = arm_client(&settings, metrics.clone())?;
-    let kube_side = kube_side(&settings, metrics.clone()).await?;
-    if let Some(k) = &kube_side {
-        // One identity for the Lease, the Events and the Azure calls' User-Agent.
-        arm.set_instance(&k.identity);
-    }
-    let election = leader_election(&settings, kube_side.as_ref());
-    let mut builder =
-        Reconciler::builder(settings.clone(), arm, metrics.clone()).dry_run(args.dry_run);
-    if let Some(e) = &election {
-        builder = builder.fence(e.leadership());
-    }
-    if let Some(k) = &kube_side {
-        builder = builder.events(k.recorder.clone());
-    }
-    let reconciler = Arc::new(builder.build());
-    let kube_client = kube_side.as_ref().map(|k| k.client.clone());
-    // Events and the status ConfigMap: background tasks owned here, stopped by `kube_stop`.
-    let kube_stop = CancellationToken::new();
-    let kube_tasks = kube_side.map(|k| {
-        let fence: Arc<dyn crate::fence::WriteFence> = match &election {
-            Some(e) => e.leadership(),
-            None => Arc::new(crate::fence::Unfenced),
-        };
-        k.spawn(
-            &settings,
-            reconciler.clone(),
-            fence,
-            metrics.clone(),
-            kube_stop.clone(),
-        )
-    });
-
+    let replica = Replica::build(
+        Arc::new(settings),
+        Arc::new(Metrics::new()),
+        ReplicaOptions {
+            dry_run: args.dry_run,
+            identity: None,
+        },
+    )
+    .await?;
     if args.once {
+        return Ok(replica.once().await);
+    }
+    replica
+        .serve(CancellationToken::new(), wait_for_signal())
+        .await?;
+    Ok(ExitCode(0))
+}
+
+/// How a [`Replica`] is built beyond its settings.
+#[derive(Debug, Clone, Default)]
+pub struct ReplicaOptions {
+    /// Plan and log, never write (`run --dry-run`).
+    pub dry_run: bool,
+    /// The Lease and Events identity; `None`: the pod name plus a random suffix
+    /// ([`crate::kube::identity`]).
+    pub identity: Option<String>,
+}
+
+/// One controller replica wired as `run` wires it: its ARM client, and with
+/// `kubernetes.enabled` its Kubernetes client, Events recorder and poster, leader election on
+/// the Lease (the fence of every Azure write), status writer and reflectors. `run` builds one;
+/// `demo --kubernetes` builds two in one process.
+pub struct Replica {
+    settings: Arc<Settings>,
+    metrics: Arc<Metrics>,
+    reconciler: Arc<Reconciler>,
+    election: Option<Arc<crate::kube::lease::LeaderElection>>,
+    identity: Option<String>,
+    kube_client: Option<kube::Client>,
+    /// Stops the Event poster and the status writer.
+    kube_stop: CancellationToken,
+    kube_tasks: Option<KubeTasks>,
+}
+
+impl std::fmt::Debug for Replica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica")
+            .field("identity", &self.identity)
+            .field("election", &self.election)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Replica {
+    /// Builds the replica and starts its Event poster and status writer (they write only while
+    /// the fence lets this replica write). Nothing reconciles until [`Replica::serve`] or
+    /// [`Replica::once`].
+    pub async fn build(
+        settings: Arc<Settings>,
+        metrics: Arc<Metrics>,
+        options: ReplicaOptions,
+    ) -> anyhow::Result<Self> {
+        let arm = arm_client(&settings, metrics.clone())?;
+        let kube_side = kube_side(&settings, metrics.clone(), options.identity).await?;
+        let identity = kube_side.as_ref().map(|k| k.identity.clone());
+        if let Some(id) = &identity {
+            // One identity for the Lease, the Events and the Azure calls' User-Agent.
+            arm.set_instance(id);
+        }
+        let election = leader_election(&settings, kube_side.as_ref());
+        let mut builder =
+            Reconciler::builder(settings.clone(), arm, metrics.clone()).dry_run(options.dry_run);
+        if let Some(e) = &election {
+            builder = builder.fence(e.leadership());
+        }
+        if let Some(k) = &kube_side {
+            builder = builder.events(k.recorder.clone());
+        }
+        let reconciler = Arc::new(builder.build());
+        let kube_client = kube_side.as_ref().map(|k| k.client.clone());
+        // Events and the status ConfigMap: background tasks owned here, stopped by `kube_stop`.
+        let kube_stop = CancellationToken::new();
+        let kube_tasks = kube_side.map(|k| {
+            let fence: Arc<dyn crate::fence::WriteFence> = match &election {
+                Some(e) => e.leadership(),
+                None => Arc::new(crate::fence::Unfenced),
+            };
+            k.spawn(
+                &settings,
+                reconciler.clone(),
+                fence,
+                metrics.clone(),
+                kube_stop.clone(),
+            )
+        });
+        Ok(Self {
+            settings,
+            metrics,
+            reconciler,
+            election,
+            identity,
+            kube_client,
+            kube_stop,
+            kube_tasks,
+        })
+    }
+
+    /// The reconciler (its caches, its status).
+    pub fn reconciler(&self) -> Arc<Reconciler> {
+        self.reconciler.clone()
+    }
+
+    /// The metrics this replica counts in.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
+    /// Whether this replica leads, when leader election is on (the fence of its Azure writes).
+    pub fn leadership(&self) -> Option<Arc<crate::kube::lease::Leadership>> {
+        self.election.as_ref().map(|e| e.leadership())
+    }
+
+    /// The Lease and Events identity, when `kubernetes.enabled`.
+    pub fn identity(&self) -> Option<&str> {
+        self.identity.as_deref()
+    }
+
+    /// `run --once`: one Lease attempt, one pass, the status written, the Lease released.
+    pub async fn once(self) -> ExitCode {
+        let Replica {
+            reconciler,
+            election,
+            kube_stop,
+            kube_tasks,
+            ..
+        } = self;
         if let Some(e) = &election {
             // One attempt: a pass by a replica that does not get the Lease writes nothing.
             if let Err(err) = e.try_acquire_or_renew().await {
@@ -353,7 +458,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
             e.release().await;
         }
         stop_kube_tasks(kube_stop, kube_tasks).await;
-        return Ok(match pass {
+        match pass {
             Ok(report) => {
                 tracing::info!(
                     planned = report.planned,
@@ -368,78 +473,101 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
                 tracing::error!(error = %e, cause = ?std::error::Error::source(&e).map(|s| s.to_string()), "pass failed");
                 ExitCode(1)
             }
-        });
+        }
     }
 
-    let shutdown = CancellationToken::new();
-    // The reflectors start before the loop so their first full lists overlap the first
-    // scale-set refresh; /readyz waits for both.
-    let (cluster, reflectors) = match kube_client {
-        Some(client) => {
-            let (view, tasks) =
-                crate::kube::reflect::start(client, metrics.clone(), shutdown.clone()).await;
-            (Some(view), tasks)
-        }
-        None => (None, Vec::new()),
-    };
-    let mut http_task = None;
-    if let Some(addr) = settings.metrics_listen {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        let task = tokio::spawn(crate::http::serve(
-            addr,
-            metrics.clone(),
-            reconciler.clone(),
-            crate::http::Readiness {
-                election: election.as_ref().map(|e| e.leadership()),
-                cluster: cluster.clone(),
-            },
-            shutdown.clone(),
-            tx,
-        ));
-        match rx.await {
-            Ok(bound) => tracing::info!(%bound, "serving /metrics, /healthz, /readyz"),
-            Err(_) => {
-                let err = task
-                    .await
-                    .map_err(anyhow::Error::from)
-                    .and_then(|r| r.map_err(anyhow::Error::from));
-                bail!("cannot listen on {addr}: {err:?}");
+    /// The daemon: reflectors, `/metrics` (when `metricsListen`), the elector, the reconcile
+    /// loop, until `shutdown` is cancelled or `signal` completes (SIGTERM in `run`). On the way
+    /// out the elector releases the Lease and the Kubernetes tasks stop.
+    pub async fn serve(
+        self,
+        shutdown: CancellationToken,
+        signal: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let Replica {
+            settings,
+            metrics,
+            reconciler,
+            election,
+            kube_client,
+            kube_stop,
+            kube_tasks,
+            ..
+        } = self;
+        // The reflectors start before the loop so their first full lists overlap the first
+        // scale-set refresh; /readyz waits for both.
+        let (cluster, reflectors) = match kube_client {
+            Some(client) => {
+                let (view, tasks) =
+                    crate::kube::reflect::start(client, metrics.clone(), shutdown.clone()).await;
+                (Some(view), tasks)
             }
+            None => (None, Vec::new()),
+        };
+        let mut http_task = None;
+        if let Some(addr) = settings.metrics_listen {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let task = tokio::spawn(crate::http::serve(
+                addr,
+                metrics.clone(),
+                reconciler.clone(),
+                crate::http::Readiness {
+                    election: election.as_ref().map(|e| e.leadership()),
+                    cluster: cluster.clone(),
+                },
+                shutdown.clone(),
+                tx,
+            ));
+            match rx.await {
+                Ok(bound) => tracing::info!(%bound, "serving /metrics, /healthz, /readyz"),
+                Err(_) => {
+                    let err = task
+                        .await
+                        .map_err(anyhow::Error::from)
+                        .and_then(|r| r.map_err(anyhow::Error::from));
+                    bail!("cannot listen on {addr}: {err:?}");
+                }
+            }
+            http_task = Some(task);
         }
-        http_task = Some(task);
+        let signals = shutdown.clone();
+        let signal_task = tokio::spawn(async move {
+            tokio::select! {
+                _ = signal => {
+                    tracing::info!("signal received: shutting down");
+                    signals.cancel();
+                }
+                _ = signals.cancelled() => {}
+            }
+        });
+        // The elector releases the Lease as soon as shutdown starts: the fence then holds any
+        // write the last pass has not sent yet, and a standby takes over within a retry period.
+        let election_task = election.map(|e| {
+            let leadership = e.leadership();
+            let stop = shutdown.clone();
+            let gauges = tokio::spawn(publish_leadership(
+                leadership,
+                metrics.clone(),
+                stop.clone(),
+            ));
+            (tokio::spawn(async move { e.run(stop).await }), gauges)
+        });
+        reconciler.run(shutdown.clone()).await;
+        shutdown.cancel();
+        let _ = signal_task.await;
+        if let Some((elector, gauges)) = election_task {
+            let _ = elector.await;
+            let _ = gauges.await;
+        }
+        for task in reflectors {
+            let _ = task.await;
+        }
+        stop_kube_tasks(kube_stop, kube_tasks).await;
+        if let Some(task) = http_task {
+            let _ = task.await;
+        }
+        Ok(())
     }
-    let signals = shutdown.clone();
-    tokio::spawn(async move {
-        wait_for_signal().await;
-        tracing::info!("signal received: shutting down");
-        signals.cancel();
-    });
-    // The elector releases the Lease as soon as shutdown starts: the fence then holds any
-    // write the last pass has not sent yet, and a standby takes over within a retry period.
-    let election_task = election.map(|e| {
-        let leadership = e.leadership();
-        let stop = shutdown.clone();
-        let gauges = tokio::spawn(publish_leadership(
-            leadership,
-            metrics.clone(),
-            stop.clone(),
-        ));
-        (tokio::spawn(async move { e.run(stop).await }), gauges)
-    });
-    reconciler.run(shutdown.clone()).await;
-    shutdown.cancel();
-    if let Some((elector, gauges)) = election_task {
-        let _ = elector.await;
-        let _ = gauges.await;
-    }
-    for task in reflectors {
-        let _ = task.await;
-    }
-    stop_kube_tasks(kube_stop, kube_tasks).await;
-    if let Some(task) = http_task {
-        let _ = task.await;
-    }
-    Ok(ExitCode(0))
 }
 
 /// What `run` needs of Kubernetes when `kubernetes.enabled`: the client, this replica's
@@ -451,14 +579,18 @@ struct KubeSide {
     poster: crate::kube::events::EventPoster,
 }
 
-async fn kube_side(settings: &Settings, metrics: Arc<Metrics>) -> anyhow::Result<Option<KubeSide>> {
+async fn kube_side(
+    settings: &Settings,
+    metrics: Arc<Metrics>,
+    identity: Option<String>,
+) -> anyhow::Result<Option<KubeSide>> {
     use crate::kube::events::{EventRecorder, KubeEvents, RecorderConfig, QUEUE_CAPACITY};
     let k = &settings.kubernetes;
     if !k.enabled {
         return Ok(None);
     }
     let client = kube_client(k).await?;
-    let identity = crate::kube::identity();
+    let identity = identity.unwrap_or_else(crate::kube::identity);
     let (recorder, poster) = EventRecorder::new(
         RecorderConfig {
             namespace: k.namespace.clone(),
