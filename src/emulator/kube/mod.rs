@@ -75,6 +75,7 @@ pub struct KubeState {
     token: String,
     bookmark_interval: Duration,
     server_address: String,
+    unavailable: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Whether a path belongs to the Kubernetes side.
@@ -111,12 +112,27 @@ impl KubeState {
             token: settings.token,
             bookmark_interval: settings.bookmark_interval,
             server_address,
+            unavailable: Arc::new(std::sync::atomic::AtomicBool::new(false)),
         }
     }
 
     /// The bearer token the API accepts.
     pub fn token(&self) -> String {
         self.token.clone()
+    }
+
+    /// The fault switch: while on, every Kubernetes request (discovery, `/version` and the
+    /// health paths included) answers 503 ServiceUnavailable with a `Status` body, as an API
+    /// server that lost etcd or sits behind a load balancer with no backend would. Watches already
+    /// streaming are not cut. The control endpoints under `/_emulator/kube/` keep working.
+    pub fn set_unavailable(&self, on: bool) {
+        self.unavailable
+            .store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether the fault switch of [`KubeState::set_unavailable`] is on.
+    pub fn unavailable(&self) -> bool {
+        self.unavailable.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The current cluster-wide `resourceVersion`.
@@ -286,6 +302,9 @@ fn error_response(e: KubeError) -> Response {
 /// Answers one request on a Kubernetes path.
 pub(crate) fn handle(kube: &KubeState, parts: &Parts, body: &[u8]) -> Response {
     let path = parts.uri.path().trim_end_matches('/');
+    if kube.unavailable() {
+        return error_response(status::unavailable());
+    }
     match path {
         "/healthz" | "/livez" | "/readyz" => {
             return Reply {
