@@ -76,6 +76,18 @@ pub struct KubeState {
     bookmark_interval: Duration,
     server_address: String,
     unavailable: Arc<std::sync::atomic::AtomicBool>,
+    watch_log: Arc<parking_lot::Mutex<Vec<WatchStart>>>,
+}
+
+/// One WATCH request the Kubernetes side answered (see [`KubeState::watch_starts`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchStart {
+    /// The type watched (its plural, e.g. `configmaps`).
+    pub plural: String,
+    /// The `resourceVersion` it resumed from (`None` or `Some(0)`: from the current state).
+    pub from: Option<u64>,
+    /// Whether it was refused with 410 Gone (the version was older than the history kept).
+    pub gone: bool,
 }
 
 /// Whether a path belongs to the Kubernetes side.
@@ -113,6 +125,7 @@ impl KubeState {
             bookmark_interval: settings.bookmark_interval,
             server_address,
             unavailable: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            watch_log: Arc::new(parking_lot::Mutex::new(Vec::new())),
         }
     }
 
@@ -133,6 +146,16 @@ impl KubeState {
     /// Whether the fault switch of [`KubeState::set_unavailable`] is on.
     pub fn unavailable(&self) -> bool {
         self.unavailable.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Every WATCH answered so far, oldest first: tests read from it that a watch resumed from
+    /// a `resourceVersion` rather than relisting, or that a resume was refused with 410.
+    pub fn watch_starts(&self) -> Vec<WatchStart> {
+        self.watch_log.lock().clone()
+    }
+
+    pub(crate) fn log_watch(&self, start: WatchStart) {
+        self.watch_log.lock().push(start);
     }
 
     /// The current cluster-wide `resourceVersion`.

@@ -190,6 +190,12 @@ fn collection(
                     .get("timeoutSeconds")
                     .and_then(|s| s.parse::<u64>().ok())
                     .map(Duration::from_secs);
+                let oldest = kube.store.lock().oldest_servable();
+                kube.log_watch(super::WatchStart {
+                    plural: rt.plural.to_string(),
+                    from: rv,
+                    gone: rv.is_some_and(|from| from != 0 && from < oldest),
+                });
                 return Ok(watch::start(
                     &kube.store,
                     watch::WatchRequest {
