@@ -137,6 +137,17 @@ def main():
             spec=client.V1PodSpec(node_name=node, containers=[client.V1Container(name="c", image="pause")])))
         if phase != "Running":
             core.patch_namespaced_pod_status(name, ns, {"status": {"phase": phase}})
+    created = core.read_namespaced_pod("p-run", ns)
+    tolerated = {(t.key, t.effect, t.toleration_seconds) for t in created.spec.tolerations or []}
+    check(created.status.phase == "Pending" and created.status.qos_class == "BestEffort"
+          and created.spec.dns_policy == "ClusterFirst" and created.spec.restart_policy == "Always"
+          and created.spec.scheduler_name == "default-scheduler" and created.spec.priority == 0
+          and created.spec.termination_grace_period_seconds == 30 and created.spec.enable_service_links
+          and {("node.kubernetes.io/not-ready", "NoExecute", 300),
+               ("node.kubernetes.io/unreachable", "NoExecute", 300)} <= tolerated
+          and created.spec.containers[0].image_pull_policy == "Always"
+          and created.spec.containers[0].termination_message_policy == "File",
+          "a created pod reads back with the server's defaults (spec, tolerations, qosClass, Pending)")
     running = core.list_namespaced_pod(ns, field_selector="status.phase!=Succeeded,status.phase!=Failed").items
     check([p.metadata.name for p in running] == ["p-run"], "a field selector on status.phase filters pods")
     on_node = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
