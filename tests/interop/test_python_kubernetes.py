@@ -1,10 +1,16 @@
 """The official Python Kubernetes client (PyPI `kubernetes`, written by nobody here) against the
 emulator's Kubernetes side. Where the client and the emulator disagree, the emulator is wrong.
 
-Environment: KUBECONFIG (written by `emulator --kubeconfig-out`)."""
+The same script runs against a real API server first (kube.sh with ORACLE_KUBECONFIG), so every
+check is known to describe real Kubernetes; it tolerates what a real cluster's controllers add
+(the kube-root-ca.crt ConfigMap in every namespace) and picks policy/v1 or policy/v1beta1 (1.20)
+by discovery.
+
+Environment: KUBECONFIG (written by `emulator --kubeconfig-out`, or a real server's)."""
 
 import os
 import sys
+import time
 import uuid
 
 from kubernetes import client, config, watch
@@ -16,6 +22,54 @@ def check(cond, what):
         print(f"FAIL: {what}", file=sys.stderr)
         sys.exit(1)
     print(f"ok: {what}")
+
+
+def policy_version():
+    """policy/v1 where served (1.21+ and the emulator), else policy/v1beta1 (a 1.20 server)."""
+    for g in client.ApisApi().get_api_versions().groups:
+        if g.name == "policy":
+            return "policy/v1" if any(v.version == "v1" for v in g.versions) else "policy/v1beta1"
+    raise RuntimeError("the server serves no policy API group")
+
+
+def raw(method, path, body=None):
+    """A request through the client's own ApiClient (auth, TLS) with a raw JSON body: the typed
+    calls of this client send policy/v1 bodies, which a 1.20 server refuses."""
+    return client.ApiClient().call_api(
+        path, method, body=body, response_type="object", auth_settings=["BearerToken"],
+        header_params={"Content-Type": "application/json", "Accept": "application/json"},
+        _return_http_data_only=True)
+
+
+def evict_refused_by_pdb(core, ns, node):
+    """A Running+Ready pod under a PDB with minAvailable 1: its eviction is refused with 429."""
+    pv = policy_version()
+    core.create_namespaced_pod(ns, client.V1Pod(
+        metadata=client.V1ObjectMeta(name="guarded", labels={"app": "guarded"}),
+        spec=client.V1PodSpec(node_name=node, containers=[client.V1Container(name="c", image="pause")])))
+    core.patch_namespaced_pod_status("guarded", ns, {"status": {
+        "phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
+    raw("POST", f"/apis/{pv}/namespaces/{ns}/poddisruptionbudgets", {
+        "apiVersion": pv, "kind": "PodDisruptionBudget", "metadata": {"name": "guarded"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}}})
+    status = {}
+    for _ in range(300):
+        status = raw("GET", f"/apis/{pv}/namespaces/{ns}/poddisruptionbudgets/guarded").get("status") or {}
+        if status.get("currentHealthy") == 1 and status.get("disruptionsAllowed") == 0:
+            break
+        time.sleep(0.1)
+    check(status.get("currentHealthy") == 1 and status.get("desiredHealthy") == 1
+          and status.get("disruptionsAllowed") == 0 and status.get("expectedPods") == 1,
+          f"the {pv} PDB's status counts the guarded pod and allows no disruption ({status})")
+    try:
+        raw("POST", f"/api/v1/namespaces/{ns}/pods/guarded/eviction", {
+            "apiVersion": pv, "kind": "Eviction", "metadata": {"name": "guarded", "namespace": ns}})
+        check(False, "the eviction of a pod its PDB protects fails")
+    except ApiException as e:
+        check(e.status == 429 and "TooManyRequests" in e.body and "disruption budget" in e.body,
+              f"the {pv} eviction of a pod its PDB protects is refused with 429 TooManyRequests")
+    pod = core.read_namespaced_pod("guarded", ns)
+    check(pod.metadata.deletion_timestamp is None, "the refused eviction leaves the pod alone")
 
 
 def main():
@@ -64,6 +118,8 @@ def main():
     while page.metadata._continue:
         page = core.list_namespaced_config_map(ns, limit=2, _continue=page.metadata._continue)
         seen += [c.metadata.name for c in page.items]
+    # A real cluster's controller-manager adds kube-root-ca.crt to every namespace.
+    seen = [n for n in seen if n.startswith("cm-")]
     check(sorted(seen) == [f"cm-{i}" for i in range(5)], "limit and continue page through every ConfigMap once")
     xs = core.list_namespaced_config_map(ns, label_selector="set=x").items
     check(sorted(c.metadata.name for c in xs) == ["cm-1", "cm-3"], "a label selector filters")
@@ -81,6 +137,17 @@ def main():
             spec=client.V1PodSpec(node_name=node, containers=[client.V1Container(name="c", image="pause")])))
         if phase != "Running":
             core.patch_namespaced_pod_status(name, ns, {"status": {"phase": phase}})
+    created = core.read_namespaced_pod("p-run", ns)
+    tolerated = {(t.key, t.effect, t.toleration_seconds) for t in created.spec.tolerations or []}
+    check(created.status.phase == "Pending" and created.status.qos_class == "BestEffort"
+          and created.spec.dns_policy == "ClusterFirst" and created.spec.restart_policy == "Always"
+          and created.spec.scheduler_name == "default-scheduler" and created.spec.priority == 0
+          and created.spec.termination_grace_period_seconds == 30 and created.spec.enable_service_links
+          and {("node.kubernetes.io/not-ready", "NoExecute", 300),
+               ("node.kubernetes.io/unreachable", "NoExecute", 300)} <= tolerated
+          and created.spec.containers[0].image_pull_policy == "Always"
+          and created.spec.containers[0].termination_message_policy == "File",
+          "a created pod reads back with the server's defaults (spec, tolerations, qosClass, Pending)")
     running = core.list_namespaced_pod(ns, field_selector="status.phase!=Succeeded,status.phase!=Failed").items
     check([p.metadata.name for p in running] == ["p-run"], "a field selector on status.phase filters pods")
     on_node = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
@@ -95,6 +162,11 @@ def main():
             break
     check(("DELETED", "cm-4") in events, "a watch from a resourceVersion streams the later delete")
 
+    evict_refused_by_pdb(core, ns, node)
+
+    for p in core.list_namespaced_pod(ns).items:
+        # No kubelet confirms a graceful delete on a real server without one: delete at once.
+        core.delete_namespaced_pod(p.metadata.name, ns, grace_period_seconds=0)
     core.delete_namespace(ns)
     core.delete_node(node)
     print("python kubernetes client interop: all checks passed")

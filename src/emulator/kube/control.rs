@@ -5,6 +5,7 @@
 //! | `POST /_emulator/kube/nodes` `{"name", "labels"?, "ready"?}` | adds a Node |
 //! | `POST /_emulator/kube/pods` `{"namespace"?, "name", "nodeName"?, "labels"?, "phase"?, "ready"?}` | adds a Pod with that status |
 //! | `POST /_emulator/kube/compact` | forgets the watch history (later watches from older versions get 410) |
+//! | `POST /_emulator/kube/unavailable` `{"on": bool}` | the fault switch: while on, every Kubernetes request answers 503 |
 //! | `GET /_emulator/kube/state` | `{"resourceVersion", "token"}` |
 
 use std::collections::BTreeMap;
@@ -22,6 +23,11 @@ struct NodeSeed {
     labels: BTreeMap<String, String>,
     #[serde(default = "yes")]
     ready: bool,
+}
+
+#[derive(Deserialize)]
+struct Switch {
+    on: bool,
 }
 
 fn yes() -> bool {
@@ -60,9 +66,16 @@ pub(crate) fn handle(kube: &KubeState, method: &str, rest: &[&str], body: &[u8])
                 json!({"resourceVersion": kube.resource_version().to_string()}),
             )
         }
+        ("POST", ["unavailable"]) => match serde_json::from_slice::<Switch>(body) {
+            Ok(sw) => {
+                kube.set_unavailable(sw.on);
+                Reply::json(200, json!({"unavailable": kube.unavailable()}))
+            }
+            Err(e) => bad(e),
+        },
         ("GET", ["state"]) => Reply::json(
             200,
-            json!({"resourceVersion": kube.resource_version().to_string(), "token": kube.token()}),
+            json!({"resourceVersion": kube.resource_version().to_string(), "token": kube.token(), "unavailable": kube.unavailable()}),
         ),
         _ => Reply::json(
             404,

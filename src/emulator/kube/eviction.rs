@@ -50,6 +50,67 @@ pub fn budget(pdb: &Value, pods: &[&Value]) -> (i64, i64, i64) {
     (desired, healthy, (healthy - desired).max(0))
 }
 
+fn covered_refs<'a>(pods: &'a [Value], pdb: &Value) -> Vec<&'a Value> {
+    let selector = pdb.pointer("/spec/selector").cloned().unwrap_or(json!({}));
+    pods.iter()
+        .filter(|p| {
+            label_selector_matches(
+                &selector,
+                p.pointer("/metadata/labels").and_then(Value::as_object),
+            )
+        })
+        .collect()
+}
+
+/// `pdb` with the `status` the disruption controller would have written by now
+/// (`observedGeneration`, `desiredHealthy`, `currentHealthy`, `disruptionsAllowed`,
+/// `expectedPods` and the `DisruptionAllowed` condition), computed from the pods at read time.
+/// The emulator fills it on GET and LIST, so `kubectl get pdb` shows what a real cluster shows;
+/// computing it on read does not move the `resourceVersion`, where the real controller's status
+/// update would.
+pub fn with_status(store: &Store, mut pdb: Value) -> Value {
+    let Some(pods_rt) = resources::find("", "v1", "pods") else {
+        return pdb;
+    };
+    let namespace = pdb
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let all_pods = store.all_in(pods_rt, &namespace);
+    let covered = covered_refs(&all_pods, &pdb);
+    let (desired, healthy, allowed) = budget(&pdb, &covered);
+    let generation = pdb
+        .pointer("/metadata/generation")
+        .cloned()
+        .unwrap_or(json!(1));
+    let since = pdb
+        .pointer("/metadata/creationTimestamp")
+        .cloned()
+        .unwrap_or(Value::Null);
+    let (cond, reason) = if allowed > 0 {
+        ("True", "SufficientPods")
+    } else {
+        ("False", "InsufficientPods")
+    };
+    pdb["status"] = json!({
+        "observedGeneration": generation,
+        "desiredHealthy": desired,
+        "currentHealthy": healthy,
+        "disruptionsAllowed": allowed,
+        "expectedPods": covered.len(),
+        "conditions": [{
+            "type": "DisruptionAllowed",
+            "status": cond,
+            "reason": reason,
+            "message": "",
+            "observedGeneration": generation,
+            "lastTransitionTime": since,
+        }],
+    });
+    pdb
+}
+
 /// Answers the eviction of `namespace/name`: `Ok(status body)` when the pod was deleted.
 pub fn evict(store: &mut Store, namespace: &str, name: &str) -> Result<Value, KubeError> {
     let pods_rt = resources::find("", "v1", "pods").expect("pods are served");
@@ -80,17 +141,7 @@ pub fn evict(store: &mut Store, namespace: &str, name: &str) -> Result<Value, Ku
             ));
         }
         if let Some(pdb) = pdbs.first() {
-            let selector = pdb.pointer("/spec/selector").cloned().unwrap_or(json!({}));
-            let covered: Vec<&Value> = all_pods
-                .iter()
-                .filter(|p| {
-                    label_selector_matches(
-                        &selector,
-                        p.pointer("/metadata/labels").and_then(Value::as_object),
-                    )
-                })
-                .collect();
-            let (desired, healthy, allowed) = budget(pdb, &covered);
+            let (desired, healthy, allowed) = budget(pdb, &covered_refs(&all_pods, pdb));
             if allowed == 0 {
                 let pdb_name = name_of(pdb).unwrap_or("");
                 return Err(status::failure(

@@ -75,6 +75,19 @@ pub struct KubeState {
     token: String,
     bookmark_interval: Duration,
     server_address: String,
+    unavailable: Arc<std::sync::atomic::AtomicBool>,
+    watch_log: Arc<parking_lot::Mutex<Vec<WatchStart>>>,
+}
+
+/// One WATCH request the Kubernetes side answered (see [`KubeState::watch_starts`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchStart {
+    /// The type watched (its plural, e.g. `configmaps`).
+    pub plural: String,
+    /// The `resourceVersion` it resumed from (`None` or `Some(0)`: from the current state).
+    pub from: Option<u64>,
+    /// Whether it was refused with 410 Gone (the version was older than the history kept).
+    pub gone: bool,
 }
 
 /// Whether a path belongs to the Kubernetes side.
@@ -111,12 +124,38 @@ impl KubeState {
             token: settings.token,
             bookmark_interval: settings.bookmark_interval,
             server_address,
+            unavailable: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            watch_log: Arc::new(parking_lot::Mutex::new(Vec::new())),
         }
     }
 
     /// The bearer token the API accepts.
     pub fn token(&self) -> String {
         self.token.clone()
+    }
+
+    /// The fault switch: while on, every Kubernetes request (discovery, `/version` and the
+    /// health paths included) answers 503 ServiceUnavailable with a `Status` body, as an API
+    /// server that lost etcd or sits behind a load balancer with no backend would. Watches already
+    /// streaming are not cut. The control endpoints under `/_emulator/kube/` keep working.
+    pub fn set_unavailable(&self, on: bool) {
+        self.unavailable
+            .store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether the fault switch of [`KubeState::set_unavailable`] is on.
+    pub fn unavailable(&self) -> bool {
+        self.unavailable.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Every WATCH answered so far, oldest first: tests read from it that a watch resumed from
+    /// a `resourceVersion` rather than relisting, or that a resume was refused with 410.
+    pub fn watch_starts(&self) -> Vec<WatchStart> {
+        self.watch_log.lock().clone()
+    }
+
+    pub(crate) fn log_watch(&self, start: WatchStart) {
+        self.watch_log.lock().push(start);
     }
 
     /// The current cluster-wide `resourceVersion`.
@@ -286,6 +325,9 @@ fn error_response(e: KubeError) -> Response {
 /// Answers one request on a Kubernetes path.
 pub(crate) fn handle(kube: &KubeState, parts: &Parts, body: &[u8]) -> Response {
     let path = parts.uri.path().trim_end_matches('/');
+    if kube.unavailable() {
+        return error_response(status::unavailable());
+    }
     match path {
         "/healthz" | "/livez" | "/readyz" => {
             return Reply {

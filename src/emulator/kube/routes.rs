@@ -190,6 +190,12 @@ fn collection(
                     .get("timeoutSeconds")
                     .and_then(|s| s.parse::<u64>().ok())
                     .map(Duration::from_secs);
+                let oldest = kube.store.lock().oldest_servable();
+                kube.log_watch(super::WatchStart {
+                    plural: rt.plural.to_string(),
+                    from: rv,
+                    gone: rv.is_some_and(|from| from != 0 && from < oldest),
+                });
                 return Ok(watch::start(
                     &kube.store,
                     watch::WatchRequest {
@@ -317,7 +323,11 @@ fn list(
             Some(t.start)
         }
     };
-    let page = store.list(rt, namespace, selector, after.as_deref(), limit);
+    let mut page = store.list(rt, namespace, selector, after.as_deref(), limit);
+    page.items = std::mem::take(&mut page.items)
+        .into_iter()
+        .map(|o| decorate(&store, rt, o))
+        .collect();
     let cont = page.next.map(|start| {
         let t = ContinueToken {
             v: "meta.k8s.io/v1".to_string(),
@@ -330,6 +340,16 @@ fn list(
         200,
         list_body(rt, page.rv, page.items, cont, page.remaining),
     )
+}
+
+/// What a real cluster's controllers would have added to `obj` by the time it is read: the
+/// status of a PodDisruptionBudget.
+fn decorate(store: &super::store::Store, rt: &ResourceType, obj: Value) -> Value {
+    if rt.plural == "poddisruptionbudgets" {
+        eviction::with_status(store, obj)
+    } else {
+        obj
+    }
 }
 
 fn content_type(parts: &Parts) -> &str {
@@ -352,7 +372,9 @@ fn item(
     let is_pod = rt.plural == "pods" && rt.group.is_empty();
     match (sub, &parts.method) {
         (None | Some("status"), &Method::GET) => {
-            ok(200, kube.store.lock().get(rt, namespace, name)?)
+            let store = kube.store.lock();
+            let obj = store.get(rt, namespace, name)?;
+            ok(200, decorate(&store, rt, obj))
         }
         (None | Some("status"), &Method::PUT) => {
             let obj = parse_json(body)?;
@@ -431,6 +453,17 @@ fn item(
             ok(201, status::success(201))
         }
         (Some("eviction"), &Method::POST) if is_pod => {
+            if !body.is_empty() {
+                let named = parse_json(body)?
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .map(str::to_string);
+                if named.is_some_and(|n| n != name) {
+                    return Err(status::bad_request(
+                        "name in URL does not match name in Eviction object",
+                    ));
+                }
+            }
             let mut store = kube.store.lock();
             ok(201, eviction::evict(&mut store, namespace, name)?)
         }

@@ -152,3 +152,14 @@ pub fn unsupported_media_type(content_type: &str) -> KubeError {
         None,
     )
 }
+
+/// 503 ServiceUnavailable: the emulator's fault switch is on
+/// ([`KubeState::set_unavailable`](super::KubeState::set_unavailable)).
+pub fn unavailable() -> KubeError {
+    failure(
+        503,
+        "ServiceUnavailable",
+        "the Kubernetes API is unavailable (the emulator's fault switch is on)",
+        None,
+    )
+}

@@ -569,12 +569,117 @@ fn defaults(rt: &ResourceType, obj: &mut Value) {
                 obj["status"] = json!({"phase": "Active"});
             }
         }
-        ("", "pods") if obj.pointer("/status/phase").is_none() => {
-            if !obj.get("status").is_some_and(Value::is_object) {
-                obj["status"] = json!({});
-            }
-            obj["status"]["phase"] = json!("Pending");
-        }
+        ("", "pods") => pod_defaults(obj),
         _ => {}
+    }
+}
+
+/// What a 1.20 API server adds to a pod it stores (compared with `kubectl get pod -o json` on
+/// both servers): the spec defaults, the DefaultTolerationSeconds admission plugin's two
+/// tolerations, per-container defaults, `status.phase` Pending and `status.qosClass`.
+fn pod_defaults(obj: &mut Value) {
+    if !obj.get("spec").is_some_and(Value::is_object) {
+        obj["spec"] = json!({});
+    }
+    let spec = &mut obj["spec"];
+    for (key, value) in [
+        ("dnsPolicy", json!("ClusterFirst")),
+        ("enableServiceLinks", json!(true)),
+        ("preemptionPolicy", json!("PreemptLowerPriority")),
+        ("priority", json!(0)),
+        ("restartPolicy", json!("Always")),
+        ("schedulerName", json!("default-scheduler")),
+        ("securityContext", json!({})),
+        ("terminationGracePeriodSeconds", json!(30)),
+    ] {
+        if spec.get(key).is_none() {
+            spec[key] = value;
+        }
+    }
+    if !spec.get("tolerations").is_some_and(Value::is_array) {
+        spec["tolerations"] = json!([]);
+    }
+    for taint in [
+        "node.kubernetes.io/not-ready",
+        "node.kubernetes.io/unreachable",
+    ] {
+        let tolerations = spec["tolerations"].as_array().cloned().unwrap_or_default();
+        let tolerated = tolerations.iter().any(|t| {
+            let key = t.get("key").and_then(Value::as_str).unwrap_or("");
+            let effect = t.get("effect").and_then(Value::as_str).unwrap_or("");
+            (key == taint || key.is_empty()) && (effect == "NoExecute" || effect.is_empty())
+        });
+        if !tolerated {
+            if let Some(list) = spec["tolerations"].as_array_mut() {
+                list.push(json!({"key": taint, "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}));
+            }
+        }
+    }
+    for list in ["initContainers", "containers"] {
+        if let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) {
+            for c in containers.iter_mut().filter(|c| c.is_object()) {
+                if c.get("imagePullPolicy").is_none() {
+                    let image = c.get("image").and_then(Value::as_str).unwrap_or("");
+                    let tag = image
+                        .rsplit('/')
+                        .next()
+                        .unwrap_or("")
+                        .split_once(':')
+                        .map(|(_, t)| t);
+                    let always = !image.contains('@') && matches!(tag, None | Some("latest"));
+                    c["imagePullPolicy"] = json!(if always { "Always" } else { "IfNotPresent" });
+                }
+                if c.get("resources").is_none() {
+                    c["resources"] = json!({});
+                }
+                if c.get("terminationMessagePath").is_none() {
+                    c["terminationMessagePath"] = json!("/dev/termination-log");
+                }
+                if c.get("terminationMessagePolicy").is_none() {
+                    c["terminationMessagePolicy"] = json!("File");
+                }
+            }
+        }
+    }
+    let qos = qos_class(&obj["spec"]);
+    if !obj.get("status").is_some_and(Value::is_object) {
+        obj["status"] = json!({});
+    }
+    if obj.pointer("/status/phase").is_none() {
+        obj["status"]["phase"] = json!("Pending");
+    }
+    if obj.pointer("/status/qosClass").is_none() {
+        obj["status"]["qosClass"] = json!(qos);
+    }
+}
+
+/// The pod's QoS class, as `GetPodQOS` computes it from CPU and memory requests and limits.
+fn qos_class(spec: &Value) -> &'static str {
+    let containers: Vec<&Value> = ["initContainers", "containers"]
+        .iter()
+        .filter_map(|l| spec.get(*l).and_then(Value::as_array))
+        .flatten()
+        .collect();
+    let amount = |c: &Value, kind: &str, res: &str| -> Option<String> {
+        c.pointer(&format!("/resources/{kind}/{res}"))
+            .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+    };
+    let mut any = false;
+    let mut guaranteed = true;
+    for c in &containers {
+        for res in ["cpu", "memory"] {
+            let request = amount(c, "requests", res);
+            let limit = amount(c, "limits", res);
+            any |= request.is_some() || limit.is_some();
+            // A request left out defaults to the limit.
+            if limit.is_none() || request.is_some_and(|r| Some(r) != limit) {
+                guaranteed = false;
+            }
+        }
+    }
+    match (any, guaranteed) {
+        (false, _) => "BestEffort",
+        (true, true) => "Guaranteed",
+        (true, false) => "Burstable",
     }
 }
