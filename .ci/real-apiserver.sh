@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Everything that needs a real Kubernetes API server, against kube-apiserver 1.20 + etcd from
-# ../shared/kube-apiserver/ (installed here if missing, started on 127.0.0.1, stopped on exit; a
-# server already running there, a developer's, is reused and left running):
+# Everything that needs a real Kubernetes API server, against kube-apiserver 1.20 + etcd +
+# kube-controller-manager from ../shared/kube-apiserver/ (installed here if missing, started on
+# 127.0.0.1 on ports of its own, stopped on exit):
 #   1. every `#[ignore]`d test (ignored only because plain `cargo test` has no server);
-#   2. kubectl and the Python kubernetes client against the emulator's Kubernetes side, the Python
-#      checks first against the real server (the oracle);
+#   2. kubectl and the Python kubernetes client: the same checks first against the real server
+#      (the oracle), then against the emulator's Kubernetes side;
 #   3. deploy/base's RBAC: applied under throw-away names, every verb the controller needs allowed
 #      and what it must not have refused for its ServiceAccount, and, with BIN (the release
 #      binary), the daemon itself running with that ServiceAccount's token.
@@ -12,20 +12,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 KA=${KUBE_APISERVER_DIR:-../shared/kube-apiserver}
-export K8S_TEST_DIR=${K8S_TEST_DIR:-/tmp/k8stest}
+# Its own server, on its own ports and state directory, with the controller-manager (PDB status,
+# garbage collection): never a developer's server that may lack it.
+export K8S_TEST_DIR=${CI_K8S_TEST_DIR:-/tmp/k8stest-ci}
+export API_PORT=${CI_API_PORT:-16643}
+export ETCD_PORT=${CI_ETCD_PORT:-23990}
 export KUBECONFIG="$K8S_TEST_DIR/kubeconfig"
 bash "$KA/install.sh"
-started=0
-API_PORT=${API_PORT:-16443}
-if ! curl -skf --max-time 3 -H "Authorization: Bearer test-token" "https://127.0.0.1:$API_PORT/readyz" >/dev/null 2>&1; then
-    bash "$KA/start.sh"
-    started=1
-fi
-stop() { if [ "$started" = 1 ]; then bash "$KA/stop.sh" || true; fi; }
+bash "$KA/stop.sh" >/dev/null 2>&1 || true
+rm -rf "$K8S_TEST_DIR"
+bash "$KA/start.sh"
+stop() { bash "$KA/stop.sh" || true; rm -rf "$K8S_TEST_DIR"; }
 trap stop EXIT
 cargo test --locked -- --ignored
-# kubectl and the Python kubernetes client against the emulator's Kubernetes side, with the Python
-# checks run against the real server first.
+# kubectl and the Python kubernetes client: each check on the real server, then on the emulator.
 ORACLE_KUBECONFIG="$KUBECONFIG" bash tests/interop/kube.sh "${1:-target/debug/vmss-capacity-controller}"
 
 # shellcheck source=lib/install-tools.sh

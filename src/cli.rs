@@ -730,6 +730,11 @@ async fn kube_client(k: &config::KubernetesSettings) -> anyhow::Result<kube::Cli
             .await
             .context("kubernetes: no in-cluster service account and no usable KUBECONFIG")?,
     };
+    // No retries inside the client: each caller has its own policy (the elector its retry
+    // period, the watches their backoff, the status writer the next pass), and kube-rs's default
+    // retry of 503s could hold one call for minutes after the API server returns.
+    let mut config = config;
+    config.default_retry = false;
     kube::Client::try_from(config).context("kubernetes: building the client")
 }
 

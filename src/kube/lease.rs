@@ -235,7 +235,16 @@ impl LeaderElection {
     /// One attempt to acquire or renew. `Ok(true)` when this replica holds the Lease after it.
     pub async fn try_acquire_or_renew(&self) -> Result<bool, LeaseError> {
         let sent_at = Instant::now();
-        let result = self.attempt(sent_at).await;
+        // Bounded by the renew deadline, as client-go bounds each renewal: a call stuck on an
+        // API server that is down must not hold the loop past the moment it matters.
+        let result =
+            match tokio::time::timeout(self.config.renew_deadline, self.attempt(sent_at)).await {
+                Ok(r) => r,
+                Err(_) => Err(LeaseError::Other(format!(
+                    "lease call took longer than the renew deadline ({:?})",
+                    self.config.renew_deadline
+                ))),
+            };
         self.state.settled.store(true, Ordering::Release);
         match &result {
             Ok(true) => {
