@@ -338,7 +338,7 @@ expect_ok "create events.k8s.io/v1 Event" ksa create -f "$WORK/event.yaml"
 # A bare PATCH, as the controller sends it: `kubectl patch` would GET first, which the Role does
 # not grant (and the controller does not need). Through `kubectl proxy --as`, so any kubeconfig
 # credential works.
-k --as="$AS" proxy --port=0 > "$WORK/proxy.out" 2>&1 &
+"$KUBECTL" --as="$AS" proxy --port=0 > "$WORK/proxy.out" 2>&1 &  # not through k(): $! must be kubectl itself, so cleanup can stop it
 PROXY_PID=$!
 port=""
 for _ in $(seq 1 50); do
