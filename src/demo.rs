@@ -849,6 +849,8 @@ pub struct EventRow {
 struct HolderChange {
     at: tokio::time::Instant,
     holder: Option<String>,
+    /// The last Azure request the emulator had logged when the change was seen.
+    seq: u64,
 }
 
 /// What the referee saw.
@@ -859,11 +861,6 @@ struct Referee {
     /// `None` until the first sample.
     holder: Option<Option<String>>,
     changes: Vec<HolderChange>,
-    /// Per replica: whether its fence was open at the last sample.
-    open: Vec<bool>,
-    /// Per replica: when its fence first closed after having been open, and the last request
-    /// the emulator had logged by then.
-    closed_at: Vec<Option<(tokio::time::Instant, u64)>>,
 }
 
 /// The Lease's holder, read in process from the emulator's store.
@@ -896,11 +893,6 @@ async fn referee(
     seen: Arc<parking_lot::Mutex<Referee>>,
     stop: CancellationToken,
 ) {
-    {
-        let mut r = seen.lock();
-        r.open = vec![false; fences.len()];
-        r.closed_at = vec![None; fences.len()];
-    }
     let mut tick = tokio::time::interval(SAMPLE_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
@@ -930,15 +922,13 @@ fn sample(
     if open.iter().filter(|o| **o).count() > 1 {
         r.two_leaders += 1;
     }
-    for (i, is_open) in open.iter().enumerate() {
-        if r.open[i] && !is_open && r.closed_at[i].is_none() {
-            r.closed_at[i] = Some((now, last_seq(state)));
-        }
-        r.open[i] = *is_open;
-    }
     if r.holder.as_ref() != Some(&holder) {
         r.holder = Some(holder.clone());
-        r.changes.push(HolderChange { at: now, holder });
+        r.changes.push(HolderChange {
+            at: now,
+            holder,
+            seq: last_seq(state),
+        });
     }
 }
 
@@ -1170,13 +1160,24 @@ fn measure(
         }
     }
     let deposed_name = deposed.map(|i| replicas[i].name.clone());
-    let released = deposed.and_then(|i| seen.closed_at.get(i).copied().flatten());
+    // Its writes the emulator logged after the Lease was seen to stop naming it: the release
+    // waits for admitted writes to be answered, so there must be none.
+    let released = deposed_name.as_ref().and_then(|name| {
+        let held = seen
+            .changes
+            .iter()
+            .position(|c| c.holder.as_deref() == Some(name.as_str()))?;
+        seen.changes[held + 1..]
+            .iter()
+            .find(|c| c.holder.as_deref() != Some(name.as_str()))
+            .map(|c| c.seq)
+    });
     let deposed_writes_after_release = match (&deposed_name, released) {
-        (Some(name), Some((_, seq))) => log
+        (Some(name), Some(seq)) => log
             .iter()
             .filter(|r| is_write(r) && r.seq > seq && r.writer.as_deref() == Some(name))
             .count() as u64,
-        // Stopped but never seen to stop leading: count everything it sent after the start.
+        // Stopped but never seen to let go: count everything it sent.
         (Some(name), None) => log
             .iter()
             .filter(|r| is_write(r) && r.writer.as_deref() == Some(name))

@@ -7,6 +7,11 @@
 //! immediately before each capacity write or instance deletion, not once per pass, because a pass
 //! can outlive a lease.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+
 /// Why a write was not sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FenceHold {
@@ -39,6 +44,77 @@ impl std::fmt::Display for FenceHold {
 pub trait WriteFence: Send + Sync + std::fmt::Debug {
     /// `Ok(())` if this replica may write to Azure now.
     fn check(&self) -> Result<(), FenceHold>;
+
+    /// [`check`](Self::check), and if the write may go, a permit to hold until its response is
+    /// in. A leader that lets go of its Lease first closes the fence, then waits for the permits
+    /// out to come back, and only then clears the holder: a write that passed the fence a moment
+    /// before shutdown lands while the Lease still names this replica, never after a successor
+    /// took over.
+    fn admit(&self) -> Result<WritePermit, FenceHold> {
+        self.check().map(|()| WritePermit { _in_flight: None })
+    }
+}
+
+/// A write the fence let through; dropping it when the response is in returns it.
+#[must_use = "hold the permit until the write's response is in"]
+#[derive(Debug)]
+pub struct WritePermit {
+    _in_flight: Option<InFlightGuard>,
+}
+
+/// Writes admitted and not yet answered, which a releasing leader waits for.
+#[derive(Debug, Default)]
+pub struct InFlight {
+    count: AtomicUsize,
+    idle: Notify,
+}
+
+/// One admitted write, counted in [`InFlight`] until dropped.
+#[derive(Debug)]
+pub struct InFlightGuard(Arc<InFlight>);
+
+impl InFlight {
+    /// Counts a write before the fence is asked, so that a release which closed the fence
+    /// either sees this write counted or this write sees the fence closed (both sides use
+    /// sequentially consistent order).
+    pub fn enter(self: &Arc<Self>) -> InFlightGuard {
+        self.count.fetch_add(1, Ordering::SeqCst);
+        InFlightGuard(self.clone())
+    }
+
+    /// A permit for a write counted by `guard`.
+    pub fn permit(guard: InFlightGuard) -> WritePermit {
+        WritePermit {
+            _in_flight: Some(guard),
+        }
+    }
+
+    /// Writes out now.
+    pub fn count(&self) -> usize {
+        self.count.load(Ordering::SeqCst)
+    }
+
+    /// Waits until no admitted write is out, for at most `within`. `false` if some still were.
+    pub async fn drained(&self, within: Duration) -> bool {
+        let wait = async {
+            loop {
+                let idle = self.idle.notified();
+                if self.count() == 0 {
+                    return;
+                }
+                idle.await;
+            }
+        };
+        tokio::time::timeout(within, wait).await.is_ok()
+    }
+}
+
+impl Drop for InFlightGuard {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
 }
 
 /// No leader election: every write may go (the single-replica behaviour of round 1).
@@ -48,5 +124,35 @@ pub struct Unfenced;
 impl WriteFence for Unfenced {
     fn check(&self) -> Result<(), FenceHold> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn drained_waits_for_the_last_admitted_write_and_no_longer() {
+        let in_flight = Arc::new(InFlight::default());
+        assert!(
+            in_flight.drained(Duration::from_secs(1)).await,
+            "nothing out"
+        );
+        let guard = in_flight.enter();
+        let waiter = {
+            let in_flight = in_flight.clone();
+            tokio::spawn(async move { in_flight.drained(Duration::from_secs(10)).await })
+        };
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert!(!waiter.is_finished(), "returned while a write was out");
+        drop(guard);
+        assert!(waiter.await.unwrap(), "the last permit came back");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn drained_gives_up_after_its_bound_when_a_write_never_returns() {
+        let in_flight = Arc::new(InFlight::default());
+        let _stuck = in_flight.enter();
+        assert!(!in_flight.drained(Duration::from_secs(5)).await);
     }
 }

@@ -24,7 +24,7 @@ use crate::azure::arm::OperationStatus;
 use crate::azure::{ArmClient, ArmError, Precondition, PutAccepted};
 use crate::cache::{InstanceCache, ScaleSet, ScaleSetCache, SizeCache};
 use crate::config::{ConflictStrategy, NodeGroupSpec, Settings};
-use crate::fence::{Unfenced, WriteFence};
+use crate::fence::{Unfenced, WriteFence, WritePermit};
 use crate::metrics::Metrics;
 use crate::notify::{
     ConflictRecord, ControllerEvent, EventSink, GroupStatus, NoEvents, WriteRecord,
@@ -941,6 +941,14 @@ impl Inner {
         Some(hold.metric_label())
     }
 
+    /// [`fenced`](Self::fenced), with the permit to hold while the write is out.
+    fn admitted(&self, name: &str) -> Result<WritePermit, &'static str> {
+        self.fence.admit().map_err(|hold| {
+            debug!(scale_set = name, %hold, "write fenced");
+            hold.metric_label()
+        })
+    }
+
     /// One planned write through the ETag protocol. Returns how it ended and whether a 412 was met.
     async fn write(
         self: Arc<Self>,
@@ -1008,14 +1016,17 @@ impl Inner {
             info!(scale_set = name, from = ?current.capacity, to = target, reason = %change.reason, "dry run: would write capacity");
             return self.held(name, "dry_run");
         }
-        // The reads above may have taken a while: ask again, as late as possible.
-        if let Some(reason) = self.fenced(name) {
-            return self.held(name, reason);
-        }
+        // The reads above may have taken a while: ask again, as late as possible, and hold the
+        // permit until the response is in.
+        let permit = match self.admitted(name) {
+            Ok(p) => p,
+            Err(reason) => return self.held(name, reason),
+        };
         self.spend_budget(name);
         let result = resource
             .write_capacity(&current, target, &precondition)
             .await;
+        drop(permit);
         self.record_write(name, current.capacity, target, write_result(&result));
         match result {
             Ok(acc) => {
@@ -1239,21 +1250,26 @@ impl Inner {
         };
         let resource = self.resources.for_group(group);
         let refused = self.refused(group, &resource, &fresh);
-        if let Some(reason) = refused
+        let permit = match refused
             .or_else(|| self.fenced(name))
             .or_else(|| self.hold_reason(name))
+            .map_or_else(|| self.admitted(name), Err)
         {
-            outcome("gave_up");
-            self.with_state(name, |s| s.held = Some(reason));
-            self.metrics
-                .writes_held_total
-                .with_label_values(&[name, reason])
-                .inc();
-            return WriteEnd::Held;
-        }
+            Ok(p) => p,
+            Err(reason) => {
+                outcome("gave_up");
+                self.with_state(name, |s| s.held = Some(reason));
+                self.metrics
+                    .writes_held_total
+                    .with_label_values(&[name, reason])
+                    .inc();
+                return WriteEnd::Held;
+            }
+        };
         self.spend_budget(name);
         let precondition = Precondition::IfMatch(etag);
         let result = resource.write_capacity(&fresh, next, &precondition).await;
+        drop(permit);
         self.record_write(name, fresh.capacity, next, write_result(&result));
         match result {
             Ok(acc) => {

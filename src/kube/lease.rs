@@ -15,7 +15,7 @@
 //! before anyone else could have acquired the Lease (`renewDeadline` < `leaseDuration`), and a
 //! replica that wakes up after losing it sends nothing, even before it has noticed.
 
-use crate::fence::{FenceHold, WriteFence};
+use crate::fence::{FenceHold, InFlight, WriteFence, WritePermit};
 use crate::notify::{ControllerEvent, EventSink};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -79,6 +79,8 @@ pub struct Leadership {
     transitions: AtomicU64,
     /// The first attempt has completed (either way): a standby is ready to lead.
     settled: AtomicBool,
+    /// Azure writes admitted and not yet answered: a release waits for them.
+    in_flight: Arc<InFlight>,
 }
 
 impl Leadership {
@@ -90,6 +92,7 @@ impl Leadership {
             renewed_at: Mutex::new(None),
             transitions: AtomicU64::new(0),
             settled: AtomicBool::new(false),
+            in_flight: Arc::new(InFlight::default()),
         }
     }
 
@@ -124,6 +127,13 @@ impl WriteFence for Leadership {
             Some(at) if at.elapsed() < self.renew_deadline => Ok(()),
             _ => Err(FenceHold::RenewalStale),
         }
+    }
+
+    fn admit(&self) -> Result<WritePermit, FenceHold> {
+        // Counted first, then checked: see `InFlight::enter`.
+        let guard = self.in_flight.enter();
+        self.check()?;
+        Ok(InFlight::permit(guard))
     }
 }
 
@@ -331,7 +341,18 @@ impl LeaderElection {
         if !self.state.is_leader() {
             return;
         }
+        // Close the fence, then let the writes it admitted finish: one that passed the fence a
+        // moment ago must land while the Lease still names us, not after a successor took over.
         self.set_leader(false);
+        if !self
+            .state
+            .in_flight
+            .drained(self.config.renew_deadline)
+            .await
+        {
+            warn!(lease = %self.config.name, writes = self.state.in_flight.count(), "Azure writes still unanswered after the renew deadline: not releasing the lease; it expires on its own");
+            return;
+        }
         let Ok(Some(current)) = self.store.get().await else {
             return;
         };
@@ -454,6 +475,40 @@ pub(crate) mod tests {
         assert_eq!(a.leadership().check(), Ok(()));
         assert_eq!(b.leadership().check(), Err(FenceHold::NotLeader));
         assert_eq!(store.holder().as_deref(), Some("a"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_release_closes_the_fence_at_once_but_clears_the_holder_only_after_the_write_in_flight_is_answered(
+    ) {
+        let store = Arc::new(MemoryLeases::default());
+        let a = Arc::new(candidate(&store, "a"));
+        a.try_acquire_or_renew().await.unwrap();
+        let permit = a.leadership().admit().expect("the leader may write");
+        let releasing = {
+            let a = a.clone();
+            tokio::spawn(async move { a.release().await })
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(a.leadership().admit().err(), Some(FenceHold::NotLeader));
+        assert_eq!(
+            store.holder().as_deref(),
+            Some("a"),
+            "released while a write that passed the fence was still out"
+        );
+        drop(permit);
+        releasing.await.unwrap();
+        assert_eq!(store.holder(), None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_that_never_returns_keeps_the_lease_until_it_expires_instead_of_releasing_it() {
+        let store = Arc::new(MemoryLeases::default());
+        let a = candidate(&store, "a");
+        a.try_acquire_or_renew().await.unwrap();
+        let _stuck = a.leadership().admit().unwrap();
+        a.release().await;
+        assert_eq!(store.holder().as_deref(), Some("a"));
+        assert_eq!(a.leadership().check(), Err(FenceHold::NotLeader));
     }
 
     #[tokio::test(start_paused = true)]
