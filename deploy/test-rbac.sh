@@ -226,6 +226,9 @@ can yes create leases.coordination.k8s.io "${N[@]}"
 can yes create configmaps "${N[@]}"
 can yes create events.events.k8s.io "${N[@]}"
 can yes patch events.events.k8s.io "${N[@]}"
+# Pod Events (TriggeredScaleUp, NotTriggerScaleUp) live in the pod's namespace.
+can yes create events.events.k8s.io -n default
+can yes create events.events.k8s.io -A
 for v in get list watch patch; do can yes "$v" nodes; done
 for v in get list watch; do
   can yes "$v" pods -A
@@ -257,7 +260,8 @@ can no update configmaps/other "${N[@]}"
 can no create configmaps -n kube-system
 can no delete "configmaps/$STATUS_CM" "${N[@]}"
 can no create events "${N[@]}"
-can no create events.events.k8s.io -n kube-system
+can no delete events.events.k8s.io -A
+can no update events.events.k8s.io -A
 can no delete poddisruptionbudgets.policy -A
 can no update daemonsets.apps -A
 can no create deployments.apps "${N[@]}"

@@ -349,6 +349,9 @@ pub struct Replica {
     /// Stops the Event poster and the status writer.
     kube_stop: CancellationToken,
     kube_tasks: Option<KubeTasks>,
+    /// `demand: pods`: what the scale-up loop publishes to (the reconciler's demand source).
+    pod_demand: Option<Arc<crate::pod_demand::PodDemand>>,
+    events: Arc<dyn crate::notify::EventSink>,
 }
 
 impl std::fmt::Debug for Replica {
@@ -385,6 +388,14 @@ impl Replica {
         if let Some(k) = &kube_side {
             builder = builder.events(k.recorder.clone());
         }
+        let pod_demand = crate::pod_demand::demand_source(&settings);
+        if let Some(d) = &pod_demand {
+            builder = builder.demand(d.clone());
+        }
+        let events: Arc<dyn crate::notify::EventSink> = match &kube_side {
+            Some(k) => k.recorder.clone(),
+            None => Arc::new(crate::notify::NoEvents),
+        };
         let reconciler = Arc::new(builder.build());
         let kube_client = kube_side.as_ref().map(|k| k.client.clone());
         // Events and the status ConfigMap: background tasks owned here, stopped by `kube_stop`.
@@ -411,6 +422,8 @@ impl Replica {
             kube_client,
             kube_stop,
             kube_tasks,
+            pod_demand,
+            events,
         })
     }
 
@@ -492,6 +505,8 @@ impl Replica {
             kube_client,
             kube_stop,
             kube_tasks,
+            pod_demand,
+            events,
             ..
         } = self;
         // The reflectors start before the loop so their first full lists overlap the first
@@ -503,6 +518,21 @@ impl Replica {
                 (Some(view), tasks)
             }
             None => (None, Vec::new()),
+        };
+        // `demand: pods`: batches pending pods into scale-up decisions for the reconciler.
+        let scale_up_task = match (pod_demand, &cluster) {
+            (Some(demand), Some(view)) => Some(tokio::spawn(
+                crate::pod_demand::ScaleUpLoop::new(
+                    settings.clone(),
+                    demand,
+                    reconciler.clone(),
+                    view.clone(),
+                    metrics.clone(),
+                    events,
+                )
+                .run(shutdown.clone()),
+            )),
+            _ => None,
         };
         let mut http_task = None;
         if let Some(addr) = settings.metrics_listen {
@@ -558,6 +588,9 @@ impl Replica {
         if let Some((elector, gauges)) = election_task {
             let _ = elector.await;
             let _ = gauges.await;
+        }
+        if let Some(task) = scale_up_task {
+            let _ = task.await;
         }
         for task in reflectors {
             let _ = task.await;

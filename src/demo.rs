@@ -246,6 +246,7 @@ impl Stage {
             node_groups: self.groups.clone(),
             auto_discovery: None,
             kubernetes,
+            pod_demand: Default::default(),
         })
     }
 

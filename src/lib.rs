@@ -19,7 +19,8 @@
 //! | [`notify`] | events and per-group status the reconciler reports (Kubernetes Events, status ConfigMap) |
 //! | [`metrics`] | the Prometheus registry and every metric the daemon exports |
 //! | [`http`] | `/metrics`, `/healthz`, `/readyz` |
-//! | [`pods`] | pod-driven demand's pure parts: quantities, fit, templates, bin packing, expanders, scale-down eligibility (not wired into the loop yet) |
+//! | [`pods`] | pod-driven demand's pure parts: quantities, fit, templates, bin packing, expanders, the scale-up decision, scale-down eligibility (scale-down not wired yet) |
+//! | [`pod_demand`] | `demand: pods`: batching pending pods, one scale-up decision per batch, the reconciler's demand source |
 //! | [`kube`] | the Kubernetes side: client, Lease leader election, reflectors of nodes, pods, PDBs, DaemonSets |
 //! | [`emulator`] | feature `emulator` (default): ARM (scale sets, AKS, identity, throttling, faults) and Kubernetes API emulators, separate rooms |
 //! | [`demo`] | feature `emulator`: the zero-setup showcase: emulator, rival writer, controller, summary |
@@ -39,6 +40,7 @@ pub mod kube;
 pub mod metrics;
 pub mod notify;
 pub mod planner;
+pub mod pod_demand;
 pub mod pods;
 pub mod reconciler;
 pub mod resource;

@@ -85,6 +85,22 @@ pub struct Metrics {
     /// Status ConfigMap writes by result (`created`, `updated`, `conflict`, `error`); a
     /// `conflict` is one 409 met, followed by a re-read.
     pub kube_status_writes_total: IntCounterVec,
+    /// Pending pods at the last scale-up decision, by type (`pending`: asking for capacity;
+    /// `fits_no_group`; `not_simulated`: constraints this controller does not simulate).
+    pub unschedulable_pods_count: IntGaugeVec,
+    /// Pods a group could not take at the last decision, by group and reason (the predicate
+    /// that failed, `max_size`, `provision_timeout`, `quota`, `unknown_size`, ...).
+    pub pods_unfit: IntGaugeVec,
+    /// New nodes that scale-up decisions asked of each group (the write itself is in
+    /// `capacity_writes_total`).
+    pub scaled_up_nodes_total: IntCounterVec,
+    /// Scale-ups given up on, by group and reason (`provision_timeout`: requested nodes did not
+    /// register within `maxNodeProvisionTime`).
+    pub failed_scale_ups_total: IntCounterVec,
+    /// Scale-up decisions made (one per closed batch of pending pods, or a re-check).
+    pub scale_up_decisions_total: IntCounterVec,
+    /// Time to make one scale-up decision (pure planning, no I/O).
+    pub scale_up_decision_duration_seconds: HistogramVec,
 }
 
 impl Metrics {
@@ -263,6 +279,42 @@ impl Metrics {
                 "kube_status_writes_total",
                 "Status ConfigMap writes by result; conflict counts each 409 met.",
                 &["result"],
+            ),
+            unschedulable_pods_count: int_gauge(
+                &registry,
+                "unschedulable_pods_count",
+                "Pending pods at the last scale-up decision, by type.",
+                &["type"],
+            ),
+            pods_unfit: int_gauge(
+                &registry,
+                "pods_unfit",
+                "Pending pods a node group could not take at the last decision, by reason.",
+                &["scale_set", "reason"],
+            ),
+            scaled_up_nodes_total: counter(
+                &registry,
+                "scaled_up_nodes_total",
+                "New nodes asked of a node group by scale-up decisions.",
+                &["scale_set"],
+            ),
+            failed_scale_ups_total: counter(
+                &registry,
+                "failed_scale_ups_total",
+                "Scale-ups given up on, by node group and reason.",
+                &["scale_set", "reason"],
+            ),
+            scale_up_decisions_total: counter(
+                &registry,
+                "scale_up_decisions_total",
+                "Scale-up decisions, by trigger (batch: a burst of pending pods closed; recheck).",
+                &["trigger"],
+            ),
+            scale_up_decision_duration_seconds: histogram(
+                &registry,
+                "scale_up_decision_duration_seconds",
+                "Time to make one scale-up decision.",
+                &[],
             ),
             registry,
         };

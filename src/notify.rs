@@ -48,6 +48,20 @@ pub enum ControllerEvent {
         /// The `writes_held_total` reason label.
         reason: &'static str,
     },
+    /// A pending pod made a node group grow (cluster-autoscaler's `TriggeredScaleUp`).
+    PodTriggeredScaleUp {
+        /// The pod.
+        pod: ObjectRef,
+        /// Which groups grow, as `group from->to (max: n)`.
+        groups: String,
+    },
+    /// A pending pod fits no node group (cluster-autoscaler's `NotTriggerScaleUp`).
+    PodNotTriggeredScaleUp {
+        /// The pod.
+        pod: ObjectRef,
+        /// Why, per group.
+        why: String,
+    },
     /// This replica acquired the Lease.
     LeadershipGained {
         /// This replica's identity.
@@ -58,6 +72,21 @@ pub enum ControllerEvent {
         /// This replica's identity.
         identity: String,
     },
+}
+
+/// A Kubernetes object an Event is about (a pod, a node).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectRef {
+    /// `v1`.
+    pub api_version: &'static str,
+    /// `Pod`, `Node`.
+    pub kind: &'static str,
+    /// Namespace; empty for cluster-scoped kinds.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `metadata.uid`, so the Event shows in `kubectl describe`.
+    pub uid: Option<String>,
 }
 
 /// Receives [`ControllerEvent`]s. Must not block: implementations queue and return.

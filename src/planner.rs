@@ -20,6 +20,9 @@ pub enum Demand {
     Exact(i64),
     /// Anything within the group's bounds is fine (hold the current size).
     Hold,
+    /// At least this many; more is fine (pending pods ask for nodes; they never ask a
+    /// capacity number to go down: a node goes by deleting exactly that instance).
+    AtLeast(i64),
 }
 
 /// Where demand comes from. Implementations must be pure functions of their inputs.
@@ -75,6 +78,8 @@ pub enum Reason {
     Schedule(usize),
     /// No desired value: only the bounds apply.
     Bounds,
+    /// Pending pods need this many nodes (`demand: pods`).
+    PendingPods,
 }
 
 impl std::fmt::Display for Reason {
@@ -83,6 +88,7 @@ impl std::fmt::Display for Reason {
             Reason::Desired => f.write_str("desiredCapacity"),
             Reason::Schedule(i) => write!(f, "schedules[{i}]"),
             Reason::Bounds => f.write_str("bounds"),
+            Reason::PendingPods => f.write_str("pending pods"),
         }
     }
 }
@@ -137,6 +143,7 @@ pub fn target_for(
     let mut to = match want {
         Demand::Exact(n) => n.clamp(min, max),
         Demand::Hold => current.clamp(min, max),
+        Demand::AtLeast(n) => current.max(n).clamp(min, max),
     };
     let mut step_limited = false;
     if let Some(step) = group.max_scale_down_step {
@@ -164,7 +171,9 @@ pub fn desired_capacity(
     now: OffsetDateTime,
 ) -> Option<i64> {
     match demand.demand(group, now).0 {
-        Demand::Exact(n) => Some(n.clamp(i64::from(group.min_size), i64::from(group.max_size))),
+        Demand::Exact(n) | Demand::AtLeast(n) => {
+            Some(n.clamp(i64::from(group.min_size), i64::from(group.max_size)))
+        }
         Demand::Hold => None,
     }
 }

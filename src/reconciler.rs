@@ -218,6 +218,7 @@ impl ReconcilerBuilder {
                 ),
                 write_slots: Arc::new(Semaphore::new(settings.max_concurrent_writes.max(1))),
                 health: Health::new(settings.scan_interval),
+                wake: tokio::sync::Notify::new(),
                 demand: self.demand,
                 clock: self.clock,
                 scale_sets: ScaleSetCache::new(),
@@ -260,6 +261,8 @@ struct Inner {
     events: Arc<dyn EventSink>,
     started: Instant,
     health: Health,
+    /// Ends the pause between passes early (a closed batch of pending pods).
+    wake: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for Reconciler {
@@ -323,6 +326,12 @@ impl Reconciler {
         self.inner.groups()
     }
 
+    /// Starts the next pass now instead of after the scan interval (at most one pass is
+    /// pending: wakes while a pass runs start the next one as soon as it ends).
+    pub fn wake(&self) {
+        self.inner.wake.notify_one();
+    }
+
     /// When the process started (for liveness).
     pub fn started(&self) -> Instant {
         self.inner.started
@@ -363,6 +372,7 @@ impl Reconciler {
             let pause = jittered(settings.scan_interval, 0.1);
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
+                _ = self.inner.wake.notified() => debug!("woken before the scan interval"),
                 _ = shutdown.cancelled() => break,
             }
         }

@@ -451,7 +451,7 @@ fn every_deploy_document() -> Vec<(PathBuf, Value)> {
 }
 
 #[test]
-fn the_namespaced_role_grants_exactly_its_lease_its_status_config_map_and_events() {
+fn the_namespaced_role_grants_exactly_its_lease_and_its_status_config_map() {
     let role = rbac_object("rbac-namespaced.yaml", "Role");
     assert_eq!(
         rules_of(&role),
@@ -470,13 +470,12 @@ fn the_namespaced_role_grants_exactly_its_lease_its_status_config_map_and_events
                 &["get", "update"]
             ),
             rule(&[""], &["configmaps"], &[], &["create"]),
-            rule(&["events.k8s.io"], &["events"], &[], &["create", "patch"]),
         ]
     );
 }
 
 #[test]
-fn the_cluster_role_grants_exactly_reads_a_node_patch_and_evictions() {
+fn the_cluster_role_grants_exactly_reads_a_node_patch_evictions_and_events() {
     let role = rbac_object("rbac-cluster.yaml", "ClusterRole");
     assert!(
         role.get("aggregationRule").is_none(),
@@ -491,6 +490,7 @@ fn the_cluster_role_grants_exactly_reads_a_node_patch_and_evictions() {
             rule(&[""], &["pods/eviction"], &[], &["create"]),
             rule(&["policy"], &["poddisruptionbudgets"], &[], &read),
             rule(&["apps"], &["daemonsets"], &[], &read),
+            rule(&["events.k8s.io"], &["events"], &[], &["create", "patch"]),
         ]
     );
 }

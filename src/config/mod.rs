@@ -15,6 +15,7 @@
 
 mod discovery;
 mod kubernetes;
+mod pod_demand;
 mod raw;
 mod sources;
 mod validate;
@@ -26,6 +27,7 @@ pub use kubernetes::{
     KubernetesSettings, LeaderElectionSettings, DEFAULT_LEASE_DURATION, DEFAULT_LEASE_NAME,
     DEFAULT_NAMESPACE, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD, DEFAULT_STATUS_CONFIG_MAP,
 };
+pub use pod_demand::{DemandKind, PodDemandSettings, DEFAULT_MAX_NODE_PROVISION_TIME};
 pub use sources::secret_from_cloud_config;
 pub use validate::parse_node_spec;
 
@@ -104,6 +106,8 @@ pub struct Settings {
     pub auto_discovery: Option<AutoDiscovery>,
     /// `kubernetes:` (off by default).
     pub kubernetes: KubernetesSettings,
+    /// `demand` and, for `demand: pods`, how pending pods become capacity.
+    pub pod_demand: PodDemandSettings,
 }
 
 /// Azure endpoints, scope and identity.
@@ -431,6 +435,7 @@ pub fn load(sources: &ConfigSources) -> Result<Settings, ConfigErrors> {
     validate::something_to_manage(&node_groups, auto_discovery.is_some(), &mut problems);
     let kubernetes =
         kubernetes::kubernetes_settings(raw.kubernetes.take(), &sources.env, &mut problems);
+    let pod_demand = pod_demand::pod_demand_settings(&mut raw, kubernetes.enabled, &mut problems);
 
     problems.finish()?;
     let Some(azure) = azure else {
@@ -457,6 +462,7 @@ pub fn load(sources: &ConfigSources) -> Result<Settings, ConfigErrors> {
         node_groups,
         auto_discovery,
         kubernetes,
+        pod_demand,
     })
 }
 

@@ -141,6 +141,13 @@ pub(super) struct RawConfig {
     pub(super) node_groups: Option<Vec<RawNodeGroup>>,
     pub(super) auto_discovery: Option<RawAutoDiscovery>,
     pub(super) kubernetes: Option<RawKubernetes>,
+    pub(super) demand: Option<String>,
+    pub(super) expander: Option<String>,
+    pub(super) expander_priorities: Option<std::collections::BTreeMap<i32, Vec<String>>>,
+    pub(super) expendable_pods_priority_cutoff: Option<i32>,
+    pub(super) max_node_provision_time: Option<HumanDuration>,
+    pub(super) pod_batch_idle: Option<HumanDuration>,
+    pub(super) pod_batch_max: Option<HumanDuration>,
 }
 
 /// `kubernetes:`.

@@ -26,7 +26,7 @@
 //! its job, not news: no Event (the leader's Events tell the story).
 
 use crate::metrics::Metrics;
-use crate::notify::{ControllerEvent, EventSink};
+use crate::notify::{ControllerEvent, EventSink, ObjectRef};
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::{Event, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -211,8 +211,19 @@ struct Shape {
     note: String,
     /// Part of the aggregation key: the node group (and what differs within a reason).
     note_key: String,
-    /// Regards the Lease (leadership) rather than the status ConfigMap.
-    lease: bool,
+    /// What the Event is about.
+    regards: Regards,
+}
+
+/// What an Event is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Regards {
+    /// The status ConfigMap (node-group events).
+    Status,
+    /// The Lease (leadership).
+    Lease,
+    /// A pod or a node (scale-up and scale-down events, in the object's namespace).
+    Object(ObjectRef),
 }
 
 const NORMAL: &str = "Normal";
@@ -230,7 +241,7 @@ fn shape(event: &ControllerEvent) -> Option<Shape> {
         action,
         note,
         note_key: group.to_string(),
-        lease: false,
+        regards: Regards::Status,
     };
     Some(match event {
         ControllerEvent::CapacityWritten {
@@ -304,7 +315,7 @@ fn shape(event: &ControllerEvent) -> Option<Shape> {
             action: "Acquire",
             note: format!("{identity} became leader"),
             note_key: String::new(),
-            lease: true,
+            regards: Regards::Lease,
         },
         ControllerEvent::LeadershipLost { identity } => Shape {
             type_: WARNING,
@@ -312,7 +323,23 @@ fn shape(event: &ControllerEvent) -> Option<Shape> {
             action: "Lose",
             note: format!("{identity} stopped leading"),
             note_key: String::new(),
-            lease: true,
+            regards: Regards::Lease,
+        },
+        ControllerEvent::PodTriggeredScaleUp { pod, groups } => Shape {
+            type_: NORMAL,
+            reason: "TriggeredScaleUp",
+            action: "ScaleUp",
+            note: format!("pod triggered scale-up: [{groups}]"),
+            note_key: String::new(),
+            regards: Regards::Object(pod.clone()),
+        },
+        ControllerEvent::PodNotTriggeredScaleUp { pod, why } => Shape {
+            type_: NORMAL,
+            reason: "NotTriggerScaleUp",
+            action: "ScaleUp",
+            note: format!("pod didn't trigger scale-up: {why}"),
+            note_key: String::new(),
+            regards: Regards::Object(pod.clone()),
         },
     })
 }
@@ -395,9 +422,17 @@ impl EventPoster {
         }
     }
 
-    fn regarding(&self, lease: bool) -> ObjectReference {
-        match (&self.config.lease, lease) {
-            (Some(name), true) => ObjectReference {
+    fn regarding(&self, regards: &Regards) -> ObjectReference {
+        match (&self.config.lease, regards) {
+            (_, Regards::Object(o)) => ObjectReference {
+                api_version: Some(o.api_version.into()),
+                kind: Some(o.kind.into()),
+                namespace: (!o.namespace.is_empty()).then(|| o.namespace.clone()),
+                name: Some(o.name.clone()),
+                uid: o.uid.clone(),
+                ..ObjectReference::default()
+            },
+            (Some(name), Regards::Lease) => ObjectReference {
                 api_version: Some("coordination.k8s.io/v1".into()),
                 kind: Some("Lease".into()),
                 namespace: Some(self.config.namespace.clone()),
@@ -550,7 +585,7 @@ impl EventPoster {
         };
         let now = Instant::now();
         self.forget_finished(now);
-        let regarding = self.regarding(shape.lease);
+        let regarding = self.regarding(&shape.regards);
         let key = SeriesKey {
             type_: shape.type_,
             reason: shape.reason,
@@ -585,10 +620,17 @@ impl EventPoster {
                 .as_deref()
                 .unwrap_or("vmss-capacity-controller"),
         );
+        // An Event lives in its object's namespace (the API server insists); cluster-scoped
+        // objects' Events go to `default`, as kubelet's and the scheduler's do.
+        let namespace = match &shape.regards {
+            Regards::Object(o) if o.namespace.is_empty() => "default".to_string(),
+            Regards::Object(o) => o.namespace.clone(),
+            _ => self.config.namespace.clone(),
+        };
         let new = Event {
             metadata: ObjectMeta {
                 name: Some(name),
-                namespace: Some(self.config.namespace.clone()),
+                namespace: Some(namespace),
                 ..ObjectMeta::default()
             },
             event_time: Some(now_micro()),

@@ -84,6 +84,25 @@ impl std::fmt::Display for Unfit {
     }
 }
 
+impl Unfit {
+    /// A short, bounded name of the predicate that failed (a metric label).
+    pub fn label(&self) -> &'static str {
+        match self {
+            Unfit::Insufficient { resource, .. } => match resource.as_str() {
+                "cpu" => "insufficient_cpu",
+                "memory" => "insufficient_memory",
+                "pods" => "too_many_pods",
+                "ephemeral-storage" => "insufficient_ephemeral_storage",
+                _ => "insufficient_extended_resource",
+            },
+            Unfit::Selector => "node_selector",
+            Unfit::Taint { .. } => "taint",
+            Unfit::HostPort { .. } => "host_port",
+            Unfit::AntiAffinity { .. } => "pod_anti_affinity",
+        }
+    }
+}
+
 /// A constraint of the pod this module does not simulate, if any.
 pub fn not_simulated(spec: &PodSpec) -> Option<&'static str> {
     if let Some(aff) = &spec.affinity {

@@ -8,6 +8,7 @@
 //! | [`expander`] | which group to grow: least-waste, most-pods, priority, random |
 //! | [`template`] | what a new node of a group would offer: live node, or VM size + tags |
 //! | [`pending`] | which pods ask for capacity, and batching a burst of them |
+//! | [`scale_up`] | one decision: which groups grow by how much for the pods pending now |
 //! | [`scale_down`] | which nodes nobody needs, and what blocks removing one |
 
 pub mod estimate;
@@ -16,4 +17,5 @@ pub mod fit;
 pub mod pending;
 pub mod quantity;
 pub mod scale_down;
+pub mod scale_up;
 pub mod template;

@@ -84,6 +84,7 @@ pub fn settings(base_url: &str, groups: Vec<NodeGroupSpec>) -> Settings {
         node_groups: groups,
         auto_discovery: None,
         kubernetes: Default::default(),
+        pod_demand: Default::default(),
     }
 }
 

@@ -1,0 +1,176 @@
+//! What drives capacity (`demand`) and, with `demand: pods`, how pending pods are turned into
+//! capacity: cluster-autoscaler's flags under their own names (`expander`,
+//! `expendablePodsPriorityCutoff`, `maxNodeProvisionTime`), so its users find them where they
+//! expect, plus the batching window of a burst.
+
+use super::raw::{HumanDuration, RawConfig};
+use super::validate::positive;
+use super::Problems;
+use crate::pods::expander::Expander;
+use crate::pods::pending::{BATCH_IDLE, BATCH_MAX, EXPENDABLE_PRIORITY_CUTOFF};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// cluster-autoscaler's `--max-node-provision-time`.
+pub const DEFAULT_MAX_NODE_PROVISION_TIME: Duration = Duration::from_secs(15 * 60);
+
+/// Where a node group's wanted capacity comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DemandKind {
+    /// Schedules and `desiredCapacity` (the default; no Kubernetes needed).
+    #[default]
+    Configured,
+    /// Pending pods (needs `kubernetes.enabled`); schedules and `desiredCapacity` act as a floor.
+    Pods,
+}
+
+/// `demand` and the pod-demand keys.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodDemandSettings {
+    /// `demand`.
+    pub kind: DemandKind,
+    /// `expander` (with `expanderPriorities` for `priority`).
+    pub expander: Expander,
+    /// `expendablePodsPriorityCutoff`: pods below this priority never ask for capacity.
+    pub priority_cutoff: i32,
+    /// `maxNodeProvisionTime`: a requested node not registered by then is given up on.
+    pub max_node_provision_time: Duration,
+    /// `podBatchIdle`: a burst's batch closes after this long without a new pending pod.
+    pub batch_idle: Duration,
+    /// `podBatchMax`: and at the latest this long after it opened.
+    pub batch_max: Duration,
+}
+
+impl Default for PodDemandSettings {
+    fn default() -> Self {
+        Self {
+            kind: DemandKind::Configured,
+            expander: Expander::LeastWaste,
+            priority_cutoff: EXPENDABLE_PRIORITY_CUTOFF,
+            max_node_provision_time: DEFAULT_MAX_NODE_PROVISION_TIME,
+            batch_idle: BATCH_IDLE,
+            batch_max: BATCH_MAX,
+        }
+    }
+}
+
+/// The keys, validated; every problem is pushed with its path. `kubernetes_enabled` is the
+/// already-validated `kubernetes.enabled`.
+pub(super) fn pod_demand_settings(
+    raw: &mut RawConfig,
+    kubernetes_enabled: bool,
+    problems: &mut Problems,
+) -> PodDemandSettings {
+    let defaults = PodDemandSettings::default();
+    let kind = match raw.demand.take().as_deref() {
+        None | Some("configured") => DemandKind::Configured,
+        Some("pods") => DemandKind::Pods,
+        Some(other) => {
+            problems.push(
+                "demand",
+                format!("unknown demand source {other:?}: expected \"configured\" or \"pods\""),
+            );
+            DemandKind::Configured
+        }
+    };
+    if kind == DemandKind::Pods && !kubernetes_enabled {
+        problems.push(
+            "demand",
+            "\"pods\" needs the cluster: set kubernetes.enabled: true",
+        );
+    }
+    let priorities = raw.expander_priorities.take();
+    let expander = match raw.expander.take().as_deref() {
+        None | Some("least-waste") => Expander::LeastWaste,
+        Some("most-pods") => Expander::MostPods,
+        Some("random") => Expander::Random,
+        Some("priority") => match priorities.as_ref() {
+            Some(p) => Expander::Priority(priority_tiers(p, problems)),
+            None => {
+                problems.push(
+                    "expanderPriorities",
+                    "required with expander: priority (priority -> list of node-group name regexes, as cluster-autoscaler's priority ConfigMap)",
+                );
+                Expander::LeastWaste
+            }
+        },
+        Some(other) => {
+            problems.push(
+                "expander",
+                format!(
+                    "unknown expander {other:?}: expected least-waste, most-pods, priority or random"
+                ),
+            );
+            Expander::LeastWaste
+        }
+    };
+    if priorities.is_some() && !matches!(expander, Expander::Priority(_)) {
+        problems.push("expanderPriorities", "only used with expander: priority");
+    }
+    let d = |v: Option<HumanDuration>, default, key: &str, problems: &mut Problems| {
+        positive(v, default, key, problems)
+    };
+    let batch_idle = d(
+        raw.pod_batch_idle.take(),
+        defaults.batch_idle,
+        "podBatchIdle",
+        problems,
+    );
+    let batch_max = d(
+        raw.pod_batch_max.take(),
+        defaults.batch_max,
+        "podBatchMax",
+        problems,
+    );
+    if batch_idle > batch_max {
+        problems.push(
+            "podBatchIdle",
+            format!("must not be longer than podBatchMax ({batch_max:?})"),
+        );
+    }
+    PodDemandSettings {
+        kind,
+        expander,
+        priority_cutoff: raw
+            .expendable_pods_priority_cutoff
+            .take()
+            .unwrap_or(defaults.priority_cutoff),
+        max_node_provision_time: d(
+            raw.max_node_provision_time.take(),
+            defaults.max_node_provision_time,
+            "maxNodeProvisionTime",
+            problems,
+        ),
+        batch_idle,
+        batch_max,
+    }
+}
+
+/// `expanderPriorities`, as cluster-autoscaler's priority ConfigMap: priority → regexes of
+/// node-group names (anchored, as there). Higher priorities first.
+fn priority_tiers(
+    raw: &BTreeMap<i32, Vec<String>>,
+    problems: &mut Problems,
+) -> Vec<(i32, Vec<String>)> {
+    let mut tiers = Vec::new();
+    for (prio, patterns) in raw.iter().rev() {
+        let mut ok = Vec::new();
+        for (i, p) in patterns.iter().enumerate() {
+            match regex::Regex::new(&format!("^(?:{p})$")) {
+                Ok(_) => ok.push(p.clone()),
+                Err(e) => problems.push(
+                    format!("expanderPriorities.{prio}[{i}]"),
+                    format!("{p:?} is not a valid regular expression: {e}"),
+                ),
+            }
+        }
+        if patterns.is_empty() {
+            problems.push(
+                format!("expanderPriorities.{prio}"),
+                "an empty list matches no node group",
+            );
+        }
+        tiers.push((*prio, ok));
+    }
+    tiers
+}

@@ -1,0 +1,554 @@
+//! `demand: pods`: the I/O around [`crate::pods::scale_up`]. A loop watches the reflected pods,
+//! batches a burst of new pending pods (closed after `podBatchIdle` without a new one, at the
+//! latest `podBatchMax` after it opened), makes one scale-up decision from snapshots of the
+//! cluster and of the scale-set cache, publishes the targets to [`PodDemand`] (the reconciler's
+//! [`DemandSource`]) and wakes the reconciler, so a burst makes one write per node group.
+//!
+//! The decision only raises a floor (`AtLeast`): the write still goes through the reconciler and
+//! its ETag protocol, a 412 re-plans from the fresh capacity within the same pass, and no
+//! capacity number is ever lowered for pods (a node goes by deleting exactly that instance).
+//! A group whose requested nodes do not register within `maxNodeProvisionTime`, or that cools
+//! down after a quota refusal, is left out of the next decisions so planning moves to another
+//! group that fits.
+
+use crate::config::{DemandKind, NodeGroupKind, NodeGroupSpec, Settings};
+use crate::kube::reflect::ClusterView;
+use crate::metrics::Metrics;
+use crate::notify::{ControllerEvent, EventSink, ObjectRef};
+use crate::planner::{ConfiguredDemand, Demand, DemandSource, Reason};
+use crate::pods::estimate::pod_key;
+use crate::pods::pending::{wants_capacity, Batcher};
+use crate::pods::scale_up::{self, Backing, GroupInput, ScaleUpInput, ScaleUpPlan, WhyNot};
+use crate::pods::template::GroupShape;
+use crate::reconciler::Reconciler;
+use k8s_openapi::api::core::v1::Pod;
+use parking_lot::RwLock;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+use time::OffsetDateTime;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+/// How often the loop looks at the reflected pods (a new snapshot is only read when it changed).
+pub const TICK: Duration = Duration::from_millis(100);
+
+/// Per node group, the capacity pending pods need at least, from the last decision; plus the
+/// configured schedules and `desiredCapacity` as a floor.
+#[derive(Debug, Default)]
+pub struct PodDemand {
+    targets: RwLock<Arc<BTreeMap<String, i64>>>,
+}
+
+impl PodDemand {
+    /// The targets of the last decision.
+    pub fn targets(&self) -> Arc<BTreeMap<String, i64>> {
+        self.targets.read().clone()
+    }
+
+    fn publish(&self, targets: BTreeMap<String, i64>) -> bool {
+        let mut current = self.targets.write();
+        if **current == targets {
+            return false;
+        }
+        *current = Arc::new(targets);
+        true
+    }
+}
+
+impl DemandSource for PodDemand {
+    fn demand(&self, group: &NodeGroupSpec, now: OffsetDateTime) -> (Demand, Reason) {
+        let pods = self.targets.read().get(&group.name).copied();
+        let (floor, reason) = ConfiguredDemand.demand(group, now);
+        // With pods driving, the configured value is a floor: it never takes nodes away.
+        let floor = match floor {
+            Demand::Exact(n) | Demand::AtLeast(n) => Some(n),
+            Demand::Hold => None,
+        };
+        match (floor, pods) {
+            (Some(f), Some(p)) if p > f => (Demand::AtLeast(p), Reason::PendingPods),
+            (Some(f), _) => (Demand::AtLeast(f), reason),
+            (None, Some(p)) => (Demand::AtLeast(p), Reason::PendingPods),
+            (None, None) => (Demand::Hold, reason),
+        }
+    }
+}
+
+/// The demand source for `settings`: [`PodDemand`] for `demand: pods`, else `None` (the
+/// reconciler's default, schedules and `desiredCapacity`).
+pub fn demand_source(settings: &Settings) -> Option<Arc<PodDemand>> {
+    (settings.pod_demand.kind == DemandKind::Pods).then(|| Arc::new(PodDemand::default()))
+}
+
+/// Since when a group has had requested nodes that did not register, with no progress.
+#[derive(Debug, Clone, Copy)]
+struct Provisioning {
+    since: Instant,
+    registered: u32,
+    reported: bool,
+}
+
+/// The loop (see the module documentation).
+pub struct ScaleUpLoop {
+    settings: Arc<Settings>,
+    demand: Arc<PodDemand>,
+    reconciler: Arc<Reconciler>,
+    cluster: Arc<ClusterView>,
+    metrics: Arc<Metrics>,
+    events: Arc<dyn EventSink>,
+    batcher: Batcher,
+    /// Pending pods seen so far (uid or key), to tell a new one from one already batched.
+    seen: HashSet<String>,
+    provisioning: HashMap<String, Provisioning>,
+    /// What each pending pod was last told (Event text), so a re-check does not repeat it.
+    told: HashMap<String, String>,
+    last_decision: Option<Instant>,
+    decisions: u64,
+}
+
+impl ScaleUpLoop {
+    /// A loop feeding `demand` from `cluster`, waking `reconciler`.
+    pub fn new(
+        settings: Arc<Settings>,
+        demand: Arc<PodDemand>,
+        reconciler: Arc<Reconciler>,
+        cluster: Arc<ClusterView>,
+        metrics: Arc<Metrics>,
+        events: Arc<dyn EventSink>,
+    ) -> Self {
+        let batcher = Batcher::new(
+            settings.pod_demand.batch_idle,
+            settings.pod_demand.batch_max,
+        );
+        Self {
+            settings,
+            demand,
+            reconciler,
+            cluster,
+            metrics,
+            events,
+            batcher,
+            seen: HashSet::new(),
+            provisioning: HashMap::new(),
+            told: HashMap::new(),
+            last_decision: None,
+            decisions: 0,
+        }
+    }
+
+    /// Runs until `shutdown`.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut last_pods: Option<Arc<crate::kube::reflect::Objects<Pod>>> = None;
+        let mut pending_now = 0usize;
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.cancelled() => return,
+            }
+            if !self.cluster.synced() {
+                continue;
+            }
+            let now = Instant::now();
+            let pods = self.cluster.pods.snapshot();
+            if last_pods.as_ref().is_none_or(|p| !Arc::ptr_eq(p, &pods)) {
+                pending_now = self.note_pending(&pods, now);
+                last_pods = Some(pods);
+            }
+            let trigger = if self.batcher.ready(now) {
+                Some("batch")
+            } else if self.batcher.deadline().is_none()
+                && (pending_now > 0 || !self.demand.targets().is_empty())
+                && self
+                    .last_decision
+                    .is_none_or(|t| now.duration_since(t) >= self.settings.scan_interval)
+            {
+                // Pods still pending (nodes on their way, or a group failing), or targets to
+                // clear once nothing is pending: look again every scan interval.
+                Some("recheck")
+            } else {
+                None
+            };
+            if let Some(trigger) = trigger {
+                self.batcher.close();
+                self.decide(trigger, now);
+            }
+        }
+    }
+
+    /// Records pending pods not seen before (they open or extend the batch); returns how many
+    /// pods are pending now.
+    fn note_pending(&mut self, pods: &crate::kube::reflect::Objects<Pod>, now: Instant) -> usize {
+        let cutoff = self.settings.pod_demand.priority_cutoff;
+        let mut current = HashSet::new();
+        for pod in pods.values() {
+            if !wants_capacity(pod, cutoff) {
+                continue;
+            }
+            let id = pod.metadata.uid.clone().unwrap_or_else(|| pod_key(pod));
+            if !self.seen.contains(&id) {
+                self.batcher.saw_new(now);
+            }
+            current.insert(id);
+        }
+        let n = current.len();
+        self.seen = current;
+        n
+    }
+
+    /// One decision: plan, publish, wake the reconciler, tell metrics, logs and pods.
+    fn decide(&mut self, trigger: &'static str, now: Instant) {
+        let groups = self.reconciler.groups();
+        let statuses: HashMap<String, crate::notify::GroupStatus> = self
+            .reconciler
+            .status()
+            .into_iter()
+            .map(|s| (s.name.clone(), s))
+            .collect();
+        let nodes: Vec<_> = self.cluster.nodes.snapshot().values().cloned().collect();
+        let pods: Vec<_> = self.cluster.pods.snapshot().values().cloned().collect();
+        let daemonsets: Vec<_> = self
+            .cluster
+            .daemonsets
+            .snapshot()
+            .values()
+            .cloned()
+            .collect();
+        let cached: Vec<_> = groups
+            .iter()
+            .map(|g| self.reconciler.scale_sets().get(&g.name))
+            .collect();
+        let mut inputs = Vec::with_capacity(groups.len());
+        for (g, cached) in groups.iter().zip(&cached) {
+            let capacity = self.reconciler.target_size(&g.name);
+            let unhealthy = statuses.get(&g.name).and_then(|s| {
+                if s.cooldown_until.is_some() {
+                    Some(WhyNot {
+                        label: "quota",
+                        text: "cooling down after a quota refusal (OperationNotAllowed)".into(),
+                    })
+                } else if s.backoff_until.is_some() {
+                    Some(WhyNot {
+                        label: "backoff",
+                        text: "backed off after errors".into(),
+                    })
+                } else {
+                    None
+                }
+            });
+            inputs.push(GroupInput {
+                name: g.name.clone(),
+                backing: self.backing(g),
+                min: g.min_size,
+                max: g.max_size,
+                capacity,
+                shape: cached.as_ref().map(|c| shape_of(g, &c.scale_set)),
+                unhealthy,
+            });
+        }
+        // Requested nodes that never register: the group is failing until one does.
+        let registered = registered_per_group(&nodes, &inputs);
+        let limit = self.settings.pod_demand.max_node_provision_time;
+        for g in &mut inputs {
+            let got = registered.get(&g.name).copied().unwrap_or(0);
+            let waiting = g.capacity.is_some_and(|c| c > i64::from(got));
+            if !waiting {
+                self.provisioning.remove(&g.name);
+                continue;
+            }
+            let p = self
+                .provisioning
+                .entry(g.name.clone())
+                .or_insert(Provisioning {
+                    since: now,
+                    registered: got,
+                    reported: false,
+                });
+            if got > p.registered {
+                // Progress: a node came.
+                *p = Provisioning {
+                    since: now,
+                    registered: got,
+                    reported: false,
+                };
+            }
+            if now.duration_since(p.since) >= limit && g.unhealthy.is_none() {
+                if !p.reported {
+                    p.reported = true;
+                    warn!(scale_set = %g.name, capacity = ?g.capacity, registered = got, limit_secs = limit.as_secs(), "requested nodes did not register within maxNodeProvisionTime: the group is failing, planning moves to other groups");
+                    self.metrics
+                        .failed_scale_ups_total
+                        .with_label_values(&[&g.name, "provision_timeout"])
+                        .inc();
+                }
+                g.unhealthy = Some(WhyNot {
+                    label: "provision_timeout",
+                    text: format!(
+                        "requested nodes did not register within maxNodeProvisionTime ({}s)",
+                        limit.as_secs()
+                    ),
+                });
+            }
+        }
+        self.decisions += 1;
+        let input = ScaleUpInput {
+            groups: inputs,
+            nodes,
+            pods,
+            daemonsets,
+            expander: self.settings.pod_demand.expander.clone(),
+            priority_cutoff: self.settings.pod_demand.priority_cutoff,
+            seed: self.decisions,
+        };
+        let started = std::time::Instant::now();
+        let plan = scale_up::plan(&input);
+        let took = started.elapsed();
+        self.metrics
+            .scale_up_decision_duration_seconds
+            .with_label_values::<&str>(&[])
+            .observe(took.as_secs_f64());
+        self.metrics
+            .scale_up_decisions_total
+            .with_label_values(&[trigger])
+            .inc();
+        self.last_decision = Some(now);
+        self.report(&input, &plan, took);
+        if self.demand.publish(plan.targets.clone()) && !plan.targets.is_empty() {
+            self.reconciler.wake();
+        }
+    }
+
+    fn backing(&self, g: &NodeGroupSpec) -> Backing {
+        match &g.kind {
+            NodeGroupKind::Vmss => Backing::ScaleSet {
+                resource_group: g
+                    .resource_group
+                    .clone()
+                    .unwrap_or_else(|| self.settings.azure.resource_group.clone()),
+                name: g.name.clone(),
+            },
+            NodeGroupKind::AksAgentPool { .. } => Backing::AgentPool {
+                pool: g.name.clone(),
+            },
+        }
+    }
+
+    /// Metrics, logs and pod Events for one decision.
+    fn report(&mut self, input: &ScaleUpInput, plan: &ScaleUpPlan, took: Duration) {
+        let m = &self.metrics;
+        let unfit = plan.unfit.len() as i64;
+        m.unschedulable_pods_count
+            .with_label_values(&["pending"])
+            .set(plan.pending as i64);
+        m.unschedulable_pods_count
+            .with_label_values(&["fits_no_group"])
+            .set(unfit);
+        m.unschedulable_pods_count
+            .with_label_values(&["not_simulated"])
+            .set(plan.not_simulated.len() as i64);
+        m.pods_unfit.reset();
+        for reasons in plan.unfit.values() {
+            for (group, why) in reasons {
+                m.pods_unfit.with_label_values(&[group, why.label]).inc();
+            }
+        }
+        let mut grows = Vec::new();
+        for (group, target) in &plan.targets {
+            let from = input
+                .groups
+                .iter()
+                .find(|g| &g.name == group)
+                .and_then(|g| g.capacity)
+                .unwrap_or(0);
+            let max = input
+                .groups
+                .iter()
+                .find(|g| &g.name == group)
+                .map_or(0, |g| g.max);
+            if *target > from {
+                m.scaled_up_nodes_total
+                    .with_label_values(&[group])
+                    .inc_by((*target - from) as u64);
+            }
+            grows.push((
+                group.clone(),
+                format!("{group} {from}->{target} (max: {max})"),
+            ));
+        }
+        if !plan.targets.is_empty() || unfit > 0 || !plan.not_simulated.is_empty() {
+            info!(
+                pending = plan.pending,
+                already_provided = plan.already_provided.len(),
+                fits_no_group = unfit,
+                not_simulated = plan.not_simulated.len(),
+                scale_ups = ?grows.iter().map(|g| g.1.as_str()).collect::<Vec<_>>(),
+                took_ms = took.as_secs_f64() * 1000.0,
+                "scale-up decision"
+            );
+        } else {
+            debug!(pending = plan.pending, "scale-up decision: nothing to do");
+        }
+        let by_key: HashMap<String, &Arc<Pod>> =
+            input.pods.iter().map(|p| (pod_key(p), p)).collect();
+        let mut told_now = HashMap::new();
+        let mut tell = |key: &str, event: ControllerEvent, text: String| {
+            if self.told.get(key) != Some(&text) {
+                self.events.record(event);
+            }
+            told_now.insert(key.to_string(), text);
+        };
+        for (key, group) in &plan.triggered {
+            let Some(pod) = by_key.get(key) else { continue };
+            let Some(text) = grows.iter().find(|g| &g.0 == group).map(|g| g.1.clone()) else {
+                continue;
+            };
+            tell(
+                key,
+                ControllerEvent::PodTriggeredScaleUp {
+                    pod: pod_ref(pod),
+                    groups: text.clone(),
+                },
+                text,
+            );
+        }
+        for (key, reasons) in &plan.unfit {
+            let Some(pod) = by_key.get(key) else { continue };
+            let why = if reasons.is_empty() {
+                "no node group".to_string()
+            } else {
+                reasons
+                    .iter()
+                    .map(|(g, w)| format!("{g}: {w}"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            };
+            debug!(pod = %key, %why, "pending pod fits no node group");
+            tell(
+                key,
+                ControllerEvent::PodNotTriggeredScaleUp {
+                    pod: pod_ref(pod),
+                    why: why.clone(),
+                },
+                why,
+            );
+        }
+        for (key, why) in &plan.not_simulated {
+            let Some(pod) = by_key.get(key) else { continue };
+            let why = format!("its {why} is not simulated by this controller; not planned for");
+            tell(
+                key,
+                ControllerEvent::PodNotTriggeredScaleUp {
+                    pod: pod_ref(pod),
+                    why: why.clone(),
+                },
+                why,
+            );
+        }
+        self.told = told_now;
+    }
+}
+
+fn pod_ref(pod: &Pod) -> ObjectRef {
+    ObjectRef {
+        api_version: "v1",
+        kind: "Pod",
+        namespace: pod
+            .metadata
+            .namespace
+            .clone()
+            .unwrap_or_else(|| "default".into()),
+        name: pod.metadata.name.clone().unwrap_or_default(),
+        uid: pod.metadata.uid.clone(),
+    }
+}
+
+fn registered_per_group(
+    nodes: &[Arc<k8s_openapi::api::core::v1::Node>],
+    groups: &[GroupInput],
+) -> HashMap<String, u32> {
+    let mut out = HashMap::new();
+    for n in nodes {
+        if let Some(i) = scale_up::group_of(n, groups) {
+            *out.entry(groups[i].name.clone()).or_default() += 1;
+        }
+    }
+    out
+}
+
+/// What a group says of its future nodes: the scale set's SKU and tags, or the pool's VM size,
+/// labels, taints and max pods.
+fn shape_of<'a>(g: &'a NodeGroupSpec, ss: &'a crate::cache::ScaleSet) -> GroupShape<'a> {
+    let pool = ss.agent_pool.as_deref();
+    let vm_size = pool
+        .and_then(|p| p.body.pointer("/properties/vmSize"))
+        .and_then(|v| v.as_str())
+        .or(ss.sku_name.as_deref())
+        .unwrap_or_default();
+    GroupShape {
+        name: &g.name,
+        vm_size,
+        tags: ss.tags.clone(),
+        node_labels: pool.map(|p| p.node_labels.clone()).unwrap_or_default(),
+        node_taints: pool.map(|p| p.node_taints.clone()).unwrap_or_default(),
+        max_pods: pool
+            .and_then(|p| p.max_pods)
+            .and_then(|m| u32::try_from(m).ok()),
+        aks_pool: pool.is_some(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Schedule;
+
+    fn group(desired: Option<u32>) -> NodeGroupSpec {
+        NodeGroupSpec {
+            name: "general".into(),
+            kind: NodeGroupKind::Vmss,
+            resource_group: None,
+            min_size: 0,
+            max_size: 10,
+            desired_capacity: desired,
+            schedules: Vec::<Schedule>::new(),
+            max_scale_down_step: None,
+        }
+    }
+
+    #[test]
+    fn without_pending_pods_the_group_holds_and_desired_capacity_is_only_a_floor() {
+        let d = PodDemand::default();
+        let now = OffsetDateTime::now_utc();
+        assert_eq!(d.demand(&group(None), now).0, Demand::Hold);
+        assert_eq!(d.demand(&group(Some(3)), now).0, Demand::AtLeast(3));
+    }
+
+    #[test]
+    fn pending_pods_raise_the_floor_and_never_lower_it() {
+        let d = PodDemand::default();
+        let now = OffsetDateTime::now_utc();
+        d.publish(BTreeMap::from([("general".to_string(), 5)]));
+        assert_eq!(
+            d.demand(&group(Some(3)), now),
+            (Demand::AtLeast(5), Reason::PendingPods)
+        );
+        d.publish(BTreeMap::from([("general".to_string(), 2)]));
+        assert_eq!(d.demand(&group(Some(3)), now).0, Demand::AtLeast(3));
+    }
+
+    #[test]
+    fn a_target_is_a_floor_on_a_fresh_capacity_after_a_412_never_a_decrease() {
+        let d = PodDemand::default();
+        let now = OffsetDateTime::now_utc();
+        d.publish(BTreeMap::from([("general".to_string(), 4)]));
+        // We planned 2 -> 4; a rival wrote 6 meanwhile: the re-plan keeps 6.
+        assert_eq!(crate::planner::target_for(&group(None), 6, &d, now), None);
+        // A rival wrote 1: the re-plan still asks for 4.
+        assert_eq!(
+            crate::planner::target_for(&group(None), 1, &d, now).map(|c| c.to),
+            Some(4)
+        );
+    }
+}

@@ -1,0 +1,715 @@
+//! One scale-up decision for a batch of pending pods: which node groups get how many new nodes.
+//! Pure code: the caller hands in snapshots (nodes, pods, DaemonSets, what Azure says each group
+//! has) and gets a plan back; no I/O, no clock.
+//!
+//! The order is cluster-autoscaler's: pods that the room already there can take (free room on
+//! Ready nodes, then nodes requested but not registered yet) are taken off first, so a pod is
+//! never provisioned twice; then each round asks every healthy group for an estimate, lets the
+//! expander pick one, and removes the pods it places, until no group can place more. A pod that
+//! no group can take keeps, per group, the reason why.
+
+use super::estimate::{estimate, pod_key, GroupCapacity, Refusal};
+use super::expander::{choose, Expander};
+use super::fit::{not_simulated, NodeState};
+use super::pending::wants_capacity;
+use super::template::{from_live_node, from_shape, subtract_daemonsets, GroupShape};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+/// The label AKS puts on every node of an agent pool.
+pub const AGENTPOOL_LABEL: &str = "kubernetes.azure.com/agentpool";
+
+/// What backs a node group, for matching nodes to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backing {
+    /// A scale set in this resource group: nodes match by `spec.providerID`.
+    ScaleSet {
+        /// Resource group (compared case-insensitively, as ARM does).
+        resource_group: String,
+        /// Scale-set name (compared case-insensitively).
+        name: String,
+    },
+    /// An AKS agent pool: nodes match by the `kubernetes.azure.com/agentpool` label.
+    AgentPool {
+        /// Pool name.
+        pool: String,
+    },
+}
+
+/// One node group as the scale-up sees it.
+#[derive(Debug, Clone)]
+pub struct GroupInput<'a> {
+    /// Node-group name.
+    pub name: String,
+    /// How its nodes are recognised.
+    pub backing: Backing,
+    /// Bounds.
+    pub min: u32,
+    /// Bounds.
+    pub max: u32,
+    /// Capacity Azure reported; `None` (unknown): the group is never planned.
+    pub capacity: Option<i64>,
+    /// VM size, tags or pool properties, for a template when no node of the group is Ready.
+    pub shape: Option<GroupShape<'a>>,
+    /// Why the group is not to be grown now (failing to provision, quota cool-down), if so.
+    pub unhealthy: Option<WhyNot>,
+}
+
+/// Everything one decision looks at.
+#[derive(Debug, Clone)]
+pub struct ScaleUpInput<'a> {
+    /// The node groups.
+    pub groups: Vec<GroupInput<'a>>,
+    /// Nodes in the cluster.
+    pub nodes: Vec<Arc<Node>>,
+    /// Pods not finished.
+    pub pods: Vec<Arc<Pod>>,
+    /// DaemonSets (their pods take room on every new node).
+    pub daemonsets: Vec<Arc<DaemonSet>>,
+    /// The expander.
+    pub expander: Expander,
+    /// `expendablePodsPriorityCutoff`.
+    pub priority_cutoff: i32,
+    /// Seed for the random expander.
+    pub seed: u64,
+}
+
+/// What one decision says.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ScaleUpPlan {
+    /// Per group that grows: the capacity it needs at least (observed capacity + new nodes).
+    pub targets: BTreeMap<String, i64>,
+    /// Pending pods that asked for capacity.
+    pub pending: usize,
+    /// Pods a group's new nodes will take: `namespace/name` → group.
+    pub triggered: BTreeMap<String, String>,
+    /// Pods the room already there takes (free room on nodes, upcoming nodes).
+    pub already_provided: Vec<String>,
+    /// Pods no group can take, with the reason per group.
+    pub unfit: BTreeMap<String, Vec<(String, WhyNot)>>,
+    /// Pods whose constraints this planner does not simulate: reported, never planned for.
+    pub not_simulated: BTreeMap<String, String>,
+    /// Nodes of each group registered in the cluster.
+    pub registered: BTreeMap<String, u32>,
+}
+
+/// Why a group does not take a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WhyNot {
+    /// A short, bounded name (the `reason` metric label).
+    pub label: &'static str,
+    /// In words, for logs and Events.
+    pub text: String,
+}
+
+impl WhyNot {
+    fn new(label: &'static str, text: impl Into<String>) -> Self {
+        Self {
+            label,
+            text: text.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for WhyNot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// The scale-set name in an Azure provider ID
+/// (`azure:///subscriptions/<s>/resourceGroups/<rg>/providers/Microsoft.Compute/virtualMachineScaleSets/<vmss>/virtualMachines/<id>`),
+/// with its resource group and instance id.
+pub fn parse_provider_id(id: &str) -> Option<(&str, &str, &str)> {
+    let rest = id.strip_prefix("azure://")?;
+    let parts: Vec<&str> = rest.trim_start_matches('/').split('/').collect();
+    let find = |key: &str| {
+        parts
+            .iter()
+            .position(|p| p.eq_ignore_ascii_case(key))
+            .and_then(|i| parts.get(i + 1).copied())
+            .filter(|v| !v.is_empty())
+    };
+    Some((
+        find("resourceGroups")?,
+        find("virtualMachineScaleSets")?,
+        find("virtualMachines")?,
+    ))
+}
+
+/// Which group (index into `groups`) a node belongs to, if any.
+pub fn group_of(node: &Node, groups: &[GroupInput]) -> Option<usize> {
+    let provider = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
+    let parsed = provider.and_then(parse_provider_id);
+    let pool = node
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(AGENTPOOL_LABEL));
+    groups.iter().position(|g| match &g.backing {
+        Backing::ScaleSet {
+            resource_group,
+            name,
+        } => parsed.is_some_and(|(rg, vmss, _)| {
+            rg.eq_ignore_ascii_case(resource_group) && vmss.eq_ignore_ascii_case(name)
+        }),
+        Backing::AgentPool { pool: p } => pool == Some(p),
+    })
+}
+
+fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn schedulable(node: &Node) -> bool {
+    !node
+        .spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+}
+
+fn daemonset_list(d: &[Arc<DaemonSet>]) -> Vec<Arc<DaemonSet>> {
+    d.to_vec()
+}
+
+/// The decision for the pods pending now.
+pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
+    let mut out = ScaleUpPlan::default();
+    let groups = &input.groups;
+
+    // Nodes per group, and the live state of every Ready schedulable node.
+    let mut node_group: HashMap<&str, usize> = HashMap::new();
+    let mut live_template: Vec<Option<&Node>> = vec![None; groups.len()];
+    for node in &input.nodes {
+        let Some(i) = group_of(node, groups) else {
+            continue;
+        };
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        node_group.insert(name, i);
+        *out.registered.entry(groups[i].name.clone()).or_default() += 1;
+        if live_template[i].is_none() && is_ready(node) && schedulable(node) {
+            live_template[i] = Some(node);
+        }
+    }
+    let mut bound: HashMap<&str, Vec<&Arc<Pod>>> = HashMap::new();
+    let mut pending: Vec<Arc<Pod>> = Vec::new();
+    for pod in &input.pods {
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+        match node {
+            Some(n) => bound.entry(n).or_default().push(pod),
+            None if wants_capacity(pod, input.priority_cutoff) => {
+                let why = pod.spec.as_ref().and_then(not_simulated);
+                match why {
+                    Some(why) => {
+                        out.not_simulated.insert(pod_key(pod), why.to_string());
+                    }
+                    None => pending.push(pod.clone()),
+                }
+            }
+            None => {}
+        }
+    }
+    out.pending = pending.len() + out.not_simulated.len();
+    if pending.is_empty() {
+        return out;
+    }
+
+    // 1. Room already there: free room on Ready nodes, then upcoming nodes of healthy groups.
+    let mut room: Vec<NodeState> = input
+        .nodes
+        .iter()
+        .filter(|n| is_ready(n) && schedulable(n))
+        .map(|n| {
+            let name = n.metadata.name.as_deref().unwrap_or_default();
+            NodeState::from_node(n, bound.get(name).into_iter().flatten().copied())
+        })
+        .collect();
+    let daemonsets = daemonset_list(&input.daemonsets);
+    let mut templates: Vec<Result<NodeState, WhyNot>> = Vec::with_capacity(groups.len());
+    for (i, g) in groups.iter().enumerate() {
+        let t = match (live_template[i], &g.shape) {
+            (Some(node), _) => Ok(from_live_node(node, &g.name)),
+            (None, Some(shape)) => {
+                from_shape(shape).map_err(|e| WhyNot::new("no_template", e.to_string()))
+            }
+            (None, None) => Err(WhyNot::new(
+                "no_template",
+                "no Ready node and no VM size to build a template from",
+            )),
+        };
+        templates.push(t.map(|mut t| {
+            subtract_daemonsets(&mut t, &daemonsets);
+            t
+        }));
+    }
+    for (i, g) in groups.iter().enumerate() {
+        let (Some(capacity), Ok(template), None) = (g.capacity, &templates[i], &g.unhealthy) else {
+            continue;
+        };
+        let registered = out.registered.get(&g.name).copied().unwrap_or(0);
+        let upcoming = u32::try_from(capacity.max(0))
+            .unwrap_or(u32::MAX)
+            .saturating_sub(registered);
+        for k in 0..upcoming {
+            let mut n = template.clone();
+            n.name = format!("{}-upcoming-{k}", g.name);
+            room.push(n);
+        }
+    }
+    pending.retain(|pod| match room.iter_mut().find(|n| n.fits(pod).is_ok()) {
+        Some(n) => {
+            n.place(pod.clone());
+            out.already_provided.push(pod_key(pod));
+            false
+        }
+        None => true,
+    });
+
+    // 2. Rounds of estimate + expander, one group chosen per round.
+    let mut reasons: BTreeMap<String, Vec<(String, WhyNot)>> = BTreeMap::new();
+    let mut chosen: HashSet<usize> = HashSet::new();
+    loop {
+        if pending.is_empty() {
+            break;
+        }
+        reasons.clear();
+        let mut options = Vec::new();
+        let mut option_group = Vec::new();
+        for (i, g) in groups.iter().enumerate() {
+            let why_not = if chosen.contains(&i) {
+                Some(WhyNot::new(
+                    "already_grown",
+                    "already grown in this decision",
+                ))
+            } else if let Some(u) = &g.unhealthy {
+                Some(u.clone())
+            } else if g.capacity.is_none() {
+                Some(WhyNot::new(
+                    "unknown_size",
+                    "size unknown: never planned from",
+                ))
+            } else {
+                templates[i].as_ref().err().cloned()
+            };
+            if let Some(why) = why_not {
+                for p in &pending {
+                    reasons
+                        .entry(pod_key(p))
+                        .or_default()
+                        .push((g.name.clone(), why.clone()));
+                }
+                continue;
+            }
+            let capacity = g.capacity.unwrap_or(0).max(0);
+            let capacity = u32::try_from(capacity).unwrap_or(u32::MAX);
+            let Ok(template) = &templates[i] else {
+                continue;
+            };
+            // Upcoming nodes were filled in step 1: the estimate starts from new nodes only.
+            let e = estimate(
+                &GroupCapacity {
+                    name: g.name.clone(),
+                    template: template.clone(),
+                    capacity,
+                    registered: capacity,
+                    max: g.max,
+                },
+                &pending,
+            );
+            for (pod, why) in &e.refused {
+                let why = match why {
+                    Refusal::DoesNotFit(u) => WhyNot::new(u.label(), u.to_string()),
+                    Refusal::AtMax => WhyNot::new("max_size", Refusal::AtMax.to_string()),
+                };
+                reasons
+                    .entry(pod.clone())
+                    .or_default()
+                    .push((g.name.clone(), why));
+            }
+            options.push(e);
+            option_group.push(i);
+        }
+        let Some(best) = choose(&input.expander, &options, input.seed) else {
+            break;
+        };
+        let i = option_group[options
+            .iter()
+            .position(|o| std::ptr::eq(o, best))
+            .unwrap_or(0)];
+        let g = &groups[i];
+        let capacity = g.capacity.unwrap_or(0).max(0);
+        let target = (capacity + i64::from(best.new_nodes)).max(i64::from(g.min));
+        out.targets.insert(g.name.clone(), target);
+        let placed: HashSet<&String> = best.placed.iter().collect();
+        for p in &best.placed {
+            out.triggered.insert(p.clone(), g.name.clone());
+        }
+        pending.retain(|p| !placed.contains(&pod_key(p)));
+        chosen.insert(i);
+    }
+    for p in &pending {
+        let key = pod_key(p);
+        let why = reasons.remove(&key).unwrap_or_default();
+        out.unfit.insert(key, why);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const SUB: &str = "00000000-0000-0000-0000-000000000000";
+
+    fn node(
+        name: &str,
+        vmss: &str,
+        id: u32,
+        cpu: &str,
+        mem: &str,
+        taints: serde_json::Value,
+    ) -> Arc<Node> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+                "spec": {
+                    "providerID": format!("azure:///subscriptions/{SUB}/resourceGroups/MC_RG/providers/Microsoft.Compute/virtualMachineScaleSets/{vmss}/virtualMachines/{id}"),
+                    "taints": taints,
+                },
+                "status": {
+                    "allocatable": {"cpu": cpu, "memory": mem, "pods": "110"},
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn pending(name: &str, cpu: &str, mem: &str, extra: serde_json::Value) -> Arc<Pod> {
+        let mut spec = json!({
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": mem}}}],
+        });
+        if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+            for (k, v) in e {
+                s.insert(k.clone(), v.clone());
+            }
+        }
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "default",
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": true}]},
+                "spec": spec,
+                "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn group(name: &str, vm_size: &'static str, capacity: i64, max: u32) -> GroupInput<'static> {
+        GroupInput {
+            name: name.into(),
+            backing: Backing::ScaleSet {
+                resource_group: "mc_rg".into(),
+                name: name.into(),
+            },
+            min: 0,
+            max,
+            capacity: Some(capacity),
+            shape: Some(GroupShape {
+                name: Box::leak(name.to_string().into_boxed_str()),
+                vm_size,
+                ..GroupShape::default()
+            }),
+            unhealthy: None,
+        }
+    }
+
+    fn input(
+        groups: Vec<GroupInput<'static>>,
+        nodes: Vec<Arc<Node>>,
+        pods: Vec<Arc<Pod>>,
+    ) -> ScaleUpInput<'static> {
+        ScaleUpInput {
+            groups,
+            nodes,
+            pods,
+            daemonsets: Vec::new(),
+            expander: Expander::LeastWaste,
+            priority_cutoff: -10,
+            seed: 1,
+        }
+    }
+
+    #[test]
+    fn a_provider_id_names_its_resource_group_scale_set_and_instance_in_any_case() {
+        assert_eq!(
+            parse_provider_id("azure:///subscriptions/s/resourceGroups/MC_rg/providers/Microsoft.Compute/virtualMachineScaleSets/aks-np-1-vmss/virtualMachines/7"),
+            Some(("MC_rg", "aks-np-1-vmss", "7"))
+        );
+        assert_eq!(
+            parse_provider_id("azure:///subscriptions/s/resourcegroups/mc_rg/providers/microsoft.compute/virtualmachinescalesets/x/virtualmachines/0"),
+            Some(("mc_rg", "x", "0"))
+        );
+        assert_eq!(parse_provider_id("aws:///us-east-1a/i-123"), None);
+        assert_eq!(parse_provider_id("azure:///subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachines/vm1"), None);
+    }
+
+    #[test]
+    fn nodes_belong_to_their_scale_set_whatever_the_resource_groups_case_and_pools_by_label() {
+        let groups = vec![
+            group("general", "Standard_D4s_v5", 1, 10),
+            GroupInput {
+                backing: Backing::AgentPool { pool: "gpu".into() },
+                ..group("gpu", "Standard_NC6s_v3", 0, 3)
+            },
+        ];
+        let n = node("general-0", "GENERAL", 0, "4", "16Gi", json!([]));
+        assert_eq!(group_of(&n, &groups), Some(0));
+        let mut p = (*node(
+            "aks-gpu-1-vmss000000",
+            "aks-gpu-1-vmss",
+            0,
+            "6",
+            "100Gi",
+            json!([]),
+        ))
+        .clone();
+        p.metadata
+            .labels
+            .get_or_insert_with(Default::default)
+            .insert(AGENTPOOL_LABEL.into(), "gpu".into());
+        assert_eq!(group_of(&p, &groups), Some(1));
+        let stranger = node("other-0", "other", 0, "4", "16Gi", json!([]));
+        assert_eq!(group_of(&stranger, &groups), None);
+    }
+
+    #[test]
+    fn pending_pods_become_one_target_per_group_counting_every_pod_once() {
+        // 10 pods of 1 cpu; a D4s_v5 template takes 3 of them after the system reservation.
+        let pods: Vec<_> = (0..10)
+            .map(|i| pending(&format!("p{i}"), "1", "1Gi", json!({})))
+            .collect();
+        let plan = plan(&input(
+            vec![group("general", "Standard_D4s_v5", 0, 10)],
+            vec![],
+            pods,
+        ));
+        assert_eq!(plan.pending, 10);
+        assert_eq!(plan.triggered.len(), 10);
+        assert_eq!(plan.targets.len(), 1);
+        let target = plan.targets["general"];
+        assert!((3..=5).contains(&target), "target {target}");
+        assert!(plan.unfit.is_empty());
+    }
+
+    #[test]
+    fn nodes_requested_but_not_registered_take_pods_before_new_ones_are_asked_for() {
+        let pods: Vec<_> = (0..2)
+            .map(|i| pending(&format!("p{i}"), "1", "1Gi", json!({})))
+            .collect();
+        // Capacity 2, one node registered (still booting: NotReady, no room yet): the one
+        // upcoming node has room for both pods.
+        let mut booting = (*node("general-0", "general", 0, "4", "16Gi", json!([]))).clone();
+        if let Some(c) = booting
+            .status
+            .as_mut()
+            .and_then(|s| s.conditions.as_mut())
+            .and_then(|c| c.first_mut())
+        {
+            c.status = "False".into();
+        }
+        let nodes = vec![Arc::new(booting)];
+        let plan = plan(&input(
+            vec![group("general", "Standard_D4s_v5", 2, 10)],
+            nodes,
+            pods,
+        ));
+        assert!(plan.targets.is_empty(), "{plan:?}");
+        assert_eq!(plan.already_provided.len(), 2);
+    }
+
+    #[test]
+    fn free_room_on_a_ready_node_takes_a_pod_before_any_scale_up() {
+        let pods = vec![pending("p", "1", "1Gi", json!({}))];
+        let nodes = vec![node("general-0", "general", 0, "4", "16Gi", json!([]))];
+        let plan = plan(&input(
+            vec![group("general", "Standard_D4s_v5", 1, 10)],
+            nodes,
+            pods,
+        ));
+        assert!(plan.targets.is_empty());
+        assert_eq!(plan.already_provided, vec!["default/p".to_string()]);
+    }
+
+    #[test]
+    fn a_tainted_gpu_group_grows_from_zero_only_for_pods_that_tolerate_its_taint() {
+        let mut gpu = group("gpu", "Standard_NC6s_v3", 0, 3);
+        if let Some(s) = gpu.shape.as_mut() {
+            s.tags.insert(
+                "k8s.io_cluster-autoscaler_node-template_taint_sku".into(),
+                "gpu:NoSchedule".into(),
+            );
+        }
+        let plain = pending("plain", "1", "1Gi", json!({}));
+        let tolerating = pending(
+            "cuda",
+            "1",
+            "8Gi",
+            json!({"tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]}),
+        );
+        let mut cuda = (*tolerating).clone();
+        if let Some(c) = cuda.spec.as_mut().and_then(|s| s.containers.first_mut()) {
+            c.resources.get_or_insert_with(Default::default).limits = Some(
+                [(
+                    "nvidia.com/gpu".to_string(),
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity("1".into()),
+                )]
+                .into(),
+            );
+            if let Some(r) = c.resources.as_mut().and_then(|r| r.requests.as_mut()) {
+                r.insert(
+                    "nvidia.com/gpu".into(),
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity("1".into()),
+                );
+            }
+        }
+        // Only the GPU group exists: the plain pod must not grow it.
+        let only_gpu = plan(&input(vec![gpu.clone()], vec![], vec![plain.clone()]));
+        assert!(only_gpu.targets.is_empty());
+        let reasons = &only_gpu.unfit["default/plain"];
+        assert_eq!(reasons.len(), 1);
+        assert!(reasons[0].1.text.contains("taint"), "{reasons:?}");
+        // With a general group too, each pod goes where it belongs.
+        let both = plan(&input(
+            vec![group("general", "Standard_D4s_v5", 0, 10), gpu],
+            vec![],
+            vec![plain, Arc::new(cuda)],
+        ));
+        assert_eq!(both.triggered["default/plain"], "general");
+        assert_eq!(both.triggered["default/cuda"], "gpu");
+        assert_eq!(both.targets["gpu"], 1);
+        assert_eq!(both.targets["general"], 1);
+    }
+
+    #[test]
+    fn a_pod_that_fits_no_group_is_reported_with_a_reason_per_group_and_not_planned() {
+        let huge = pending("huge", "64", "1Gi", json!({}));
+        let plan = plan(&input(
+            vec![
+                group("a", "Standard_D4s_v5", 0, 10),
+                group("b", "Standard_D8s_v5", 0, 10),
+            ],
+            vec![],
+            vec![huge],
+        ));
+        assert!(plan.targets.is_empty());
+        let reasons = &plan.unfit["default/huge"];
+        assert_eq!(
+            reasons.iter().map(|r| r.0.as_str()).collect::<Vec<_>>(),
+            vec!["a", "b"]
+        );
+        assert!(
+            reasons.iter().all(|r| r.1.label == "insufficient_cpu"),
+            "{reasons:?}"
+        );
+    }
+
+    #[test]
+    fn a_group_of_unknown_size_or_marked_failing_is_never_grown() {
+        let pods = vec![pending("p", "1", "1Gi", json!({}))];
+        let mut unknown = group("unknown", "Standard_D4s_v5", 0, 10);
+        unknown.capacity = None;
+        let mut failing = group("failing", "Standard_D4s_v5", 0, 10);
+        failing.unhealthy = Some(WhyNot::new(
+            "provision_timeout",
+            "nodes did not register within maxNodeProvisionTime",
+        ));
+        let p = plan(&input(
+            vec![unknown.clone(), failing.clone()],
+            vec![],
+            pods.clone(),
+        ));
+        assert!(p.targets.is_empty());
+        assert_eq!(p.unfit["default/p"].len(), 2);
+        // With a healthy group beside them, planning moves there.
+        let p = plan(&input(
+            vec![failing, unknown, group("healthy", "Standard_D4s_v5", 0, 10)],
+            vec![],
+            pods,
+        ));
+        assert_eq!(p.targets.keys().collect::<Vec<_>>(), vec!["healthy"]);
+    }
+
+    #[test]
+    fn a_group_at_its_max_is_not_grown_and_the_pod_says_so() {
+        // The group's one node is full (a bound pod takes 3.5 of its 4 cpu), and max is 1.
+        let mut hog = (*pending("hog", "3500m", "1Gi", json!({}))).clone();
+        if let Some(s) = hog.spec.as_mut() {
+            s.node_name = Some("general-0".into());
+        }
+        let pods = vec![pending("p", "1", "1Gi", json!({})), Arc::new(hog)];
+        let nodes = vec![node("general-0", "general", 0, "4", "16Gi", json!([]))];
+        let p = plan(&input(
+            vec![group("general", "Standard_D4s_v5", 1, 1)],
+            nodes,
+            pods,
+        ));
+        assert!(p.targets.is_empty());
+        assert!(p.unfit["default/p"][0].1.label == "max_size", "{p:?}");
+    }
+
+    #[test]
+    fn pods_with_constraints_not_simulated_are_reported_and_never_planned_for() {
+        let spread = pending(
+            "spread",
+            "1",
+            "1Gi",
+            json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}]}),
+        );
+        let p = plan(&input(
+            vec![group("general", "Standard_D4s_v5", 0, 10)],
+            vec![],
+            vec![spread],
+        ));
+        assert!(p.targets.is_empty());
+        assert!(p.not_simulated.contains_key("default/spread"));
+    }
+
+    #[test]
+    fn expendable_and_bound_pods_ask_for_nothing() {
+        let low = pending("low", "1", "1Gi", json!({"priority": -100}));
+        let p = plan(&input(
+            vec![group("general", "Standard_D4s_v5", 0, 10)],
+            vec![],
+            vec![low],
+        ));
+        assert_eq!(p.pending, 0);
+        assert!(p.targets.is_empty());
+    }
+
+    #[test]
+    fn pods_too_many_for_one_group_spill_to_the_next_in_the_same_decision() {
+        let pods: Vec<_> = (0..8)
+            .map(|i| pending(&format!("p{i}"), "3", "1Gi", json!({})))
+            .collect();
+        // Each D4s_v5 takes one 3-cpu pod; a max of 3 leaves 5 pods for the D8s_v5 group.
+        let p = plan(&input(
+            vec![
+                group("small", "Standard_D4s_v5", 0, 3),
+                group("big", "Standard_D8s_v5", 0, 10),
+            ],
+            vec![],
+            pods,
+        ));
+        assert_eq!(p.triggered.len(), 8, "{p:?}");
+        assert!(p.unfit.is_empty());
+        assert_eq!(p.targets.len(), 2);
+    }
+}
