@@ -23,6 +23,9 @@ use vmss_capacity_controller::reconciler::Reconciler;
 
 const GPU_TAINT_TAG: &str = "k8s.io_cluster-autoscaler_node-template_taint_sku";
 
+/// A scale set to seed: name, VM size, capacity, tags.
+type Seed<'a> = (&'a str, &'a str, i64, &'a [(&'a str, &'a str)]);
+
 struct Cluster {
     _emulator: EmulatorHandle,
     state: EmulatorState,
@@ -36,7 +39,7 @@ struct Cluster {
 
 impl Cluster {
     /// Scale sets `seeds` (name, VM size, capacity, tags); node groups 0..=max for each.
-    async fn start(seeds: &[(&str, &str, i64, &[(&str, &str)])], max: u32) -> Self {
+    async fn start(seeds: &[Seed<'_>], max: u32) -> Self {
         let emulator = EmulatorBuilder::new()
             .kubernetes(true)
             .start()
