@@ -105,6 +105,8 @@ pub struct ScaleUpLoop {
     told: HashMap<String, String>,
     last_decision: Option<Instant>,
     decisions: u64,
+    /// Pods' parsed requests, kept across decisions.
+    facts: crate::pods::fit::FactsCache,
 }
 
 impl ScaleUpLoop {
@@ -134,6 +136,7 @@ impl ScaleUpLoop {
             told: HashMap::new(),
             last_decision: None,
             decisions: 0,
+            facts: Default::default(),
         }
     }
 
@@ -303,7 +306,7 @@ impl ScaleUpLoop {
             seed: self.decisions,
         };
         let started = std::time::Instant::now();
-        let plan = scale_up::plan(&input);
+        let plan = scale_up::plan_with(&input, &mut self.facts);
         let took = started.elapsed();
         self.metrics
             .scale_up_decision_duration_seconds

@@ -3,8 +3,9 @@
 //! registered yet (capacity written minus nodes that exist: a pod is never counted twice), then
 //! onto new nodes from the group's template, never beyond the group's max. Pure code.
 
-use super::fit::{pod_requests, NodeState, Unfit};
+use super::fit::{FactsCache, NodeState, PodFacts, Unfit};
 use k8s_openapi::api::core::v1::Pod;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// What the estimator needs to know of one node group.
@@ -77,12 +78,84 @@ pub fn pod_key(p: &Pod) -> String {
     )
 }
 
+/// A pending pod prepared once for many simulations: its key, its fit facts (parsed
+/// quantities) and its equivalence class.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The pod.
+    pub pod: Arc<Pod>,
+    /// `namespace/name`.
+    pub key: String,
+    /// What fit checks need, computed once.
+    pub facts: Arc<PodFacts>,
+    /// Pods of one class are interchangeable for fit: pods of the same ReplicaSet,
+    /// ReplicationController or Job (one template). Every other pod is a class of its own.
+    pub class: usize,
+}
+
+/// Prepares `pods` (see [`Prepared`]). Two pods share a class when the same ReplicaSet,
+/// ReplicationController or Job controls them and their namespace, labels and specs are equal
+/// (checked against the class's first pod, so a template change mid-rollout splits the class).
+pub fn prepare(pods: &[Arc<Pod>]) -> Vec<Prepared> {
+    prepare_with(pods, &mut FactsCache::default())
+}
+
+/// [`prepare`], taking the facts from `cache`.
+pub fn prepare_with(pods: &[Arc<Pod>], cache: &mut FactsCache) -> Vec<Prepared> {
+    let mut classes: HashMap<&str, Vec<(&Pod, usize)>> = HashMap::new();
+    let mut next = 0usize;
+    let mut fresh = || {
+        next += 1;
+        next - 1
+    };
+    pods.iter()
+        .map(|pod| {
+            let owner = pod
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|o| {
+                    o.controller == Some(true)
+                        && matches!(
+                            o.kind.as_str(),
+                            "ReplicaSet" | "ReplicationController" | "Job"
+                        )
+                })
+                .map(|o| o.uid.as_str());
+            let class = match owner {
+                Some(uid) => {
+                    let reps = classes.entry(uid).or_default();
+                    let same = |rep: &Pod| {
+                        rep.spec == pod.spec
+                            && rep.metadata.labels == pod.metadata.labels
+                            && rep.metadata.namespace == pod.metadata.namespace
+                    };
+                    match reps.iter().find(|(rep, _)| same(rep)) {
+                        Some((_, c)) => *c,
+                        None => {
+                            let c = fresh();
+                            reps.push((pod, c));
+                            c
+                        }
+                    }
+                }
+                None => fresh(),
+            };
+            Prepared {
+                pod: pod.clone(),
+                key: pod_key(pod),
+                facts: cache.get(pod),
+                class,
+            }
+        })
+        .collect()
+}
+
 /// The pods in decreasing order of their largest share of the template's cpu or memory
 /// (cluster-autoscaler sorts by a score of the same kind), ties by key for determinism.
-fn decreasing(pods: &[Arc<Pod>], template: &NodeState) -> Vec<Arc<Pod>> {
-    let share = |p: &Pod| -> f64 {
-        let Some(spec) = &p.spec else { return 0.0 };
-        let r = pod_requests(spec);
+fn decreasing<'a>(pods: &'a [Prepared], template: &NodeState) -> Vec<&'a Prepared> {
+    let share = |p: &Prepared| -> f64 {
         ["cpu", "memory"]
             .iter()
             .map(|k| {
@@ -90,21 +163,44 @@ fn decreasing(pods: &[Arc<Pod>], template: &NodeState) -> Vec<Arc<Pod>> {
                 if alloc <= 0 {
                     0.0
                 } else {
-                    r.get(*k).copied().unwrap_or(0) as f64 / alloc as f64
+                    p.facts.requests.get(*k).copied().unwrap_or(0) as f64 / alloc as f64
                 }
             })
             .fold(0.0, f64::max)
     };
-    let mut v: Vec<(f64, String, Arc<Pod>)> = pods
+    let mut v: Vec<(f64, &Prepared)> = pods.iter().map(|p| (share(p), p)).collect();
+    v.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.key.cmp(&b.1.key)));
+    v.into_iter().map(|(_, p)| p).collect()
+}
+
+/// First-fit of `pod` onto `nodes`, skipping the nodes that already refused a pod of its class
+/// (`start`): a node only fills up during a simulation, so a node that refused one pod of a
+/// class refuses the next. Returns the index the pod went to.
+pub fn first_fit(
+    nodes: &mut [NodeState],
+    pod: &Prepared,
+    start: &mut HashMap<usize, usize>,
+) -> Option<usize> {
+    let from = start.get(&pod.class).copied().unwrap_or(0);
+    let found = nodes
         .iter()
-        .map(|p| (share(p), pod_key(p), p.clone()))
-        .collect();
-    v.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-    v.into_iter().map(|(_, _, p)| p).collect()
+        .enumerate()
+        .skip(from)
+        .find(|(_, n)| n.fits_with(&pod.pod, &pod.facts).is_ok())
+        .map(|(i, _)| i);
+    start.insert(pod.class, found.unwrap_or(nodes.len()));
+    let i = found?;
+    nodes[i].place_with(pod.pod.clone(), &pod.facts);
+    Some(i)
 }
 
 /// First-fit decreasing for one group.
 pub fn estimate(group: &GroupCapacity, pods: &[Arc<Pod>]) -> Estimate {
+    estimate_prepared(group, &prepare(pods))
+}
+
+/// [`estimate`] for pods already [`prepare`]d (the scale-up asks many groups about the same pods).
+pub fn estimate_prepared(group: &GroupCapacity, pods: &[Prepared]) -> Estimate {
     let mut nodes: Vec<NodeState> = (0..group.upcoming())
         .map(|i| {
             let mut n = group.template.clone();
@@ -120,27 +216,32 @@ pub fn estimate(group: &GroupCapacity, pods: &[Arc<Pod>]) -> Estimate {
         refused: Vec::new(),
         nodes: Vec::new(),
     };
+    let mut start: HashMap<usize, usize> = HashMap::new();
+    let mut template_says: HashMap<usize, Result<(), Unfit>> = HashMap::new();
     for pod in decreasing(pods, &group.template) {
-        let key = pod_key(&pod);
-        if let Some(n) = nodes.iter_mut().find(|n| n.fits(&pod).is_ok()) {
-            n.place(pod);
-            out.placed.push(key);
+        if first_fit(&mut nodes, pod, &mut start).is_some() {
+            out.placed.push(pod.key.clone());
             continue;
         }
-        if let Err(why) = group.template.fits(&pod) {
-            out.refused.push((key, Refusal::DoesNotFit(why)));
+        let verdict = template_says
+            .entry(pod.class)
+            .or_insert_with(|| group.template.fits_with(&pod.pod, &pod.facts));
+        if let Err(why) = verdict {
+            out.refused
+                .push((pod.key.clone(), Refusal::DoesNotFit(why.clone())));
             continue;
         }
         if out.new_nodes >= group.headroom() {
-            out.refused.push((key, Refusal::AtMax));
+            out.refused.push((pod.key.clone(), Refusal::AtMax));
             continue;
         }
         let mut n = group.template.clone();
         n.name = format!("{}-new-{}", group.name, out.new_nodes);
-        n.place(pod);
+        n.place_with(pod.pod.clone(), &pod.facts);
         nodes.push(n);
+        start.insert(pod.class, nodes.len() - 1);
         out.new_nodes += 1;
-        out.placed.push(key);
+        out.placed.push(pod.key.clone());
     }
     out.nodes = nodes.split_off(upcoming);
     out
@@ -225,6 +326,34 @@ mod tests {
         let e = estimate(&group(1, 1, 10), &pods(1, "5", "huge"));
         assert_eq!(e.new_nodes, 0);
         assert_eq!(e.refused[0].1.to_string(), "Insufficient cpu");
+    }
+
+    #[test]
+    fn pods_of_one_replica_set_with_different_specs_are_not_taken_for_one_another() {
+        // Same controller, a rollout in progress: the 3-cpu pods must not borrow the 1-cpu
+        // pods' verdicts (a class is owner plus equal spec).
+        let owned = |name: &str, cpu: &str| -> Arc<Pod> {
+            Arc::new(
+                serde_json::from_value(json!({
+                    "metadata": {"name": name, "namespace": "default",
+                        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                            "name": "rs", "uid": "same", "controller": true}]},
+                    "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
+                }))
+                .unwrap(),
+            )
+        };
+        let p = vec![
+            owned("small-0", "1"),
+            owned("big-0", "3"),
+            owned("small-1", "1"),
+        ];
+        let prepared = prepare(&p);
+        assert_eq!(prepared[0].class, prepared[2].class);
+        assert_ne!(prepared[0].class, prepared[1].class);
+        // One 4-cpu node: big + one small; the other small on a second node.
+        let e = estimate(&group(0, 0, 10), &p);
+        assert_eq!((e.new_nodes, e.placed.len()), (2, 3));
     }
 
     #[test]

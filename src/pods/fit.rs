@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{
     Taint, Toleration,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// Amounts by resource name, in milli-units (`pods` counts pods).
@@ -149,32 +149,64 @@ pub fn not_simulated(spec: &PodSpec) -> Option<&'static str> {
 pub fn pod_requests(spec: &PodSpec) -> Resources {
     let mut sum = Resources::new();
     for c in &spec.containers {
-        add(&mut sum, &container_requests(c));
+        add_container(&mut sum, c);
     }
-    let mut sidecars = Resources::new();
     let mut init_max = Resources::new();
-    for c in spec.init_containers.iter().flatten() {
-        let step = if c.restart_policy.as_deref() == Some("Always") {
-            add(&mut sidecars, &container_requests(c));
-            sidecars.clone()
-        } else {
-            let mut r = container_requests(c);
-            add(&mut r, &sidecars);
-            r
-        };
-        max_into(&mut init_max, &step);
+    if let Some(inits) = &spec.init_containers {
+        let mut sidecars = Resources::new();
+        for c in inits {
+            let step = if c.restart_policy.as_deref() == Some("Always") {
+                add_container(&mut sidecars, c);
+                sidecars.clone()
+            } else {
+                let mut r = container_requests(c);
+                add(&mut r, &sidecars);
+                r
+            };
+            max_into(&mut init_max, &step);
+        }
+        add(&mut sum, &sidecars);
     }
-    add(&mut sum, &sidecars);
     max_into(&mut sum, &init_max);
     if let Some(overhead) = &spec.overhead {
-        let o: Resources = overhead
-            .iter()
-            .filter_map(|(k, q)| quantity::parse(&q.0).ok().map(|v| (k.clone(), v)))
-            .collect();
-        add(&mut sum, &o);
+        for (k, q) in overhead {
+            if let Ok(v) = quantity::parse(&q.0) {
+                add_one(&mut sum, k, v);
+            }
+        }
     }
-    *sum.entry("pods".into()).or_default() += 1000;
+    add_one(&mut sum, "pods", 1000);
     sum
+}
+
+/// Adds `v` to `sum[k]`, allocating the key only the first time.
+fn add_one(sum: &mut Resources, k: &str, v: Milli) {
+    match sum.get_mut(k) {
+        Some(e) => *e += v,
+        None => {
+            sum.insert(k.to_string(), v);
+        }
+    }
+}
+
+/// Adds a container's requests (a limit stands for a missing request) into `sum`.
+fn add_container(sum: &mut Resources, c: &Container) {
+    let Some(r) = &c.resources else {
+        return;
+    };
+    for (k, q) in r.requests.iter().flatten() {
+        if let Ok(v) = quantity::parse(&q.0) {
+            add_one(sum, k, v);
+        }
+    }
+    for (k, q) in r.limits.iter().flatten() {
+        if r.requests.as_ref().is_some_and(|req| req.contains_key(k)) {
+            continue;
+        }
+        if let Ok(v) = quantity::parse(&q.0) {
+            add_one(sum, k, v);
+        }
+    }
 }
 
 /// Quantities in the pod's requests and limits that do not parse: `(container, text)`.
@@ -220,7 +252,7 @@ fn container_requests(c: &Container) -> Resources {
 
 fn add(into: &mut Resources, other: &Resources) {
     for (k, v) in other {
-        *into.entry(k.clone()).or_default() += v;
+        add_one(into, k, *v);
     }
 }
 
@@ -281,6 +313,85 @@ pub struct NodeState {
     /// Pods on it.
     pub pods: Vec<Arc<Pod>>,
     ports: Vec<HostPort>,
+    /// Placed pods with required anti-affinity terms (only then do others' terms need a look).
+    anti_affinity_pods: usize,
+}
+
+/// What the fit checks need of a pod, computed once: parsing its quantities is the costly part
+/// of a check, and a simulation asks the same pod against many nodes.
+#[derive(Debug, Clone)]
+pub struct PodFacts {
+    /// [`pod_requests`].
+    pub requests: Resources,
+    ports: Vec<HostPort>,
+    anti_affinity: bool,
+}
+
+/// [`PodFacts`] remembered by pod uid and `resourceVersion` (a pod's spec only changes with a
+/// new version), so consecutive decisions over a mostly unchanged cluster parse each pod once.
+/// Entries of pods no longer asked about are dropped at [`FactsCache::sweep`].
+#[derive(Debug, Default)]
+pub struct FactsCache {
+    entries: HashMap<String, (Option<String>, Arc<PodFacts>, u64)>,
+    generation: u64,
+}
+
+impl FactsCache {
+    /// The facts of `pod`, computed at most once per uid and version.
+    pub fn get(&mut self, pod: &Pod) -> Arc<PodFacts> {
+        let Some(uid) = pod.metadata.uid.as_deref() else {
+            return Arc::new(PodFacts::of(pod));
+        };
+        let version = pod.metadata.resource_version.as_ref();
+        let generation = self.generation;
+        if let Some((v, facts, seen)) = self.entries.get_mut(uid) {
+            if v.as_ref() == version {
+                *seen = generation;
+                return facts.clone();
+            }
+        }
+        let facts = Arc::new(PodFacts::of(pod));
+        self.entries.insert(
+            uid.to_string(),
+            (version.cloned(), facts.clone(), generation),
+        );
+        facts
+    }
+
+    /// Forgets pods not asked about since the last sweep.
+    pub fn sweep(&mut self) {
+        let generation = self.generation;
+        self.entries.retain(|_, e| e.2 == generation);
+        self.generation += 1;
+    }
+
+    /// Pods remembered.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+impl PodFacts {
+    /// The facts of `pod`.
+    pub fn of(pod: &Pod) -> Self {
+        match &pod.spec {
+            Some(spec) => Self {
+                requests: pod_requests(spec),
+                ports: host_ports(spec),
+                anti_affinity: required_anti_affinity(spec).next().is_some(),
+            },
+            None => Self {
+                requests: Resources::new(),
+                ports: Vec::new(),
+                anti_affinity: false,
+            },
+        }
+    }
 }
 
 impl NodeState {
@@ -299,6 +410,7 @@ impl NodeState {
             requested: Resources::new(),
             pods: Vec::new(),
             ports: Vec::new(),
+            anti_affinity_pods: 0,
         }
     }
 
@@ -329,11 +441,30 @@ impl NodeState {
         state
     }
 
+    /// [`from_node`](Self::from_node) with the pods' facts already computed.
+    pub fn from_node_with<'a>(
+        node: &Node,
+        pods: impl IntoIterator<Item = (&'a Arc<Pod>, &'a PodFacts)>,
+    ) -> Self {
+        let mut state = Self::from_node(node, std::iter::empty());
+        for (p, facts) in pods {
+            state.place_with(p.clone(), facts);
+        }
+        state
+    }
+
     /// Adds a pod: its requests, host ports and labels count from now on.
     pub fn place(&mut self, pod: Arc<Pod>) {
-        if let Some(spec) = &pod.spec {
-            add(&mut self.requested, &pod_requests(spec));
-            self.ports.extend(host_ports(spec));
+        let facts = PodFacts::of(&pod);
+        self.place_with(pod, &facts);
+    }
+
+    /// [`place`](Self::place) with the pod's facts already computed.
+    pub fn place_with(&mut self, pod: Arc<Pod>, facts: &PodFacts) {
+        add(&mut self.requested, &facts.requests);
+        self.ports.extend(facts.ports.iter().cloned());
+        if facts.anti_affinity {
+            self.anti_affinity_pods += 1;
         }
         self.pods.push(pod);
     }
@@ -347,6 +478,11 @@ impl NodeState {
     /// Whether `pod` fits, or the first reason it does not (checked in the scheduler's filter
     /// order: selector and affinity, taints, ports, anti-affinity, resources).
     pub fn fits(&self, pod: &Pod) -> Result<(), Unfit> {
+        self.fits_with(pod, &PodFacts::of(pod))
+    }
+
+    /// [`fits`](Self::fits) with the pod's facts already computed.
+    pub fn fits_with(&self, pod: &Pod, facts: &PodFacts) -> Result<(), Unfit> {
         let Some(spec) = &pod.spec else {
             return Ok(());
         };
@@ -366,26 +502,28 @@ impl NodeState {
                 effect: t.effect.clone(),
             });
         }
-        for want in host_ports(spec) {
-            if self.ports.iter().any(|have| have.conflicts(&want)) {
+        for want in &facts.ports {
+            if self.ports.iter().any(|have| have.conflicts(want)) {
                 return Err(Unfit::HostPort {
                     port: want.port,
-                    protocol: want.protocol,
+                    protocol: want.protocol.clone(),
                 });
             }
         }
-        if let Some(with) = self.anti_affinity_conflict(pod) {
-            return Err(Unfit::AntiAffinity { with });
+        if facts.anti_affinity || self.anti_affinity_pods > 0 {
+            if let Some(with) = self.anti_affinity_conflict(pod) {
+                return Err(Unfit::AntiAffinity { with });
+            }
         }
-        for (resource, requested) in pod_requests(spec) {
-            if requested <= 0 {
+        for (resource, requested) in &facts.requests {
+            if *requested <= 0 {
                 continue;
             }
-            let free = self.free(&resource);
-            if requested > free {
+            let free = self.free(resource);
+            if *requested > free {
                 return Err(Unfit::Insufficient {
-                    resource,
-                    requested,
+                    resource: resource.clone(),
+                    requested: *requested,
                     free,
                 });
             }

@@ -41,9 +41,8 @@ pub fn parse(text: &str) -> Result<Milli, QuantityError> {
     }
     let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
     // The number as digits × 10^-scale.
-    let digits: String = format!("{int_part}{frac_part}");
     let mut mantissa: i128 = 0;
-    for d in digits.bytes() {
+    for d in int_part.bytes().chain(frac_part.bytes()) {
         mantissa = mantissa
             .checked_mul(10)
             .and_then(|m| m.checked_add(i128::from(d - b'0')))

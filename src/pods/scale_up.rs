@@ -8,9 +8,11 @@
 //! expander pick one, and removes the pods it places, until no group can place more. A pod that
 //! no group can take keeps, per group, the reason why.
 
-use super::estimate::{estimate, pod_key, GroupCapacity, Refusal};
+use super::estimate::{
+    estimate_prepared, first_fit, pod_key, prepare_with, GroupCapacity, Refusal,
+};
 use super::expander::{choose, Expander};
-use super::fit::{not_simulated, NodeState};
+use super::fit::{not_simulated, FactsCache, NodeState};
 use super::pending::wants_capacity;
 use super::template::{from_live_node, from_shape, subtract_daemonsets, GroupShape};
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -180,6 +182,18 @@ fn daemonset_list(d: &[Arc<DaemonSet>]) -> Vec<Arc<DaemonSet>> {
 
 /// The decision for the pods pending now.
 pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
+    plan_with(input, &mut FactsCache::default())
+}
+
+/// [`plan`], with the pods' fit facts remembered in `cache` across decisions (the loop keeps
+/// one; only pods new or changed since the last decision are parsed).
+pub fn plan_with(input: &ScaleUpInput, cache: &mut FactsCache) -> ScaleUpPlan {
+    let out = decide(input, cache);
+    cache.sweep();
+    out
+}
+
+fn decide(input: &ScaleUpInput, cache: &mut FactsCache) -> ScaleUpPlan {
     let mut out = ScaleUpPlan::default();
     let groups = &input.groups;
 
@@ -219,6 +233,7 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
     if pending.is_empty() {
         return out;
     }
+    let mut pending = prepare_with(&pending, cache);
 
     // 1. Room already there: free room on Ready nodes, then upcoming nodes of healthy groups.
     let mut room: Vec<NodeState> = input
@@ -227,7 +242,13 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
         .filter(|n| is_ready(n) && schedulable(n))
         .map(|n| {
             let name = n.metadata.name.as_deref().unwrap_or_default();
-            NodeState::from_node(n, bound.get(name).into_iter().flatten().copied())
+            let pods: Vec<(&Arc<Pod>, Arc<super::fit::PodFacts>)> = bound
+                .get(name)
+                .into_iter()
+                .flatten()
+                .map(|p| (*p, cache.get(p)))
+                .collect();
+            NodeState::from_node_with(n, pods.iter().map(|(p, f)| (*p, f.as_ref())))
         })
         .collect();
     let daemonsets = daemonset_list(&input.daemonsets);
@@ -262,10 +283,10 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
             room.push(n);
         }
     }
-    pending.retain(|pod| match room.iter_mut().find(|n| n.fits(pod).is_ok()) {
-        Some(n) => {
-            n.place(pod.clone());
-            out.already_provided.push(pod_key(pod));
+    let mut start = HashMap::new();
+    pending.retain(|pod| match first_fit(&mut room, pod, &mut start) {
+        Some(_) => {
+            out.already_provided.push(pod.key.clone());
             false
         }
         None => true,
@@ -300,7 +321,7 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
             if let Some(why) = why_not {
                 for p in &pending {
                     reasons
-                        .entry(pod_key(p))
+                        .entry(p.key.clone())
                         .or_default()
                         .push((g.name.clone(), why.clone()));
                 }
@@ -312,7 +333,7 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
                 continue;
             };
             // Upcoming nodes were filled in step 1: the estimate starts from new nodes only.
-            let e = estimate(
+            let e = estimate_prepared(
                 &GroupCapacity {
                     name: g.name.clone(),
                     template: template.clone(),
@@ -350,13 +371,12 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
         for p in &best.placed {
             out.triggered.insert(p.clone(), g.name.clone());
         }
-        pending.retain(|p| !placed.contains(&pod_key(p)));
+        pending.retain(|p| !placed.contains(&p.key));
         chosen.insert(i);
     }
     for p in &pending {
-        let key = pod_key(p);
-        let why = reasons.remove(&key).unwrap_or_default();
-        out.unfit.insert(key, why);
+        let why = reasons.remove(&p.key).unwrap_or_default();
+        out.unfit.insert(p.key.clone(), why);
     }
     out
 }
