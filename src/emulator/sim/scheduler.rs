@@ -1,0 +1,452 @@
+//! A simple scheduler, written apart from the planner's fit code (a shared bug would agree with
+//! itself): each pending pod goes to the first `Ready`, schedulable Node, in name order, whose free
+//! cpu, memory, `nvidia.com/gpu` and pod slots hold its requests, whose labels satisfy its
+//! `nodeSelector` and whose `NoSchedule`/`NoExecute` taints it tolerates. A pod that fits nowhere
+//! is marked `PodScheduled=False/Unschedulable` with the real scheduler's kind of message.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+
+use crate::emulator::kube::resources;
+use crate::emulator::kube::select::Selector;
+use crate::emulator::kube::store::{name_of, Store};
+
+use super::nodes::{is_ready, now_rfc3339, NOT_READY_TAINT};
+use super::quantity::milli_of;
+
+const GPU: &str = "nvidia.com/gpu";
+
+/// Requests of a pod, or free room on a node: cpu, memory and GPUs in thousandths, pods whole.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Amounts {
+    pub cpu: i128,
+    pub memory: i128,
+    pub gpu: i128,
+    pub pods: i128,
+}
+
+impl Amounts {
+    fn add(&mut self, o: Amounts) {
+        self.cpu += o.cpu;
+        self.memory += o.memory;
+        self.gpu += o.gpu;
+        self.pods += o.pods;
+    }
+}
+
+/// One container's request of `res`; a limit stands in for a missing request, as the API
+/// server defaults it.
+fn container_request(c: &Value, res: &str) -> i128 {
+    let resources = c.get("resources");
+    let pick = |kind: &str| {
+        resources
+            .and_then(|r| r.get(kind))
+            .and_then(|m| m.get(res))
+            .and_then(milli_of)
+    };
+    pick("requests").or_else(|| pick("limits")).unwrap_or(0)
+}
+
+/// What a pod asks for: the sum over its containers, or the largest init container if more.
+pub(crate) fn pod_requests(pod: &Value) -> Amounts {
+    let list = |name: &str| -> Vec<Value> {
+        pod.pointer(&format!("/spec/{name}"))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let containers = list("containers");
+    let inits = list("initContainers");
+    let mut out = Amounts {
+        pods: 1,
+        ..Amounts::default()
+    };
+    for (res, slot) in [("cpu", 0), ("memory", 1), (GPU, 2)] {
+        let sum: i128 = containers.iter().map(|c| container_request(c, res)).sum();
+        let init = inits
+            .iter()
+            .map(|c| container_request(c, res))
+            .max()
+            .unwrap_or(0);
+        let v = sum.max(init);
+        match slot {
+            0 => out.cpu = v,
+            1 => out.memory = v,
+            _ => out.gpu = v,
+        }
+    }
+    out
+}
+
+/// A node's `status.allocatable`.
+fn allocatable(node: &Value) -> Amounts {
+    let get = |res: &str| {
+        node.pointer("/status/allocatable")
+            .and_then(|a| a.get(res))
+            .and_then(milli_of)
+            .unwrap_or(0)
+    };
+    Amounts {
+        cpu: get("cpu"),
+        memory: get("memory"),
+        gpu: get(GPU),
+        pods: get("pods") / 1000,
+    }
+}
+
+/// Whether `tolerations` tolerate `taint` (operators `Equal` and `Exists`; an empty key with
+/// `Exists` tolerates everything; an empty effect matches every effect).
+pub(crate) fn tolerates(tolerations: &[Value], taint: &Value) -> bool {
+    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    let (tkey, tvalue, teffect) = (s(taint, "key"), s(taint, "value"), s(taint, "effect"));
+    tolerations.iter().any(|t| {
+        let (key, op, value, effect) =
+            (s(t, "key"), s(t, "operator"), s(t, "value"), s(t, "effect"));
+        if !effect.is_empty() && effect != teffect {
+            return false;
+        }
+        match op.as_str() {
+            "Exists" => key.is_empty() || key == tkey,
+            "" | "Equal" => key == tkey && value == tvalue,
+            _ => false,
+        }
+    })
+}
+
+/// The first `NoSchedule`/`NoExecute` taint of `node` that `tolerations` do not tolerate.
+pub(crate) fn untolerated_taint(node: &Value, tolerations: &[Value]) -> Option<Value> {
+    node.pointer("/spec/taints")
+        .and_then(Value::as_array)?
+        .iter()
+        .filter(|t| {
+            matches!(
+                t.get("effect").and_then(Value::as_str),
+                Some("NoSchedule" | "NoExecute")
+            )
+        })
+        .find(|t| !tolerates(tolerations, t))
+        .cloned()
+}
+
+/// Whether the node's labels hold every pair of the pod spec's `nodeSelector`.
+pub(crate) fn selector_matches(node: &Value, pod_spec: &Value) -> bool {
+    let Some(selector) = pod_spec.get("nodeSelector").and_then(Value::as_object) else {
+        return true;
+    };
+    let labels = node.pointer("/metadata/labels").and_then(Value::as_object);
+    selector
+        .iter()
+        .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+}
+
+pub(crate) fn tolerations_of(pod_spec: &Value) -> Vec<Value> {
+    pod_spec
+        .get("tolerations")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn is_terminal(pod: &Value) -> bool {
+    matches!(
+        pod.pointer("/status/phase").and_then(Value::as_str),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// Whether the pod waits for the scheduler: unbound, not being deleted, phase Pending.
+pub(crate) fn is_pending(pod: &Value) -> bool {
+    pod.pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+        && pod.pointer("/metadata/deletionTimestamp").is_none()
+        && matches!(
+            pod.pointer("/status/phase").and_then(Value::as_str),
+            None | Some("Pending")
+        )
+}
+
+struct NodeRoom {
+    node: Value,
+    name: String,
+    free: Amounts,
+}
+
+/// Why `pod` (asking `want`) does not fit on `room`: the reasons the real scheduler would count.
+fn misfits(room: &NodeRoom, spec: &Value, want: Amounts) -> Vec<String> {
+    if room
+        .node
+        .pointer("/spec/unschedulable")
+        .and_then(Value::as_bool)
+        == Some(true)
+    {
+        return vec!["node(s) were unschedulable".to_string()];
+    }
+    let tolerations = tolerations_of(spec);
+    if let Some(t) = untolerated_taint(&room.node, &tolerations) {
+        let key = t.get("key").and_then(Value::as_str).unwrap_or("");
+        let value = t.get("value").and_then(Value::as_str).unwrap_or("");
+        return vec![format!("node(s) had untolerated taint {{{key}: {value}}}")];
+    }
+    if !is_ready(&room.node) {
+        return vec![format!(
+            "node(s) had untolerated taint {{{NOT_READY_TAINT}: }}"
+        )];
+    }
+    if !selector_matches(&room.node, spec) {
+        return vec!["node(s) didn't match Node's node affinity/selector".to_string()];
+    }
+    let mut out = Vec::new();
+    if want.pods > room.free.pods {
+        out.push("Too many pods".to_string());
+    }
+    if want.cpu > room.free.cpu {
+        out.push("Insufficient cpu".to_string());
+    }
+    if want.memory > room.free.memory {
+        out.push("Insufficient memory".to_string());
+    }
+    if want.gpu > room.free.gpu {
+        out.push(format!("Insufficient {GPU}"));
+    }
+    out
+}
+
+/// `0/3 nodes are available: 1 Insufficient cpu, 2 node(s) had untolerated taint {sku: gpu}.`
+fn fit_error(nodes: usize, reasons: &BTreeMap<String, usize>) -> String {
+    if nodes == 0 {
+        return "no nodes available to schedule pods".to_string();
+    }
+    let mut parts: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();
+    parts.sort();
+    format!("0/{nodes} nodes are available: {}.", parts.join(", "))
+}
+
+fn namespace_of(obj: &Value) -> String {
+    obj.pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string()
+}
+
+fn condition(kind: &str, status: &str) -> Value {
+    json!({"type": kind, "status": status, "lastProbeTime": null, "lastTransitionTime": now_rfc3339()})
+}
+
+/// Binds `pod` to `node`: `spec.nodeName`, then a `Running` status with every condition `True`
+/// (two writes, as the binding and the kubelet's status are on a real cluster).
+pub(crate) fn bind(store: &mut Store, pod: &Value, node: &str) {
+    let Some(pods_rt) = resources::find("", "v1", "pods") else {
+        return;
+    };
+    let ns = namespace_of(pod);
+    let name = name_of(pod).unwrap_or("").to_string();
+    let mut spec_write = pod.clone();
+    spec_write["spec"]["nodeName"] = json!(node);
+    if let Some(m) = spec_write["metadata"].as_object_mut() {
+        m.remove("resourceVersion");
+    }
+    let Ok(mut bound) = store.update(pods_rt, &ns, &name, spec_write, None) else {
+        return;
+    };
+    let mut status = bound
+        .get("status")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_else(Map::new);
+    status.insert("phase".into(), json!("Running"));
+    status.insert("startTime".into(), json!(now_rfc3339()));
+    status.insert(
+        "conditions".into(),
+        json!([
+            condition("Initialized", "True"),
+            condition("Ready", "True"),
+            condition("ContainersReady", "True"),
+            condition("PodScheduled", "True"),
+        ]),
+    );
+    bound["status"] = Value::Object(status);
+    if let Some(m) = bound["metadata"].as_object_mut() {
+        m.remove("resourceVersion");
+    }
+    let _ = store.update(pods_rt, &ns, &name, bound, Some("status"));
+}
+
+/// Writes `PodScheduled=False/Unschedulable` with `message`, unless the pod already says so.
+fn mark_unschedulable(store: &mut Store, pod: &Value, message: &str) {
+    let Some(pods_rt) = resources::find("", "v1", "pods") else {
+        return;
+    };
+    let mut conditions: Vec<Value> = pod
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let current = conditions
+        .iter()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some("PodScheduled"));
+    let same = current.is_some_and(|c| {
+        c.get("status").and_then(Value::as_str) == Some("False")
+            && c.get("reason").and_then(Value::as_str) == Some("Unschedulable")
+            && c.get("message").and_then(Value::as_str) == Some(message)
+    });
+    if same {
+        return;
+    }
+    conditions.retain(|c| c.get("type").and_then(Value::as_str) != Some("PodScheduled"));
+    let mut cond = condition("PodScheduled", "False");
+    cond["reason"] = json!("Unschedulable");
+    cond["message"] = json!(message);
+    conditions.push(cond);
+    let mut write = pod.clone();
+    write["status"]["conditions"] = Value::Array(conditions);
+    if let Some(m) = write["metadata"].as_object_mut() {
+        m.remove("resourceVersion");
+    }
+    let _ = store.update(
+        pods_rt,
+        &namespace_of(pod),
+        name_of(pod).unwrap_or(""),
+        write,
+        Some("status"),
+    );
+}
+
+/// One scheduling pass over every pending pod (higher priority first, then oldest).
+pub(crate) fn schedule(store: &mut Store) {
+    let (Some(pods_rt), Some(nodes_rt)) = (
+        resources::find("", "v1", "pods"),
+        resources::find("", "v1", "nodes"),
+    ) else {
+        return;
+    };
+    let all = Selector::default();
+    let nodes = store.list(nodes_rt, None, &all, None, None).items;
+    let pods = store.list(pods_rt, None, &all, None, None).items;
+    let mut rooms: Vec<NodeRoom> = nodes
+        .into_iter()
+        .map(|node| NodeRoom {
+            name: name_of(&node).unwrap_or("").to_string(),
+            free: allocatable(&node),
+            node,
+        })
+        .collect();
+    let mut pending = Vec::new();
+    for pod in pods {
+        if is_pending(&pod) {
+            pending.push(pod);
+            continue;
+        }
+        if is_terminal(&pod) {
+            continue;
+        }
+        let on = pod.pointer("/spec/nodeName").and_then(Value::as_str);
+        if let Some(room) = rooms.iter_mut().find(|r| Some(r.name.as_str()) == on) {
+            let used = pod_requests(&pod);
+            room.free.cpu -= used.cpu;
+            room.free.memory -= used.memory;
+            room.free.gpu -= used.gpu;
+            room.free.pods -= used.pods;
+        }
+    }
+    let priority = |p: &Value| {
+        p.pointer("/spec/priority")
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+    };
+    let created = |p: &Value| {
+        p.pointer("/metadata/creationTimestamp")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    pending.sort_by(|a, b| {
+        priority(b)
+            .cmp(&priority(a))
+            .then_with(|| created(a).cmp(&created(b)))
+            .then_with(|| name_of(a).cmp(&name_of(b)))
+    });
+    for pod in pending {
+        let spec = pod.get("spec").cloned().unwrap_or(json!({}));
+        let want = pod_requests(&pod);
+        let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+        let mut chosen = None;
+        for (i, room) in rooms.iter().enumerate() {
+            let why = misfits(room, &spec, want);
+            if why.is_empty() {
+                chosen = Some(i);
+                break;
+            }
+            for r in why {
+                *reasons.entry(r).or_insert(0) += 1;
+            }
+        }
+        match chosen {
+            Some(i) => {
+                let room = &mut rooms[i];
+                room.free.add(Amounts {
+                    cpu: -want.cpu,
+                    memory: -want.memory,
+                    gpu: -want.gpu,
+                    pods: -want.pods,
+                });
+                let node = room.name.clone();
+                bind(store, &pod, &node);
+            }
+            None => mark_unschedulable(store, &pod, &fit_error(rooms.len(), &reasons)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_sum_containers_and_take_the_largest_init_container_if_larger() {
+        let pod = json!({"spec": {
+            "containers": [
+                {"resources": {"requests": {"cpu": "250m", "memory": "1Gi"}}},
+                {"resources": {"limits": {"cpu": "250m", "nvidia.com/gpu": "1"}}},
+            ],
+            "initContainers": [{"resources": {"requests": {"cpu": "2"}}}],
+        }});
+        let r = pod_requests(&pod);
+        assert_eq!(r.cpu, 2000);
+        assert_eq!(r.memory, 1_073_741_824_000);
+        assert_eq!(r.gpu, 1000);
+        assert_eq!(r.pods, 1);
+    }
+
+    #[test]
+    fn tolerations_match_by_operator_key_value_and_effect() {
+        let taint = json!({"key": "sku", "value": "gpu", "effect": "NoSchedule"});
+        let equal = json!({"key": "sku", "operator": "Equal", "value": "gpu"});
+        let wrong_value = json!({"key": "sku", "value": "cpu"});
+        let exists = json!({"key": "sku", "operator": "Exists", "effect": "NoSchedule"});
+        let other_effect = json!({"key": "sku", "operator": "Exists", "effect": "NoExecute"});
+        let everything = json!({"operator": "Exists"});
+        assert!(tolerates(&[equal], &taint));
+        assert!(!tolerates(&[wrong_value], &taint));
+        assert!(tolerates(&[exists], &taint));
+        assert!(!tolerates(&[other_effect], &taint));
+        assert!(tolerates(&[everything], &taint));
+        assert!(!tolerates(&[], &taint));
+    }
+
+    #[test]
+    fn the_fit_error_counts_reasons_sorted_as_the_scheduler_sorts_them() {
+        let mut reasons = BTreeMap::new();
+        reasons.insert("node(s) had untolerated taint {sku: gpu}".to_string(), 2);
+        reasons.insert("Insufficient cpu".to_string(), 1);
+        assert_eq!(
+            fit_error(3, &reasons),
+            "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) had untolerated taint {sku: gpu}."
+        );
+        assert_eq!(
+            fit_error(0, &reasons),
+            "no nodes available to schedule pods"
+        );
+    }
+}
