@@ -172,6 +172,10 @@ async fn an_instance_becomes_a_ready_node_with_an_aks_like_name_and_provider_id_
             "k8s.io_cluster-autoscaler_node-template_taint_dedicated".to_string(),
             "batch:NoExecute".to_string(),
         ),
+        (
+            "k8s.io_cluster-autoscaler_node-template_resources_nvidia.com_gpu".to_string(),
+            "2".to_string(),
+        ),
     ]);
     state.seed_scale_set(plain);
     let worker = eventually("the plain scale set's node", || {
@@ -182,6 +186,8 @@ async fn an_instance_becomes_a_ready_node_with_an_aks_like_name_and_provider_id_
     assert!(worker["metadata"]["labels"]
         .get("kubernetes.azure.com/agentpool")
         .is_none());
+    assert_eq!(worker["status"]["allocatable"]["nvidia.com/gpu"], "2");
+    assert_eq!(worker["status"]["allocatable"]["memory"], "7340032Ki");
     assert!(worker["spec"]["taints"].as_array().is_some_and(
         |ts| ts.contains(&json!({"key": "dedicated", "value": "batch", "effect": "NoExecute"}))
     ));
@@ -438,4 +444,67 @@ async fn a_daemon_set_puts_one_bound_pod_on_each_ready_node_whose_taints_it_tole
     })
     .await;
     assert_eq!(ds["status"]["desiredNumberScheduled"], 2);
+}
+
+#[tokio::test]
+async fn lowering_a_pools_count_deleting_instances_or_the_scale_set_removes_their_nodes() {
+    let (handle, kube) = start().await;
+    let state = handle.state();
+    state
+        .seed_cluster(ClusterSeed::new(
+            SUB,
+            RG,
+            "c",
+            vec![
+                AgentPoolSeed::new("system", 1),
+                AgentPoolSeed::new("work", 3),
+            ],
+        ))
+        .expect("cluster seeded");
+    let work = state.agent_pool(SUB, RG, "c", "work").expect("pool");
+    let count = |set: &str| kube.nodes_by_scale_set().get(set).map_or(0, Vec::len);
+    eventually("three work nodes", || {
+        (count(&work.scale_set_name) == 3).then_some(())
+    })
+    .await;
+
+    state
+        .rival_set_pool_count(SUB, RG, "c", "work", 1, "rival")
+        .expect("count set");
+    eventually("one work node", || {
+        (count(&work.scale_set_name) == 1).then_some(())
+    })
+    .await;
+
+    // The compute API's delete of named instances.
+    seed(&handle, "plain", "Standard_D2s_v5", 3);
+    eventually("three plain nodes", || (count("plain") == 3).then_some(())).await;
+    let token = state.issue_token("tester");
+    let status = reqwest::Client::new()
+        .post(format!(
+            "{}/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/virtualMachineScaleSets/plain/delete?api-version=2024-07-01",
+            handle.base_url()
+        ))
+        .bearer_auth(token)
+        .json(&json!({"instanceIds": ["1"]}))
+        .send()
+        .await
+        .expect("delete answered")
+        .status()
+        .as_u16();
+    assert!(status == 200 || status == 202, "delete answered {status}");
+    let left = eventually("the deleted instance's node to go", || {
+        kube.nodes_by_scale_set()
+            .get("plain")
+            .filter(|names| names.len() == 2)
+            .cloned()
+    })
+    .await;
+    assert_eq!(left, vec!["plain000000", "plain000002"]);
+
+    assert!(state.delete_out_of_band(SUB, RG, "plain"));
+    eventually("the deleted scale set's nodes to go", || {
+        (count("plain") == 0).then_some(())
+    })
+    .await;
 }

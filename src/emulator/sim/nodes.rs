@@ -24,6 +24,7 @@ const POOL_NAME_TAG: &str = "aks-managed-poolName";
 /// cluster-autoscaler's template tags on a scale set.
 const LABEL_TAG: &str = "k8s.io_cluster-autoscaler_node-template_label_";
 const TAINT_TAG: &str = "k8s.io_cluster-autoscaler_node-template_taint_";
+const RESOURCES_TAG: &str = "k8s.io_cluster-autoscaler_node-template_resources_";
 
 /// What the simulation remembers of instances between ticks: when it first saw each one.
 #[derive(Debug, Default)]
@@ -156,11 +157,18 @@ fn node_object(ss: &ScaleSetInventory, id: u64, ready: bool) -> Value {
         labels.insert("agentpool".into(), pool.clone());
     }
     let mut taints: Vec<Value> = Vec::new();
+    // A resources tag names a resource's amount outright (cluster-autoscaler reads it as
+    // allocatable); it is set as both capacity and allocatable.
+    let mut resource_tags: Vec<(String, String)> = Vec::new();
     for (key, value) in &ss.tags {
         if let Some(k) = key.strip_prefix(LABEL_TAG) {
             labels.insert(decode_tag_key(k), value.clone());
         } else if let Some(k) = key.strip_prefix(TAINT_TAG) {
             taints.extend(tag_taint(&decode_tag_key(k), value));
+        } else if let Some(k) = key.strip_prefix(RESOURCES_TAG) {
+            if super::quantity::parse_milli(value).is_some() {
+                resource_tags.push((decode_tag_key(k), value.clone()));
+            }
         }
     }
     let mut max_pods = sizes::DEFAULT_MAX_PODS;
@@ -173,6 +181,12 @@ fn node_object(ss: &ScaleSetInventory, id: u64, ready: bool) -> Value {
         taints.push(json!({"key": NOT_READY_TAINT, "effect": "NoSchedule"}));
     }
     let ip = format!("10.224.{}.{}", (id / 250) % 250, id % 250 + 4);
+    let mut capacity = quantities(sizes::capacity(&ss.sku_name, max_pods));
+    let mut allocatable = quantities(sizes::allocatable(&ss.sku_name, max_pods));
+    for (resource, amount) in resource_tags {
+        capacity[resource.as_str()] = json!(amount);
+        allocatable[resource.as_str()] = json!(amount);
+    }
     json!({
         "metadata": {
             "name": name,
@@ -184,8 +198,8 @@ fn node_object(ss: &ScaleSetInventory, id: u64, ready: bool) -> Value {
             "taints": taints,
         },
         "status": {
-            "capacity": quantities(sizes::capacity(&ss.sku_name, max_pods)),
-            "allocatable": quantities(sizes::allocatable(&ss.sku_name, max_pods)),
+            "capacity": capacity,
+            "allocatable": allocatable,
             "conditions": [ready_condition(ready)],
             "addresses": [
                 {"type": "InternalIP", "address": ip},
