@@ -6,8 +6,8 @@
 //!
 //! 1. every VMSS instance (plain and AKS backing scale sets alike) gets a Node, `Ready` after the
 //!    boot delay; a Node whose instance is gone goes, with every pod bound to it ([`nodes`]);
-//! 2. ReplicaSets and DaemonSets get their pods back ([`workloads`]);
-//! 3. pending pods are bound where they fit, or marked `Unschedulable` ([`scheduler`]).
+//! 2. ReplicaSets and DaemonSets get their pods back (`workloads`);
+//! 3. pending pods are bound where they fit, or marked `Unschedulable` (`scheduler`).
 //!
 //! | module | owns |
 //! |---|---|
