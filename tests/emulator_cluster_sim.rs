@@ -508,3 +508,46 @@ async fn lowering_a_pools_count_deleting_instances_or_the_scale_set_removes_thei
     })
     .await;
 }
+
+#[tokio::test]
+async fn scaling_a_replica_set_through_its_scale_subresource_deletes_the_pending_pods_first() {
+    let (handle, kube) = start().await;
+    seed(&handle, "pool", "Standard_D2s_v5", 1);
+    kube.create_replica_set("default", "web", 3, &PodTemplate::new("800m", "1Gi"))
+        .expect("rs created");
+    let running = bound_pods(&kube, "web", 2).await;
+    eventually("one pending pod", || {
+        (kube.pod_counts(Some("default")).pending == 1).then_some(())
+    })
+    .await;
+
+    let url = format!(
+        "{}/apis/apps/v1/namespaces/default/replicasets/web/scale",
+        handle.base_url()
+    );
+    let scale: Value = reqwest::Client::new()
+        .patch(&url)
+        .bearer_auth(kube.token())
+        .header("content-type", "application/merge-patch+json")
+        .body(json!({"spec": {"replicas": 2}}).to_string())
+        .send()
+        .await
+        .expect("scale answered")
+        .json()
+        .await
+        .expect("a Scale body");
+    assert_eq!(scale["kind"], "Scale");
+    assert_eq!(scale["spec"]["replicas"], 2);
+    assert_eq!(scale["status"]["selector"], "app=web");
+
+    eventually("the pending pod to go", || {
+        let pods = pods_of(&kube, "web");
+        (pods.len() == 2).then_some(())
+    })
+    .await;
+    let mut left: Vec<(String, String)> = bound_pods(&kube, "web", 2).await;
+    let mut before = running;
+    left.sort();
+    before.sort();
+    assert_eq!(left, before, "the two running pods stayed");
+}
