@@ -475,59 +475,6 @@ fn item(
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn paths_name_namespaced_items_and_namespaces_themselves() {
-        let t = parse_target(&[
-            "api",
-            "v1",
-            "namespaces",
-            "default",
-            "pods",
-            "p",
-            "eviction",
-        ]);
-        assert!(matches!(
-            t,
-            Some(Target::Item {
-                namespace: "default",
-                name: "p",
-                sub: Some("eviction"),
-                ..
-            })
-        ));
-        let t = parse_target(&["api", "v1", "namespaces", "default"]);
-        assert!(matches!(
-            t,
-            Some(Target::Item {
-                namespace: "",
-                name: "default",
-                sub: None,
-                ..
-            })
-        ));
-        let t = parse_target(&[
-            "apis",
-            "coordination.k8s.io",
-            "v1",
-            "namespaces",
-            "x",
-            "leases",
-        ]);
-        assert!(matches!(
-            t,
-            Some(Target::Collection {
-                namespace: Some("x"),
-                ..
-            })
-        ));
-        assert_eq!(parse_target(&["api", "v1", "widgets"]), None);
-    }
-}
-
 /// The `autoscaling/v1` Scale of a ReplicaSet (what `kubectl scale` reads and writes).
 fn scale_of(rs: &Value) -> Value {
     let selector = rs
@@ -620,4 +567,57 @@ fn scale(
     }
     let stored = store.update(rt, namespace, name, updated, None)?;
     ok(200, scale_of(&stored))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_name_namespaced_items_and_namespaces_themselves() {
+        let t = parse_target(&[
+            "api",
+            "v1",
+            "namespaces",
+            "default",
+            "pods",
+            "p",
+            "eviction",
+        ]);
+        assert!(matches!(
+            t,
+            Some(Target::Item {
+                namespace: "default",
+                name: "p",
+                sub: Some("eviction"),
+                ..
+            })
+        ));
+        let t = parse_target(&["api", "v1", "namespaces", "default"]);
+        assert!(matches!(
+            t,
+            Some(Target::Item {
+                namespace: "",
+                name: "default",
+                sub: None,
+                ..
+            })
+        ));
+        let t = parse_target(&[
+            "apis",
+            "coordination.k8s.io",
+            "v1",
+            "namespaces",
+            "x",
+            "leases",
+        ]);
+        assert!(matches!(
+            t,
+            Some(Target::Collection {
+                namespace: Some("x"),
+                ..
+            })
+        ));
+        assert_eq!(parse_target(&["api", "v1", "widgets"]), None);
+    }
 }
