@@ -550,4 +550,12 @@ async fn scaling_a_replica_set_through_its_scale_subresource_deletes_the_pending
     left.sort();
     before.sort();
     assert_eq!(left, before, "the two running pods stayed");
+
+    kube.scale_replica_set("default", "web", 3)
+        .expect("scaled through the Rust API");
+    eventually("a third pod, pending again", || {
+        (pods_of(&kube, "web").len() == 3 && kube.pod_counts(Some("default")).pending == 1)
+            .then_some(())
+    })
+    .await;
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use crate::emulator::kube::{KubeError, KubeState};
+use crate::emulator::kube::{resources, KubeError, KubeState};
 
 use super::nodes::scale_set_of;
 use super::scheduler::is_pending;
@@ -146,9 +146,19 @@ impl KubeState {
         name: &str,
         replicas: i64,
     ) -> Result<Value, KubeError> {
-        let mut rs = self.get("apps/v1", "replicasets", namespace, name)?;
-        rs["spec"]["replicas"] = json!(replicas);
-        self.update("apps/v1", "replicasets", namespace, rs)
+        let Some(rt) = resources::find("apps", "v1", "replicasets") else {
+            return Err(crate::emulator::kube::status::no_route());
+        };
+        // Read and write under one lock: the simulation writes the status in between otherwise,
+        // and the write would meet a 409.
+        self.with_store(|store| {
+            let mut rs = store.get(rt, namespace, name)?;
+            rs["spec"]["replicas"] = json!(replicas);
+            if let Some(m) = rs["metadata"].as_object_mut() {
+                m.remove("resourceVersion");
+            }
+            store.update(rt, namespace, name, rs, None)
+        })
     }
 
     /// Creates an `apps/v1` DaemonSet from `template`: with the simulation on, one pod on each
