@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use super::state::{vmss_key, EmulatorState};
 
 /// One scale set and its instances, as the cluster simulation reads them.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ScaleSetInventory {
     /// Subscription id.
     pub subscription: String,
@@ -29,7 +29,7 @@ pub struct ScaleSetInventory {
 }
 
 /// What an agent pool tells its nodes.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PoolInventory {
     /// Pool name.
     pub name: String,

@@ -35,6 +35,9 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 pub use api::{PodCounts, PodTemplate};
 
+use super::arm::inventory::ScaleSetInventory;
+use super::kube::resources;
+use super::kube::store::Store;
 use super::kube::KubeState;
 use super::state::EmulatorState;
 
@@ -66,18 +69,51 @@ impl Default for SimSettings {
 #[derive(Debug, Default)]
 struct Simulation {
     nodes: nodes::NodeMemory,
+    /// What the last step that wrote nothing saw: the versions of the types it reads and the
+    /// instances. While both stay the same and no Node is due to boot, a step has nothing to do.
+    settled: Option<(Vec<u64>, Vec<ScaleSetInventory>)>,
+    /// When the next booting Node turns `Ready`.
+    next_boot: Option<Instant>,
+}
+
+/// The last change of each type the simulation reads.
+fn versions(store: &Store) -> Vec<u64> {
+    [
+        ("", "nodes"),
+        ("", "pods"),
+        ("apps", "replicasets"),
+        ("apps", "daemonsets"),
+    ]
+    .iter()
+    .filter_map(|(g, plural)| resources::find(g, "v1", plural))
+    .map(|rt| store.last_change(rt))
+    .collect()
 }
 
 impl Simulation {
-    /// One step: nodes, then workloads, then the scheduler, under one lock of the store.
+    /// One step: nodes, then workloads, then the scheduler, under one lock of the store. Skipped
+    /// when nothing it reads changed since a step that wrote nothing (the cluster is settled).
     fn step(&mut self, arm: &EmulatorState, kube: &KubeState, boot_delay: Duration) {
         let inventory = arm.inventory();
         let now = Instant::now();
         kube.with_store(|store| {
-            nodes::sync(store, &mut self.nodes, &inventory, boot_delay, now);
+            let before = versions(store);
+            let due = self.next_boot.is_some_and(|t| now >= t);
+            if !due
+                && self
+                    .settled
+                    .as_ref()
+                    .is_some_and(|(v, inv)| *v == before && *inv == inventory)
+            {
+                return;
+            }
+            self.next_boot = nodes::sync(store, &mut self.nodes, &inventory, boot_delay, now);
             workloads::reconcile_replica_sets(store);
             workloads::reconcile_daemon_sets(store);
             scheduler::schedule(store);
+            let after = versions(store);
+            // A step that wrote something may have left work for the next (a status to catch up).
+            self.settled = (after == before).then_some((after, inventory));
         });
     }
 }

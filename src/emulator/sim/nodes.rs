@@ -259,17 +259,16 @@ pub(crate) fn delete_pods_on(store: &mut Store, node: &str) {
 }
 
 /// Brings the Nodes in line with the instances: creates the missing ones, deletes those whose
-/// instance is gone (with their pods), and makes booted ones `Ready`.
+/// instance is gone (with their pods), and makes booted ones `Ready`. Returns when the next
+/// booting Node is due to turn `Ready`, if one is booting.
 pub(crate) fn sync(
     store: &mut Store,
     memory: &mut NodeMemory,
     inventory: &[ScaleSetInventory],
     boot_delay: Duration,
     now: Instant,
-) {
-    let Some(nodes_rt) = resources::find("", "v1", "nodes") else {
-        return;
-    };
+) -> Option<Instant> {
+    let nodes_rt = resources::find("", "v1", "nodes")?;
     // lowercased providerID -> (scale set, instance id, when it may be Ready)
     let mut wanted: BTreeMap<String, (&ScaleSetInventory, u64, Instant)> = BTreeMap::new();
     for ss in inventory {
@@ -305,8 +304,12 @@ pub(crate) fn sync(
             let _ = store.delete(nodes_rt, "", &name, None);
         }
     }
+    let mut next_boot: Option<Instant> = None;
     for (pid, (ss, id, ready_at)) in &wanted {
         let ready = now >= *ready_at;
+        if !ready {
+            next_boot = Some(next_boot.map_or(*ready_at, |t| t.min(*ready_at)));
+        }
         match present.get(pid) {
             None => {
                 let _ = store.create(nodes_rt, "", node_object(ss, *id, ready));
@@ -315,6 +318,7 @@ pub(crate) fn sync(
             Some(_) => {}
         }
     }
+    next_boot
 }
 
 /// Flips a booted Node to `Ready`: drops the not-ready taint, then sets the condition.

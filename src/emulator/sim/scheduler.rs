@@ -4,7 +4,7 @@
 //! `nodeSelector` and whose `NoSchedule`/`NoExecute` taints it tolerates. A pod that fits nowhere
 //! is marked `PodScheduled=False/Unschedulable` with the real scheduler's kind of message.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 
 use serde_json::{json, Map, Value};
 
@@ -12,7 +12,7 @@ use crate::emulator::kube::resources;
 use crate::emulator::kube::select::Selector;
 use crate::emulator::kube::store::{name_of, Store};
 
-use super::nodes::{is_ready, now_rfc3339, NOT_READY_TAINT};
+use super::nodes::{is_ready, now_rfc3339};
 use super::quantity::milli_of;
 
 const GPU: &str = "nvidia.com/gpu";
@@ -98,17 +98,23 @@ fn allocatable(node: &Value) -> Amounts {
 /// Whether `tolerations` tolerate `taint` (operators `Equal` and `Exists`; an empty key with
 /// `Exists` tolerates everything; an empty effect matches every effect).
 pub(crate) fn tolerates(tolerations: &[Value], taint: &Value) -> bool {
-    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-    let (tkey, tvalue, teffect) = (s(taint, "key"), s(taint, "value"), s(taint, "effect"));
+    fn field<'a>(v: &'a Value, k: &str) -> &'a str {
+        v.get(k).and_then(Value::as_str).unwrap_or("")
+    }
+    let (tkey, tvalue, teffect) = (
+        field(taint, "key"),
+        field(taint, "value"),
+        field(taint, "effect"),
+    );
     tolerations.iter().any(|t| {
-        let (key, op, value, effect) =
-            (s(t, "key"), s(t, "operator"), s(t, "value"), s(t, "effect"));
+        let effect = field(t, "effect");
         if !effect.is_empty() && effect != teffect {
             return false;
         }
-        match op.as_str() {
+        let key = field(t, "key");
+        match field(t, "operator") {
             "Exists" => key.is_empty() || key == tkey,
-            "" | "Equal" => key == tkey && value == tvalue,
+            "" | "Equal" => key == tkey && field(t, "value") == tvalue,
             _ => false,
         }
     })
@@ -167,54 +173,102 @@ pub(crate) fn is_pending(pod: &Value) -> bool {
         )
 }
 
+/// A node as the scheduler sees it, read once per pass.
 struct NodeRoom {
-    node: Value,
     name: String,
+    labels: Option<Map<String, Value>>,
+    /// `NoSchedule` and `NoExecute` taints, each with its reason text.
+    taints: Vec<(Value, String)>,
+    ready: bool,
+    unschedulable: bool,
     free: Amounts,
 }
 
-/// Why `pod` (asking `want`) does not fit on `room`: the reasons the real scheduler would count.
-fn misfits(room: &NodeRoom, spec: &Value, want: Amounts) -> Vec<String> {
-    if room
-        .node
-        .pointer("/spec/unschedulable")
-        .and_then(Value::as_bool)
-        == Some(true)
-    {
-        return vec!["node(s) were unschedulable".to_string()];
+impl NodeRoom {
+    fn of(node: &Value) -> NodeRoom {
+        let taints = node
+            .pointer("/spec/taints")
+            .and_then(Value::as_array)
+            .map(|ts| {
+                ts.iter()
+                    .filter(|t| {
+                        matches!(
+                            t.get("effect").and_then(Value::as_str),
+                            Some("NoSchedule" | "NoExecute")
+                        )
+                    })
+                    .map(|t| {
+                        let key = t.get("key").and_then(Value::as_str).unwrap_or("");
+                        let value = t.get("value").and_then(Value::as_str).unwrap_or("");
+                        (
+                            t.clone(),
+                            format!("node(s) had untolerated taint {{{key}: {value}}}"),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        NodeRoom {
+            name: name_of(node).unwrap_or("").to_string(),
+            labels: node
+                .pointer("/metadata/labels")
+                .and_then(Value::as_object)
+                .cloned(),
+            taints,
+            ready: is_ready(node),
+            unschedulable: node.pointer("/spec/unschedulable").and_then(Value::as_bool)
+                == Some(true),
+            free: allocatable(node),
+        }
     }
-    let tolerations = tolerations_of(spec);
-    if let Some(t) = untolerated_taint(&room.node, &tolerations) {
-        let key = t.get("key").and_then(Value::as_str).unwrap_or("");
-        let value = t.get("value").and_then(Value::as_str).unwrap_or("");
-        return vec![format!("node(s) had untolerated taint {{{key}: {value}}}")];
+}
+
+/// The reason for a Node that is not `Ready` (its not-ready taint, as the scheduler sees it).
+const NOT_READY_REASON: &str = "node(s) had untolerated taint {node.kubernetes.io/not-ready: }";
+
+/// Why a pod (asking `want`) does not fit on `room`: the reasons the real scheduler would count
+/// (empty: it fits).
+fn misfits<'a>(
+    room: &'a NodeRoom,
+    selector: Option<&Map<String, Value>>,
+    tolerations: &[Value],
+    want: Amounts,
+) -> Vec<&'a str> {
+    if room.unschedulable {
+        return vec!["node(s) were unschedulable"];
     }
-    if !is_ready(&room.node) {
-        return vec![format!(
-            "node(s) had untolerated taint {{{NOT_READY_TAINT}: }}"
-        )];
+    if let Some((_, reason)) = room.taints.iter().find(|(t, _)| !tolerates(tolerations, t)) {
+        return vec![reason.as_str()];
     }
-    if !selector_matches(&room.node, spec) {
-        return vec!["node(s) didn't match Node's node affinity/selector".to_string()];
+    if !room.ready {
+        return vec![NOT_READY_REASON];
+    }
+    if let Some(sel) = selector {
+        if !sel
+            .iter()
+            .all(|(k, v)| room.labels.as_ref().and_then(|l| l.get(k)) == Some(v))
+        {
+            return vec!["node(s) didn't match Node's node affinity/selector"];
+        }
     }
     let mut out = Vec::new();
     if want.pods > room.free.pods {
-        out.push("Too many pods".to_string());
+        out.push("Too many pods");
     }
     if want.cpu > room.free.cpu {
-        out.push("Insufficient cpu".to_string());
+        out.push("Insufficient cpu");
     }
     if want.memory > room.free.memory {
-        out.push("Insufficient memory".to_string());
+        out.push("Insufficient memory");
     }
     if want.gpu > room.free.gpu {
-        out.push(format!("Insufficient {GPU}"));
+        out.push("Insufficient nvidia.com/gpu");
     }
     out
 }
 
 /// `0/3 nodes are available: 1 Insufficient cpu, 2 node(s) had untolerated taint {sku: gpu}.`
-fn fit_error(nodes: usize, reasons: &BTreeMap<String, usize>) -> String {
+fn fit_error(nodes: usize, reasons: &HashMap<&str, usize>) -> String {
     if nodes == 0 {
         return "no nodes available to schedule pods".to_string();
     }
@@ -324,13 +378,11 @@ pub(crate) fn schedule(store: &mut Store) {
     let all = Selector::default();
     let nodes = store.list(nodes_rt, None, &all, None, None).items;
     let pods = store.list(pods_rt, None, &all, None, None).items;
-    let mut rooms: Vec<NodeRoom> = nodes
-        .into_iter()
-        .map(|node| NodeRoom {
-            name: name_of(&node).unwrap_or("").to_string(),
-            free: allocatable(&node),
-            node,
-        })
+    let mut rooms: Vec<NodeRoom> = nodes.iter().map(NodeRoom::of).collect();
+    let index: HashMap<String, usize> = rooms
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.name.clone(), i))
         .collect();
     let mut pending = Vec::new();
     for pod in pods {
@@ -342,8 +394,9 @@ pub(crate) fn schedule(store: &mut Store) {
             continue;
         }
         let on = pod.pointer("/spec/nodeName").and_then(Value::as_str);
-        if let Some(room) = rooms.iter_mut().find(|r| Some(r.name.as_str()) == on) {
+        if let Some(&i) = on.and_then(|n| index.get(n)) {
             let used = pod_requests(&pod);
+            let room = &mut rooms[i];
             room.free.cpu -= used.cpu;
             room.free.memory -= used.memory;
             room.free.gpu -= used.gpu;
@@ -369,21 +422,29 @@ pub(crate) fn schedule(store: &mut Store) {
     });
     for pod in pending {
         let spec = pod.get("spec").cloned().unwrap_or(json!({}));
+        let tolerations = tolerations_of(&spec);
+        let selector = spec.get("nodeSelector").and_then(Value::as_object);
         let want = pod_requests(&pod);
-        let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
         let mut chosen = None;
-        for (i, room) in rooms.iter().enumerate() {
-            let why = misfits(room, &spec, want);
-            if why.is_empty() {
-                chosen = Some(i);
-                break;
+        let mut message = None;
+        {
+            let mut reasons: HashMap<&str, usize> = HashMap::new();
+            for (i, room) in rooms.iter().enumerate() {
+                let why = misfits(room, selector, &tolerations, want);
+                if why.is_empty() {
+                    chosen = Some(i);
+                    break;
+                }
+                for r in why {
+                    *reasons.entry(r).or_insert(0) += 1;
+                }
             }
-            for r in why {
-                *reasons.entry(r).or_insert(0) += 1;
+            if chosen.is_none() {
+                message = Some(fit_error(rooms.len(), &reasons));
             }
         }
-        match chosen {
-            Some(i) => {
+        match (chosen, message) {
+            (Some(i), _) => {
                 let room = &mut rooms[i];
                 room.free.add(Amounts {
                     cpu: -want.cpu,
@@ -394,7 +455,8 @@ pub(crate) fn schedule(store: &mut Store) {
                 let node = room.name.clone();
                 bind(store, &pod, &node);
             }
-            None => mark_unschedulable(store, &pod, &fit_error(rooms.len(), &reasons)),
+            (None, Some(m)) => mark_unschedulable(store, &pod, &m),
+            (None, None) => {}
         }
     }
 }
@@ -437,9 +499,9 @@ mod tests {
 
     #[test]
     fn the_fit_error_counts_reasons_sorted_as_the_scheduler_sorts_them() {
-        let mut reasons = BTreeMap::new();
-        reasons.insert("node(s) had untolerated taint {sku: gpu}".to_string(), 2);
-        reasons.insert("Insufficient cpu".to_string(), 1);
+        let mut reasons = HashMap::new();
+        reasons.insert("node(s) had untolerated taint {sku: gpu}", 2);
+        reasons.insert("Insufficient cpu", 1);
         assert_eq!(
             fit_error(3, &reasons),
             "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) had untolerated taint {sku: gpu}."

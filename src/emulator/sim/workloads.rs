@@ -177,21 +177,23 @@ pub(crate) fn reconcile_replica_sets(store: &mut Store) {
             .and_then(Value::as_i64)
             .unwrap_or(1)
             .max(0) as usize;
-        let mut live: Vec<Value> = pods_by_ns
+        let mut live: Vec<&Value> = pods_by_ns
             .get(&ns)
             .map(|ps| {
                 ps.iter()
+                    .copied()
                     .filter(|p| controller_uid(p) == Some(uid) && is_live(p))
-                    .map(|p| (*p).clone())
                     .collect()
             })
             .unwrap_or_default();
+        let mut created = Vec::new();
         if live.len() < want {
             for _ in live.len()..want {
                 if let Some(p) = create_pod(store, pods_rt, &ns, rs, "ReplicaSet") {
-                    live.push(p);
+                    created.push(p);
                 }
             }
+            live.extend(created.iter());
         } else if live.len() > want {
             // Pending pods go first, then the newest, as the ReplicaSet controller ranks them.
             live.sort_by(|a, b| {
@@ -210,7 +212,7 @@ pub(crate) fn reconcile_replica_sets(store: &mut Store) {
                 key(a).cmp(&key(b))
             });
             for extra in live.drain(..live.len() - want) {
-                let _ = store.delete(pods_rt, &ns, name_of(&extra).unwrap_or(""), None);
+                let _ = store.delete(pods_rt, &ns, name_of(extra).unwrap_or(""), None);
             }
         }
         let ready = live.iter().filter(|p| pod_ready(p)).count();
