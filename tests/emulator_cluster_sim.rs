@@ -559,3 +559,19 @@ async fn scaling_a_replica_set_through_its_scale_subresource_deletes_the_pending
     })
     .await;
 }
+
+#[tokio::test]
+async fn without_the_simulation_instances_make_no_nodes() {
+    let handle = EmulatorBuilder::new()
+        .kubernetes(true)
+        .start()
+        .await
+        .expect("emulator starts");
+    let kube = handle.kube().expect("kubernetes side on");
+    seed(&handle, "pool", "Standard_D2s_v5", 2);
+    kube.create_replica_set("default", "web", 1, &PodTemplate::new("100m", "64Mi"))
+        .expect("rs created");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(kube.list_all("v1", "nodes", None).is_empty());
+    assert!(kube.list_all("v1", "pods", None).is_empty());
+}

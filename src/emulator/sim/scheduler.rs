@@ -137,13 +137,60 @@ pub(crate) fn untolerated_taint(node: &Value, tolerations: &[Value]) -> Option<V
 
 /// Whether the node's labels hold every pair of the pod spec's `nodeSelector`.
 pub(crate) fn selector_matches(node: &Value, pod_spec: &Value) -> bool {
-    let Some(selector) = pod_spec.get("nodeSelector").and_then(Value::as_object) else {
+    let labels = node.pointer("/metadata/labels").and_then(Value::as_object);
+    let selected = pod_spec
+        .get("nodeSelector")
+        .and_then(Value::as_object)
+        .is_none_or(|sel| {
+            sel.iter()
+                .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+        });
+    selected && affinity_matches(pod_spec, labels)
+}
+
+/// Whether one `matchExpressions` requirement of a node selector term holds for `labels`
+/// (operators `In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt`, `Lt`; an unknown one never holds).
+fn requirement_holds(req: &Value, labels: Option<&Map<String, Value>>) -> bool {
+    let key = req.get("key").and_then(Value::as_str).unwrap_or("");
+    let value = labels.and_then(|l| l.get(key)).and_then(Value::as_str);
+    let values: Vec<&str> = req
+        .get("values")
+        .and_then(Value::as_array)
+        .map(|vs| vs.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let number = |v: Option<&str>| v.and_then(|v| v.parse::<i64>().ok());
+    match req.get("operator").and_then(Value::as_str).unwrap_or("") {
+        "In" => value.is_some_and(|v| values.contains(&v)),
+        "NotIn" => value.is_none_or(|v| !values.contains(&v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" => {
+            matches!((number(value), number(values.first().copied())), (Some(a), Some(b)) if a > b)
+        }
+        "Lt" => {
+            matches!((number(value), number(values.first().copied())), (Some(a), Some(b)) if a < b)
+        }
+        _ => false,
+    }
+}
+
+/// Whether `labels` satisfy the pod spec's required node affinity: any one term whose
+/// `matchExpressions` all hold (no required affinity: true).
+fn affinity_matches(pod_spec: &Value, labels: Option<&Map<String, Value>>) -> bool {
+    let Some(terms) = pod_spec
+        .pointer("/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
+        .and_then(Value::as_array)
+    else {
         return true;
     };
-    let labels = node.pointer("/metadata/labels").and_then(Value::as_object);
-    selector
-        .iter()
-        .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+    terms.iter().any(|term| {
+        let exprs = term.get("matchExpressions").and_then(Value::as_array);
+        let fields = term.get("matchFields").and_then(Value::as_array);
+        // A term with neither matches no node, as the scheduler has it.
+        (exprs.is_some() || fields.is_some())
+            && exprs.is_none_or(|es| es.iter().all(|r| requirement_holds(r, labels)))
+            && fields.is_none_or(|fs| fs.is_empty())
+    })
 }
 
 pub(crate) fn tolerations_of(pod_spec: &Value) -> Vec<Value> {
@@ -230,6 +277,7 @@ const NOT_READY_REASON: &str = "node(s) had untolerated taint {node.kubernetes.i
 /// (empty: it fits).
 fn misfits<'a>(
     room: &'a NodeRoom,
+    spec: &Value,
     selector: Option<&Map<String, Value>>,
     tolerations: &[Value],
     want: Amounts,
@@ -243,13 +291,12 @@ fn misfits<'a>(
     if !room.ready {
         return vec![NOT_READY_REASON];
     }
-    if let Some(sel) = selector {
-        if !sel
-            .iter()
+    let selected = selector.is_none_or(|sel| {
+        sel.iter()
             .all(|(k, v)| room.labels.as_ref().and_then(|l| l.get(k)) == Some(v))
-        {
-            return vec!["node(s) didn't match Node's node affinity/selector"];
-        }
+    });
+    if !selected || !affinity_matches(spec, room.labels.as_ref()) {
+        return vec!["node(s) didn't match Node's node affinity/selector"];
     }
     let mut out = Vec::new();
     if want.pods > room.free.pods {
@@ -387,7 +434,14 @@ pub(crate) fn schedule(store: &mut Store) {
     let mut pending = Vec::new();
     for pod in pods {
         if is_pending(&pod) {
-            pending.push(pod);
+            // Pods for another scheduler are left to it.
+            let ours = pod
+                .pointer("/spec/schedulerName")
+                .and_then(Value::as_str)
+                .is_none_or(|s| s == "default-scheduler");
+            if ours {
+                pending.push(pod);
+            }
             continue;
         }
         if is_terminal(&pod) {
@@ -430,7 +484,7 @@ pub(crate) fn schedule(store: &mut Store) {
         {
             let mut reasons: HashMap<&str, usize> = HashMap::new();
             for (i, room) in rooms.iter().enumerate() {
-                let why = misfits(room, selector, &tolerations, want);
+                let why = misfits(room, &spec, selector, &tolerations, want);
                 if why.is_empty() {
                     chosen = Some(i);
                     break;
@@ -495,6 +549,37 @@ mod tests {
         assert!(!tolerates(&[other_effect], &taint));
         assert!(tolerates(&[everything], &taint));
         assert!(!tolerates(&[], &taint));
+    }
+
+    #[test]
+    fn required_node_affinity_needs_one_term_whose_expressions_all_hold() {
+        let labels = json!({"zone": "1", "gpu": "a100", "size": "8"});
+        let labels = labels.as_object();
+        let spec = |exprs: Value| {
+            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": exprs}]
+            }}}})
+        };
+        let holds = |exprs: Value| affinity_matches(&spec(exprs), labels);
+        assert!(holds(
+            json!([{"key": "zone", "operator": "In", "values": ["1", "2"]}])
+        ));
+        assert!(!holds(
+            json!([{"key": "zone", "operator": "NotIn", "values": ["1"]}])
+        ));
+        assert!(holds(json!([{"key": "gpu", "operator": "Exists"}])));
+        assert!(!holds(json!([{"key": "gpu", "operator": "DoesNotExist"}])));
+        assert!(holds(
+            json!([{"key": "size", "operator": "Gt", "values": ["4"]}])
+        ));
+        assert!(!holds(
+            json!([{"key": "size", "operator": "Lt", "values": ["4"]}])
+        ));
+        assert!(!holds(json!([
+            {"key": "zone", "operator": "In", "values": ["1"]},
+            {"key": "missing", "operator": "Exists"},
+        ])));
+        assert!(affinity_matches(&json!({}), labels));
     }
 
     #[test]
