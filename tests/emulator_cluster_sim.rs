@@ -347,6 +347,18 @@ async fn deleting_an_instance_removes_its_node_and_pods_and_the_replica_set_recr
             "{old} is gone"
         );
     }
+    let mut lost: Vec<(String, String, Option<String>)> = handle
+        .pods_lost_with_nodes()
+        .into_iter()
+        .map(|l| (l.name, l.node, l.owner_kind))
+        .collect();
+    lost.sort();
+    let mut expected: Vec<(String, String, Option<String>)> = before
+        .iter()
+        .map(|(p, n)| (p.clone(), n.clone(), Some("ReplicaSet".to_string())))
+        .collect();
+    expected.sort();
+    assert_eq!(lost, expected, "the lost pods are reported with their node");
     assert_eq!(kube.pod_counts(Some("default")).pending, 2);
     let message = eventually("the pending pods' reason", || {
         replaced

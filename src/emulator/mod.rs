@@ -187,12 +187,19 @@ impl EmulatorBuilder {
             .as_ref()
             .map(|m| TlsAcceptor::from(Arc::clone(&m.config)));
         let accept_task = tokio::spawn(accept_loop(listener, acceptor, router));
+        let sim_losses = sim::LossLog::default();
         let sim_task = match (self.simulation, &kube) {
-            (Some(settings), Some(k)) => Some(sim::spawn(state.clone(), k.clone(), settings)),
+            (Some(settings), Some(k)) => Some(sim::spawn(
+                state.clone(),
+                k.clone(),
+                settings,
+                Arc::clone(&sim_losses),
+            )),
             _ => None,
         };
         Ok(EmulatorHandle {
             sim_task,
+            sim_losses,
             addr,
             base_url,
             ca_pem: material.map(|m| m.ca_pem),
@@ -213,6 +220,7 @@ pub struct EmulatorHandle {
     kube: Option<kube::KubeState>,
     accept_task: tokio::task::JoinHandle<()>,
     sim_task: Option<tokio::task::JoinHandle<()>>,
+    sim_losses: sim::LossLog,
 }
 
 /// What the router hands each request: the ARM side, and the Kubernetes side when on.
@@ -246,6 +254,12 @@ impl EmulatorHandle {
     /// In-process control of the Kubernetes side (`None` unless it was turned on).
     pub fn kube(&self) -> Option<kube::KubeState> {
         self.kube.clone()
+    }
+
+    /// Pods the cluster simulation deleted with their Node when the Node's instance went (not
+    /// evicted through the API), oldest first; empty without the simulation.
+    pub fn pods_lost_with_nodes(&self) -> Vec<sim::PodLoss> {
+        self.sim_losses.lock().clone()
     }
 
     /// A kubeconfig for the Kubernetes side (`None` unless it was turned on).

@@ -28,12 +28,14 @@ mod scheduler;
 pub mod sizes;
 mod workloads;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
 pub use api::{PodCounts, PodTemplate};
+pub use nodes::PodLoss;
 
 use super::arm::inventory::ScaleSetInventory;
 use super::kube::resources;
@@ -65,10 +67,15 @@ impl Default for SimSettings {
     }
 }
 
+/// Pods the simulation deleted with their Node, oldest first: shared by the simulation's task
+/// and [`EmulatorHandle::pods_lost_with_nodes`](super::EmulatorHandle::pods_lost_with_nodes).
+pub(crate) type LossLog = Arc<parking_lot::Mutex<Vec<PodLoss>>>;
+
 /// What the simulation keeps between steps.
 #[derive(Debug, Default)]
 struct Simulation {
     nodes: nodes::NodeMemory,
+    losses: LossLog,
     /// What the last step that wrote nothing saw: the versions of the types it reads and the
     /// instances. While both stay the same and no Node is due to boot, a step has nothing to do.
     settled: Option<(Vec<u64>, Vec<ScaleSetInventory>)>,
@@ -107,7 +114,18 @@ impl Simulation {
             {
                 return;
             }
-            self.next_boot = nodes::sync(store, &mut self.nodes, &inventory, boot_delay, now);
+            let mut lost = Vec::new();
+            self.next_boot = nodes::sync(
+                store,
+                &mut self.nodes,
+                &inventory,
+                boot_delay,
+                now,
+                &mut lost,
+            );
+            if !lost.is_empty() {
+                self.losses.lock().extend(lost);
+            }
             workloads::reconcile_replica_sets(store);
             workloads::reconcile_daemon_sets(store);
             scheduler::schedule(store);
@@ -119,10 +137,18 @@ impl Simulation {
 }
 
 /// Starts the simulation's task; the caller owns it and aborts it to stop.
-pub(crate) fn spawn(arm: EmulatorState, kube: KubeState, settings: SimSettings) -> JoinHandle<()> {
+pub(crate) fn spawn(
+    arm: EmulatorState,
+    kube: KubeState,
+    settings: SimSettings,
+    losses: LossLog,
+) -> JoinHandle<()> {
     let tick = settings.tick.max(Duration::from_millis(1));
     tokio::spawn(async move {
-        let mut sim = Simulation::default();
+        let mut sim = Simulation {
+            losses,
+            ..Simulation::default()
+        };
         let mut interval = tokio::time::interval(tick);
         interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {

@@ -233,40 +233,68 @@ pub(crate) fn is_simulated(node: &Value) -> bool {
         .is_some()
 }
 
-/// Deletes every pod bound to `node`, in every namespace.
-pub(crate) fn delete_pods_on(store: &mut Store, node: &str) {
+/// A pod deleted with its Node because the Node's instance went (not evicted through the API).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodLoss {
+    /// Namespace of the pod.
+    pub namespace: String,
+    /// Name of the pod.
+    pub name: String,
+    /// The Node it was bound to.
+    pub node: String,
+    /// The kind of its controller (`ReplicaSet`, `DaemonSet`, ...), if it has one.
+    pub owner_kind: Option<String>,
+}
+
+/// Deletes every pod bound to `node`, in every namespace; returns them.
+pub(crate) fn delete_pods_on(store: &mut Store, node: &str) -> Vec<PodLoss> {
     let Some(pods_rt) = resources::find("", "v1", "pods") else {
-        return;
+        return Vec::new();
     };
-    let bound: Vec<(String, String)> = store
+    let bound: Vec<PodLoss> = store
         .list(pods_rt, None, &Selector::default(), None, None)
         .items
         .iter()
         .filter(|p| p.pointer("/spec/nodeName").and_then(Value::as_str) == Some(node))
-        .map(|p| {
-            (
-                p.pointer("/metadata/namespace")
-                    .and_then(Value::as_str)
-                    .unwrap_or("")
-                    .to_string(),
-                name_of(p).unwrap_or("").to_string(),
-            )
+        .map(|p| PodLoss {
+            namespace: p
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string(),
+            name: name_of(p).unwrap_or("").to_string(),
+            node: node.to_string(),
+            owner_kind: p
+                .pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .and_then(|refs| {
+                    refs.iter()
+                        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+                })
+                .and_then(|r| r.get("kind").and_then(Value::as_str))
+                .map(str::to_string),
         })
         .collect();
-    for (ns, name) in bound {
-        let _ = store.delete(pods_rt, &ns, &name, None);
-    }
+    bound
+        .into_iter()
+        .filter(|loss| {
+            store
+                .delete(pods_rt, &loss.namespace, &loss.name, None)
+                .is_ok()
+        })
+        .collect()
 }
 
 /// Brings the Nodes in line with the instances: creates the missing ones, deletes those whose
-/// instance is gone (with their pods), and makes booted ones `Ready`. Returns when the next
-/// booting Node is due to turn `Ready`, if one is booting.
+/// instance is gone (with their pods, recorded in `losses`), and makes booted ones `Ready`.
+/// Returns when the next booting Node is due to turn `Ready`, if one is booting.
 pub(crate) fn sync(
     store: &mut Store,
     memory: &mut NodeMemory,
     inventory: &[ScaleSetInventory],
     boot_delay: Duration,
     now: Instant,
+    losses: &mut Vec<PodLoss>,
 ) -> Option<Instant> {
     let nodes_rt = resources::find("", "v1", "nodes")?;
     // lowercased providerID -> (scale set, instance id, when it may be Ready)
@@ -300,7 +328,7 @@ pub(crate) fn sync(
             present.insert(pid, node);
         } else {
             tracing::debug!(node = %name, "instance gone: deleting its node and pods");
-            delete_pods_on(store, &name);
+            losses.extend(delete_pods_on(store, &name));
             let _ = store.delete(nodes_rt, "", &name, None);
         }
     }
