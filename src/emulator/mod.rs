@@ -10,6 +10,7 @@
 //! | `mod.rs` | the builder, the handle, and dispatch of each request to a room |
 //! | [`arm`] | the ARM room: scale sets, AKS, identity, throttling, faults, `/_emulator/` |
 //! | [`kube`] | the Kubernetes room: the API, watches, `/_emulator/kube/` |
+//! | [`sim`] | the cluster simulation: instances become Nodes, pods get scheduled (the one module that reads both rooms) |
 //! | `server` | plumbing: the accept loop, connections, the structured reply |
 //! | `tls` | plumbing: the generated CA and leaf certificate |
 //! | `error` | plumbing: [`EmulatorError`] |
@@ -18,6 +19,7 @@ pub mod arm;
 mod error;
 pub mod kube;
 pub(crate) mod server;
+pub mod sim;
 mod tls;
 
 use std::future::Future;
@@ -57,6 +59,7 @@ pub struct EmulatorBuilder {
     page_size: usize,
     token_lifetime: Duration,
     kubernetes: Option<kube::KubeSettings>,
+    simulation: Option<sim::SimSettings>,
 }
 
 impl Default for EmulatorBuilder {
@@ -69,6 +72,7 @@ impl Default for EmulatorBuilder {
             page_size: DEFAULT_PAGE_SIZE,
             token_lifetime: DEFAULT_TOKEN_LIFETIME,
             kubernetes: None,
+            simulation: None,
         }
     }
 }
@@ -127,6 +131,14 @@ impl EmulatorBuilder {
         self
     }
 
+    /// Runs the cluster simulation ([`sim`]) with these settings: every instance becomes a Node,
+    /// pending pods get scheduled, ReplicaSets and DaemonSets keep their pods. Only meaningful with
+    /// the Kubernetes side on (ignored without it); off by default.
+    pub fn cluster_simulation(mut self, settings: sim::SimSettings) -> Self {
+        self.simulation = Some(settings);
+        self
+    }
+
     /// Binds, generates the certificate if TLS is on, and starts serving in the background.
     pub async fn start(self) -> Result<EmulatorHandle, EmulatorError> {
         let listener =
@@ -175,7 +187,19 @@ impl EmulatorBuilder {
             .as_ref()
             .map(|m| TlsAcceptor::from(Arc::clone(&m.config)));
         let accept_task = tokio::spawn(accept_loop(listener, acceptor, router));
+        let sim_losses = sim::LossLog::default();
+        let sim_task = match (self.simulation, &kube) {
+            (Some(settings), Some(k)) => Some(sim::spawn(
+                state.clone(),
+                k.clone(),
+                settings,
+                Arc::clone(&sim_losses),
+            )),
+            _ => None,
+        };
         Ok(EmulatorHandle {
+            sim_task,
+            sim_losses,
             addr,
             base_url,
             ca_pem: material.map(|m| m.ca_pem),
@@ -195,6 +219,8 @@ pub struct EmulatorHandle {
     state: EmulatorState,
     kube: Option<kube::KubeState>,
     accept_task: tokio::task::JoinHandle<()>,
+    sim_task: Option<tokio::task::JoinHandle<()>>,
+    sim_losses: sim::LossLog,
 }
 
 /// What the router hands each request: the ARM side, and the Kubernetes side when on.
@@ -230,6 +256,12 @@ impl EmulatorHandle {
         self.kube.clone()
     }
 
+    /// Pods the cluster simulation deleted with their Node when the Node's instance went (not
+    /// evicted through the API), oldest first; empty without the simulation.
+    pub fn pods_lost_with_nodes(&self) -> Vec<sim::PodLoss> {
+        self.sim_losses.lock().clone()
+    }
+
     /// A kubeconfig for the Kubernetes side (`None` unless it was turned on).
     pub fn kubeconfig(&self) -> Option<String> {
         let k = self.kube.as_ref()?;
@@ -245,6 +277,9 @@ impl Drop for EmulatorHandle {
     fn drop(&mut self) {
         // The accept task owns the JoinSet of connections: aborting it aborts them all.
         self.accept_task.abort();
+        if let Some(sim) = &self.sim_task {
+            sim.abort();
+        }
     }
 }
 

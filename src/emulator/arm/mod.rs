@@ -9,6 +9,7 @@
 //! | `scale_sets` | the ARM scale-set routes, preconditions, long-running operations |
 //! | `aks` | managed clusters, agent pools and the scale sets behind them |
 //! | `identity` | the token endpoint, OpenID discovery, IMDS |
+//! | [`inventory`] | a read-only view of instances, for the cluster simulation |
 //! | [`throttle`] | token buckets and rate-limit headers |
 //! | [`faults`] | scriptable faults |
 //! | `control` | the `/_emulator/` API |
@@ -17,6 +18,7 @@ mod aks;
 mod control;
 pub mod faults;
 mod identity;
+pub mod inventory;
 mod scale_sets;
 pub mod state;
 pub mod throttle;

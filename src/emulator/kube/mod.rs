@@ -158,6 +158,11 @@ impl KubeState {
         self.watch_log.lock().push(start);
     }
 
+    /// Runs `f` on the store under its lock (the cluster simulation's writes, all in one step).
+    pub(crate) fn with_store<R>(&self, f: impl FnOnce(&mut Store) -> R) -> R {
+        f(&mut self.store.lock())
+    }
+
     /// The current cluster-wide `resourceVersion`.
     pub fn resource_version(&self) -> u64 {
         self.store.lock().resource_version()
@@ -192,6 +197,18 @@ impl KubeState {
     ) -> Result<Value, KubeError> {
         let rt = find(api_version, plural)?;
         self.store.lock().get(rt, namespace, name)
+    }
+
+    /// Every object of a type in `namespace` (every namespace when `None`); empty when the type
+    /// is not served.
+    pub fn list_all(&self, api_version: &str, plural: &str, namespace: Option<&str>) -> Vec<Value> {
+        let Ok(rt) = find(api_version, plural) else {
+            return Vec::new();
+        };
+        self.store
+            .lock()
+            .list(rt, namespace, &select::Selector::default(), None, None)
+            .items
     }
 
     /// Replaces an object (stale `metadata.resourceVersion` → 409; none → unconditional),

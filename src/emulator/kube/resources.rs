@@ -157,6 +157,17 @@ pub static RESOURCES: &[ResourceType] = &[
     rt(
         "apps",
         "v1",
+        "replicasets",
+        "replicaset",
+        "ReplicaSet",
+        true,
+        &["rs"],
+        true,
+        true,
+    ),
+    rt(
+        "apps",
+        "v1",
         "daemonsets",
         "daemonset",
         "DaemonSet",

@@ -467,9 +467,106 @@ fn item(
             let mut store = kube.store.lock();
             ok(201, eviction::evict(&mut store, namespace, name)?)
         }
+        (Some("scale"), method) if rt.plural == "replicasets" => {
+            scale(kube, parts, rt, namespace, name, method, body)
+        }
         (Some(_), _) => Err(status::no_route()),
         _ => Err(status::method_not_allowed()),
     }
+}
+
+/// The `autoscaling/v1` Scale of a ReplicaSet (what `kubectl scale` reads and writes).
+fn scale_of(rs: &Value) -> Value {
+    let selector = rs
+        .pointer("/spec/selector/matchLabels")
+        .and_then(Value::as_object)
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .unwrap_or_default();
+    json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            "name": rs.pointer("/metadata/name").cloned().unwrap_or(Value::Null),
+            "namespace": rs.pointer("/metadata/namespace").cloned().unwrap_or(Value::Null),
+            "uid": rs.pointer("/metadata/uid").cloned().unwrap_or(Value::Null),
+            "resourceVersion": rs.pointer("/metadata/resourceVersion").cloned().unwrap_or(Value::Null),
+            "creationTimestamp": rs.pointer("/metadata/creationTimestamp").cloned().unwrap_or(Value::Null),
+        },
+        "spec": {"replicas": rs.pointer("/spec/replicas").cloned().unwrap_or(json!(1))},
+        "status": {
+            "replicas": rs.pointer("/status/replicas").cloned().unwrap_or(json!(0)),
+            "selector": selector,
+        },
+    })
+}
+
+/// GET, PUT or PATCH (merge) of a ReplicaSet's `scale` subresource: only `spec.replicas` is
+/// written; a `metadata.resourceVersion` in the body is a precondition.
+fn scale(
+    kube: &KubeState,
+    parts: &Parts,
+    rt: &'static ResourceType,
+    namespace: &str,
+    name: &str,
+    method: &Method,
+    body: &[u8],
+) -> Result<Response, KubeError> {
+    let mut store = kube.store.lock();
+    let rs = store.get(rt, namespace, name)?;
+    let mut wanted = scale_of(&rs);
+    match *method {
+        Method::GET => return ok(200, wanted),
+        Method::PUT => wanted = parse_json(body)?,
+        Method::PATCH => {
+            let ct = content_type(parts)
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_string();
+            let p = parse_json(body)?;
+            match ct.as_str() {
+                "application/merge-patch+json" => patch::merge_patch(&mut wanted, &p),
+                "application/strategic-merge-patch+json" => {
+                    patch::strategic_merge_patch(&mut wanted, &p)
+                }
+                other => return Err(status::unsupported_media_type(other)),
+            }
+        }
+        _ => return Err(status::no_route()),
+    }
+    let replicas = wanted
+        .pointer("/spec/replicas")
+        .and_then(Value::as_i64)
+        .filter(|r| *r >= 0)
+        .ok_or_else(|| {
+            status::invalid(
+                rt,
+                name,
+                "spec.replicas",
+                "Invalid value: must be greater than or equal to 0",
+            )
+        })?;
+    let mut updated = rs;
+    updated["spec"]["replicas"] = json!(replicas);
+    match wanted
+        .pointer("/metadata/resourceVersion")
+        .and_then(Value::as_str)
+    {
+        Some(rv) if !rv.is_empty() => updated["metadata"]["resourceVersion"] = json!(rv),
+        _ => {
+            if let Some(m) = updated["metadata"].as_object_mut() {
+                m.remove("resourceVersion");
+            }
+        }
+    }
+    let stored = store.update(rt, namespace, name, updated, None)?;
+    ok(200, scale_of(&stored))
 }
 
 #[cfg(test)]

@@ -68,6 +68,9 @@ pub struct Store {
     window: usize,
     /// Watches from a version below this one cannot be served (410 Gone).
     oldest_servable: u64,
+    /// The version of the last change of each type (by store id), so a poller can tell
+    /// cheaply whether anything of a type changed.
+    last_change: std::collections::HashMap<String, u64>,
     tx: broadcast::Sender<Arc<Change>>,
 }
 
@@ -115,6 +118,7 @@ impl Store {
             history: VecDeque::new(),
             window: window.max(1),
             oldest_servable: 0,
+            last_change: std::collections::HashMap::new(),
             tx,
         };
         let ns = resources::find("", "v1", "namespaces").expect("namespaces are served");
@@ -127,6 +131,11 @@ impl Store {
     /// The current cluster version.
     pub fn resource_version(&self) -> u64 {
         self.rv
+    }
+
+    /// The version of the last change to an object of type `rt` (0: none yet).
+    pub fn last_change(&self, rt: &ResourceType) -> u64 {
+        self.last_change.get(&rt.id()).copied().unwrap_or(0)
     }
 
     /// The lowest version a watch can start from.
@@ -159,6 +168,7 @@ impl Store {
         object: Value,
         prev: Option<Value>,
     ) {
+        self.last_change.insert(rt.id(), self.rv);
         let change = Arc::new(Change {
             rv: self.rv,
             type_id: rt.id(),

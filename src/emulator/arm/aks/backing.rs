@@ -76,7 +76,7 @@ impl Backing {
         }
     }
 
-    fn key(&self) -> String {
+    pub(crate) fn key(&self) -> String {
         vmss_key(&self.sub, &self.node_rg, &self.name)
     }
 

@@ -632,6 +632,27 @@ pub(crate) fn pool(
     reply
 }
 
+/// The agent pool behind each backing scale set, keyed by the scale set's lowercased id.
+pub(crate) fn backing_pools(
+    d: &Data,
+) -> std::collections::HashMap<String, super::inventory::PoolInventory> {
+    let mut out = std::collections::HashMap::new();
+    for c in d.clusters.values() {
+        for p in c.pools.values() {
+            out.insert(
+                c.backing(p).key(),
+                super::inventory::PoolInventory {
+                    name: p.name.clone(),
+                    node_labels: p.node_labels.clone(),
+                    node_taints: p.node_taints.clone(),
+                    max_pods: p.max_pods,
+                },
+            );
+        }
+    }
+    out
+}
+
 /// Deletes a cluster (and its pools' scale sets) without a request (a fault or the control API).
 pub(crate) fn delete_cluster_out_of_band(d: &mut Data, sub: &str, rg: &str, name: &str) -> bool {
     let Some(c) = d.clusters.remove(&cluster_key(sub, rg, name)) else {

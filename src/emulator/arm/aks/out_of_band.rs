@@ -38,6 +38,18 @@ pub struct AgentPoolSeed {
     /// `properties.tags` (persisted on the pool's scale set too).
     #[serde(default)]
     pub tags: BTreeMap<String, String>,
+    /// `properties.vmSize` (`None`: `Standard_D2s_v5`).
+    #[serde(default)]
+    pub vm_size: Option<String>,
+    /// `properties.nodeLabels`.
+    #[serde(default)]
+    pub node_labels: BTreeMap<String, String>,
+    /// `properties.nodeTaints`, `key=value:Effect`.
+    #[serde(default)]
+    pub node_taints: Vec<String>,
+    /// `properties.maxPods` (`None`: 110).
+    #[serde(default)]
+    pub max_pods: Option<i64>,
 }
 
 impl AgentPoolSeed {
@@ -51,7 +63,29 @@ impl AgentPoolSeed {
             min_count: None,
             max_count: None,
             tags: BTreeMap::new(),
+            vm_size: None,
+            node_labels: BTreeMap::new(),
+            node_taints: Vec::new(),
+            max_pods: None,
         }
+    }
+
+    /// With this VM size.
+    pub fn vm_size(mut self, size: &str) -> Self {
+        self.vm_size = Some(size.to_string());
+        self
+    }
+
+    /// With this node taint, `key=value:Effect`.
+    pub fn node_taint(mut self, taint: &str) -> Self {
+        self.node_taints.push(taint.to_string());
+        self
+    }
+
+    /// With this node label.
+    pub fn node_label(mut self, key: &str, value: &str) -> Self {
+        self.node_labels.insert(key.to_string(), value.to_string());
+        self
     }
 }
 
@@ -97,7 +131,7 @@ impl ClusterSeed {
             .pools
             .iter()
             .map(|p| {
-                json!({
+                let mut profile = json!({
                     "name": p.name,
                     "count": p.count,
                     "mode": p.mode,
@@ -105,7 +139,20 @@ impl ClusterSeed {
                     "minCount": p.min_count,
                     "maxCount": p.max_count,
                     "tags": p.tags,
-                })
+                });
+                if let Some(size) = &p.vm_size {
+                    profile["vmSize"] = json!(size);
+                }
+                if !p.node_labels.is_empty() {
+                    profile["nodeLabels"] = json!(p.node_labels);
+                }
+                if !p.node_taints.is_empty() {
+                    profile["nodeTaints"] = json!(p.node_taints);
+                }
+                if let Some(max_pods) = p.max_pods {
+                    profile["maxPods"] = json!(max_pods);
+                }
+                profile
             })
             .collect();
         json!({

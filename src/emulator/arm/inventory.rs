@@ -1,0 +1,70 @@
+//! A read-only view of every scale set's instances, for the cluster simulation
+//! (`emulator::sim`), which turns instances into Nodes. It reads; it never writes ARM state.
+
+use std::collections::{BTreeMap, HashMap};
+
+use tokio::time::Instant;
+
+use super::state::{vmss_key, EmulatorState};
+
+/// One scale set and its instances, as the cluster simulation reads them.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ScaleSetInventory {
+    /// Subscription id.
+    pub subscription: String,
+    /// Resource group, as the scale set was created.
+    pub resource_group: String,
+    /// Scale set name.
+    pub name: String,
+    /// Azure region.
+    pub location: String,
+    /// VM size.
+    pub sku_name: String,
+    /// Resource tags (cluster-autoscaler template tags among them).
+    pub tags: BTreeMap<String, String>,
+    /// Instance ids and when each one's provisioning finishes.
+    pub instances: Vec<(u64, Instant)>,
+    /// The agent pool, when the scale set backs one.
+    pub pool: Option<PoolInventory>,
+}
+
+/// What an agent pool tells its nodes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolInventory {
+    /// Pool name.
+    pub name: String,
+    /// `nodeLabels`.
+    pub node_labels: BTreeMap<String, String>,
+    /// `nodeTaints`, `key=value:Effect`.
+    pub node_taints: Vec<String>,
+    /// `maxPods`.
+    pub max_pods: i64,
+}
+
+impl EmulatorState {
+    /// Every scale set with its instances, in name order (AKS backing sets name their pool).
+    pub fn inventory(&self) -> Vec<ScaleSetInventory> {
+        let d = self.lock();
+        let pools: HashMap<String, PoolInventory> = super::aks::backing_pools(&d);
+        let mut out: Vec<ScaleSetInventory> = d
+            .scale_sets
+            .values()
+            .map(|ss| ScaleSetInventory {
+                subscription: ss.sub.clone(),
+                resource_group: ss.rg.clone(),
+                name: ss.name.clone(),
+                location: ss.location.clone(),
+                sku_name: ss.sku_name.clone(),
+                tags: ss.tags.clone(),
+                instances: ss
+                    .instances
+                    .iter()
+                    .map(|(id, inst)| (*id, inst.ready_at))
+                    .collect(),
+                pool: pools.get(&vmss_key(&ss.sub, &ss.rg, &ss.name)).cloned(),
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+}

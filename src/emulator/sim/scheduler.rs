@@ -1,0 +1,599 @@
+//! A simple scheduler, written apart from the planner's fit code (a shared bug would agree with
+//! itself): each pending pod goes to the first `Ready`, schedulable Node, in name order, whose free
+//! cpu, memory, `nvidia.com/gpu` and pod slots hold its requests, whose labels satisfy its
+//! `nodeSelector` and whose `NoSchedule`/`NoExecute` taints it tolerates. A pod that fits nowhere
+//! is marked `PodScheduled=False/Unschedulable` with the real scheduler's kind of message.
+
+use std::collections::HashMap;
+
+use serde_json::{json, Map, Value};
+
+use crate::emulator::kube::resources;
+use crate::emulator::kube::select::Selector;
+use crate::emulator::kube::store::{name_of, Store};
+
+use super::nodes::{is_ready, now_rfc3339};
+use super::quantity::milli_of;
+
+const GPU: &str = "nvidia.com/gpu";
+
+/// Requests of a pod, or free room on a node: cpu, memory and GPUs in thousandths, pods whole.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Amounts {
+    pub cpu: i128,
+    pub memory: i128,
+    pub gpu: i128,
+    pub pods: i128,
+}
+
+impl Amounts {
+    fn add(&mut self, o: Amounts) {
+        self.cpu += o.cpu;
+        self.memory += o.memory;
+        self.gpu += o.gpu;
+        self.pods += o.pods;
+    }
+}
+
+/// One container's request of `res`; a limit stands in for a missing request, as the API
+/// server defaults it.
+fn container_request(c: &Value, res: &str) -> i128 {
+    let resources = c.get("resources");
+    let pick = |kind: &str| {
+        resources
+            .and_then(|r| r.get(kind))
+            .and_then(|m| m.get(res))
+            .and_then(milli_of)
+    };
+    pick("requests").or_else(|| pick("limits")).unwrap_or(0)
+}
+
+/// What a pod asks for: the sum over its containers, or the largest init container if more.
+pub(crate) fn pod_requests(pod: &Value) -> Amounts {
+    let list = |name: &str| -> Vec<Value> {
+        pod.pointer(&format!("/spec/{name}"))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let containers = list("containers");
+    let inits = list("initContainers");
+    let mut out = Amounts {
+        pods: 1,
+        ..Amounts::default()
+    };
+    for (res, slot) in [("cpu", 0), ("memory", 1), (GPU, 2)] {
+        let sum: i128 = containers.iter().map(|c| container_request(c, res)).sum();
+        let init = inits
+            .iter()
+            .map(|c| container_request(c, res))
+            .max()
+            .unwrap_or(0);
+        let v = sum.max(init);
+        match slot {
+            0 => out.cpu = v,
+            1 => out.memory = v,
+            _ => out.gpu = v,
+        }
+    }
+    out
+}
+
+/// A node's `status.allocatable`.
+fn allocatable(node: &Value) -> Amounts {
+    let get = |res: &str| {
+        node.pointer("/status/allocatable")
+            .and_then(|a| a.get(res))
+            .and_then(milli_of)
+            .unwrap_or(0)
+    };
+    Amounts {
+        cpu: get("cpu"),
+        memory: get("memory"),
+        gpu: get(GPU),
+        pods: get("pods") / 1000,
+    }
+}
+
+/// Whether `tolerations` tolerate `taint` (operators `Equal` and `Exists`; an empty key with
+/// `Exists` tolerates everything; an empty effect matches every effect).
+pub(crate) fn tolerates(tolerations: &[Value], taint: &Value) -> bool {
+    fn field<'a>(v: &'a Value, k: &str) -> &'a str {
+        v.get(k).and_then(Value::as_str).unwrap_or("")
+    }
+    let (tkey, tvalue, teffect) = (
+        field(taint, "key"),
+        field(taint, "value"),
+        field(taint, "effect"),
+    );
+    tolerations.iter().any(|t| {
+        let effect = field(t, "effect");
+        if !effect.is_empty() && effect != teffect {
+            return false;
+        }
+        let key = field(t, "key");
+        match field(t, "operator") {
+            "Exists" => key.is_empty() || key == tkey,
+            "" | "Equal" => key == tkey && field(t, "value") == tvalue,
+            _ => false,
+        }
+    })
+}
+
+/// The first `NoSchedule`/`NoExecute` taint of `node` that `tolerations` do not tolerate.
+pub(crate) fn untolerated_taint(node: &Value, tolerations: &[Value]) -> Option<Value> {
+    node.pointer("/spec/taints")
+        .and_then(Value::as_array)?
+        .iter()
+        .filter(|t| {
+            matches!(
+                t.get("effect").and_then(Value::as_str),
+                Some("NoSchedule" | "NoExecute")
+            )
+        })
+        .find(|t| !tolerates(tolerations, t))
+        .cloned()
+}
+
+/// Whether the node's labels hold every pair of the pod spec's `nodeSelector`.
+pub(crate) fn selector_matches(node: &Value, pod_spec: &Value) -> bool {
+    let labels = node.pointer("/metadata/labels").and_then(Value::as_object);
+    let selected = pod_spec
+        .get("nodeSelector")
+        .and_then(Value::as_object)
+        .is_none_or(|sel| {
+            sel.iter()
+                .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+        });
+    selected && affinity_matches(pod_spec, labels)
+}
+
+/// Whether one `matchExpressions` requirement of a node selector term holds for `labels`
+/// (operators `In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt`, `Lt`; an unknown one never holds).
+fn requirement_holds(req: &Value, labels: Option<&Map<String, Value>>) -> bool {
+    let key = req.get("key").and_then(Value::as_str).unwrap_or("");
+    let value = labels.and_then(|l| l.get(key)).and_then(Value::as_str);
+    let values: Vec<&str> = req
+        .get("values")
+        .and_then(Value::as_array)
+        .map(|vs| vs.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let number = |v: Option<&str>| v.and_then(|v| v.parse::<i64>().ok());
+    match req.get("operator").and_then(Value::as_str).unwrap_or("") {
+        "In" => value.is_some_and(|v| values.contains(&v)),
+        "NotIn" => value.is_none_or(|v| !values.contains(&v)),
+        "Exists" => value.is_some(),
+        "DoesNotExist" => value.is_none(),
+        "Gt" => {
+            matches!((number(value), number(values.first().copied())), (Some(a), Some(b)) if a > b)
+        }
+        "Lt" => {
+            matches!((number(value), number(values.first().copied())), (Some(a), Some(b)) if a < b)
+        }
+        _ => false,
+    }
+}
+
+/// Whether `labels` satisfy the pod spec's required node affinity: any one term whose
+/// `matchExpressions` all hold (no required affinity: true).
+fn affinity_matches(pod_spec: &Value, labels: Option<&Map<String, Value>>) -> bool {
+    let Some(terms) = pod_spec
+        .pointer("/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
+        .and_then(Value::as_array)
+    else {
+        return true;
+    };
+    terms.iter().any(|term| {
+        let exprs = term.get("matchExpressions").and_then(Value::as_array);
+        let fields = term.get("matchFields").and_then(Value::as_array);
+        // A term with neither matches no node, as the scheduler has it.
+        (exprs.is_some() || fields.is_some())
+            && exprs.is_none_or(|es| es.iter().all(|r| requirement_holds(r, labels)))
+            && fields.is_none_or(|fs| fs.is_empty())
+    })
+}
+
+pub(crate) fn tolerations_of(pod_spec: &Value) -> Vec<Value> {
+    pod_spec
+        .get("tolerations")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn is_terminal(pod: &Value) -> bool {
+    matches!(
+        pod.pointer("/status/phase").and_then(Value::as_str),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// Whether the pod waits for the scheduler: unbound, not being deleted, phase Pending.
+pub(crate) fn is_pending(pod: &Value) -> bool {
+    pod.pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .is_none_or(str::is_empty)
+        && pod.pointer("/metadata/deletionTimestamp").is_none()
+        && matches!(
+            pod.pointer("/status/phase").and_then(Value::as_str),
+            None | Some("Pending")
+        )
+}
+
+/// A node as the scheduler sees it, read once per pass.
+struct NodeRoom {
+    name: String,
+    labels: Option<Map<String, Value>>,
+    /// `NoSchedule` and `NoExecute` taints, each with its reason text.
+    taints: Vec<(Value, String)>,
+    ready: bool,
+    unschedulable: bool,
+    free: Amounts,
+}
+
+impl NodeRoom {
+    fn of(node: &Value) -> NodeRoom {
+        let taints = node
+            .pointer("/spec/taints")
+            .and_then(Value::as_array)
+            .map(|ts| {
+                ts.iter()
+                    .filter(|t| {
+                        matches!(
+                            t.get("effect").and_then(Value::as_str),
+                            Some("NoSchedule" | "NoExecute")
+                        )
+                    })
+                    .map(|t| {
+                        let key = t.get("key").and_then(Value::as_str).unwrap_or("");
+                        let value = t.get("value").and_then(Value::as_str).unwrap_or("");
+                        (
+                            t.clone(),
+                            format!("node(s) had untolerated taint {{{key}: {value}}}"),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        NodeRoom {
+            name: name_of(node).unwrap_or("").to_string(),
+            labels: node
+                .pointer("/metadata/labels")
+                .and_then(Value::as_object)
+                .cloned(),
+            taints,
+            ready: is_ready(node),
+            unschedulable: node.pointer("/spec/unschedulable").and_then(Value::as_bool)
+                == Some(true),
+            free: allocatable(node),
+        }
+    }
+}
+
+/// The reason for a Node that is not `Ready` (its not-ready taint, as the scheduler sees it).
+const NOT_READY_REASON: &str = "node(s) had untolerated taint {node.kubernetes.io/not-ready: }";
+
+/// Why a pod (asking `want`) does not fit on `room`: the reasons the real scheduler would count
+/// (empty: it fits).
+fn misfits<'a>(
+    room: &'a NodeRoom,
+    spec: &Value,
+    selector: Option<&Map<String, Value>>,
+    tolerations: &[Value],
+    want: Amounts,
+) -> Vec<&'a str> {
+    if room.unschedulable {
+        return vec!["node(s) were unschedulable"];
+    }
+    if let Some((_, reason)) = room.taints.iter().find(|(t, _)| !tolerates(tolerations, t)) {
+        return vec![reason.as_str()];
+    }
+    if !room.ready {
+        return vec![NOT_READY_REASON];
+    }
+    let selected = selector.is_none_or(|sel| {
+        sel.iter()
+            .all(|(k, v)| room.labels.as_ref().and_then(|l| l.get(k)) == Some(v))
+    });
+    if !selected || !affinity_matches(spec, room.labels.as_ref()) {
+        return vec!["node(s) didn't match Node's node affinity/selector"];
+    }
+    let mut out = Vec::new();
+    if want.pods > room.free.pods {
+        out.push("Too many pods");
+    }
+    if want.cpu > room.free.cpu {
+        out.push("Insufficient cpu");
+    }
+    if want.memory > room.free.memory {
+        out.push("Insufficient memory");
+    }
+    if want.gpu > room.free.gpu {
+        out.push("Insufficient nvidia.com/gpu");
+    }
+    out
+}
+
+/// `0/3 nodes are available: 1 Insufficient cpu, 2 node(s) had untolerated taint {sku: gpu}.`
+fn fit_error(nodes: usize, reasons: &HashMap<&str, usize>) -> String {
+    if nodes == 0 {
+        return "no nodes available to schedule pods".to_string();
+    }
+    let mut parts: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();
+    parts.sort();
+    format!("0/{nodes} nodes are available: {}.", parts.join(", "))
+}
+
+fn namespace_of(obj: &Value) -> String {
+    obj.pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string()
+}
+
+fn condition(kind: &str, status: &str) -> Value {
+    json!({"type": kind, "status": status, "lastProbeTime": null, "lastTransitionTime": now_rfc3339()})
+}
+
+/// Binds `pod` to `node`: `spec.nodeName`, then a `Running` status with every condition `True`
+/// (two writes, as the binding and the kubelet's status are on a real cluster).
+pub(crate) fn bind(store: &mut Store, pod: &Value, node: &str) {
+    let Some(pods_rt) = resources::find("", "v1", "pods") else {
+        return;
+    };
+    let ns = namespace_of(pod);
+    let name = name_of(pod).unwrap_or("").to_string();
+    let mut spec_write = pod.clone();
+    spec_write["spec"]["nodeName"] = json!(node);
+    if let Some(m) = spec_write["metadata"].as_object_mut() {
+        m.remove("resourceVersion");
+    }
+    let Ok(mut bound) = store.update(pods_rt, &ns, &name, spec_write, None) else {
+        return;
+    };
+    let mut status = bound
+        .get("status")
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_else(Map::new);
+    status.insert("phase".into(), json!("Running"));
+    status.insert("startTime".into(), json!(now_rfc3339()));
+    status.insert(
+        "conditions".into(),
+        json!([
+            condition("Initialized", "True"),
+            condition("Ready", "True"),
+            condition("ContainersReady", "True"),
+            condition("PodScheduled", "True"),
+        ]),
+    );
+    bound["status"] = Value::Object(status);
+    if let Some(m) = bound["metadata"].as_object_mut() {
+        m.remove("resourceVersion");
+    }
+    let _ = store.update(pods_rt, &ns, &name, bound, Some("status"));
+}
+
+/// Writes `PodScheduled=False/Unschedulable` with `message`, unless the pod already says so.
+fn mark_unschedulable(store: &mut Store, pod: &Value, message: &str) {
+    let Some(pods_rt) = resources::find("", "v1", "pods") else {
+        return;
+    };
+    let mut conditions: Vec<Value> = pod
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let current = conditions
+        .iter()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some("PodScheduled"));
+    let same = current.is_some_and(|c| {
+        c.get("status").and_then(Value::as_str) == Some("False")
+            && c.get("reason").and_then(Value::as_str) == Some("Unschedulable")
+            && c.get("message").and_then(Value::as_str) == Some(message)
+    });
+    if same {
+        return;
+    }
+    conditions.retain(|c| c.get("type").and_then(Value::as_str) != Some("PodScheduled"));
+    let mut cond = condition("PodScheduled", "False");
+    cond["reason"] = json!("Unschedulable");
+    cond["message"] = json!(message);
+    conditions.push(cond);
+    let mut write = pod.clone();
+    write["status"]["conditions"] = Value::Array(conditions);
+    if let Some(m) = write["metadata"].as_object_mut() {
+        m.remove("resourceVersion");
+    }
+    let _ = store.update(
+        pods_rt,
+        &namespace_of(pod),
+        name_of(pod).unwrap_or(""),
+        write,
+        Some("status"),
+    );
+}
+
+/// One scheduling pass over every pending pod (higher priority first, then oldest).
+pub(crate) fn schedule(store: &mut Store) {
+    let (Some(pods_rt), Some(nodes_rt)) = (
+        resources::find("", "v1", "pods"),
+        resources::find("", "v1", "nodes"),
+    ) else {
+        return;
+    };
+    let all = Selector::default();
+    let nodes = store.list(nodes_rt, None, &all, None, None).items;
+    let pods = store.list(pods_rt, None, &all, None, None).items;
+    let mut rooms: Vec<NodeRoom> = nodes.iter().map(NodeRoom::of).collect();
+    let index: HashMap<String, usize> = rooms
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (r.name.clone(), i))
+        .collect();
+    let mut pending = Vec::new();
+    for pod in pods {
+        if is_pending(&pod) {
+            // Pods for another scheduler are left to it.
+            let ours = pod
+                .pointer("/spec/schedulerName")
+                .and_then(Value::as_str)
+                .is_none_or(|s| s == "default-scheduler");
+            if ours {
+                pending.push(pod);
+            }
+            continue;
+        }
+        if is_terminal(&pod) {
+            continue;
+        }
+        let on = pod.pointer("/spec/nodeName").and_then(Value::as_str);
+        if let Some(&i) = on.and_then(|n| index.get(n)) {
+            let used = pod_requests(&pod);
+            let room = &mut rooms[i];
+            room.free.cpu -= used.cpu;
+            room.free.memory -= used.memory;
+            room.free.gpu -= used.gpu;
+            room.free.pods -= used.pods;
+        }
+    }
+    let priority = |p: &Value| {
+        p.pointer("/spec/priority")
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+    };
+    let created = |p: &Value| {
+        p.pointer("/metadata/creationTimestamp")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    pending.sort_by(|a, b| {
+        priority(b)
+            .cmp(&priority(a))
+            .then_with(|| created(a).cmp(&created(b)))
+            .then_with(|| name_of(a).cmp(&name_of(b)))
+    });
+    for pod in pending {
+        let spec = pod.get("spec").cloned().unwrap_or(json!({}));
+        let tolerations = tolerations_of(&spec);
+        let selector = spec.get("nodeSelector").and_then(Value::as_object);
+        let want = pod_requests(&pod);
+        let mut chosen = None;
+        let mut message = None;
+        {
+            let mut reasons: HashMap<&str, usize> = HashMap::new();
+            for (i, room) in rooms.iter().enumerate() {
+                let why = misfits(room, &spec, selector, &tolerations, want);
+                if why.is_empty() {
+                    chosen = Some(i);
+                    break;
+                }
+                for r in why {
+                    *reasons.entry(r).or_insert(0) += 1;
+                }
+            }
+            if chosen.is_none() {
+                message = Some(fit_error(rooms.len(), &reasons));
+            }
+        }
+        match (chosen, message) {
+            (Some(i), _) => {
+                let room = &mut rooms[i];
+                room.free.add(Amounts {
+                    cpu: -want.cpu,
+                    memory: -want.memory,
+                    gpu: -want.gpu,
+                    pods: -want.pods,
+                });
+                let node = room.name.clone();
+                bind(store, &pod, &node);
+            }
+            (None, Some(m)) => mark_unschedulable(store, &pod, &m),
+            (None, None) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_sum_containers_and_take_the_largest_init_container_if_larger() {
+        let pod = json!({"spec": {
+            "containers": [
+                {"resources": {"requests": {"cpu": "250m", "memory": "1Gi"}}},
+                {"resources": {"limits": {"cpu": "250m", "nvidia.com/gpu": "1"}}},
+            ],
+            "initContainers": [{"resources": {"requests": {"cpu": "2"}}}],
+        }});
+        let r = pod_requests(&pod);
+        assert_eq!(r.cpu, 2000);
+        assert_eq!(r.memory, 1_073_741_824_000);
+        assert_eq!(r.gpu, 1000);
+        assert_eq!(r.pods, 1);
+    }
+
+    #[test]
+    fn tolerations_match_by_operator_key_value_and_effect() {
+        let taint = json!({"key": "sku", "value": "gpu", "effect": "NoSchedule"});
+        let equal = json!({"key": "sku", "operator": "Equal", "value": "gpu"});
+        let wrong_value = json!({"key": "sku", "value": "cpu"});
+        let exists = json!({"key": "sku", "operator": "Exists", "effect": "NoSchedule"});
+        let other_effect = json!({"key": "sku", "operator": "Exists", "effect": "NoExecute"});
+        let everything = json!({"operator": "Exists"});
+        assert!(tolerates(&[equal], &taint));
+        assert!(!tolerates(&[wrong_value], &taint));
+        assert!(tolerates(&[exists], &taint));
+        assert!(!tolerates(&[other_effect], &taint));
+        assert!(tolerates(&[everything], &taint));
+        assert!(!tolerates(&[], &taint));
+    }
+
+    #[test]
+    fn required_node_affinity_needs_one_term_whose_expressions_all_hold() {
+        let labels = json!({"zone": "1", "gpu": "a100", "size": "8"});
+        let labels = labels.as_object();
+        let spec = |exprs: Value| {
+            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": exprs}]
+            }}}})
+        };
+        let holds = |exprs: Value| affinity_matches(&spec(exprs), labels);
+        assert!(holds(
+            json!([{"key": "zone", "operator": "In", "values": ["1", "2"]}])
+        ));
+        assert!(!holds(
+            json!([{"key": "zone", "operator": "NotIn", "values": ["1"]}])
+        ));
+        assert!(holds(json!([{"key": "gpu", "operator": "Exists"}])));
+        assert!(!holds(json!([{"key": "gpu", "operator": "DoesNotExist"}])));
+        assert!(holds(
+            json!([{"key": "size", "operator": "Gt", "values": ["4"]}])
+        ));
+        assert!(!holds(
+            json!([{"key": "size", "operator": "Lt", "values": ["4"]}])
+        ));
+        assert!(!holds(json!([
+            {"key": "zone", "operator": "In", "values": ["1"]},
+            {"key": "missing", "operator": "Exists"},
+        ])));
+        assert!(affinity_matches(&json!({}), labels));
+    }
+
+    #[test]
+    fn the_fit_error_counts_reasons_sorted_as_the_scheduler_sorts_them() {
+        let mut reasons = HashMap::new();
+        reasons.insert("node(s) had untolerated taint {sku: gpu}", 2);
+        reasons.insert("Insufficient cpu", 1);
+        assert_eq!(
+            fit_error(3, &reasons),
+            "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) had untolerated taint {sku: gpu}."
+        );
+        assert_eq!(
+            fit_error(0, &reasons),
+            "no nodes available to schedule pods"
+        );
+    }
+}

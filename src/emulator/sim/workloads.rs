@@ -1,0 +1,334 @@
+//! Workload owners: ReplicaSets keep `spec.replicas` live pods (re-creating evicted or lost ones,
+//! deleting extras, pending ones first); DaemonSets keep one pod on each `Ready` Node whose
+//! taints and labels their template accepts, bound there directly.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Value};
+
+use crate::emulator::kube::resources::{self, ResourceType};
+use crate::emulator::kube::select::Selector;
+use crate::emulator::kube::store::{name_of, Store};
+
+use super::nodes::{is_ready, now_rfc3339};
+use super::scheduler::{is_pending, selector_matches, tolerations_of, untolerated_taint};
+
+/// The five random characters of a pod name, from the alphabet Kubernetes uses for them.
+fn random_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    (0..5)
+        .map(|_| ALPHABET[rand::random::<usize>() % ALPHABET.len()] as char)
+        .collect()
+}
+
+fn uid_of(obj: &Value) -> &str {
+    obj.pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// The uid of the pod's controller (the ownerReference with `controller: true`).
+pub(crate) fn controller_uid(pod: &Value) -> Option<&str> {
+    pod.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+        .and_then(|r| r.get("uid").and_then(Value::as_str))
+}
+
+fn is_live(pod: &Value) -> bool {
+    pod.pointer("/metadata/deletionTimestamp").is_none()
+        && !matches!(
+            pod.pointer("/status/phase").and_then(Value::as_str),
+            Some("Succeeded" | "Failed")
+        )
+}
+
+fn pod_ready(pod: &Value) -> bool {
+    pod.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.get("type").and_then(Value::as_str) == Some("Ready")
+                    && c.get("status").and_then(Value::as_str) == Some("True")
+            })
+        })
+}
+
+/// A pod from `owner`'s template, owned by it, named `<owner>-<5 random chars>`.
+fn pod_from_template(owner: &Value, kind: &str) -> Value {
+    let name = name_of(owner).unwrap_or("pod");
+    let template = owner
+        .pointer("/spec/template")
+        .cloned()
+        .unwrap_or(json!({}));
+    let mut meta = template.get("metadata").cloned().unwrap_or(json!({}));
+    if !meta.is_object() {
+        meta = json!({});
+    }
+    meta["name"] = json!(format!("{name}-{}", random_suffix()));
+    meta["generateName"] = json!(format!("{name}-"));
+    meta["ownerReferences"] = json!([{
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "name": name,
+        "uid": uid_of(owner),
+        "controller": true,
+        "blockOwnerDeletion": true,
+    }]);
+    if let Some(m) = meta.as_object_mut() {
+        m.remove("namespace");
+    }
+    json!({
+        "metadata": meta,
+        "spec": template.get("spec").cloned().unwrap_or(json!({"containers": []})),
+    })
+}
+
+/// Creates a pod, retrying on the (unlikely) name collision.
+fn create_pod(
+    store: &mut Store,
+    pods_rt: &ResourceType,
+    ns: &str,
+    owner: &Value,
+    kind: &str,
+) -> Option<Value> {
+    for _ in 0..5 {
+        let pod = pod_from_template(owner, kind);
+        match store.create(pods_rt, ns, pod) {
+            Ok(p) => return Some(p),
+            Err(e) if e.code == 409 => continue,
+            Err(e) => {
+                tracing::warn!(
+                    owner = name_of(owner).unwrap_or(""),
+                    code = e.code,
+                    "cannot create a pod from the template"
+                );
+                return None;
+            }
+        }
+    }
+    None
+}
+
+/// Writes `status` on `obj` when it differs from what is stored.
+fn write_status(store: &mut Store, rt: &ResourceType, obj: &Value, status: Value) {
+    let mut want = status;
+    if let Some(m) = want.as_object_mut() {
+        m.insert(
+            "observedGeneration".into(),
+            obj.pointer("/metadata/generation")
+                .cloned()
+                .unwrap_or(json!(1)),
+        );
+    }
+    if obj.get("status") == Some(&want) {
+        return;
+    }
+    let mut write = obj.clone();
+    write["status"] = want;
+    if let Some(m) = write["metadata"].as_object_mut() {
+        m.remove("resourceVersion");
+    }
+    let ns = obj
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let _ = store.update(rt, &ns, name_of(obj).unwrap_or(""), write, Some("status"));
+}
+
+fn by_namespace(pods: &[Value]) -> BTreeMap<String, Vec<&Value>> {
+    let mut out: BTreeMap<String, Vec<&Value>> = BTreeMap::new();
+    for p in pods {
+        let ns = p
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        out.entry(ns.to_string()).or_default().push(p);
+    }
+    out
+}
+
+/// Every ReplicaSet to `spec.replicas` live pods.
+pub(crate) fn reconcile_replica_sets(store: &mut Store) {
+    let (Some(rs_rt), Some(pods_rt)) = (
+        resources::find("apps", "v1", "replicasets"),
+        resources::find("", "v1", "pods"),
+    ) else {
+        return;
+    };
+    let all = Selector::default();
+    let sets = store.list(rs_rt, None, &all, None, None).items;
+    if sets.is_empty() {
+        return;
+    }
+    let pods = store.list(pods_rt, None, &all, None, None).items;
+    let pods_by_ns = by_namespace(&pods);
+    for rs in &sets {
+        let ns = rs
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let uid = uid_of(rs);
+        let want = rs
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .unwrap_or(1)
+            .max(0) as usize;
+        let mut live: Vec<&Value> = pods_by_ns
+            .get(&ns)
+            .map(|ps| {
+                ps.iter()
+                    .copied()
+                    .filter(|p| controller_uid(p) == Some(uid) && is_live(p))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut created = Vec::new();
+        if live.len() < want {
+            for _ in live.len()..want {
+                if let Some(p) = create_pod(store, pods_rt, &ns, rs, "ReplicaSet") {
+                    created.push(p);
+                }
+            }
+            live.extend(created.iter());
+        } else if live.len() > want {
+            // Pending pods go first, then the newest, as the ReplicaSet controller ranks them.
+            live.sort_by(|a, b| {
+                let key = |p: &Value| {
+                    (
+                        !is_pending(p),
+                        std::cmp::Reverse(
+                            p.pointer("/metadata/creationTimestamp")
+                                .and_then(Value::as_str)
+                                .unwrap_or("")
+                                .to_string(),
+                        ),
+                        std::cmp::Reverse(name_of(p).unwrap_or("").to_string()),
+                    )
+                };
+                key(a).cmp(&key(b))
+            });
+            for extra in live.drain(..live.len() - want) {
+                let _ = store.delete(pods_rt, &ns, name_of(extra).unwrap_or(""), None);
+            }
+        }
+        let ready = live.iter().filter(|p| pod_ready(p)).count();
+        write_status(
+            store,
+            rs_rt,
+            rs,
+            json!({
+                "replicas": live.len(),
+                "fullyLabeledReplicas": live.len(),
+                "readyReplicas": ready,
+                "availableReplicas": ready,
+            }),
+        );
+    }
+}
+
+/// A bound, running pod of `ds` on `node`.
+fn daemon_pod(store: &mut Store, pods_rt: &ResourceType, ns: &str, ds: &Value, node: &str) {
+    let mut pod = pod_from_template(ds, "DaemonSet");
+    pod["spec"]["nodeName"] = json!(node);
+    let cond = |kind: &str| json!({"type": kind, "status": "True", "lastProbeTime": null, "lastTransitionTime": now_rfc3339()});
+    pod["status"] = json!({
+        "phase": "Running",
+        "startTime": now_rfc3339(),
+        "conditions": [cond("Initialized"), cond("Ready"), cond("ContainersReady"), cond("PodScheduled")],
+    });
+    if let Err(e) = store.create(pods_rt, ns, pod) {
+        tracing::warn!(
+            daemon_set = name_of(ds).unwrap_or(""),
+            node,
+            code = e.code,
+            "cannot create a daemon pod"
+        );
+    }
+}
+
+/// One pod of every DaemonSet on each `Ready` Node it accepts.
+pub(crate) fn reconcile_daemon_sets(store: &mut Store) {
+    let (Some(ds_rt), Some(pods_rt), Some(nodes_rt)) = (
+        resources::find("apps", "v1", "daemonsets"),
+        resources::find("", "v1", "pods"),
+        resources::find("", "v1", "nodes"),
+    ) else {
+        return;
+    };
+    let all = Selector::default();
+    let sets = store.list(ds_rt, None, &all, None, None).items;
+    if sets.is_empty() {
+        return;
+    }
+    let nodes: Vec<Value> = store
+        .list(nodes_rt, None, &all, None, None)
+        .items
+        .into_iter()
+        .filter(is_ready)
+        .collect();
+    let pods = store.list(pods_rt, None, &all, None, None).items;
+    for ds in &sets {
+        let ns = ds
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let uid = uid_of(ds);
+        let spec = ds
+            .pointer("/spec/template/spec")
+            .cloned()
+            .unwrap_or(json!({}));
+        // The DaemonSet controller adds this toleration to every daemon pod.
+        let mut tolerations = tolerations_of(&spec);
+        tolerations.push(json!({"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}));
+        let owned: Vec<&Value> = pods
+            .iter()
+            .filter(|p| controller_uid(p) == Some(uid) && is_live(p))
+            .collect();
+        let mut desired = 0;
+        let mut scheduled = 0;
+        let mut ready = 0;
+        for node in &nodes {
+            let node_name = name_of(node).unwrap_or("");
+            let has = owned
+                .iter()
+                .find(|p| p.pointer("/spec/nodeName").and_then(Value::as_str) == Some(node_name));
+            let accepts =
+                untolerated_taint(node, &tolerations).is_none() && selector_matches(node, &spec);
+            if accepts {
+                desired += 1;
+            }
+            match has {
+                Some(p) => {
+                    scheduled += 1;
+                    if pod_ready(p) {
+                        ready += 1;
+                    }
+                }
+                None if accepts => {
+                    daemon_pod(store, pods_rt, &ns, ds, node_name);
+                    scheduled += 1;
+                    ready += 1;
+                }
+                None => {}
+            }
+        }
+        write_status(
+            store,
+            ds_rt,
+            ds,
+            json!({
+                "desiredNumberScheduled": desired,
+                "currentNumberScheduled": scheduled,
+                "updatedNumberScheduled": scheduled,
+                "numberReady": ready,
+                "numberAvailable": ready,
+                "numberMisscheduled": 0,
+            }),
+        );
+    }
+}

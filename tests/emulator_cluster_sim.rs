@@ -1,0 +1,589 @@
+//! The emulator's cluster simulation: VMSS instances become Nodes (named and labelled as AKS
+//! does), a simple scheduler binds pending pods or marks them Unschedulable, deleted instances
+//! take their Nodes and pods, ReplicaSets and DaemonSets keep their pods, evictions respect
+//! PodDisruptionBudgets. Real time, but short: a 200 ms boot delay and bounded polling.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use vmss_capacity_controller::emulator::kube::KubeState;
+use vmss_capacity_controller::emulator::sim::{PodTemplate, SimSettings};
+use vmss_capacity_controller::emulator::{
+    AgentPoolSeed, ClusterSeed, EmulatorBuilder, EmulatorHandle, ScaleSetSeed,
+};
+
+const SUB: &str = "00000000-0000-0000-0000-000000000001";
+const RG: &str = "rg";
+const BOOT: Duration = Duration::from_millis(200);
+const PATIENCE: Duration = Duration::from_secs(10);
+
+async fn start() -> (EmulatorHandle, KubeState) {
+    let handle = EmulatorBuilder::new()
+        .kubernetes(true)
+        .cluster_simulation(SimSettings {
+            boot_delay: BOOT,
+            tick: Duration::from_millis(20),
+        })
+        .start()
+        .await
+        .expect("emulator starts");
+    let kube = handle.kube().expect("kubernetes side on");
+    (handle, kube)
+}
+
+/// Polls `check` until it gives a value, for at most [`PATIENCE`].
+async fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "gave up waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn seed(handle: &EmulatorHandle, name: &str, sku: &str, capacity: i64) {
+    let mut s = ScaleSetSeed::new(SUB, RG, name, capacity);
+    s.sku_name = sku.to_string();
+    handle.state().seed_scale_set(s);
+}
+
+fn pods_of(kube: &KubeState, owner: &str) -> Vec<Value> {
+    kube.list_all("v1", "pods", Some("default"))
+        .into_iter()
+        .filter(|p| {
+            p.pointer("/metadata/ownerReferences/0/name")
+                .and_then(Value::as_str)
+                == Some(owner)
+        })
+        .collect()
+}
+
+fn node_of(pod: &Value) -> Option<String> {
+    pod.pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+}
+
+fn scheduled_condition(pod: &Value) -> Option<Value> {
+    pod.pointer("/status/conditions")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|c| c["type"] == "PodScheduled")
+        .cloned()
+}
+
+fn name(obj: &Value) -> String {
+    obj["metadata"]["name"].as_str().unwrap_or("").to_string()
+}
+
+fn ready(node: &Value) -> Option<bool> {
+    let c = node["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready")?
+        .clone();
+    Some(c["status"] == "True")
+}
+
+/// The pods of `owner`, once `want` of them are bound, with the nodes they are on.
+async fn bound_pods(kube: &KubeState, owner: &str, want: usize) -> Vec<(String, String)> {
+    eventually(&format!("{want} bound pods of {owner}"), || {
+        let bound: Vec<(String, String)> = pods_of(kube, owner)
+            .iter()
+            .filter(|p| p["status"]["phase"] == "Running")
+            .filter_map(|p| node_of(p).map(|n| (name(p), n)))
+            .collect();
+        (bound.len() == want).then_some(bound)
+    })
+    .await
+}
+
+#[tokio::test]
+async fn an_instance_becomes_a_ready_node_with_an_aks_like_name_and_provider_id_after_the_boot_delay(
+) {
+    let (handle, kube) = start().await;
+    let state = handle.state();
+    state
+        .seed_cluster(ClusterSeed::new(
+            SUB,
+            RG,
+            "c",
+            vec![AgentPoolSeed::new("gpu", 1)
+                .vm_size("Standard_NC6s_v3")
+                .node_taint("sku=gpu:NoSchedule")
+                .node_label("team", "ml")],
+        ))
+        .expect("cluster seeded");
+    let pool = state.agent_pool(SUB, RG, "c", "gpu").expect("pool exists");
+    let expected = format!("{}000000", pool.scale_set_name);
+    assert!(expected.starts_with("aks-gpu-") && expected.ends_with("-vmss000000"));
+
+    let booting = eventually("the node to register", || {
+        kube.get("v1", "nodes", "", &expected).ok()
+    })
+    .await;
+    assert_eq!(ready(&booting), Some(false), "a new node is not Ready yet");
+    let node = eventually("the node to turn Ready", || {
+        kube.get("v1", "nodes", "", &expected)
+            .ok()
+            .filter(|n| ready(n) == Some(true))
+    })
+    .await;
+
+    assert_eq!(
+        node["spec"]["providerID"],
+        format!(
+            "azure:///subscriptions/{SUB}/resourceGroups/{}/providers/Microsoft.Compute/virtualMachineScaleSets/{}/virtualMachines/0",
+            pool.scale_set_resource_group, pool.scale_set_name
+        )
+    );
+    let labels = &node["metadata"]["labels"];
+    assert_eq!(labels["kubernetes.io/hostname"], expected.as_str());
+    assert_eq!(labels["kubernetes.io/os"], "linux");
+    assert_eq!(
+        labels["node.kubernetes.io/instance-type"],
+        "Standard_NC6s_v3"
+    );
+    assert_eq!(labels["kubernetes.azure.com/agentpool"], "gpu");
+    assert_eq!(labels["team"], "ml");
+    assert_eq!(
+        node["spec"]["taints"],
+        json!([{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]),
+        "the pool's taint stays and the not-ready taint is gone"
+    );
+    assert_eq!(node["status"]["allocatable"]["cpu"], "5900m");
+    assert_eq!(node["status"]["allocatable"]["nvidia.com/gpu"], "1");
+    assert_eq!(node["status"]["allocatable"]["pods"], "110");
+
+    // A plain scale set: its lowercased name, its template tags, no agent pool.
+    let mut plain = ScaleSetSeed::new(SUB, RG, "Workers", 1);
+    plain.tags = BTreeMap::from([
+        (
+            "k8s.io_cluster-autoscaler_node-template_label_example.com_disk~2type".to_string(),
+            "ssd".to_string(),
+        ),
+        (
+            "k8s.io_cluster-autoscaler_node-template_taint_dedicated".to_string(),
+            "batch:NoExecute".to_string(),
+        ),
+        (
+            "k8s.io_cluster-autoscaler_node-template_resources_nvidia.com_gpu".to_string(),
+            "2".to_string(),
+        ),
+    ]);
+    state.seed_scale_set(plain);
+    let worker = eventually("the plain scale set's node", || {
+        kube.get("v1", "nodes", "", "workers000000").ok()
+    })
+    .await;
+    assert_eq!(worker["metadata"]["labels"]["example.com/disk_type"], "ssd");
+    assert!(worker["metadata"]["labels"]
+        .get("kubernetes.azure.com/agentpool")
+        .is_none());
+    assert_eq!(worker["status"]["allocatable"]["nvidia.com/gpu"], "2");
+    assert_eq!(worker["status"]["allocatable"]["memory"], "7340032Ki");
+    assert!(worker["spec"]["taints"].as_array().is_some_and(
+        |ts| ts.contains(&json!({"key": "dedicated", "value": "batch", "effect": "NoExecute"}))
+    ));
+    assert_eq!(
+        kube.nodes_by_scale_set().get("Workers"),
+        Some(&vec!["workers000000".to_string()])
+    );
+}
+
+#[tokio::test]
+async fn a_pod_that_fits_is_bound_one_that_does_not_is_unschedulable_and_is_bound_once_a_node_is_added(
+) {
+    let (handle, kube) = start().await;
+    seed(&handle, "small", "Standard_D2s_v5", 1);
+    kube.create_replica_set("default", "fits", 1, &PodTemplate::new("500m", "1Gi"))
+        .expect("rs created");
+    kube.create_replica_set("default", "big", 1, &PodTemplate::new("3", "1Gi"))
+        .expect("rs created");
+
+    let fits = bound_pods(&kube, "fits", 1).await;
+    assert_eq!(fits[0].1, "small000000");
+    let pending = eventually("the big pod to be marked unschedulable", || {
+        pods_of(&kube, "big")
+            .into_iter()
+            .find(|p| scheduled_condition(p).is_some_and(|c| c["status"] == "False"))
+    })
+    .await;
+    let cond = scheduled_condition(&pending).expect("condition present");
+    assert_eq!(cond["reason"], "Unschedulable");
+    assert_eq!(
+        cond["message"],
+        "0/1 nodes are available: 1 Insufficient cpu."
+    );
+    assert_eq!(kube.pod_counts(Some("default")).pending, 1);
+
+    // The condition is written once, not on every tick.
+    let rv = pending["metadata"]["resourceVersion"].clone();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let again = kube
+        .get("v1", "pods", "default", &name(&pending))
+        .expect("pod still there");
+    assert_eq!(again["metadata"]["resourceVersion"], rv);
+
+    seed(&handle, "large", "Standard_D4s_v5", 1);
+    let big = bound_pods(&kube, "big", 1).await;
+    assert_eq!(big[0], (name(&pending), "large000000".to_string()));
+    let bound = kube
+        .get("v1", "pods", "default", &big[0].0)
+        .expect("pod exists");
+    assert_eq!(
+        scheduled_condition(&bound).map(|c| c["status"].clone()),
+        Some(json!("True"))
+    );
+    assert_eq!(kube.pod_counts(Some("default")).running, 2);
+}
+
+#[tokio::test]
+async fn a_tainted_gpu_scale_sets_node_only_gets_pods_that_tolerate_the_taint() {
+    let (handle, kube) = start().await;
+    handle
+        .state()
+        .seed_cluster(ClusterSeed::new(
+            SUB,
+            RG,
+            "c",
+            vec![
+                AgentPoolSeed::new("system", 1),
+                AgentPoolSeed::new("gpu", 1)
+                    .vm_size("Standard_NC6s_v3")
+                    .node_taint("sku=gpu:NoSchedule"),
+            ],
+        ))
+        .expect("cluster seeded");
+    let gpu_set = handle
+        .state()
+        .agent_pool(SUB, RG, "c", "gpu")
+        .expect("pool")
+        .scale_set_name;
+    eventually("two ready nodes", || {
+        (kube.ready_nodes().len() == 2).then_some(())
+    })
+    .await;
+
+    kube.create_replica_set("default", "web", 2, &PodTemplate::new("1500m", "1Gi"))
+        .expect("rs created");
+    kube.create_replica_set(
+        "default",
+        "train",
+        1,
+        &PodTemplate::new("1", "4Gi")
+            .gpus(1)
+            .tolerate("sku", "gpu", "NoSchedule"),
+    )
+    .expect("rs created");
+
+    let web = bound_pods(&kube, "web", 1).await;
+    assert!(web[0].1.starts_with("aks-system-"), "{web:?}");
+    let train = bound_pods(&kube, "train", 1).await;
+    assert_eq!(train[0].1, format!("{gpu_set}000000"));
+    let refused = eventually("the second web pod to be unschedulable", || {
+        pods_of(&kube, "web")
+            .into_iter()
+            .find_map(|p| scheduled_condition(&p).filter(|c| c["status"] == "False"))
+    })
+    .await;
+    assert_eq!(
+        refused["message"],
+        "0/2 nodes are available: 1 Insufficient cpu, 1 node(s) had untolerated taint {sku: gpu}."
+    );
+}
+
+#[tokio::test]
+async fn deleting_an_instance_removes_its_node_and_pods_and_the_replica_set_recreates_them_pending()
+{
+    let (handle, kube) = start().await;
+    seed(&handle, "pool", "Standard_D4s_v5", 2);
+    kube.create_replica_set("default", "app", 2, &PodTemplate::new("1", "1Gi"))
+        .expect("rs created");
+    let before = bound_pods(&kube, "app", 2).await;
+    assert!(before.iter().all(|(_, n)| n == "pool000000"), "{before:?}");
+
+    // Lowering the capacity removes the newest instance, which runs nothing.
+    handle
+        .state()
+        .rival_set_capacity(SUB, RG, "pool", 1, "rival")
+        .expect("capacity set");
+    eventually("the newest node to go", || {
+        kube.get("v1", "nodes", "", "pool000001")
+            .is_err()
+            .then_some(())
+    })
+    .await;
+    assert_eq!(bound_pods(&kube, "app", 2).await.len(), 2);
+
+    handle
+        .state()
+        .rival_set_capacity(SUB, RG, "pool", 0, "rival")
+        .expect("capacity set");
+    eventually("the last node to go", || {
+        kube.get("v1", "nodes", "", "pool000000")
+            .is_err()
+            .then_some(())
+    })
+    .await;
+    let replaced = eventually("two new pending pods", || {
+        let pods = pods_of(&kube, "app");
+        let fresh = pods
+            .iter()
+            .all(|p| before.iter().all(|(n, _)| *n != name(p)));
+        let unbound = pods.iter().all(|p| node_of(p).is_none());
+        (pods.len() == 2 && fresh && unbound).then_some(pods)
+    })
+    .await;
+    for (old, _) in &before {
+        assert!(
+            kube.get("v1", "pods", "default", old).is_err(),
+            "{old} is gone"
+        );
+    }
+    let mut lost: Vec<(String, String, Option<String>)> = handle
+        .pods_lost_with_nodes()
+        .into_iter()
+        .map(|l| (l.name, l.node, l.owner_kind))
+        .collect();
+    lost.sort();
+    let mut expected: Vec<(String, String, Option<String>)> = before
+        .iter()
+        .map(|(p, n)| (p.clone(), n.clone(), Some("ReplicaSet".to_string())))
+        .collect();
+    expected.sort();
+    assert_eq!(lost, expected, "the lost pods are reported with their node");
+    assert_eq!(kube.pod_counts(Some("default")).pending, 2);
+    let message = eventually("the pending pods' reason", || {
+        replaced
+            .iter()
+            .filter_map(|p| kube.get("v1", "pods", "default", &name(p)).ok())
+            .find_map(|p| scheduled_condition(&p))
+    })
+    .await;
+    assert_eq!(message["message"], "no nodes available to schedule pods");
+}
+
+async fn evict(handle: &EmulatorHandle, kube: &KubeState, pod: &str) -> u16 {
+    reqwest::Client::new()
+        .post(format!(
+            "{}/api/v1/namespaces/default/pods/{pod}/eviction",
+            handle.base_url()
+        ))
+        .bearer_auth(kube.token())
+        .json(&json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": "default"}}))
+        .send()
+        .await
+        .expect("eviction answered")
+        .status()
+        .as_u16()
+}
+
+#[tokio::test]
+async fn an_eviction_refused_by_a_pdb_leaves_the_pod_and_an_allowed_one_is_recreated_by_its_replica_set(
+) {
+    let (handle, kube) = start().await;
+    seed(&handle, "pool", "Standard_D4s_v5", 1);
+    kube.create_replica_set("default", "web", 2, &PodTemplate::new("100m", "128Mi"))
+        .expect("rs created");
+    let pods = bound_pods(&kube, "web", 2).await;
+    let pdb = kube
+        .create(
+            "policy/v1",
+            "poddisruptionbudgets",
+            "default",
+            json!({"metadata": {"name": "web"}, "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}}),
+        )
+        .expect("pdb created");
+
+    let victim = &pods[0].0;
+    assert_eq!(evict(&handle, &kube, victim).await, 429);
+    assert!(kube.get("v1", "pods", "default", victim).is_ok());
+
+    let mut relaxed = pdb;
+    relaxed["spec"]["minAvailable"] = json!(1);
+    kube.update("policy/v1", "poddisruptionbudgets", "default", relaxed)
+        .expect("pdb relaxed");
+    assert_eq!(evict(&handle, &kube, victim).await, 201);
+    let after = eventually("the replica set to replace the evicted pod", || {
+        let bound: Vec<String> = pods_of(&kube, "web")
+            .iter()
+            .filter(|p| p["status"]["phase"] == "Running")
+            .map(name)
+            .collect();
+        (bound.len() == 2 && !bound.contains(victim)).then_some(bound)
+    })
+    .await;
+    assert!(after.contains(&pods[1].0), "the other pod stayed");
+    eventually("the replica set's status to count two ready pods", || {
+        kube.get("apps/v1", "replicasets", "default", "web")
+            .ok()
+            .filter(|rs| rs["status"]["readyReplicas"] == 2)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_daemon_set_puts_one_bound_pod_on_each_ready_node_whose_taints_it_tolerates() {
+    let (handle, kube) = start().await;
+    seed(&handle, "plain", "Standard_D2s_v5", 2);
+    let mut tainted = ScaleSetSeed::new(SUB, RG, "tainted", 1);
+    tainted.tags.insert(
+        "k8s.io_cluster-autoscaler_node-template_taint_sku".to_string(),
+        "gpu:NoSchedule".to_string(),
+    );
+    handle.state().seed_scale_set(tainted);
+    kube.create_daemon_set("default", "agent", &PodTemplate::new("50m", "64Mi"))
+        .expect("ds created");
+    let mut on = bound_pods(&kube, "agent", 2).await;
+    on.sort_by(|a, b| a.1.cmp(&b.1));
+    assert_eq!(
+        on.iter().map(|(_, n)| n.as_str()).collect::<Vec<_>>(),
+        vec!["plain000000", "plain000001"]
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(pods_of(&kube, "agent").len(), 2, "none on the tainted node");
+    let ds = eventually("the daemon set's status", || {
+        kube.get("apps/v1", "daemonsets", "default", "agent")
+            .ok()
+            .filter(|ds| ds["status"]["numberReady"] == 2)
+    })
+    .await;
+    assert_eq!(ds["status"]["desiredNumberScheduled"], 2);
+}
+
+#[tokio::test]
+async fn lowering_a_pools_count_deleting_instances_or_the_scale_set_removes_their_nodes() {
+    let (handle, kube) = start().await;
+    let state = handle.state();
+    state
+        .seed_cluster(ClusterSeed::new(
+            SUB,
+            RG,
+            "c",
+            vec![
+                AgentPoolSeed::new("system", 1),
+                AgentPoolSeed::new("work", 3),
+            ],
+        ))
+        .expect("cluster seeded");
+    let work = state.agent_pool(SUB, RG, "c", "work").expect("pool");
+    let count = |set: &str| kube.nodes_by_scale_set().get(set).map_or(0, Vec::len);
+    eventually("three work nodes", || {
+        (count(&work.scale_set_name) == 3).then_some(())
+    })
+    .await;
+
+    state
+        .rival_set_pool_count(SUB, RG, "c", "work", 1, "rival")
+        .expect("count set");
+    eventually("one work node", || {
+        (count(&work.scale_set_name) == 1).then_some(())
+    })
+    .await;
+
+    // The compute API's delete of named instances.
+    seed(&handle, "plain", "Standard_D2s_v5", 3);
+    eventually("three plain nodes", || (count("plain") == 3).then_some(())).await;
+    let token = state.issue_token("tester");
+    let status = reqwest::Client::new()
+        .post(format!(
+            "{}/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/virtualMachineScaleSets/plain/delete?api-version=2024-07-01",
+            handle.base_url()
+        ))
+        .bearer_auth(token)
+        .json(&json!({"instanceIds": ["1"]}))
+        .send()
+        .await
+        .expect("delete answered")
+        .status()
+        .as_u16();
+    assert!(status == 200 || status == 202, "delete answered {status}");
+    let left = eventually("the deleted instance's node to go", || {
+        kube.nodes_by_scale_set()
+            .get("plain")
+            .filter(|names| names.len() == 2)
+            .cloned()
+    })
+    .await;
+    assert_eq!(left, vec!["plain000000", "plain000002"]);
+
+    assert!(state.delete_out_of_band(SUB, RG, "plain"));
+    eventually("the deleted scale set's nodes to go", || {
+        (count("plain") == 0).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn scaling_a_replica_set_through_its_scale_subresource_deletes_the_pending_pods_first() {
+    let (handle, kube) = start().await;
+    seed(&handle, "pool", "Standard_D2s_v5", 1);
+    kube.create_replica_set("default", "web", 3, &PodTemplate::new("800m", "1Gi"))
+        .expect("rs created");
+    let running = bound_pods(&kube, "web", 2).await;
+    eventually("one pending pod", || {
+        (kube.pod_counts(Some("default")).pending == 1).then_some(())
+    })
+    .await;
+
+    let url = format!(
+        "{}/apis/apps/v1/namespaces/default/replicasets/web/scale",
+        handle.base_url()
+    );
+    let scale: Value = reqwest::Client::new()
+        .patch(&url)
+        .bearer_auth(kube.token())
+        .header("content-type", "application/merge-patch+json")
+        .body(json!({"spec": {"replicas": 2}}).to_string())
+        .send()
+        .await
+        .expect("scale answered")
+        .json()
+        .await
+        .expect("a Scale body");
+    assert_eq!(scale["kind"], "Scale");
+    assert_eq!(scale["spec"]["replicas"], 2);
+    assert_eq!(scale["status"]["selector"], "app=web");
+
+    eventually("the pending pod to go", || {
+        let pods = pods_of(&kube, "web");
+        (pods.len() == 2).then_some(())
+    })
+    .await;
+    let mut left: Vec<(String, String)> = bound_pods(&kube, "web", 2).await;
+    let mut before = running;
+    left.sort();
+    before.sort();
+    assert_eq!(left, before, "the two running pods stayed");
+
+    kube.scale_replica_set("default", "web", 3)
+        .expect("scaled through the Rust API");
+    eventually("a third pod, pending again", || {
+        (pods_of(&kube, "web").len() == 3 && kube.pod_counts(Some("default")).pending == 1)
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn without_the_simulation_instances_make_no_nodes() {
+    let handle = EmulatorBuilder::new()
+        .kubernetes(true)
+        .start()
+        .await
+        .expect("emulator starts");
+    let kube = handle.kube().expect("kubernetes side on");
+    seed(&handle, "pool", "Standard_D2s_v5", 2);
+    kube.create_replica_set("default", "web", 1, &PodTemplate::new("100m", "64Mi"))
+        .expect("rs created");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(kube.list_all("v1", "nodes", None).is_empty());
+    assert!(kube.list_all("v1", "pods", None).is_empty());
+}
