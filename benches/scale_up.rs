@@ -46,13 +46,13 @@ fn group_name(g: usize) -> String {
 fn node(g: usize, i: usize) -> Node {
     let (size, cpu, mem) = size_of(g);
     let name = format!("{}-vmss{i:06}", group_name(g));
-    let taints = if g % 4 == 0 {
+    let taints = if g.is_multiple_of(4) {
         json!([{"key": "sku", "value": "gpu", "effect": "NoSchedule"}])
     } else {
         json!([])
     };
     let mut alloc = json!({"cpu": cpu, "memory": mem, "pods": "110"});
-    if g % 4 == 0 {
+    if g.is_multiple_of(4) {
         alloc["nvidia.com/gpu"] = json!("1");
     }
     serde_json::from_value(json!({
@@ -81,9 +81,9 @@ fn pod(d: usize, i: usize, node: Option<&str>) -> Pod {
         "containers": [{"name": "app", "image": "app",
             "resources": {"requests": {"cpu": cpu, "memory": mem}}}],
     });
-    if d % 6 == 0 {
+    if d.is_multiple_of(6) {
         // Pinned to one non-GPU pool.
-        spec["nodeSelector"] = json!({"pool": group_name((d * 7) % GROUPS | 1)});
+        spec["nodeSelector"] = json!({"pool": group_name(((d * 7) % GROUPS) | 1)});
     }
     if d % 10 == 4 {
         spec["tolerations"] =
@@ -157,7 +157,7 @@ fn main() {
     let names: Vec<String> = (0..GROUPS).map(group_name).collect();
     let tags: Vec<_> = (0..GROUPS)
         .map(|g| {
-            if g % 4 == 0 {
+            if g.is_multiple_of(4) {
                 [(GPU_TAINT.to_string(), "gpu:NoSchedule".to_string())].into()
             } else {
                 Default::default()
