@@ -102,7 +102,7 @@ pub fn prepare(pods: &[Arc<Pod>]) -> Vec<Prepared> {
 
 /// [`prepare`], taking the facts from `cache`.
 pub fn prepare_with(pods: &[Arc<Pod>], cache: &mut FactsCache) -> Vec<Prepared> {
-    let mut classes: HashMap<&str, Vec<(&Pod, usize)>> = HashMap::new();
+    let mut classes: rustc_hash::FxHashMap<&str, Vec<(&Pod, usize)>> = Default::default();
     let mut next = 0usize;
     let mut fresh = || {
         next += 1;

@@ -22,8 +22,19 @@ pub enum Expander {
 /// Picks one of the options (each an estimate that places at least one pod and adds nodes).
 /// `None` when there is no option.
 pub fn choose<'a>(expander: &Expander, options: &'a [Estimate], seed: u64) -> Option<&'a Estimate> {
-    let viable: Vec<&Estimate> = options
+    let refs: Vec<&Estimate> = options.iter().collect();
+    choose_ref(expander, &refs, seed)
+}
+
+/// [`choose`] over borrowed options.
+pub fn choose_ref<'a>(
+    expander: &Expander,
+    options: &[&'a Estimate],
+    seed: u64,
+) -> Option<&'a Estimate> {
+    let viable: Vec<&'a Estimate> = options
         .iter()
+        .copied()
         .filter(|o| o.new_nodes > 0 && !o.placed.is_empty())
         .collect();
     if viable.is_empty() {

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{
     Taint, Toleration,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Amounts by resource name, in milli-units (`pods` counts pods).
@@ -332,7 +332,7 @@ pub struct PodFacts {
 /// Entries of pods no longer asked about are dropped at [`FactsCache::sweep`].
 #[derive(Debug, Default)]
 pub struct FactsCache {
-    entries: HashMap<String, (Option<String>, Arc<PodFacts>, u64)>,
+    entries: rustc_hash::FxHashMap<String, (Option<String>, Arc<PodFacts>, u64)>,
     generation: u64,
 }
 

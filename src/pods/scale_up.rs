@@ -8,10 +8,11 @@
 //! expander pick one, and removes the pods it places, until no group can place more. A pod that
 //! no group can take keeps, per group, the reason why.
 
+use super::estimate::Estimate;
 use super::estimate::{
     estimate_prepared, first_fit, pod_key, prepare_with, GroupCapacity, Refusal,
 };
-use super::expander::{choose, Expander};
+use super::expander::{choose_ref, Expander};
 use super::fit::{not_simulated, FactsCache, NodeState};
 use super::pending::wants_capacity;
 use super::template::{from_live_node, from_shape, subtract_daemonsets, GroupShape};
@@ -125,40 +126,81 @@ impl std::fmt::Display for WhyNot {
 /// (`azure:///subscriptions/<s>/resourceGroups/<rg>/providers/Microsoft.Compute/virtualMachineScaleSets/<vmss>/virtualMachines/<id>`),
 /// with its resource group and instance id.
 pub fn parse_provider_id(id: &str) -> Option<(&str, &str, &str)> {
-    let rest = id.strip_prefix("azure://")?;
-    let parts: Vec<&str> = rest.trim_start_matches('/').split('/').collect();
-    let find = |key: &str| {
-        parts
-            .iter()
-            .position(|p| p.eq_ignore_ascii_case(key))
-            .and_then(|i| parts.get(i + 1).copied())
-            .filter(|v| !v.is_empty())
-    };
-    Some((
-        find("resourceGroups")?,
-        find("virtualMachineScaleSets")?,
-        find("virtualMachines")?,
-    ))
+    let rest = id.strip_prefix("azure://")?.trim_start_matches('/');
+    let mut rg = None;
+    let mut vmss = None;
+    let mut vm = None;
+    let mut parts = rest.split('/');
+    while let Some(key) = parts.next() {
+        let slot = if key.eq_ignore_ascii_case("resourceGroups") {
+            &mut rg
+        } else if key.eq_ignore_ascii_case("virtualMachineScaleSets") {
+            &mut vmss
+        } else if key.eq_ignore_ascii_case("virtualMachines") {
+            &mut vm
+        } else {
+            continue;
+        };
+        *slot = parts.next().filter(|v| !v.is_empty());
+    }
+    Some((rg?, vmss?, vm?))
+}
+
+/// Finds a node's group: scale sets by (resource group, name) in lower case, pools by name.
+struct GroupIndex {
+    scale_sets: rustc_hash::FxHashMap<(String, String), usize>,
+    pools: rustc_hash::FxHashMap<String, usize>,
+}
+
+impl GroupIndex {
+    fn new(groups: &[GroupInput]) -> Self {
+        let mut scale_sets = rustc_hash::FxHashMap::default();
+        let mut pools = rustc_hash::FxHashMap::default();
+        for (i, g) in groups.iter().enumerate() {
+            match &g.backing {
+                Backing::ScaleSet {
+                    resource_group,
+                    name,
+                } => {
+                    scale_sets
+                        .entry((
+                            resource_group.to_ascii_lowercase(),
+                            name.to_ascii_lowercase(),
+                        ))
+                        .or_insert(i);
+                }
+                Backing::AgentPool { pool } => {
+                    pools.entry(pool.clone()).or_insert(i);
+                }
+            }
+        }
+        Self { scale_sets, pools }
+    }
+
+    fn group_of(&self, node: &Node) -> Option<usize> {
+        let by_id = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.provider_id.as_deref())
+            .and_then(parse_provider_id)
+            .and_then(|(rg, vmss, _)| {
+                if self.scale_sets.is_empty() {
+                    return None;
+                }
+                self.scale_sets
+                    .get(&(rg.to_ascii_lowercase(), vmss.to_ascii_lowercase()))
+                    .copied()
+            });
+        by_id.or_else(|| {
+            let pool = node.metadata.labels.as_ref()?.get(AGENTPOOL_LABEL)?;
+            self.pools.get(pool).copied()
+        })
+    }
 }
 
 /// Which group (index into `groups`) a node belongs to, if any.
 pub fn group_of(node: &Node, groups: &[GroupInput]) -> Option<usize> {
-    let provider = node.spec.as_ref().and_then(|s| s.provider_id.as_deref());
-    let parsed = provider.and_then(parse_provider_id);
-    let pool = node
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(AGENTPOOL_LABEL));
-    groups.iter().position(|g| match &g.backing {
-        Backing::ScaleSet {
-            resource_group,
-            name,
-        } => parsed.is_some_and(|(rg, vmss, _)| {
-            rg.eq_ignore_ascii_case(resource_group) && vmss.eq_ignore_ascii_case(name)
-        }),
-        Backing::AgentPool { pool: p } => pool == Some(p),
-    })
+    GroupIndex::new(groups).group_of(node)
 }
 
 fn is_ready(node: &Node) -> bool {
@@ -198,25 +240,40 @@ fn decide(input: &ScaleUpInput, cache: &mut FactsCache) -> ScaleUpPlan {
     let groups = &input.groups;
 
     // Nodes per group, and the live state of every Ready schedulable node.
-    let mut node_group: HashMap<&str, usize> = HashMap::new();
+    let index = GroupIndex::new(groups);
+    let mut registered = vec![0u32; groups.len()];
     let mut live_template: Vec<Option<&Node>> = vec![None; groups.len()];
     for node in &input.nodes {
-        let Some(i) = group_of(node, groups) else {
+        let Some(i) = index.group_of(node) else {
             continue;
         };
-        let name = node.metadata.name.as_deref().unwrap_or_default();
-        node_group.insert(name, i);
-        *out.registered.entry(groups[i].name.clone()).or_default() += 1;
+        registered[i] += 1;
         if live_template[i].is_none() && is_ready(node) && schedulable(node) {
             live_template[i] = Some(node);
         }
     }
-    let mut bound: HashMap<&str, Vec<&Arc<Pod>>> = HashMap::new();
+    for (i, n) in registered.iter().enumerate() {
+        if *n > 0 {
+            out.registered.insert(groups[i].name.clone(), *n);
+        }
+    }
+    // Pending pods, and pods bound to a Ready schedulable node placed on that node's state.
+    let mut room: Vec<NodeState> = Vec::new();
+    let mut room_of: rustc_hash::FxHashMap<&str, usize> = Default::default();
+    for n in input.nodes.iter().filter(|n| is_ready(n) && schedulable(n)) {
+        room_of.insert(n.metadata.name.as_deref().unwrap_or_default(), room.len());
+        room.push(NodeState::from_node(n, std::iter::empty()));
+    }
     let mut pending: Vec<Arc<Pod>> = Vec::new();
     for pod in &input.pods {
         let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
         match node {
-            Some(n) => bound.entry(n).or_default().push(pod),
+            Some(n) => {
+                if let Some(i) = room_of.get(n) {
+                    let facts = cache.get(pod);
+                    room[*i].place_with(pod.clone(), &facts);
+                }
+            }
             None if wants_capacity(pod, input.priority_cutoff) => {
                 let why = pod.spec.as_ref().and_then(not_simulated);
                 match why {
@@ -235,22 +292,8 @@ fn decide(input: &ScaleUpInput, cache: &mut FactsCache) -> ScaleUpPlan {
     }
     let mut pending = prepare_with(&pending, cache);
 
-    // 1. Room already there: free room on Ready nodes, then upcoming nodes of healthy groups.
-    let mut room: Vec<NodeState> = input
-        .nodes
-        .iter()
-        .filter(|n| is_ready(n) && schedulable(n))
-        .map(|n| {
-            let name = n.metadata.name.as_deref().unwrap_or_default();
-            let pods: Vec<(&Arc<Pod>, Arc<super::fit::PodFacts>)> = bound
-                .get(name)
-                .into_iter()
-                .flatten()
-                .map(|p| (*p, cache.get(p)))
-                .collect();
-            NodeState::from_node_with(n, pods.iter().map(|(p, f)| (*p, f.as_ref())))
-        })
-        .collect();
+    // 1. Room already there: free room on Ready nodes (above), then upcoming nodes of healthy
+    // groups.
     let daemonsets = daemonset_list(&input.daemonsets);
     let mut templates: Vec<Result<NodeState, WhyNot>> = Vec::with_capacity(groups.len());
     for (i, g) in groups.iter().enumerate() {
@@ -292,16 +335,12 @@ fn decide(input: &ScaleUpInput, cache: &mut FactsCache) -> ScaleUpPlan {
         None => true,
     });
 
-    // 2. Rounds of estimate + expander, one group chosen per round.
-    let mut reasons: BTreeMap<String, Vec<(String, WhyNot)>> = BTreeMap::new();
+    // 2. Rounds of estimate + expander, one group chosen per round. Each round keeps every
+    // group's answer; the last round's answers say why the pods left over fit nowhere.
     let mut chosen: HashSet<usize> = HashSet::new();
-    loop {
-        if pending.is_empty() {
-            break;
-        }
-        reasons.clear();
-        let mut options = Vec::new();
-        let mut option_group = Vec::new();
+    let mut answers: Vec<(usize, Result<Estimate, WhyNot>)> = Vec::new();
+    while !pending.is_empty() {
+        answers.clear();
         for (i, g) in groups.iter().enumerate() {
             let why_not = if chosen.contains(&i) {
                 Some(WhyNot::new(
@@ -318,20 +357,15 @@ fn decide(input: &ScaleUpInput, cache: &mut FactsCache) -> ScaleUpPlan {
             } else {
                 templates[i].as_ref().err().cloned()
             };
-            if let Some(why) = why_not {
-                for p in &pending {
-                    reasons
-                        .entry(p.key.clone())
-                        .or_default()
-                        .push((g.name.clone(), why.clone()));
-                }
-                continue;
-            }
-            let capacity = g.capacity.unwrap_or(0).max(0);
-            let capacity = u32::try_from(capacity).unwrap_or(u32::MAX);
-            let Ok(template) = &templates[i] else {
+            let (Ok(template), None) = (&templates[i], why_not.clone()) else {
+                answers.push((
+                    i,
+                    Err(why_not.unwrap_or_else(|| WhyNot::new("no_template", "no template"))),
+                ));
                 continue;
             };
+            let capacity = g.capacity.unwrap_or(0).max(0);
+            let capacity = u32::try_from(capacity).unwrap_or(u32::MAX);
             // Upcoming nodes were filled in step 1: the estimate starts from new nodes only.
             let e = estimate_prepared(
                 &GroupCapacity {
@@ -343,26 +377,22 @@ fn decide(input: &ScaleUpInput, cache: &mut FactsCache) -> ScaleUpPlan {
                 },
                 &pending,
             );
-            for (pod, why) in &e.refused {
-                let why = match why {
-                    Refusal::DoesNotFit(u) => WhyNot::new(u.label(), u.to_string()),
-                    Refusal::AtMax => WhyNot::new("max_size", Refusal::AtMax.to_string()),
-                };
-                reasons
-                    .entry(pod.clone())
-                    .or_default()
-                    .push((g.name.clone(), why));
-            }
-            options.push(e);
-            option_group.push(i);
+            answers.push((i, Ok(e)));
         }
-        let Some(best) = choose(&input.expander, &options, input.seed) else {
+        let options: Vec<&Estimate> = answers
+            .iter()
+            .filter_map(|(_, a)| a.as_ref().ok())
+            .collect();
+        let Some(best) = choose_ref(&input.expander, &options, input.seed) else {
             break;
         };
-        let i = option_group[options
+        let Some(i) = answers
             .iter()
-            .position(|o| std::ptr::eq(o, best))
-            .unwrap_or(0)];
+            .find(|(_, a)| a.as_ref().is_ok_and(|e| std::ptr::eq(e, best)))
+            .map(|(i, _)| *i)
+        else {
+            break;
+        };
         let g = &groups[i];
         let capacity = g.capacity.unwrap_or(0).max(0);
         let target = (capacity + i64::from(best.new_nodes)).max(i64::from(g.min));
@@ -374,8 +404,29 @@ fn decide(input: &ScaleUpInput, cache: &mut FactsCache) -> ScaleUpPlan {
         pending.retain(|p| !placed.contains(&p.key));
         chosen.insert(i);
     }
+    // Why each pod left over fits nowhere: per group, the last round's answer.
+    let refusals: Vec<HashMap<&str, &Refusal>> = answers
+        .iter()
+        .map(|(_, a)| match a {
+            Ok(e) => e.refused.iter().map(|(k, r)| (k.as_str(), r)).collect(),
+            Err(_) => HashMap::new(),
+        })
+        .collect();
     for p in &pending {
-        let why = reasons.remove(&p.key).unwrap_or_default();
+        let why = answers
+            .iter()
+            .zip(&refusals)
+            .filter_map(|((i, a), refused)| {
+                let w = match a {
+                    Err(w) => w.clone(),
+                    Ok(_) => match refused.get(p.key.as_str())? {
+                        Refusal::DoesNotFit(u) => WhyNot::new(u.label(), u.to_string()),
+                        Refusal::AtMax => WhyNot::new("max_size", Refusal::AtMax.to_string()),
+                    },
+                };
+                Some((groups[*i].name.clone(), w))
+            })
+            .collect();
         out.unfit.insert(p.key.clone(), why);
     }
     out
