@@ -138,6 +138,11 @@ pub struct DemoArgs {
     /// leader stops halfway and the standby takes over; then the status ConfigMap and the Events.
     #[arg(long)]
     pub kubernetes: bool,
+    /// Pod-driven demand on a simulated cluster (instances become Nodes, a scheduler binds pods):
+    /// bursts of pending pods over three node groups (general, memory, a tainted GPU group from
+    /// zero), then a shrink, with the rival writer still at work.
+    #[arg(long, conflicts_with_all = ["aks", "kubernetes"])]
+    pub pods: bool,
 }
 
 /// `emulator` flags (a contract: tests outside the project use them).

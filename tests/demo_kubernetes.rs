@@ -17,6 +17,7 @@ async fn two_replicas_hand_the_lease_over_halfway_and_only_the_leader_writes_to_
         quiet: true,
         aks: false,
         kubernetes: true,
+        pods: false,
     };
     let r = demo::kubernetes(&args).await.expect("the demo runs");
 

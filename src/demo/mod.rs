@@ -20,6 +20,8 @@
 //! adds the hand-over time, writes per replica, the status ConfigMap and the Events as
 //! `kubectl get events` prints them.
 
+pub mod pods;
+
 use crate::azure::arm::{http_client, ArmTarget};
 use crate::azure::{credentials, ArmClient};
 use crate::cli::{DemoArgs, ExitCode, Replica, ReplicaOptions};
@@ -292,7 +294,9 @@ impl Drop for Stage {
 
 /// `demo`: the single controller, or with `--kubernetes` two replicas electing a leader.
 pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
-    if args.kubernetes {
+    if args.pods {
+        pods::run(&args).await?;
+    } else if args.kubernetes {
         kubernetes(&args).await?;
     } else {
         single(&args).await?;

@@ -1,0 +1,568 @@
+//! `demo --pods`: pod-driven demand on a simulated cluster. The emulator turns every VM
+//! instance into a Node (Ready after a boot delay) and runs a small scheduler of its own (not
+//! the controller's fit code); ReplicaSets create the pods. Three node groups start (nearly)
+//! empty: `general`, `memory` (nodes labelled `workload=memory`) and a tainted `gpu` group that
+//! scales from zero. A burst of pods, a second burst, then a shrink, while a rival writer keeps
+//! changing the scale sets. One controller, wired as `run` wires it, with `demand: pods`.
+//!
+//! Everything runs in real time. Scale-down (draining and deleting the nodes nobody needs) is
+//! not in this build: the summary says how many nodes the shrink left unneeded.
+
+use super::*;
+use crate::emulator::kube::KubeState;
+use crate::emulator::sim::{PodTemplate, SimSettings};
+use crate::pods::quantity;
+use serde_json::Value;
+use std::collections::HashMap;
+
+/// A new instance's Node turns Ready this long after it appeared.
+const BOOT_DELAY: Duration = Duration::from_secs(3);
+/// How often the demo looks at the cluster.
+const SAMPLE: Duration = Duration::from_millis(200);
+const NS: &str = "default";
+const GPU_TAINT_TAG: &str = "k8s.io_cluster-autoscaler_node-template_taint_sku";
+const LABEL_TAG: &str = "k8s.io_cluster-autoscaler_node-template_label_workload";
+
+/// What the demo measured.
+#[derive(Debug, Clone, Default)]
+pub struct PodsReport {
+    /// Pods seen pending at some point.
+    pub pods: usize,
+    /// Of those, scheduled by the end.
+    pub scheduled: usize,
+    /// Seconds from first seen pending to first seen bound: p50, p99, max.
+    pub wait_p50: f64,
+    /// p99.
+    pub wait_p99: f64,
+    /// Max.
+    pub wait_max: f64,
+    /// Node-minutes the groups' Ready nodes ran.
+    pub node_minutes: f64,
+    /// Node-minutes a perfect packer would have needed for the pods running (a lower bound).
+    pub node_minutes_needed: f64,
+    /// Capacity writes the controller sent, by group.
+    pub writes: BTreeMap<String, u64>,
+    /// 412 answers the controller met.
+    pub conflicts: u64,
+    /// Rival writes that succeeded.
+    pub rival_writes: u64,
+    /// Lost updates the emulator detected.
+    pub lost_updates: usize,
+    /// Pods that went down with a node (not evicted through the API).
+    pub pods_lost_with_nodes: usize,
+    /// GPU nodes' pods that do not tolerate the GPU taint (must be 0).
+    pub misplaced_on_gpu: usize,
+    /// Ready nodes at the end, by group.
+    pub nodes_at_end: BTreeMap<String, usize>,
+    /// Nodes the pods at the end need at least, by group.
+    pub nodes_needed_at_end: BTreeMap<String, usize>,
+}
+
+fn groups() -> Vec<NodeGroupSpec> {
+    let g = |name: &str, min: u32, max: u32| NodeGroupSpec {
+        name: name.into(),
+        kind: crate::config::NodeGroupKind::Vmss,
+        resource_group: None,
+        min_size: min,
+        max_size: max,
+        desired_capacity: None,
+        schedules: Vec::new(),
+        max_scale_down_step: None,
+    };
+    vec![g("general", 1, 20), g("memory", 0, 8), g("gpu", 0, 4)]
+}
+
+/// `demo --pods`.
+pub async fn run(args: &DemoArgs) -> anyhow::Result<PodsReport> {
+    let emulator = EmulatorBuilder::new()
+        .lro_delay(Duration::from_millis(800))
+        .kubernetes(true)
+        .cluster_simulation(SimSettings {
+            boot_delay: BOOT_DELAY,
+            tick: Duration::from_millis(100),
+        })
+        .start()
+        .await
+        .context("starting the built-in emulator")?;
+    let state = emulator.state();
+    let kube = emulator
+        .kube()
+        .context("the emulator's Kubernetes side is off")?;
+    let base = emulator.base_url();
+    let groups = groups();
+    for (name, size, capacity, tags) in [
+        ("general", "Standard_D4s_v5", 1, vec![]),
+        ("memory", "Standard_E8s_v5", 0, vec![(LABEL_TAG, "memory")]),
+        (
+            "gpu",
+            "Standard_NC6s_v3",
+            0,
+            vec![(GPU_TAINT_TAG, "gpu:NoSchedule")],
+        ),
+    ] {
+        let mut seed = ScaleSetSeed::new(SUBSCRIPTION, RESOURCE_GROUP, name, capacity);
+        seed.sku_name = size.into();
+        seed.tags = tags
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .chain([("team".to_string(), "platform".to_string())])
+            .collect();
+        state.seed_scale_set(seed);
+    }
+    let stage = Stage {
+        pools: PoolRival {
+            http: http_client(Duration::from_secs(10), None)?,
+            token: state.issue_token(RIVAL),
+            base: base.clone(),
+        },
+        _emulator: emulator,
+        state: state.clone(),
+        base,
+        groups: groups.clone(),
+        dir: tempfile_dir()?,
+    };
+    let kubeconfig = write_kubeconfig(&stage, stage._emulator.kubeconfig())?;
+    let secret = stage.register(CLIENT_ID)?;
+    let mut settings = stage.settings(
+        args,
+        CLIENT_ID,
+        secret,
+        KubernetesSettings {
+            enabled: true,
+            kubeconfig: Some(kubeconfig),
+            namespace: NAMESPACE.into(),
+            leader_election: crate::config::LeaderElectionSettings {
+                enabled: false,
+                ..Default::default()
+            },
+            status_config_map: crate::config::DEFAULT_STATUS_CONFIG_MAP.into(),
+        },
+    )?;
+    settings.pod_demand.kind = crate::config::DemandKind::Pods;
+    // Writes come when a batch of pending pods closes; the scan only re-checks.
+    settings.scan_interval = Duration::from_secs(5);
+    let metrics = Arc::new(Metrics::new());
+    let replica = Replica::build(
+        Arc::new(settings),
+        metrics.clone(),
+        ReplicaOptions {
+            dry_run: false,
+            identity: Some("controller".into()),
+        },
+    )
+    .await
+    .context("wiring the controller")?;
+    println!(
+        "demo: ARM emulator and a simulated cluster at {} (instances become Nodes, Ready {BOOT_DELAY:?} after they appear; the emulator's own scheduler binds pods)",
+        stage.base
+    );
+    println!(
+        "      node groups general (Standard_D4s_v5, 1..20), memory (Standard_E8s_v5, label workload=memory, 0..8), gpu (Standard_NC6s_v3, taint sku=gpu:NoSchedule, 0..4, from zero)"
+    );
+    println!(
+        "      demand: pods, ETag concurrency {}, rival writer every {:?} (tags, and a node added by hand), runs {:?}",
+        etag_mode(args),
+        args.rival_interval,
+        args.duration
+    );
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(replica.serve(stop.clone(), std::future::pending()));
+
+    let rival_stop = CancellationToken::new();
+    let rival_writes = Arc::new(AtomicU64::new(0));
+    let rival = tokio::spawn(pod_rival(
+        state.clone(),
+        args.rival_interval,
+        args.seed,
+        rival_writes.clone(),
+        rival_stop.clone(),
+    ));
+
+    let web = PodTemplate::new("500m", "1Gi");
+    let cache = PodTemplate::new("1", "12Gi").node_selector("workload", "memory");
+    let train = PodTemplate::new("2", "8Gi")
+        .gpus(1)
+        .tolerate("sku", "gpu", "NoSchedule");
+    let started = tokio::time::Instant::now();
+    let at = |f: f64| started + args.duration.mul_f64(f);
+    let mut phase = 0;
+    let mut seen = Seen::default();
+    let mut tick = tokio::time::interval(SAMPLE);
+    let mut last_line = started;
+    while started.elapsed() < args.duration {
+        tick.tick().await;
+        let now = tokio::time::Instant::now();
+        if phase == 0 && now >= at(0.05) {
+            kube.create_replica_set(NS, "web", 24, &web)?;
+            kube.create_replica_set(NS, "cache", 6, &cache)?;
+            kube.create_replica_set(NS, "train", 2, &train)?;
+            say(args, started, "burst: web 24 x (500m, 1Gi), cache 6 x (1, 12Gi, workload=memory), train 2 x (2, 8Gi, 1 GPU, tolerates the taint)");
+            phase = 1;
+        } else if phase == 1 && now >= at(0.4) {
+            kube.scale_replica_set(NS, "web", 40)?;
+            kube.scale_replica_set(NS, "train", 3)?;
+            say(args, started, "second burst: web 24 -> 40, train 2 -> 3");
+            phase = 2;
+        } else if phase == 2 && now >= at(0.75) {
+            kube.scale_replica_set(NS, "web", 10)?;
+            kube.scale_replica_set(NS, "cache", 2)?;
+            say(args, started, "shrink: web 40 -> 10, cache 6 -> 2");
+            phase = 3;
+        }
+        seen.sample(&kube, now);
+        if !args.quiet && now.duration_since(last_line) >= Duration::from_secs(2) {
+            last_line = now;
+            println!("{}", seen.line(&kube, &state, &groups, started));
+        }
+    }
+    rival_stop.cancel();
+    let _ = rival.await;
+    let report = seen.report(
+        &kube,
+        &state,
+        &metrics,
+        rival_writes.load(Ordering::Relaxed),
+        &stage,
+    );
+    stop.cancel();
+    match task.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "the controller ended with an error"),
+        Err(e) => tracing::warn!(error = %e, "the controller task failed"),
+    }
+    print_report(args, &report);
+    Ok(report)
+}
+
+fn say(args: &DemoArgs, started: tokio::time::Instant, what: &str) {
+    if !args.quiet {
+        println!("[{:>3}s] {what}", started.elapsed().as_secs());
+    }
+}
+
+/// A rival that does what people do to node pools by hand: change tags (70 %) and add a node
+/// (30 %), through ARM, without the controller knowing.
+async fn pod_rival(
+    state: EmulatorState,
+    every: Duration,
+    seed: u64,
+    count: Arc<AtomicU64>,
+    stop: CancellationToken,
+) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed.wrapping_mul(31).wrapping_add(7));
+    let names = ["general", "memory", "gpu"];
+    let mut n = 0u64;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.cancelled() => return,
+        }
+        n += 1;
+        let name = names[rng.gen_range(0..names.len())];
+        let ok = if rng.gen_bool(0.3) && name == "general" {
+            state
+                .scale_set(SUBSCRIPTION, RESOURCE_GROUP, name)
+                .filter(|v| v.capacity < 20)
+                .map(|v| {
+                    state
+                        .rival_set_capacity(
+                            SUBSCRIPTION,
+                            RESOURCE_GROUP,
+                            name,
+                            v.capacity + 1,
+                            RIVAL,
+                        )
+                        .is_ok()
+                })
+                .unwrap_or(false)
+        } else {
+            let tags = BTreeMap::from([("rival-change".to_string(), n.to_string())]);
+            state
+                .rival_set_tags(SUBSCRIPTION, RESOURCE_GROUP, name, tags, RIVAL)
+                .is_ok()
+        };
+        if ok {
+            count.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// What the demo saw of the cluster, sample by sample.
+#[derive(Default)]
+struct Seen {
+    /// Pod uid → (first seen pending, first seen bound).
+    pods: HashMap<String, (tokio::time::Instant, Option<tokio::time::Instant>)>,
+    node_seconds: f64,
+    needed_seconds: f64,
+    last: Option<tokio::time::Instant>,
+}
+
+fn milli(v: Option<&Value>) -> i128 {
+    v.and_then(Value::as_str)
+        .and_then(|s| quantity::parse(s).ok())
+        .or_else(|| v.and_then(Value::as_i64).map(|n| i128::from(n) * 1000))
+        .unwrap_or(0)
+}
+
+/// The scale set of a Node, from its provider ID.
+fn group_of_node(node: &Value) -> Option<String> {
+    node.pointer("/spec/providerID")
+        .and_then(Value::as_str)
+        .and_then(crate::pods::scale_up::parse_provider_id)
+        .map(|(_, vmss, _)| vmss.to_string())
+}
+
+fn ready(node: &Value) -> bool {
+    node.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+}
+
+/// Per group: Ready nodes, and the nodes the pods running there need at least (the larger of
+/// total cpu, memory and GPUs over one node's allocatable, rounded up).
+fn per_group(kube: &KubeState) -> BTreeMap<String, (usize, usize)> {
+    let nodes = kube.list_all("v1", "nodes", None);
+    let pods = kube.list_all("v1", "pods", None);
+    let mut node_group: HashMap<String, String> = HashMap::new();
+    let mut alloc: BTreeMap<String, [i128; 3]> = BTreeMap::new();
+    let mut out: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    for n in &nodes {
+        let Some(g) = group_of_node(n) else { continue };
+        if !ready(n) {
+            continue;
+        }
+        let name = n["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let a = &n["status"]["allocatable"];
+        alloc.insert(
+            g.clone(),
+            [
+                milli(a.get("cpu")),
+                milli(a.get("memory")),
+                milli(a.get("nvidia.com/gpu")),
+            ],
+        );
+        node_group.insert(name, g.clone());
+        out.entry(g).or_default().0 += 1;
+    }
+    let mut used: BTreeMap<String, [i128; 3]> = BTreeMap::new();
+    for p in &pods {
+        let Some(g) = p["spec"]["nodeName"]
+            .as_str()
+            .and_then(|n| node_group.get(n))
+        else {
+            continue;
+        };
+        let u = used.entry(g.clone()).or_default();
+        for c in p["spec"]["containers"].as_array().into_iter().flatten() {
+            let r = &c["resources"]["requests"];
+            u[0] += milli(r.get("cpu"));
+            u[1] += milli(r.get("memory"));
+            u[2] += milli(r.get("nvidia.com/gpu"));
+        }
+    }
+    for (g, u) in used {
+        let Some(a) = alloc.get(&g) else { continue };
+        let need = (0..3)
+            .filter(|i| a[*i] > 0 && u[*i] > 0)
+            .map(|i| ((u[i] + a[i] - 1) / a[i]) as usize)
+            .max()
+            .unwrap_or(0);
+        out.entry(g).or_default().1 = need;
+    }
+    out
+}
+
+impl Seen {
+    fn sample(&mut self, kube: &KubeState, now: tokio::time::Instant) {
+        for p in kube.list_all("v1", "pods", Some(NS)) {
+            let Some(uid) = p["metadata"]["uid"].as_str() else {
+                continue;
+            };
+            let bound = p["spec"]["nodeName"]
+                .as_str()
+                .is_some_and(|n| !n.is_empty());
+            let e = self.pods.entry(uid.to_string()).or_insert((now, None));
+            if bound && e.1.is_none() {
+                e.1 = Some(now);
+            }
+        }
+        let dt = self
+            .last
+            .map_or(0.0, |l| now.duration_since(l).as_secs_f64());
+        self.last = Some(now);
+        let groups = per_group(kube);
+        self.node_seconds += dt * groups.values().map(|g| g.0).sum::<usize>() as f64;
+        self.needed_seconds += dt * groups.values().map(|g| g.1).sum::<usize>() as f64;
+    }
+
+    fn line(
+        &self,
+        kube: &KubeState,
+        state: &EmulatorState,
+        groups: &[NodeGroupSpec],
+        started: tokio::time::Instant,
+    ) -> String {
+        let counts = kube.pod_counts(Some(NS));
+        let per = per_group(kube);
+        let mut parts = vec![format!(
+            "[{:>3}s] pods pending {:>3} running {:>3}",
+            started.elapsed().as_secs(),
+            counts.pending,
+            counts.running
+        )];
+        for g in groups {
+            let cap = capacity_of(state, g).map_or("?".into(), |c| c.to_string());
+            let ready = per.get(&g.name).map_or(0, |x| x.0);
+            parts.push(format!("{} {ready} ready / capacity {cap}", g.name));
+        }
+        parts.join(" | ")
+    }
+
+    fn report(
+        &self,
+        kube: &KubeState,
+        state: &EmulatorState,
+        metrics: &Metrics,
+        rival_writes: u64,
+        stage: &Stage,
+    ) -> PodsReport {
+        let mut waits: Vec<f64> = self
+            .pods
+            .values()
+            .filter_map(|(a, b)| b.map(|b| b.duration_since(*a).as_secs_f64()))
+            .collect();
+        waits.sort_by(f64::total_cmp);
+        let pct = |q: f64| {
+            if waits.is_empty() {
+                0.0
+            } else {
+                waits[((waits.len() - 1) as f64 * q).round() as usize]
+            }
+        };
+        let mut writes = BTreeMap::new();
+        for g in &stage.groups {
+            let n: u64 = ["ok", "accepted", "precondition_failed"]
+                .iter()
+                .map(|r| {
+                    metrics
+                        .capacity_writes_total
+                        .with_label_values(&[g.name.as_str(), r])
+                        .get()
+                })
+                .sum();
+            writes.insert(g.name.clone(), n);
+        }
+        let conflicts = ["skipped", "retried_ok", "gave_up", "gone"]
+            .iter()
+            .map(|o| {
+                stage
+                    .groups
+                    .iter()
+                    .map(|g| {
+                        metrics
+                            .etag_conflicts_total
+                            .with_label_values(&[g.name.as_str(), o])
+                            .get()
+                    })
+                    .sum::<u64>()
+            })
+            .sum();
+        // GPU nodes' pods that do not tolerate the taint.
+        let gpu_nodes: Vec<String> = kube
+            .list_all("v1", "nodes", None)
+            .iter()
+            .filter(|n| group_of_node(n).as_deref() == Some("gpu"))
+            .filter_map(|n| n["metadata"]["name"].as_str().map(str::to_string))
+            .collect();
+        let misplaced_on_gpu = kube
+            .list_all("v1", "pods", None)
+            .iter()
+            .filter(|p| {
+                p["spec"]["nodeName"]
+                    .as_str()
+                    .is_some_and(|n| gpu_nodes.iter().any(|g| g == n))
+            })
+            .filter(|p| {
+                !p["spec"]["tolerations"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|t| {
+                        t["key"] == "sku" || (t["operator"] == "Exists" && t.get("key").is_none())
+                    })
+            })
+            .count();
+        let per = per_group(kube);
+        PodsReport {
+            pods: self.pods.len(),
+            scheduled: waits.len(),
+            wait_p50: pct(0.5),
+            wait_p99: pct(0.99),
+            wait_max: waits.last().copied().unwrap_or(0.0),
+            node_minutes: self.node_seconds / 60.0,
+            node_minutes_needed: self.needed_seconds / 60.0,
+            writes,
+            conflicts,
+            rival_writes,
+            lost_updates: state.lost_updates().len(),
+            pods_lost_with_nodes: stage._emulator.pods_lost_with_nodes().len(),
+            misplaced_on_gpu,
+            nodes_at_end: per.iter().map(|(g, x)| (g.clone(), x.0)).collect(),
+            nodes_needed_at_end: per.iter().map(|(g, x)| (g.clone(), x.1)).collect(),
+        }
+    }
+}
+
+fn print_report(args: &DemoArgs, r: &PodsReport) {
+    println!();
+    println!("summary ({}):", etag_mode(args));
+    println!(
+        "  pods scheduled                 {} of {} seen pending",
+        r.scheduled, r.pods
+    );
+    println!(
+        "  wait from pending to bound     p50 {:.1}s  p99 {:.1}s  max {:.1}s  (boot delay {:?}, batch window 1s idle / 10s max)",
+        r.wait_p50, r.wait_p99, r.wait_max, BOOT_DELAY
+    );
+    println!(
+        "  node-minutes                   {:.1} used, {:.1} needed by the pods running (perfect packing, a lower bound)",
+        r.node_minutes, r.node_minutes_needed
+    );
+    println!(
+        "  capacity writes                {}  (412s met: {})",
+        r.writes
+            .iter()
+            .map(|(g, n)| format!("{g} {n}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+        r.conflicts
+    );
+    println!("  rival writes                   {}", r.rival_writes);
+    println!(
+        "  pods on GPU nodes without the toleration  {}",
+        r.misplaced_on_gpu
+    );
+    println!(
+        "  pods lost with a node          {}  (the rival only adds nodes; the controller never lowers a capacity)",
+        r.pods_lost_with_nodes
+    );
+    println!(
+        "  scale-down                     not in this build: Ready nodes at the end {:?}, needed by the pods running {:?}",
+        r.nodes_at_end, r.nodes_needed_at_end
+    );
+    println!(
+        "  lost updates                   {}{}",
+        r.lost_updates,
+        if args.no_etag {
+            "  (blind writes: the rival's changes were overwritten)"
+        } else {
+            ""
+        }
+    );
+}
