@@ -2,6 +2,8 @@
 //! reconciler whose credential is a token minted by the emulator.
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod pod_cluster;
+
 use std::sync::Arc;
 use std::time::Duration;
 use vmss_capacity_controller::azure::arm::{http_client, ArmTarget};

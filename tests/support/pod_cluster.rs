@@ -1,0 +1,215 @@
+//! A cluster for `demand: pods` tests and benchmarks: the emulator's ARM side (scale sets) and
+//! Kubernetes side, the reflectors, the scale-up loop, the Events recorder and the reconciler,
+//! wired as `run` wires them, in process.
+
+use super::*;
+use k8s_openapi::api::events::v1::Event;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+use vmss_capacity_controller::config::{DemandKind, Settings};
+use vmss_capacity_controller::emulator::kube::KubeState;
+use vmss_capacity_controller::emulator::{
+    EmulatorBuilder, EmulatorHandle, EmulatorState, ScaleSetSeed,
+};
+use vmss_capacity_controller::kube::events::{EventRecorder, KubeEvents, RecorderConfig};
+use vmss_capacity_controller::metrics::Metrics;
+use vmss_capacity_controller::pod_demand::{PodDemand, ScaleUpLoop};
+use vmss_capacity_controller::reconciler::Reconciler;
+
+pub const GPU_TAINT_TAG: &str = "k8s.io_cluster-autoscaler_node-template_taint_sku";
+
+/// A scale set to seed: name, VM size, capacity, tags.
+pub type Seed<'a> = (&'a str, &'a str, i64, &'a [(&'a str, &'a str)]);
+
+pub struct Cluster {
+    pub _emulator: EmulatorHandle,
+    pub state: EmulatorState,
+    pub kube: KubeState,
+    pub client: kube::Client,
+    pub metrics: Arc<Metrics>,
+    pub reconciler: Arc<Reconciler>,
+    pub stop: CancellationToken,
+    pub tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Cluster {
+    /// Scale sets `seeds` (name, VM size, capacity, tags); node groups 0..=max for each.
+    pub async fn start(seeds: &[Seed<'_>], max: u32) -> Self {
+        Self::start_with(seeds, max, |s| {
+            // Short enough for quick tests, long enough that a burst created in a few ms is one
+            // batch on a loaded machine.
+            s.pod_demand.batch_idle = Duration::from_millis(800);
+            s.pod_demand.batch_max = Duration::from_secs(5);
+        })
+        .await
+    }
+
+    /// [`Cluster::start`] with `tweak` applied to the settings (default batch windows otherwise).
+    pub async fn start_with(
+        seeds: &[Seed<'_>],
+        max: u32,
+        tweak: impl FnOnce(&mut Settings),
+    ) -> Self {
+        let emulator = EmulatorBuilder::new()
+            .kubernetes(true)
+            .start()
+            .await
+            .expect("emulator starts");
+        let state = emulator.state();
+        let kube = emulator.kube().expect("kubernetes side on");
+        let mut groups = Vec::new();
+        for (name, size, capacity, tags) in seeds {
+            let mut seed = ScaleSetSeed::new(SUB, RG, name, *capacity);
+            seed.sku_name = size.to_string();
+            seed.tags = tags
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<BTreeMap<_, _>>();
+            state.seed_scale_set(seed);
+            groups.push(group(name, 0, max, None));
+        }
+        let mut s: Settings = settings(&emulator.base_url(), groups);
+        s.pod_demand.kind = DemandKind::Pods;
+        // Writes come from the loop's wake, not from the scan interval.
+        s.scan_interval = Duration::from_secs(30);
+        tweak(&mut s);
+        let settings = Arc::new(s);
+        let metrics = Arc::new(Metrics::new());
+        let arm = arm_client(&emulator, &state, "controller", metrics.clone());
+        let demand = Arc::new(PodDemand::default());
+        let file = kube::config::Kubeconfig::from_yaml(&emulator.kubeconfig().expect("kubeconfig"))
+            .expect("kubeconfig parses");
+        let config = kube::Config::from_custom_kubeconfig(file, &Default::default())
+            .await
+            .expect("kubeconfig is usable");
+        let client = kube::Client::try_from(config).expect("client");
+        let (recorder, poster) = EventRecorder::new(
+            RecorderConfig {
+                namespace: "kube-system".into(),
+                identity: "controller-test".into(),
+                status_config_map: "vmss-capacity-controller-status".into(),
+                lease: None,
+            },
+            Arc::new(KubeEvents::new(client.clone())),
+            metrics.clone(),
+            10_000,
+        );
+        let recorder = Arc::new(recorder);
+        let reconciler = Arc::new(
+            Reconciler::builder(settings.clone(), arm, metrics.clone())
+                .demand(demand.clone())
+                .events(recorder.clone())
+                .build(),
+        );
+        let stop = CancellationToken::new();
+        let (view, mut tasks) = vmss_capacity_controller::kube::reflect::start(
+            client.clone(),
+            metrics.clone(),
+            stop.clone(),
+        )
+        .await;
+        tasks.push(tokio::spawn(poster.run(stop.clone())));
+        tasks.push(tokio::spawn(
+            ScaleUpLoop::new(
+                settings.clone(),
+                demand,
+                reconciler.clone(),
+                view.clone(),
+                metrics.clone(),
+                recorder,
+            )
+            .run(stop.clone()),
+        ));
+        {
+            let (r, stop) = (reconciler.clone(), stop.clone());
+            tasks.push(tokio::spawn(async move { r.run(stop).await }));
+        }
+        assert!(
+            eventually(Duration::from_secs(10), || view.synced()).await,
+            "the reflectors never listed"
+        );
+        // The first pass has read every scale set.
+        let names: Vec<String> = seeds.iter().map(|s| s.0.to_string()).collect();
+        let r = reconciler.clone();
+        assert!(
+            eventually(Duration::from_secs(10), || names
+                .iter()
+                .all(|n| r.scale_sets().get(n).is_some()))
+            .await,
+            "the first pass never read the scale sets"
+        );
+        Cluster {
+            _emulator: emulator,
+            state,
+            kube,
+            client,
+            metrics,
+            reconciler,
+            stop,
+            tasks,
+        }
+    }
+
+    /// A pending pod the scheduler found no room for.
+    pub fn pending(&self, name: &str, cpu: &str, memory: &str, extra: Value) {
+        let mut spec = json!({
+            "containers": [{"name": "app", "image": "app",
+                "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
+        });
+        if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+            for (k, v) in e {
+                s.insert(k.clone(), v.clone());
+            }
+        }
+        self.kube
+            .create(
+                "v1",
+                "pods",
+                "default",
+                json!({
+                    "metadata": {"name": name, "namespace": "default",
+                        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                            "name": "web", "uid": "rs-uid", "controller": true}]},
+                    "spec": spec,
+                    "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled",
+                        "status": "False", "reason": "Unschedulable",
+                        "message": "0/0 nodes are available"}]},
+                }),
+            )
+            .expect("pod created");
+    }
+
+    pub fn capacity_puts(&self, name: &str) -> usize {
+        capacity_puts_by(&self.state.request_log(), "controller")
+            .iter()
+            .filter(|r| scale_set_of(&r.path) == Some(name))
+            .count()
+    }
+
+    pub fn capacity(&self, name: &str) -> i64 {
+        self.state
+            .scale_set(SUB, RG, name)
+            .map_or(-1, |v| v.capacity)
+    }
+
+    pub async fn events(&self, reason: &str) -> Vec<Event> {
+        let api: kube::Api<Event> = kube::Api::namespaced(self.client.clone(), "default");
+        api.list(&Default::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some(reason))
+            .collect()
+    }
+
+    pub async fn stop(self) {
+        self.stop.cancel();
+        for t in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(10), t).await;
+        }
+    }
+}
