@@ -139,3 +139,74 @@ fn a_batch_window_must_be_positive_and_idle_no_longer_than_max() {
     let ps = problems("maxNodeProvisionTime: 0s\n");
     assert!(has(&ps, "maxNodeProvisionTime", "greater than 0"), "{ps:?}");
 }
+
+#[test]
+fn scale_down_is_on_with_demand_pods_and_takes_cluster_autoscalers_defaults() {
+    let s = load_yaml("kubernetes: {enabled: true}\ndemand: pods\n").unwrap();
+    let d = &s.scale_down;
+    assert!(d.enabled);
+    assert_eq!(d.utilization_threshold, 0.5);
+    assert_eq!(d.unneeded_time, Duration::from_secs(600));
+    assert_eq!(d.delay_after_add, Duration::from_secs(600));
+    assert_eq!(d.max_empty_bulk_delete, 10);
+    assert_eq!(d.node_delete_delay_after_taint, Duration::from_secs(5));
+    assert_eq!(d.max_pod_eviction_time, Duration::from_secs(120));
+    assert_eq!(d.max_scale_down_per_pass, 10);
+    assert!(!load_yaml("").unwrap().scale_down.enabled);
+}
+
+#[test]
+fn every_scale_down_key_is_read_and_zero_waits_are_allowed() {
+    let s = load_yaml(
+        r#"
+kubernetes: {enabled: true}
+demand: pods
+scaleDown:
+  enabled: false
+  utilizationThreshold: 0.3
+  unneededTime: 0s
+  delayAfterAdd: 1m
+  maxEmptyBulkDelete: 3
+  nodeDeleteDelayAfterTaint: 0s
+  maxPodEvictionTime: 30s
+  maxScaleDownPerPass: 2
+"#,
+    )
+    .unwrap();
+    let d = &s.scale_down;
+    assert!(!d.enabled);
+    assert_eq!(d.utilization_threshold, 0.3);
+    assert_eq!(d.unneeded_time, Duration::ZERO);
+    assert_eq!(d.delay_after_add, Duration::from_secs(60));
+    assert_eq!(d.max_empty_bulk_delete, 3);
+    assert_eq!(d.node_delete_delay_after_taint, Duration::ZERO);
+    assert_eq!(d.max_pod_eviction_time, Duration::from_secs(30));
+    assert_eq!(d.max_scale_down_per_pass, 2);
+}
+
+#[test]
+fn bad_scale_down_keys_are_reported_at_their_paths() {
+    let ps = problems(
+        r#"
+scaleDown:
+  enabled: true
+  utilizationThreshold: 1.5
+  maxEmptyBulkDelete: 0
+  maxPodEvictionTime: 0s
+  maxScaleDownPerPass: 0
+"#,
+    );
+    assert!(
+        has(&ps, "scaleDown.enabled", "needs demand: pods"),
+        "{ps:?}"
+    );
+    assert!(has(&ps, "scaleDown.utilizationThreshold", "1.5"), "{ps:?}");
+    assert!(has(&ps, "scaleDown.maxEmptyBulkDelete", "at least 1"));
+    assert!(has(&ps, "scaleDown.maxPodEvictionTime", "greater than 0"));
+    assert!(has(&ps, "scaleDown.maxScaleDownPerPass", "at least 1"));
+    let ps = problems("scaleDown: {unneededTme: 1m}\n");
+    assert!(
+        ps.iter().any(|p| p.message.contains("unneededTme")),
+        "{ps:?}"
+    );
+}

@@ -17,6 +17,7 @@ mod discovery;
 mod kubernetes;
 mod pod_demand;
 mod raw;
+mod scale_down;
 mod sources;
 mod validate;
 
@@ -28,6 +29,7 @@ pub use kubernetes::{
     DEFAULT_NAMESPACE, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD, DEFAULT_STATUS_CONFIG_MAP,
 };
 pub use pod_demand::{DemandKind, PodDemandSettings, DEFAULT_MAX_NODE_PROVISION_TIME};
+pub use scale_down::ScaleDownSettings;
 pub use sources::secret_from_cloud_config;
 pub use validate::parse_node_spec;
 
@@ -108,6 +110,8 @@ pub struct Settings {
     pub kubernetes: KubernetesSettings,
     /// `demand` and, for `demand: pods`, how pending pods become capacity.
     pub pod_demand: PodDemandSettings,
+    /// `scaleDown:`: removing nodes nobody needs (with `demand: pods`).
+    pub scale_down: ScaleDownSettings,
 }
 
 /// Azure endpoints, scope and identity.
@@ -436,6 +440,8 @@ pub fn load(sources: &ConfigSources) -> Result<Settings, ConfigErrors> {
     let kubernetes =
         kubernetes::kubernetes_settings(raw.kubernetes.take(), &sources.env, &mut problems);
     let pod_demand = pod_demand::pod_demand_settings(&mut raw, kubernetes.enabled, &mut problems);
+    let scale_down =
+        scale_down::scale_down_settings(raw.scale_down.take(), pod_demand.kind, &mut problems);
 
     problems.finish()?;
     let Some(azure) = azure else {
@@ -463,6 +469,7 @@ pub fn load(sources: &ConfigSources) -> Result<Settings, ConfigErrors> {
         auto_discovery,
         kubernetes,
         pod_demand,
+        scale_down,
     })
 }
 

@@ -148,6 +148,21 @@ pub(super) struct RawConfig {
     pub(super) max_node_provision_time: Option<HumanDuration>,
     pub(super) pod_batch_idle: Option<HumanDuration>,
     pub(super) pod_batch_max: Option<HumanDuration>,
+    pub(super) scale_down: Option<RawScaleDown>,
+}
+
+/// `scaleDown:` (cluster-autoscaler's `--scale-down-*` flags, camelCased).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct RawScaleDown {
+    pub(super) enabled: Option<bool>,
+    pub(super) utilization_threshold: Option<f64>,
+    pub(super) unneeded_time: Option<HumanDuration>,
+    pub(super) delay_after_add: Option<HumanDuration>,
+    pub(super) max_empty_bulk_delete: Option<u32>,
+    pub(super) node_delete_delay_after_taint: Option<HumanDuration>,
+    pub(super) max_pod_eviction_time: Option<HumanDuration>,
+    pub(super) max_scale_down_per_pass: Option<u32>,
 }
 
 /// `kubernetes:`.

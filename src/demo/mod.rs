@@ -249,6 +249,7 @@ impl Stage {
             auto_discovery: None,
             kubernetes,
             pod_demand: Default::default(),
+            scale_down: Default::default(),
         })
     }
 

@@ -9,7 +9,8 @@
 //! | [`template`] | what a new node of a group would offer: live node, or VM size + tags |
 //! | [`pending`] | which pods ask for capacity, and batching a burst of them |
 //! | [`scale_up`] | one decision: which groups grow by how much for the pods pending now |
-//! | [`scale_down`] | which nodes nobody needs, and what blocks removing one |
+//! | [`scale_down`] | whether one node can go, and what blocks removing it |
+//! | [`unneeded`] | one scale-down pass: unneeded nodes, since when, which go now |
 
 pub mod estimate;
 pub mod expander;
@@ -19,3 +20,4 @@ pub mod quantity;
 pub mod scale_down;
 pub mod scale_up;
 pub mod template;
+pub mod unneeded;

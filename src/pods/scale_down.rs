@@ -136,6 +136,11 @@ fn pdbs_covering<'a>(
     })
 }
 
+/// Whether budget `b` selects `pod`.
+pub(crate) fn covers(b: &Arc<PodDisruptionBudget>, pod: &Pod) -> bool {
+    pdbs_covering(pod, std::slice::from_ref(b)).next().is_some()
+}
+
 /// What keeps one pod from moving, if anything.
 pub fn pod_blocker(pod: &Pod, pdbs: &[Arc<PodDisruptionBudget>]) -> Option<Blocker> {
     let k = key(pod);

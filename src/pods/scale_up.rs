@@ -147,17 +147,22 @@ pub fn parse_provider_id(id: &str) -> Option<(&str, &str, &str)> {
 }
 
 /// Finds a node's group: scale sets by (resource group, name) in lower case, pools by name.
-struct GroupIndex {
+pub(crate) struct GroupIndex {
     scale_sets: rustc_hash::FxHashMap<(String, String), usize>,
     pools: rustc_hash::FxHashMap<String, usize>,
 }
 
 impl GroupIndex {
     fn new(groups: &[GroupInput]) -> Self {
+        Self::of_backings(groups.iter().map(|g| &g.backing))
+    }
+
+    /// The index of groups backed by `backings`, in that order.
+    pub(crate) fn of_backings<'b>(backings: impl IntoIterator<Item = &'b Backing>) -> Self {
         let mut scale_sets = rustc_hash::FxHashMap::default();
         let mut pools = rustc_hash::FxHashMap::default();
-        for (i, g) in groups.iter().enumerate() {
-            match &g.backing {
+        for (i, backing) in backings.into_iter().enumerate() {
+            match backing {
                 Backing::ScaleSet {
                     resource_group,
                     name,
@@ -177,7 +182,7 @@ impl GroupIndex {
         Self { scale_sets, pools }
     }
 
-    fn group_of(&self, node: &Node) -> Option<usize> {
+    pub(crate) fn group_of(&self, node: &Node) -> Option<usize> {
         let by_id = node
             .spec
             .as_ref()
@@ -203,14 +208,14 @@ pub fn group_of(node: &Node, groups: &[GroupInput]) -> Option<usize> {
     GroupIndex::new(groups).group_of(node)
 }
 
-fn is_ready(node: &Node) -> bool {
+pub(crate) fn is_ready(node: &Node) -> bool {
     node.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-fn schedulable(node: &Node) -> bool {
+pub(crate) fn schedulable(node: &Node) -> bool {
     !node
         .spec
         .as_ref()

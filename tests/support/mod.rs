@@ -87,6 +87,7 @@ pub fn settings(base_url: &str, groups: Vec<NodeGroupSpec>) -> Settings {
         auto_discovery: None,
         kubernetes: Default::default(),
         pod_demand: Default::default(),
+        scale_down: Default::default(),
     }
 }
 

@@ -1,0 +1,134 @@
+//! `scaleDown:`: cluster-autoscaler's `--scale-down-*` flags under their camelCased names, with
+//! its defaults, so its users find them where they expect. Scale-down needs the cluster's pods,
+//! so it is on by default with `demand: pods` and cannot be switched on without it.
+
+use super::raw::{HumanDuration, RawScaleDown};
+use super::validate::positive;
+use super::{DemandKind, Problems};
+use crate::pods::scale_down::UTILIZATION_THRESHOLD;
+use std::time::Duration;
+
+/// `scaleDown:`, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScaleDownSettings {
+    /// `scaleDown.enabled` (default: on with `demand: pods`, as `--scale-down-enabled`).
+    pub enabled: bool,
+    /// `utilizationThreshold` (0.5): a node whose larger of cpu and memory request utilisation is
+    /// under this, and whose pods all fit elsewhere, is unneeded.
+    pub utilization_threshold: f64,
+    /// `unneededTime` (10 min): how long a node must stay unneeded before it goes.
+    pub unneeded_time: Duration,
+    /// `delayAfterAdd` (10 min): no scale-down in a group this soon after it grew.
+    pub delay_after_add: Duration,
+    /// `maxEmptyBulkDelete` (10): empty nodes removed at once per pass.
+    pub max_empty_bulk_delete: u32,
+    /// `nodeDeleteDelayAfterTaint` (5 s): between the taint and the re-check that a node is still
+    /// unneeded (pods can land between listing and tainting: cluster-autoscaler #3886).
+    pub node_delete_delay_after_taint: Duration,
+    /// `maxPodEvictionTime` (2 min): how long a drain retries evictions a budget refuses.
+    pub max_pod_eviction_time: Duration,
+    /// `maxScaleDownPerPass` (10, as `--max-scale-down-parallelism`): nodes removed per pass,
+    /// empty and drained together.
+    pub max_scale_down_per_pass: u32,
+}
+
+/// cluster-autoscaler's `--scale-down-unneeded-time`.
+pub const DEFAULT_UNNEEDED_TIME: Duration = Duration::from_secs(10 * 60);
+/// cluster-autoscaler's `--scale-down-delay-after-add`.
+pub const DEFAULT_DELAY_AFTER_ADD: Duration = Duration::from_secs(10 * 60);
+/// cluster-autoscaler's `--node-delete-delay-after-taint`.
+pub const DEFAULT_DELAY_AFTER_TAINT: Duration = Duration::from_secs(5);
+/// cluster-autoscaler's `--max-pod-eviction-time`.
+pub const DEFAULT_MAX_POD_EVICTION_TIME: Duration = Duration::from_secs(2 * 60);
+
+impl Default for ScaleDownSettings {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            utilization_threshold: UTILIZATION_THRESHOLD,
+            unneeded_time: DEFAULT_UNNEEDED_TIME,
+            delay_after_add: DEFAULT_DELAY_AFTER_ADD,
+            max_empty_bulk_delete: 10,
+            node_delete_delay_after_taint: DEFAULT_DELAY_AFTER_TAINT,
+            max_pod_eviction_time: DEFAULT_MAX_POD_EVICTION_TIME,
+            max_scale_down_per_pass: 10,
+        }
+    }
+}
+
+/// A duration that may be zero (`0s` switches the wait off, as cluster-autoscaler allows).
+fn non_negative(d: Option<HumanDuration>, default: Duration) -> Duration {
+    d.map(|HumanDuration(d)| d).unwrap_or(default)
+}
+
+fn at_least_one(v: Option<u32>, default: u32, path: &str, problems: &mut Problems) -> u32 {
+    match v {
+        Some(0) => {
+            problems.push(path, "must be at least 1");
+            default
+        }
+        Some(n) => n,
+        None => default,
+    }
+}
+
+/// The `scaleDown:` block; every problem is pushed with its path.
+pub(super) fn scale_down_settings(
+    raw: Option<RawScaleDown>,
+    demand: DemandKind,
+    problems: &mut Problems,
+) -> ScaleDownSettings {
+    let d = ScaleDownSettings::default();
+    let raw = raw.unwrap_or_default();
+    let pods = demand == DemandKind::Pods;
+    let enabled = match raw.enabled {
+        Some(true) if !pods => {
+            problems.push(
+                "scaleDown.enabled",
+                "scale-down chooses nodes from their pods: it needs demand: pods",
+            );
+            false
+        }
+        Some(e) => e,
+        None => pods,
+    };
+    let utilization_threshold = match raw.utilization_threshold {
+        Some(t) if !(t > 0.0 && t <= 1.0) => {
+            problems.push(
+                "scaleDown.utilizationThreshold",
+                format!("{t} is not a fraction in (0, 1]"),
+            );
+            d.utilization_threshold
+        }
+        Some(t) => t,
+        None => d.utilization_threshold,
+    };
+    ScaleDownSettings {
+        enabled,
+        utilization_threshold,
+        unneeded_time: non_negative(raw.unneeded_time, d.unneeded_time),
+        delay_after_add: non_negative(raw.delay_after_add, d.delay_after_add),
+        max_empty_bulk_delete: at_least_one(
+            raw.max_empty_bulk_delete,
+            d.max_empty_bulk_delete,
+            "scaleDown.maxEmptyBulkDelete",
+            problems,
+        ),
+        node_delete_delay_after_taint: non_negative(
+            raw.node_delete_delay_after_taint,
+            d.node_delete_delay_after_taint,
+        ),
+        max_pod_eviction_time: positive(
+            raw.max_pod_eviction_time,
+            d.max_pod_eviction_time,
+            "scaleDown.maxPodEvictionTime",
+            problems,
+        ),
+        max_scale_down_per_pass: at_least_one(
+            raw.max_scale_down_per_pass,
+            d.max_scale_down_per_pass,
+            "scaleDown.maxScaleDownPerPass",
+            problems,
+        ),
+    }
+}

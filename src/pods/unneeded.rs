@@ -1,0 +1,543 @@
+//! One scale-down pass, pure: which nodes are unneeded now ([`unneeded`]), how long each has
+//! been ([`track`]), and which of them go this pass ([`select`]). The caller hands in snapshots
+//! and the time; no I/O.
+//!
+//! cluster-autoscaler's order and limits: nodes are looked at least-utilised first; a node whose
+//! pods would move is simulated against the free room of the nodes that stay, and the room its
+//! pods take (and the budget disruptions they use) is gone for the nodes looked at after it, so
+//! two nodes never both count on the same room. A node goes only after `unneededTime`, never in a
+//! group that grew within `delayAfterAdd`, never from a group whose size Azure has not told us,
+//! never below the group's floor counting the deletions already in flight; empty nodes go in
+//! bulk (`maxEmptyBulkDelete`), nodes that need a drain one at a time, at most
+//! `maxScaleDownPerPass` in all.
+
+use super::fit::NodeState;
+use super::scale_down::{pods_to_move, removable, utilization, Blocker};
+use super::scale_up::{is_ready, parse_provider_id, schedulable, Backing, GroupIndex};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// One node group as the scale-down sees it.
+#[derive(Debug, Clone)]
+pub struct DownGroup {
+    /// Node-group name.
+    pub name: String,
+    /// How its nodes are recognised.
+    pub backing: Backing,
+    /// The lowest size the group may have: the larger of `minSize`, the configured floor
+    /// (schedules, `desiredCapacity`) and what the resource itself requires.
+    pub floor: u32,
+    /// The size Azure last reported; `None` (unknown, or not read since it was invalidated):
+    /// nothing of the group goes.
+    pub size: Option<i64>,
+    /// Deletions of this group started and not yet confirmed by Azure.
+    pub deleting: u32,
+    /// Whether the group grew within `delayAfterAdd`.
+    pub recently_grown: bool,
+}
+
+/// What one pass looks at.
+#[derive(Debug, Clone, Copy)]
+pub struct DownInput<'a> {
+    /// The node groups.
+    pub groups: &'a [DownGroup],
+    /// Nodes in the cluster.
+    pub nodes: &'a [Arc<Node>],
+    /// Pods not finished.
+    pub pods: &'a [Arc<Pod>],
+    /// PodDisruptionBudgets, with the status the disruption controller wrote.
+    pub pdbs: &'a [Arc<PodDisruptionBudget>],
+    /// `scaleDown.utilizationThreshold`.
+    pub threshold: f64,
+    /// Nodes being removed now: neither candidates nor destinations.
+    pub busy: &'a HashSet<String>,
+}
+
+/// A node nobody needs, as of this pass.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unneeded {
+    /// Node name.
+    pub node: String,
+    /// Index of its group in [`DownInput::groups`].
+    pub group: usize,
+    /// The scale set's instance id (from `spec.providerID`).
+    pub instance_id: String,
+    /// The node's `resourceVersion` as read (the taint is written under it).
+    pub resource_version: String,
+    /// Uids of the pods that would have to move (empty: the node is empty).
+    pub pods: Vec<String>,
+    /// The larger of cpu and memory request utilisation.
+    pub utilization: f64,
+}
+
+impl Unneeded {
+    /// Whether no pod would have to move.
+    pub fn is_empty(&self) -> bool {
+        self.pods.is_empty()
+    }
+}
+
+/// What [`unneeded`] found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Candidates {
+    /// Nodes that could go now, least utilised first.
+    pub unneeded: Vec<Unneeded>,
+    /// Nodes of managed groups that must stay, and why.
+    pub blocked: BTreeMap<String, Blocker>,
+}
+
+fn name(node: &Node) -> &str {
+    node.metadata.name.as_deref().unwrap_or_default()
+}
+
+/// The nodes of managed groups that nobody needs now (see the module documentation).
+pub fn unneeded(input: &DownInput) -> Candidates {
+    let mut out = Candidates::default();
+    let index = GroupIndex::of_backings(input.groups.iter().map(|g| &g.backing));
+    let mut by_node: HashMap<&str, Vec<Arc<Pod>>> = HashMap::new();
+    for pod in input.pods {
+        if let Some(n) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            by_node.entry(n).or_default().push(pod.clone());
+        }
+    }
+    let none = Vec::new();
+    // Every Ready, schedulable node that is not being removed: the room pods can move to.
+    let mut room: Vec<NodeState> = Vec::new();
+    // (group, node, instance id, index in `room`, utilisation as listed)
+    let mut candidates: Vec<(usize, &Node, String, usize, f64)> = Vec::new();
+    for node in input.nodes {
+        let n = name(node);
+        if input.busy.contains(n) || !is_ready(node) || !schedulable(node) {
+            continue;
+        }
+        let state = NodeState::from_node(node, by_node.get(n).unwrap_or(&none));
+        if let Some(g) = index.group_of(node) {
+            let id = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .and_then(parse_provider_id)
+                .map(|(_, _, id)| id.to_string());
+            if let Some(id) = id {
+                candidates.push((g, node, id, room.len(), utilization(&state)));
+            }
+        }
+        room.push(state);
+    }
+    candidates.sort_by(|a, b| a.4.total_cmp(&b.4).then_with(|| name(a.1).cmp(name(b.1))));
+    let mut pdbs: Vec<Arc<PodDisruptionBudget>> = input.pdbs.to_vec();
+    let mut gone: HashSet<String> = HashSet::new();
+    for (group, node, instance_id, at, _) in candidates {
+        let n = name(node).to_string();
+        // As it is now: pods of nodes looked at before may have been placed on it.
+        let state = room[at].clone();
+        let annotations: BTreeMap<String, String> =
+            node.metadata.annotations.clone().unwrap_or_default();
+        let moving = pods_to_move(&state);
+        let u = utilization(&state);
+        // Cheap first: a non-empty node at or above the threshold needs no simulation.
+        if !moving.is_empty() && u >= input.threshold {
+            out.blocked
+                .insert(n, Blocker::Utilized((u * 100.0).round() as u32));
+            continue;
+        }
+        let others: Vec<NodeState> = if moving.is_empty() {
+            Vec::new()
+        } else {
+            room.iter()
+                .filter(|r| r.name != n && !gone.contains(&r.name))
+                .cloned()
+                .collect()
+        };
+        match removable(&state, &annotations, &others, &pdbs, input.threshold) {
+            Err(b) => {
+                out.blocked.insert(n, b);
+            }
+            Ok(plan) => {
+                // The room this node's pods take, and the disruptions they use, are gone for
+                // the nodes looked at after it.
+                for ((_, dest), pod) in plan.iter().zip(&moving) {
+                    if let Some(r) = room.iter_mut().find(|r| &r.name == dest) {
+                        r.place(pod.clone());
+                    }
+                }
+                for b in pdbs.iter_mut() {
+                    let covered = moving
+                        .iter()
+                        .filter(|p| super::scale_down::covers(b, p))
+                        .count() as i32;
+                    if covered > 0 {
+                        let b = Arc::make_mut(b);
+                        if let Some(s) = b.status.as_mut() {
+                            s.disruptions_allowed -= covered;
+                        }
+                    }
+                }
+                gone.insert(n.clone());
+                out.unneeded.push(Unneeded {
+                    node: n,
+                    group,
+                    instance_id,
+                    resource_version: node.metadata.resource_version.clone().unwrap_or_default(),
+                    pods: moving
+                        .iter()
+                        .map(|p| {
+                            p.metadata
+                                .uid
+                                .clone()
+                                .unwrap_or_else(|| super::estimate::pod_key(p))
+                        })
+                        .collect(),
+                    utilization: u,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Since when each node has been unneeded: nodes new to the list start now, nodes no longer on
+/// it are forgotten (an unneeded period must be unbroken).
+pub fn track(since: &mut HashMap<String, Instant>, candidates: &Candidates, now: Instant) {
+    let current: HashSet<&str> = candidates
+        .unneeded
+        .iter()
+        .map(|u| u.node.as_str())
+        .collect();
+    since.retain(|n, _| current.contains(n.as_str()));
+    for u in &candidates.unneeded {
+        since.entry(u.node.clone()).or_insert(now);
+    }
+}
+
+/// The limits of one pass.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Limits {
+    /// `scaleDown.unneededTime`.
+    pub unneeded_time: Duration,
+    /// `scaleDown.maxEmptyBulkDelete`.
+    pub max_empty_bulk_delete: u32,
+    /// `scaleDown.maxScaleDownPerPass`.
+    pub max_per_pass: u32,
+    /// Whether a drain is already under way (nodes with pods go one at a time).
+    pub draining: bool,
+}
+
+/// Which unneeded nodes go this pass (indices into `candidates.unneeded`), and why each other
+/// one stays, for logs.
+pub fn select(
+    candidates: &Candidates,
+    groups: &[DownGroup],
+    since: &HashMap<String, Instant>,
+    now: Instant,
+    limits: Limits,
+) -> (Vec<usize>, BTreeMap<String, &'static str>) {
+    let mut chosen = Vec::new();
+    let mut waiting = BTreeMap::new();
+    let mut taken: Vec<u32> = vec![0; groups.len()];
+    let (mut empty, mut drained) = (0u32, 0u32);
+    for (i, u) in candidates.unneeded.iter().enumerate() {
+        let g = &groups[u.group];
+        let why = if since
+            .get(&u.node)
+            .is_none_or(|t| now.duration_since(*t) < limits.unneeded_time)
+        {
+            Some("unneeded_time")
+        } else if g.recently_grown {
+            Some("delay_after_add")
+        } else if g.size.is_none() {
+            Some("unknown_size")
+        } else if g.size.unwrap_or(0) - i64::from(g.deleting) - i64::from(taken[u.group]) - 1
+            < i64::from(g.floor)
+        {
+            Some("min_size")
+        } else if empty + drained >= limits.max_per_pass {
+            Some("max_per_pass")
+        } else if u.is_empty() && empty >= limits.max_empty_bulk_delete {
+            Some("max_empty_bulk_delete")
+        } else if !u.is_empty() && (limits.draining || drained >= 1) {
+            Some("one_drain_at_a_time")
+        } else {
+            None
+        };
+        match why {
+            Some(w) => {
+                waiting.insert(u.node.clone(), w);
+            }
+            None => {
+                taken[u.group] += 1;
+                if u.is_empty() {
+                    empty += 1;
+                } else {
+                    drained += 1;
+                }
+                chosen.push(i);
+            }
+        }
+    }
+    (chosen, waiting)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const SUB: &str = "00000000-0000-0000-0000-000000000000";
+
+    fn node(name: &str, vmss: &str, id: u32, cpu: &str) -> Arc<Node> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "resourceVersion": "7", "labels": {"kubernetes.io/hostname": name}},
+                "spec": {"providerID": format!("azure:///subscriptions/{SUB}/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/{vmss}/virtualMachines/{id}")},
+                "status": {
+                    "allocatable": {"cpu": cpu, "memory": "16Gi", "pods": "110"},
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn pod(name: &str, node: &str, cpu: &str) -> Arc<Pod> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"), "labels": {"app": "web"},
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": true}]},
+                "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
+            }))
+            .unwrap(),
+        )
+    }
+
+    fn group(name: &str, size: Option<i64>, floor: u32) -> DownGroup {
+        DownGroup {
+            name: name.into(),
+            backing: Backing::ScaleSet {
+                resource_group: "rg".into(),
+                name: name.into(),
+            },
+            floor,
+            size,
+            deleting: 0,
+            recently_grown: false,
+        }
+    }
+
+    fn run(
+        groups: &[DownGroup],
+        nodes: &[Arc<Node>],
+        pods: &[Arc<Pod>],
+        pdbs: &[Arc<PodDisruptionBudget>],
+    ) -> Candidates {
+        unneeded(&DownInput {
+            groups,
+            nodes,
+            pods,
+            pdbs,
+            threshold: 0.5,
+            busy: &HashSet::new(),
+        })
+    }
+
+    fn names(c: &Candidates) -> Vec<&str> {
+        c.unneeded.iter().map(|u| u.node.as_str()).collect()
+    }
+
+    const LIMITS: Limits = Limits {
+        unneeded_time: Duration::from_secs(600),
+        max_empty_bulk_delete: 10,
+        max_per_pass: 10,
+        draining: false,
+    };
+
+    fn all_since(c: &Candidates, t: Instant) -> HashMap<String, Instant> {
+        c.unneeded.iter().map(|u| (u.node.clone(), t)).collect()
+    }
+
+    #[test]
+    fn empty_nodes_come_first_then_underused_ones_and_busy_nodes_are_left_alone() {
+        let nodes = [
+            node("a", "ss", 0, "4"),
+            node("b", "ss", 1, "4"),
+            node("c", "ss", 2, "4"),
+            node("d", "ss", 3, "4"),
+        ];
+        let pods = [pod("p1", "b", "1"), pod("p2", "c", "3")];
+        let c = run(&[group("ss", Some(4), 0)], &nodes, &pods, &[]);
+        assert_eq!(names(&c), ["a", "d", "b"]);
+        assert_eq!(c.unneeded[0].instance_id, "0");
+        assert_eq!(c.unneeded[2].pods, ["uid-p1"]);
+        // b's pod would move to c, which is then full.
+        assert!(matches!(c.blocked.get("c"), Some(Blocker::Utilized(_))));
+        let busy = HashSet::from(["a".to_string()]);
+        let c = unneeded(&DownInput {
+            groups: &[group("ss", Some(4), 0)],
+            nodes: &nodes,
+            pods: &pods,
+            pdbs: &[],
+            threshold: 0.5,
+            busy: &busy,
+        });
+        assert_eq!(names(&c), ["d", "b"]);
+    }
+
+    #[test]
+    fn two_underused_nodes_never_count_on_the_same_free_room() {
+        // Each of a and b holds 1.5 cpu; c has room for one of them, not both.
+        let nodes = [
+            node("a", "ss", 0, "4"),
+            node("b", "ss", 1, "4"),
+            node("c", "other", 0, "4"),
+        ];
+        let pods = [
+            pod("pa", "a", "1500m"),
+            pod("pb", "b", "1500m"),
+            pod("pc", "c", "2"),
+        ];
+        let c = run(&[group("ss", Some(2), 0)], &nodes, &pods, &[]);
+        assert_eq!(names(&c), ["a"]);
+        assert!(c.blocked.contains_key("b"), "{c:?}");
+    }
+
+    #[test]
+    fn a_budgets_disruptions_are_spent_across_the_nodes_of_one_pass() {
+        let nodes = [
+            node("c", "other", 0, "8"),
+            node("a", "ss", 0, "4"),
+            node("b", "ss", 1, "4"),
+        ];
+        let pods = [pod("pa", "a", "1"), pod("pb", "b", "1")];
+        let pdb: Arc<PodDisruptionBudget> = Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": "web", "namespace": "default"},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+                "status": {"disruptionsAllowed": 1, "currentHealthy": 2, "desiredHealthy": 1, "expectedPods": 2},
+            }))
+            .unwrap(),
+        );
+        let c = run(&[group("ss", Some(2), 0)], &nodes, &pods, &[pdb]);
+        assert_eq!(names(&c), ["a"]);
+        assert_eq!(
+            c.blocked.get("b"),
+            Some(&Blocker::PdbViolated {
+                pdb: "default/web".into()
+            })
+        );
+    }
+
+    #[test]
+    fn a_node_goes_only_after_it_has_been_unneeded_for_the_whole_unneeded_time() {
+        let nodes = [node("a", "ss", 0, "4")];
+        let c = run(&[group("ss", Some(3), 0)], &nodes, &[], &[]);
+        let t0 = Instant::now();
+        let mut since = HashMap::new();
+        track(&mut since, &c, t0);
+        let groups = [group("ss", Some(3), 0)];
+        let at = |since: &HashMap<String, Instant>, d: u64| {
+            select(&c, &groups, since, t0 + Duration::from_secs(d), LIMITS)
+        };
+        assert_eq!(at(&since, 599).0, Vec::<usize>::new());
+        assert_eq!(at(&since, 599).1.get("a"), Some(&"unneeded_time"));
+        assert_eq!(at(&since, 600).0, [0]);
+        // Needed again for a moment: the clock starts over.
+        track(
+            &mut since,
+            &Candidates::default(),
+            t0 + Duration::from_secs(300),
+        );
+        track(&mut since, &c, t0 + Duration::from_secs(301));
+        assert_eq!(at(&since, 700).0, Vec::<usize>::new());
+        assert_eq!(at(&since, 901).0, [0]);
+    }
+
+    #[test]
+    fn no_node_goes_from_a_group_that_grew_recently_or_whose_size_is_unknown() {
+        let nodes = [node("a", "ss", 0, "4")];
+        let c = run(&[group("ss", Some(3), 0)], &nodes, &[], &[]);
+        let t = Instant::now();
+        let since = all_since(&c, t);
+        let later = t + Duration::from_secs(3600);
+        let mut grown = group("ss", Some(3), 0);
+        grown.recently_grown = true;
+        assert_eq!(
+            select(&c, &[grown], &since, later, LIMITS).1.get("a"),
+            Some(&"delay_after_add")
+        );
+        assert_eq!(
+            select(&c, &[group("ss", None, 0)], &since, later, LIMITS)
+                .1
+                .get("a"),
+            Some(&"unknown_size")
+        );
+    }
+
+    #[test]
+    fn never_below_the_floor_counting_deletions_in_flight_and_this_pass() {
+        let nodes = [
+            node("a", "ss", 0, "4"),
+            node("b", "ss", 1, "4"),
+            node("c", "ss", 2, "4"),
+        ];
+        let c = run(&[group("ss", Some(5), 2)], &nodes, &[], &[]);
+        let t = Instant::now();
+        let since = all_since(&c, t);
+        let later = t + Duration::from_secs(3600);
+        // 5 nodes, floor 2, one deletion already in flight: two more may go, not three.
+        let mut g = group("ss", Some(5), 2);
+        g.deleting = 1;
+        let (chosen, waiting) = select(&c, &[g], &since, later, LIMITS);
+        assert_eq!(chosen, [0, 1]);
+        assert_eq!(waiting.get("c"), Some(&"min_size"));
+    }
+
+    #[test]
+    fn empty_nodes_go_in_bulk_nodes_with_pods_one_at_a_time_and_never_more_than_the_pass_allows() {
+        let mut nodes = vec![node("big", "other", 0, "64")];
+        nodes.extend((0..6).map(|i| node(&format!("e{i}"), "ss", i, "4")));
+        nodes.push(node("p", "ss", 10, "4"));
+        nodes.push(node("q", "ss", 11, "4"));
+        let pods = [pod("x", "p", "1"), pod("y", "q", "1")];
+        let groups = [group("ss", Some(20), 0)];
+        let c = run(&groups, &nodes, &pods, &[]);
+        let t = Instant::now();
+        let since = all_since(&c, t);
+        let later = t + Duration::from_secs(3600);
+        let limits = Limits {
+            max_empty_bulk_delete: 4,
+            ..LIMITS
+        };
+        let (chosen, waiting) = select(&c, &groups, &since, later, limits);
+        let chosen: Vec<&str> = chosen
+            .iter()
+            .map(|i| c.unneeded[*i].node.as_str())
+            .collect();
+        assert_eq!(chosen, ["e0", "e1", "e2", "e3", "p"]);
+        assert_eq!(waiting.get("e4"), Some(&"max_empty_bulk_delete"));
+        assert_eq!(waiting.get("q"), Some(&"one_drain_at_a_time"));
+        let limits = Limits {
+            max_per_pass: 2,
+            draining: true,
+            ..LIMITS
+        };
+        let (chosen, waiting) = select(&c, &groups, &since, later, limits);
+        assert_eq!(chosen.len(), 2);
+        assert_eq!(waiting.get("p"), Some(&"max_per_pass"));
+        let (chosen, waiting) = select(
+            &c,
+            &groups,
+            &since,
+            later,
+            Limits {
+                draining: true,
+                ..LIMITS
+            },
+        );
+        assert_eq!(chosen.len(), 6);
+        assert_eq!(waiting.get("p"), Some(&"one_drain_at_a_time"));
+    }
+}
