@@ -13,11 +13,21 @@
 
 use crate::azure::aks::AgentPools;
 use crate::azure::arm::OperationStatus;
-use crate::azure::{ArmClient, ArmError, Precondition, PutAccepted};
+use crate::azure::{ArmClient, ArmError, DeleteAccepted, Precondition, PutAccepted};
 use crate::cache::{Instance, ScaleSet};
 use crate::config::{NodeGroupKind, NodeGroupSpec, Settings};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+/// One instance to delete, named both ways a node group's resource may need: a scale set deletes
+/// by `instance_id`, an AKS agent pool by machine name, which is the node's name.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Victim {
+    /// The scale-set instance id (`"3"`), as [`Instance::instance_id`] has it.
+    pub instance_id: String,
+    /// The Kubernetes node's name (`aks-general-12345678-vmss000003`): an AKS machine name.
+    pub node_name: String,
+}
 
 /// What a node group's backing resource can do. Every call is one request (a LIST may page),
 /// never retried here: retrying is the reconciler's decision.
@@ -39,6 +49,20 @@ pub trait CapacityResource: Send + Sync + std::fmt::Debug {
         capacity: i64,
         precondition: &Precondition,
     ) -> Result<PutAccepted, ArmError>;
+
+    /// Deletes exactly `victims` of the resource as last read (`current`), under `precondition`.
+    ///
+    /// Scale-down removes a node this way, never by lowering a capacity number (a lower capacity
+    /// lets Azure pick which instances go). The capacity drops by the number removed. One
+    /// request; a stale `If-Match` is [`ArmError::PreconditionFailed`] and removes nothing (see
+    /// [`ArmClient::delete_vm_instances`] for what Azure itself documents). An empty `victims`
+    /// sends nothing and answers a final 200.
+    async fn delete_instances(
+        &self,
+        current: &ScaleSet,
+        victims: &[Victim],
+        precondition: &Precondition,
+    ) -> Result<DeleteAccepted, ArmError>;
 
     /// Polls a write's `Azure-AsyncOperation` once.
     async fn poll_operation(&self, url: &str) -> Result<OperationStatus, ArmError>;
@@ -81,6 +105,16 @@ impl CapacityResource for ArmClient {
         self.put_capacity(current, capacity, precondition).await
     }
 
+    async fn delete_instances(
+        &self,
+        current: &ScaleSet,
+        victims: &[Victim],
+        precondition: &Precondition,
+    ) -> Result<DeleteAccepted, ArmError> {
+        let ids: Vec<String> = victims.iter().map(|v| v.instance_id.clone()).collect();
+        self.delete_vm_instances(current, &ids, precondition).await
+    }
+
     async fn poll_operation(&self, url: &str) -> Result<OperationStatus, ArmError> {
         ArmClient::poll_operation(self, url).await
     }
@@ -114,6 +148,16 @@ impl CapacityResource for AgentPools {
         precondition: &Precondition,
     ) -> Result<PutAccepted, ArmError> {
         self.put_count(current, capacity, precondition).await
+    }
+
+    async fn delete_instances(
+        &self,
+        current: &ScaleSet,
+        victims: &[Victim],
+        precondition: &Precondition,
+    ) -> Result<DeleteAccepted, ArmError> {
+        let names: Vec<String> = victims.iter().map(|v| v.node_name.clone()).collect();
+        self.delete_machines(current, &names, precondition).await
     }
 
     async fn poll_operation(&self, url: &str) -> Result<OperationStatus, ArmError> {

@@ -15,7 +15,7 @@
 //! these calls go through [`ArmClient::send_json`]: the same `Retry-After` gates, token, error
 //! classes and metrics as the scale-set calls.
 
-use crate::azure::arm::{ArmClient, ArmError, ArmOp, JsonAnswer, PutAccepted};
+use crate::azure::arm::{ArmClient, ArmError, ArmOp, DeleteAccepted, JsonAnswer, PutAccepted};
 use crate::azure::Precondition;
 use crate::cache::{AgentPoolFacts, Instance, ScaleSet};
 use azure_core::Url;
@@ -250,6 +250,49 @@ impl AgentPools {
             retry_after: answer.retry_after,
             scale_set,
         })
+    }
+
+    /// Deletes exactly the machines `machine_names` of pool `current`:
+    /// `POST {pool}/deleteMachines?api-version=2024-09-01` with body `{"machineNames": [..]}`
+    /// (AKS's machine names are the node names, e.g. `aks-general-12345678-vmss000003`), one
+    /// request, never retried here. AKS lowers `properties.count` by the number removed and
+    /// gives the pool a new `properties.eTag`.
+    ///
+    /// `If-Match` is sent when `precondition` asks for it. The AKS specification documents it for
+    /// the agent-pool PUT and DELETE, not for this action; the emulator enforces it as on a PUT
+    /// (a stale ETag is a 412, [`ArmError::PreconditionFailed`], and nothing is deleted), Azure
+    /// is not known to. A name that is not a machine of the pool is a 400 ([`ArmError::Http`])
+    /// whose message names it. A 200 is final; a 202 carries the operation to poll
+    /// (`Azure-AsyncOperation`, else `Location`). An empty `machine_names` sends nothing and
+    /// answers a final 200.
+    pub async fn delete_machines(
+        &self,
+        current: &ScaleSet,
+        machine_names: &[String],
+        precondition: &Precondition,
+    ) -> Result<DeleteAccepted, ArmError> {
+        let op = ArmOp::DeleteMachines;
+        if machine_names.is_empty() {
+            return Ok(DeleteAccepted {
+                status: 200,
+                async_operation: None,
+                retry_after: None,
+            });
+        }
+        let url = self.url(&format!("/agentPools/{}/deleteMachines", current.name))?;
+        let body = serde_json::json!({ "machineNames": machine_names });
+        let answer = self
+            .arm
+            .send_json(
+                op,
+                &current.name,
+                reqwest::Method::POST,
+                url,
+                Some(&body),
+                precondition,
+            )
+            .await?;
+        Ok(DeleteAccepted::from_answer(&answer))
     }
 
     /// The VM instances behind a pool: those of the scale set tagged

@@ -28,6 +28,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
+/// The compute API version of every scale-set call (the one `package_2024_07_01` sends).
+pub const COMPUTE_API_VERSION: &str = "2024-07-01";
+
 /// The token scope for ARM, whatever the endpoint (the SDK would derive it from the endpoint).
 pub const ARM_SCOPE: &str = "https://management.azure.com/.default";
 
@@ -52,6 +55,10 @@ pub enum ArmOp {
     PutAgentPool,
     /// GET a managed cluster (for its node resource group).
     GetManagedCluster,
+    /// POST a scale set's `delete` action (named instances).
+    DeleteInstances,
+    /// POST an agent pool's `deleteMachines` action (named machines).
+    DeleteMachines,
 }
 
 impl ArmOp {
@@ -67,13 +74,18 @@ impl ArmOp {
             ArmOp::GetAgentPool => "get_agent_pool",
             ArmOp::PutAgentPool => "put_agent_pool",
             ArmOp::GetManagedCluster => "get_managed_cluster",
+            ArmOp::DeleteInstances => "delete_instances",
+            ArmOp::DeleteMachines => "delete_machines",
         }
     }
 
     /// Which throttle class the call spends.
     pub fn class(self) -> CallClass {
         match self {
-            ArmOp::PutCapacity | ArmOp::PutAgentPool => CallClass::Write,
+            ArmOp::PutCapacity
+            | ArmOp::PutAgentPool
+            | ArmOp::DeleteInstances
+            | ArmOp::DeleteMachines => CallClass::Write,
             _ => CallClass::Read,
         }
     }
@@ -121,6 +133,39 @@ pub struct PutAccepted {
     pub scale_set: ScaleSet,
 }
 
+/// A delete of named instances (a scale set's `delete`, an agent pool's `deleteMachines`) that
+/// ARM accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeleteAccepted {
+    /// 200 (done, nothing to follow) or 202 (accepted, follow `async_operation`).
+    pub status: u16,
+    /// The URL to poll with [`ArmClient::poll_operation`]: `Azure-AsyncOperation`, else
+    /// `Location`; `None` on a 200, which is final.
+    pub async_operation: Option<String>,
+    /// Server's poll interval hint.
+    pub retry_after: Option<Duration>,
+}
+
+impl DeleteAccepted {
+    /// What a 2xx answer to a delete action means: a 200 is final (no operation to follow), a
+    /// 202 is followed through `Azure-AsyncOperation`, else `Location`.
+    pub fn from_answer(answer: &JsonAnswer) -> Self {
+        let async_operation = if answer.status == 200 {
+            None
+        } else {
+            answer
+                .async_operation
+                .clone()
+                .or_else(|| answer.location.clone())
+        };
+        DeleteAccepted {
+            status: answer.status,
+            async_operation,
+            retry_after: answer.retry_after,
+        }
+    }
+}
+
 /// A 2xx answer to [`ArmClient::send_json`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct JsonAnswer {
@@ -130,6 +175,8 @@ pub struct JsonAnswer {
     pub etag: Option<String>,
     /// The `Azure-AsyncOperation` header, if any.
     pub async_operation: Option<String>,
+    /// The `Location` header, if any (an operation-result URL on a 202).
+    pub location: Option<String>,
     /// The server's `Retry-After` hint, if any.
     pub retry_after: Option<Duration>,
     /// The body.
@@ -839,6 +886,65 @@ impl ArmClient {
         })
     }
 
+    /// Deletes exactly the instances `instance_ids` of scale set `current` (in the configured
+    /// resource group): `POST {vmss}/delete?api-version=2024-07-01` with body
+    /// `{"instanceIds": [..]}`, one request, never retried here, through [`ArmClient::send_json`]
+    /// (the write gate, error classes and `arm_requests` metrics of the capacity PUT).
+    ///
+    /// ARM lowers `sku.capacity` by the number of instances it removes; the scale set's other
+    /// instances are untouched (unlike a capacity PUT, which picks the victims itself).
+    ///
+    /// **If-Match.** ARM documents `If-Match` only for PUT and PATCH of a scale set; for this
+    /// action it is not in the REST specification. It is sent anyway when `precondition` asks
+    /// for it: the emulator enforces it exactly as on a PUT (a stale ETag is a 412 and nothing is
+    /// deleted), and Azure is not known to enforce it, so on Azure the delete may land on a newer
+    /// version of the scale set than the one read. A 412 is [`ArmError::PreconditionFailed`], as
+    /// on a PUT; an instance id the scale set does not have is ARM's 400 `InvalidParameter`
+    /// ([`ArmError::Http`], its message naming the id).
+    ///
+    /// A 200 is final (no operation to follow); a 202 carries the operation to poll
+    /// (`Azure-AsyncOperation`, else `Location`). An empty `instance_ids` sends nothing and
+    /// answers a final 200: deleting nothing is done.
+    pub async fn delete_vm_instances(
+        &self,
+        current: &ScaleSet,
+        instance_ids: &[String],
+        precondition: &Precondition,
+    ) -> Result<DeleteAccepted, ArmError> {
+        let op = ArmOp::DeleteInstances;
+        if instance_ids.is_empty() {
+            return Ok(DeleteAccepted {
+                status: 200,
+                async_operation: None,
+                retry_after: None,
+            });
+        }
+        let t = &self.target;
+        let path = format!(
+            "subscriptions/{}/resourceGroups/{}/providers/Microsoft.Compute/virtualMachineScaleSets/{}/delete",
+            t.subscription, t.resource_group, current.name
+        );
+        let mut url = t.endpoint.join(&path).map_err(|e| ArmError::Decode {
+            op,
+            scale_set: current.name.clone(),
+            detail: format!("cannot build the delete-instances URL: {e}"),
+        })?;
+        url.query_pairs_mut()
+            .append_pair("api-version", COMPUTE_API_VERSION);
+        let body = serde_json::json!({ "instanceIds": instance_ids });
+        let answer = self
+            .send_json(
+                op,
+                &current.name,
+                reqwest::Method::POST,
+                url,
+                Some(&body),
+                precondition,
+            )
+            .await?;
+        Ok(DeleteAccepted::from_answer(&answer))
+    }
+
     /// LIST the VM instances of a scale set (follows `nextLink`).
     pub async fn list_instances(&self, name: &str) -> Result<Vec<Instance>, ArmError> {
         self.list_instances_in(&self.target.resource_group, name)
@@ -961,6 +1067,7 @@ impl ArmClient {
             status,
             etag: headers.get_optional_string(&ETAG),
             async_operation: headers.get_optional_string(&AZURE_ASYNCOPERATION),
+            location: header(&headers, "location").map(str::to_string),
             retry_after: parse_retry_after(
                 |n| header(&headers, static_name(n)),
                 std::time::SystemTime::now(),

@@ -10,4 +10,4 @@ pub mod arm;
 pub mod credentials;
 pub mod throttle;
 
-pub use arm::{ArmClient, ArmError, ArmOp, Precondition, PutAccepted};
+pub use arm::{ArmClient, ArmError, ArmOp, DeleteAccepted, Precondition, PutAccepted};
