@@ -111,11 +111,63 @@ pub fn with_status(store: &Store, mut pdb: Value) -> Value {
     pdb
 }
 
-/// Answers the eviction of `namespace/name`: `Ok(status body)` when the pod was deleted.
-pub fn evict(store: &mut Store, namespace: &str, name: &str) -> Result<Value, KubeError> {
+/// An Eviction's `deleteOptions.preconditions`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Preconditions {
+    /// The pod's `metadata.uid`: another pod of the same name is not evicted.
+    pub uid: Option<String>,
+    /// The pod's `metadata.resourceVersion`.
+    pub resource_version: Option<String>,
+}
+
+/// The real server's 409 for a precondition that does not hold (checked against v1.20.2).
+fn precondition_failed(name: &str, what: &str, want: &str, have: &str, hint: &str) -> KubeError {
+    status::failure(
+        409,
+        "Conflict",
+        format!(
+            "Operation cannot be fulfilled on Pod \"{name}\": the {what} in the precondition ({want}) does not match the {what} in record ({have}). The object might have been {hint}"
+        ),
+        Some(json!({"name": name, "kind": "Pod"})),
+    )
+}
+
+/// Answers the eviction of `namespace/name`: `Ok(status body)` when the pod was deleted; 409
+/// when a precondition does not hold, before any budget is looked at.
+pub fn evict(
+    store: &mut Store,
+    namespace: &str,
+    name: &str,
+    preconditions: &Preconditions,
+) -> Result<Value, KubeError> {
     let pods_rt = resources::find("", "v1", "pods").expect("pods are served");
     let pdb_rt = resources::find("policy", "v1", "poddisruptionbudgets").expect("PDBs are served");
     let pod = store.get(pods_rt, namespace, name)?;
+    let field = |p: &str| pod.pointer(p).and_then(Value::as_str).unwrap_or("");
+    if let Some(want) = preconditions.uid.as_deref() {
+        let have = field("/metadata/uid");
+        if want != have {
+            return Err(precondition_failed(
+                name,
+                "UID",
+                want,
+                have,
+                "deleted and then recreated",
+            ));
+        }
+    }
+    if let Some(want) = preconditions.resource_version.as_deref() {
+        let have = field("/metadata/resourceVersion");
+        if want != have {
+            return Err(precondition_failed(
+                name,
+                "ResourceVersion",
+                want,
+                have,
+                "modified",
+            ));
+        }
+    }
     let phase = pod
         .pointer("/status/phase")
         .and_then(Value::as_str)

@@ -453,8 +453,10 @@ fn item(
             ok(201, status::success(201))
         }
         (Some("eviction"), &Method::POST) if is_pod => {
+            let mut preconditions = eviction::Preconditions::default();
             if !body.is_empty() {
-                let named = parse_json(body)?
+                let eviction = parse_json(body)?;
+                let named = eviction
                     .pointer("/metadata/name")
                     .and_then(Value::as_str)
                     .map(str::to_string);
@@ -463,9 +465,22 @@ fn item(
                         "name in URL does not match name in Eviction object",
                     ));
                 }
+                let field = |f: &str| {
+                    eviction
+                        .pointer(&format!("/deleteOptions/preconditions/{f}"))
+                        .and_then(Value::as_str)
+                        .map(str::to_string)
+                };
+                preconditions = eviction::Preconditions {
+                    uid: field("uid"),
+                    resource_version: field("resourceVersion"),
+                };
             }
             let mut store = kube.store.lock();
-            ok(201, eviction::evict(&mut store, namespace, name)?)
+            ok(
+                201,
+                eviction::evict(&mut store, namespace, name, &preconditions)?,
+            )
         }
         (Some("scale"), method) if rt.plural == "replicasets" => {
             scale(kube, parts, rt, namespace, name, method, body)

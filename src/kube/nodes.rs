@@ -1,0 +1,466 @@
+//! The Kubernetes writes of scale-down, as cluster-autoscaler makes them: taint a node with this
+//! controller's own `NoSchedule` taint and cordon it, drain it through the Eviction API (which
+//! honours PodDisruptionBudgets: 429 when a budget has no disruption left), and untaint it when
+//! the removal is abandoned or, at startup, left over from a previous run
+//! (cluster-autoscaler #5048).
+//!
+//! Every node write is a JSON merge patch carrying `metadata.resourceVersion`, the Kubernetes twin
+//! of If-Match: a node changed since it was read is a 409 Conflict, never overwritten. A merge
+//! patch replaces `spec.taints` as a whole, so the list sent is always the one read plus or minus
+//! our taint, and the version makes sure nobody else's taint was added in between. Untainting
+//! re-reads and retries on a 409 (a bounded number of times): a lost untaint would leave a node
+//! unschedulable for good.
+//!
+//! The loop codes against [`NodeActions`]; [`KubeNodeActions`] implements it on the API server.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Taint};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::{json, Value};
+use tracing::{debug, info, warn};
+
+/// The taint this controller puts on a node it is removing (cluster-autoscaler uses
+/// `ToBeDeletedByClusterAutoscaler`; ours is our own so the two never clear each other's).
+pub const TO_BE_DELETED_TAINT: &str = "vmss-capacity-controller/to-be-deleted";
+
+/// How many times [`NodeActions::untaint`] re-reads and retries after a 409 Conflict.
+pub const UNTAINT_ATTEMPTS: u32 = 5;
+
+/// The pause between two untaint attempts (client-go's `retry.DefaultRetry` step).
+const UNTAINT_RETRY_DELAY: Duration = Duration::from_millis(10);
+
+/// Page size of the node LIST in [`NodeActions::tainted_nodes`].
+const LIST_PAGE: u32 = 500;
+
+/// Why a node write failed. Each variant carries the node's name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NodeWriteError {
+    /// 409 Conflict: the node changed since its `resourceVersion` was read (for an untaint:
+    /// still so after [`UNTAINT_ATTEMPTS`] re-reads).
+    #[error("409 Conflict: node {0} changed since it was read")]
+    Conflict(String),
+    /// 404: the node does not exist (any more).
+    #[error("404 NotFound: node {0} does not exist")]
+    NotFound(String),
+    /// Anything else (the API server down, 403, a timeout, a refused blind write); the message
+    /// names the node.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl NodeWriteError {
+    /// A 409 Conflict: re-read the node and decide again.
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Self::Conflict(_))
+    }
+
+    /// A 404: the node is gone.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Self::NotFound(_))
+    }
+
+    /// A label for metrics (`conflict`, `not_found`, `other`).
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::Conflict(_) => "conflict",
+            Self::NotFound(_) => "not_found",
+            Self::Other(_) => "other",
+        }
+    }
+}
+
+/// How an eviction went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EvictOutcome {
+    /// 201: the pod is being deleted (with its grace period).
+    Evicted,
+    /// 429: a PodDisruptionBudget has no disruption left; the message names the budget.
+    Blocked(String),
+    /// 404, or 409 on the uid precondition: the pod is already gone (or is another pod now,
+    /// recreated under the same name).
+    Gone,
+    /// Anything else (500 for a pod under two budgets, 403, the API server down); the message
+    /// names the pod.
+    Failed(String),
+}
+
+/// The Kubernetes calls of scale-down. Implemented on the API server by [`KubeNodeActions`];
+/// the scale-down loop's tests implement it in memory.
+#[async_trait::async_trait]
+pub trait NodeActions: Send + Sync {
+    /// Adds our taint (`NoSchedule`, value = unix seconds now, as cluster-autoscaler does) and
+    /// sets `spec.unschedulable`, by a merge patch carrying `metadata.resourceVersion` =
+    /// `resource_version`, so a node changed since it was read is a
+    /// [`NodeWriteError::Conflict`], never overwritten. Idempotent: a node already carrying our
+    /// taint and cordoned is not written again.
+    async fn taint(&self, node: &str, resource_version: &str) -> Result<(), NodeWriteError>;
+    /// Removes our taint, and uncordons the node when our taint was there (a node without it
+    /// is not written). Reads the node for its `resourceVersion`; on a 409 re-reads and retries,
+    /// [`UNTAINT_ATTEMPTS`] times in all: an untaint must not be lost.
+    async fn untaint(&self, node: &str) -> Result<(), NodeWriteError>;
+    /// A `policy/v1` Eviction of one pod, with the pod's `uid` (when given) as a precondition
+    /// in its `deleteOptions`, so a pod recreated under the same name is not evicted instead.
+    async fn evict(&self, namespace: &str, pod: &str, uid: Option<&str>) -> EvictOutcome;
+    /// The names of the nodes carrying our taint, sorted (for the startup cleanup).
+    async fn tainted_nodes(&self) -> Result<Vec<String>, NodeWriteError>;
+}
+
+/// Whether `node` carries [`TO_BE_DELETED_TAINT`] (with any effect).
+pub fn has_our_taint(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| t.key == TO_BE_DELETED_TAINT))
+}
+
+/// Untaints every node carrying our taint (cluster-autoscaler #5048: a restart must not leave
+/// nodes cordoned by a removal nobody is finishing). Returns how many were untainted. A node
+/// that disappeared meanwhile is skipped; every node is tried before the first other failure is
+/// returned.
+pub async fn remove_leftover_taints(actions: &dyn NodeActions) -> Result<usize, NodeWriteError> {
+    let names = actions.tainted_nodes().await?;
+    let mut cleared = 0;
+    let mut first_error = None;
+    for name in &names {
+        match actions.untaint(name).await {
+            Ok(()) => {
+                cleared += 1;
+                info!(node = %name, "removed a leftover to-be-deleted taint");
+            }
+            Err(NodeWriteError::NotFound(_)) => {
+                debug!(node = %name, "a leftover tainted node is gone");
+            }
+            Err(e) => {
+                warn!(node = %name, error = %e, "could not remove a leftover to-be-deleted taint");
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(cleared),
+    }
+}
+
+/// [`NodeActions`] through the API server (kube-rs).
+pub struct KubeNodeActions {
+    client: kube::Client,
+    nodes: Api<Node>,
+    /// Set once a server refused a `policy/v1` Eviction (Kubernetes before 1.22): later
+    /// evictions go straight to `policy/v1beta1`.
+    eviction_v1beta1: AtomicBool,
+}
+
+impl std::fmt::Debug for KubeNodeActions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeNodeActions")
+            .field(
+                "eviction_v1beta1",
+                &self.eviction_v1beta1.load(Ordering::Relaxed),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+fn classify(node: &str, e: kube::Error) -> NodeWriteError {
+    match &e {
+        kube::Error::Api(s) if s.code == 409 => NodeWriteError::Conflict(node.to_string()),
+        kube::Error::Api(s) if s.code == 404 => NodeWriteError::NotFound(node.to_string()),
+        _ => NodeWriteError::Other(format!("node {node}: {e}")),
+    }
+}
+
+fn now_unix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+fn taints_of(node: &Node) -> Vec<Taint> {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+}
+
+/// The taints as a merge patch sets them: `null` for none (an empty list is not stored anyway).
+fn taints_value(taints: &[Taint]) -> Result<Value, serde_json::Error> {
+    if taints.is_empty() {
+        Ok(Value::Null)
+    } else {
+        serde_json::to_value(taints)
+    }
+}
+
+impl KubeNodeActions {
+    /// Node writes and evictions through `client`.
+    pub fn new(client: kube::Client) -> Self {
+        Self {
+            nodes: Api::all(client.clone()),
+            client,
+            eviction_v1beta1: AtomicBool::new(false),
+        }
+    }
+
+    async fn read(&self, node: &str) -> Result<Node, NodeWriteError> {
+        self.nodes
+            .get_opt(node)
+            .await
+            .map_err(|e| classify(node, e))?
+            .ok_or_else(|| NodeWriteError::NotFound(node.to_string()))
+    }
+
+    async fn merge_patch(&self, node: &str, patch: &Value) -> Result<(), NodeWriteError> {
+        self.nodes
+            .patch(node, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map(|_| ())
+            .map_err(|e| classify(node, e))
+    }
+
+    async fn post_eviction(
+        &self,
+        namespace: &str,
+        pod: &str,
+        uid: Option<&str>,
+        api_version: &str,
+    ) -> Result<(), kube::Error> {
+        let mut body = json!({
+            "apiVersion": api_version,
+            "kind": "Eviction",
+            "metadata": {"name": pod, "namespace": namespace},
+        });
+        if let Some(uid) = uid {
+            // camelCase, as the API reads it: kube-rs' own `evict` sends `delete_options`, which
+            // the server ignores, and with it the precondition.
+            body["deleteOptions"] = json!({"preconditions": {"uid": uid}});
+        }
+        let request = http::Request::post(format!(
+            "/api/v1/namespaces/{namespace}/pods/{pod}/eviction"
+        ))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(body.to_string().into_bytes())
+        .map_err(kube::Error::HttpError)?;
+        self.client.request_text(request).await.map(|_| ())
+    }
+}
+
+/// A 400 saying the server has no `policy/v1` Eviction (Kubernetes 1.20 and 1.21 answer `no kind
+/// "Eviction" is registered for version "policy/v1"`).
+fn lacks_policy_v1(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 400 && s.message.contains("\"policy/v1\""))
+}
+
+/// The refusal's message and its causes (the budget's name is in a cause).
+fn status_text(s: &kube::core::Status) -> String {
+    let mut text = s.message.clone();
+    if let Some(details) = &s.details {
+        for cause in &details.causes {
+            if !cause.message.is_empty() {
+                text.push_str(": ");
+                text.push_str(&cause.message);
+            }
+        }
+    }
+    text
+}
+
+#[async_trait::async_trait]
+impl NodeActions for KubeNodeActions {
+    async fn taint(&self, node: &str, resource_version: &str) -> Result<(), NodeWriteError> {
+        if resource_version.is_empty() {
+            // Never a blind write: without a version the server would apply it unconditionally.
+            return Err(NodeWriteError::Other(format!(
+                "refusing to taint node {node} without a resourceVersion"
+            )));
+        }
+        let current = self.read(node).await?;
+        let cordoned = current
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false);
+        if has_our_taint(&current) && cordoned {
+            debug!(node, "already tainted and cordoned");
+            return Ok(());
+        }
+        let mut taints = taints_of(&current);
+        if !taints.iter().any(|t| t.key == TO_BE_DELETED_TAINT) {
+            taints.push(Taint {
+                key: TO_BE_DELETED_TAINT.to_string(),
+                value: Some(now_unix().to_string()),
+                effect: "NoSchedule".to_string(),
+                time_added: None,
+            });
+        }
+        let taints = taints_value(&taints)
+            .map_err(|e| NodeWriteError::Other(format!("serialising node {node}'s taints: {e}")))?;
+        // The list comes from this read but the version from the caller's: if the two differ
+        // the server answers 409 and nothing is written.
+        let patch = json!({
+            "metadata": {"resourceVersion": resource_version},
+            "spec": {"taints": taints, "unschedulable": true},
+        });
+        self.merge_patch(node, &patch).await?;
+        info!(
+            node,
+            taint = TO_BE_DELETED_TAINT,
+            "node tainted and cordoned"
+        );
+        Ok(())
+    }
+
+    async fn untaint(&self, node: &str) -> Result<(), NodeWriteError> {
+        for attempt in 1..=UNTAINT_ATTEMPTS {
+            let current = self.read(node).await?;
+            if !has_our_taint(&current) {
+                return Ok(());
+            }
+            let Some(rv) = current
+                .metadata
+                .resource_version
+                .clone()
+                .filter(|v| !v.is_empty())
+            else {
+                return Err(NodeWriteError::Other(format!(
+                    "node {node} was read without a resourceVersion; refusing a blind write"
+                )));
+            };
+            let kept: Vec<Taint> = taints_of(&current)
+                .into_iter()
+                .filter(|t| t.key != TO_BE_DELETED_TAINT)
+                .collect();
+            let taints = taints_value(&kept).map_err(|e| {
+                NodeWriteError::Other(format!("serialising node {node}'s taints: {e}"))
+            })?;
+            let patch = json!({
+                "metadata": {"resourceVersion": rv},
+                "spec": {"taints": taints, "unschedulable": null},
+            });
+            match self.merge_patch(node, &patch).await {
+                Ok(()) => {
+                    info!(node, attempt, "node untainted and uncordoned");
+                    return Ok(());
+                }
+                Err(NodeWriteError::Conflict(_)) if attempt < UNTAINT_ATTEMPTS => {
+                    debug!(node, attempt, "409 untainting: re-reading the node");
+                    tokio::time::sleep(UNTAINT_RETRY_DELAY).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(NodeWriteError::Conflict(node.to_string()))
+    }
+
+    async fn evict(&self, namespace: &str, pod: &str, uid: Option<&str>) -> EvictOutcome {
+        let mut api_version = if self.eviction_v1beta1.load(Ordering::Relaxed) {
+            "policy/v1beta1"
+        } else {
+            "policy/v1"
+        };
+        let mut result = self.post_eviction(namespace, pod, uid, api_version).await;
+        if api_version == "policy/v1" && result.as_ref().is_err_and(lacks_policy_v1) {
+            info!("the API server has no policy/v1 Eviction: using policy/v1beta1");
+            self.eviction_v1beta1.store(true, Ordering::Relaxed);
+            api_version = "policy/v1beta1";
+            result = self.post_eviction(namespace, pod, uid, api_version).await;
+        }
+        match result {
+            Ok(()) => {
+                debug!(namespace, pod, api_version, "pod evicted");
+                EvictOutcome::Evicted
+            }
+            Err(kube::Error::Api(s)) if s.code == 429 => EvictOutcome::Blocked(status_text(&s)),
+            Err(kube::Error::Api(s)) if s.code == 404 => EvictOutcome::Gone,
+            // Only the uid precondition makes an eviction 409: the pod of that name is another.
+            Err(kube::Error::Api(s)) if s.code == 409 && uid.is_some() => EvictOutcome::Gone,
+            Err(kube::Error::Api(s)) => EvictOutcome::Failed(format!(
+                "evicting pod {namespace}/{pod}: {} {}: {}",
+                s.code,
+                s.reason,
+                status_text(&s)
+            )),
+            Err(e) => EvictOutcome::Failed(format!("evicting pod {namespace}/{pod}: {e}")),
+        }
+    }
+
+    async fn tainted_nodes(&self) -> Result<Vec<String>, NodeWriteError> {
+        let mut names = Vec::new();
+        let mut params = ListParams::default().limit(LIST_PAGE);
+        loop {
+            let page = self
+                .nodes
+                .list(&params)
+                .await
+                .map_err(|e| NodeWriteError::Other(format!("listing nodes: {e}")))?;
+            names.extend(
+                page.items
+                    .iter()
+                    .filter(|n| has_our_taint(n))
+                    .filter_map(|n| n.metadata.name.clone()),
+            );
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::NodeSpec;
+
+    fn node_with(taints: &[&str]) -> Node {
+        Node {
+            spec: Some(NodeSpec {
+                taints: Some(
+                    taints
+                        .iter()
+                        .map(|k| Taint {
+                            key: k.to_string(),
+                            effect: "NoSchedule".into(),
+                            ..Taint::default()
+                        })
+                        .collect(),
+                ),
+                ..NodeSpec::default()
+            }),
+            ..Node::default()
+        }
+    }
+
+    #[test]
+    fn only_our_taint_key_counts_as_ours() {
+        assert!(has_our_taint(&node_with(&["a", TO_BE_DELETED_TAINT])));
+        assert!(!has_our_taint(&node_with(&[
+            "ToBeDeletedByClusterAutoscaler"
+        ])));
+        assert!(!has_our_taint(&Node::default()));
+    }
+
+    #[test]
+    fn errors_name_the_node() {
+        assert!(NodeWriteError::Conflict("aks-1".into())
+            .to_string()
+            .contains("aks-1"));
+        assert!(NodeWriteError::NotFound("aks-2".into())
+            .to_string()
+            .contains("aks-2"));
+        assert_eq!(
+            NodeWriteError::Conflict("n".into()).metric_label(),
+            "conflict"
+        );
+    }
+
+    #[test]
+    fn no_taints_left_is_sent_as_null() {
+        assert_eq!(taints_value(&[]).ok(), Some(Value::Null));
+    }
+}
