@@ -516,6 +516,13 @@ impl Replica {
         } = self;
         // The reflectors start before the loop so their first full lists overlap the first
         // scale-set refresh; /readyz waits for both.
+        let node_actions: Option<Arc<dyn crate::kube::nodes::NodeActions>> = kube_client
+            .as_ref()
+            .filter(|_| settings.scale_down.enabled)
+            .map(|c| {
+                Arc::new(crate::kube::nodes::KubeNodeActions::new(c.clone()))
+                    as Arc<dyn crate::kube::nodes::NodeActions>
+            });
         let (cluster, reflectors) = match kube_client {
             Some(client) => {
                 let (view, tasks) =
@@ -532,6 +539,21 @@ impl Replica {
                     demand,
                     reconciler.clone(),
                     view.clone(),
+                    metrics.clone(),
+                    events.clone(),
+                )
+                .run(shutdown.clone()),
+            )),
+            _ => None,
+        };
+        // `scaleDown.enabled`: removes unneeded nodes, one instance at a time through Azure.
+        let scale_down_task = match (node_actions, &cluster) {
+            (Some(actions), Some(view)) => Some(tokio::spawn(
+                crate::scale_down::ScaleDownLoop::new(
+                    settings.clone(),
+                    reconciler.clone(),
+                    view.clone(),
+                    actions,
                     metrics.clone(),
                     events,
                 )
@@ -595,6 +617,9 @@ impl Replica {
             let _ = gauges.await;
         }
         if let Some(task) = scale_up_task {
+            let _ = task.await;
+        }
+        if let Some(task) = scale_down_task {
             let _ = task.await;
         }
         for task in reflectors {

@@ -19,8 +19,9 @@
 //! | [`notify`] | events and per-group status the reconciler reports (Kubernetes Events, status ConfigMap) |
 //! | [`metrics`] | the Prometheus registry and every metric the daemon exports |
 //! | [`http`] | `/metrics`, `/healthz`, `/readyz` |
-//! | [`pods`] | pod-driven demand's pure parts: quantities, fit, templates, bin packing, expanders, the scale-up decision, scale-down eligibility (scale-down not wired yet) |
+//! | [`pods`] | pod-driven demand's pure parts: quantities, fit, templates, bin packing, expanders, the scale-up decision, one scale-down pass (which nodes go) |
 //! | [`pod_demand`] | `demand: pods`: batching pending pods, one scale-up decision per batch, the reconciler's demand source |
+//! | [`scale_down`] | removing unneeded nodes: taint, re-check, drain through evictions, delete exactly that instance |
 //! | [`kube`] | the Kubernetes side: client, Lease leader election, reflectors of nodes, pods, PDBs, DaemonSets |
 //! | [`emulator`] | feature `emulator` (default): ARM (scale sets, AKS, identity, throttling, faults) and Kubernetes API emulators, separate rooms |
 //! | [`demo`] | feature `emulator`: the zero-setup showcase: emulator, rival writer, controller, summary |
@@ -44,3 +45,4 @@ pub mod pod_demand;
 pub mod pods;
 pub mod reconciler;
 pub mod resource;
+pub mod scale_down;

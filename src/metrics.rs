@@ -101,6 +101,19 @@ pub struct Metrics {
     pub scale_up_decisions_total: IntCounterVec,
     /// Time to make one scale-up decision (pure planning, no I/O).
     pub scale_up_decision_duration_seconds: HistogramVec,
+    /// Nodes of each group unneeded at the last scale-down pass (cluster-autoscaler's
+    /// `unneeded_nodes_count`, per group).
+    pub unneeded_nodes_count: IntGaugeVec,
+    /// Nodes removed (their instance deleted and confirmed by Azure), by group and reason
+    /// (`empty`, `underutilized`).
+    pub scaled_down_nodes_total: IntCounterVec,
+    /// Removals started and not finished, by group and where they stopped (`aborted`: the
+    /// re-check after the taint, `drain_failed`, `refused`: the guards before the delete,
+    /// `delete_failed`: Azure said no or its operation failed).
+    pub failed_scale_downs_total: IntCounterVec,
+    /// Pod evictions by result (`evicted`, `blocked`: a PodDisruptionBudget's 429, `gone`,
+    /// `failed`).
+    pub evicted_pods_total: IntCounterVec,
 }
 
 impl Metrics {
@@ -315,6 +328,30 @@ impl Metrics {
                 "scale_up_decision_duration_seconds",
                 "Time to make one scale-up decision.",
                 &[],
+            ),
+            unneeded_nodes_count: int_gauge(
+                &registry,
+                "unneeded_nodes_count",
+                "Nodes of a node group unneeded at the last scale-down pass.",
+                &["scale_set"],
+            ),
+            scaled_down_nodes_total: counter(
+                &registry,
+                "scaled_down_nodes_total",
+                "Nodes removed (instance deleted, confirmed by Azure), by node group and reason.",
+                &["scale_set", "reason"],
+            ),
+            failed_scale_downs_total: counter(
+                &registry,
+                "failed_scale_downs_total",
+                "Node removals started and not finished, by node group and where they stopped.",
+                &["scale_set", "reason"],
+            ),
+            evicted_pods_total: counter(
+                &registry,
+                "evicted_pods_total",
+                "Pod evictions by result.",
+                &["result"],
             ),
             registry,
         };

@@ -62,6 +62,22 @@ pub enum ControllerEvent {
         /// Why, per group.
         why: String,
     },
+    /// A step of a node's removal (cluster-autoscaler's `ScaleDown` Events): the node tainted,
+    /// a pod evicted from it, the node deleted.
+    ScaleDown {
+        /// The node, or a pod evicted from it.
+        object: ObjectRef,
+        /// What happened, in words.
+        note: String,
+    },
+    /// A node's removal stopped (cluster-autoscaler's `ScaleDownFailed`): the node was
+    /// untainted and stays.
+    ScaleDownFailed {
+        /// The node.
+        object: ObjectRef,
+        /// Why, in words.
+        why: String,
+    },
     /// This replica acquired the Lease.
     LeadershipGained {
         /// This replica's identity.

@@ -324,18 +324,7 @@ impl ScaleUpLoop {
     }
 
     fn backing(&self, g: &NodeGroupSpec) -> Backing {
-        match &g.kind {
-            NodeGroupKind::Vmss => Backing::ScaleSet {
-                resource_group: g
-                    .resource_group
-                    .clone()
-                    .unwrap_or_else(|| self.settings.azure.resource_group.clone()),
-                name: g.name.clone(),
-            },
-            NodeGroupKind::AksAgentPool { .. } => Backing::AgentPool {
-                pool: g.name.clone(),
-            },
-        }
+        backing(&self.settings, g)
     }
 
     /// Metrics, logs and pod Events for one decision.
@@ -453,7 +442,24 @@ impl ScaleUpLoop {
     }
 }
 
-fn pod_ref(pod: &Pod) -> ObjectRef {
+/// How `g`'s nodes are recognised.
+pub(crate) fn backing(settings: &Settings, g: &NodeGroupSpec) -> Backing {
+    match &g.kind {
+        NodeGroupKind::Vmss => Backing::ScaleSet {
+            resource_group: g
+                .resource_group
+                .clone()
+                .unwrap_or_else(|| settings.azure.resource_group.clone()),
+            name: g.name.clone(),
+        },
+        NodeGroupKind::AksAgentPool { .. } => Backing::AgentPool {
+            pool: g.name.clone(),
+        },
+    }
+}
+
+/// The Event reference of `pod`.
+pub(crate) fn pod_ref(pod: &Pod) -> ObjectRef {
     ObjectRef {
         api_version: "v1",
         kind: "Pod",

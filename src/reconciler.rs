@@ -43,6 +43,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+mod delete;
+pub use delete::DeleteEnd;
+
 /// First backoff after a 5xx or transport error; doubles per failure.
 const BACKOFF_BASE: Duration = Duration::from_secs(2);
 /// Longest backoff.
@@ -219,6 +222,7 @@ impl ReconcilerBuilder {
                 write_slots: Arc::new(Semaphore::new(settings.max_concurrent_writes.max(1))),
                 health: Health::new(settings.scan_interval),
                 wake: tokio::sync::Notify::new(),
+                deletes: tokio::sync::Mutex::new(()),
                 demand: self.demand,
                 clock: self.clock,
                 scale_sets: ScaleSetCache::new(),
@@ -263,6 +267,8 @@ struct Inner {
     health: Health,
     /// Ends the pause between passes early (a closed batch of pending pods).
     wake: tokio::sync::Notify,
+    /// One instance deletion at a time: its fresh read, checks and delete are one step.
+    deletes: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Reconciler {

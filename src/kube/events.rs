@@ -333,6 +333,22 @@ fn shape(event: &ControllerEvent) -> Option<Shape> {
             note_key: String::new(),
             regards: Regards::Object(pod.clone()),
         },
+        ControllerEvent::ScaleDown { object, note } => Shape {
+            type_: NORMAL,
+            reason: "ScaleDown",
+            action: "ScaleDown",
+            note: note.clone(),
+            note_key: String::new(),
+            regards: Regards::Object(object.clone()),
+        },
+        ControllerEvent::ScaleDownFailed { object, why } => Shape {
+            type_: WARNING,
+            reason: "ScaleDownFailed",
+            action: "ScaleDown",
+            note: why.clone(),
+            note_key: String::new(),
+            regards: Regards::Object(object.clone()),
+        },
         ControllerEvent::PodNotTriggeredScaleUp { pod, why } => Shape {
             type_: NORMAL,
             reason: "NotTriggerScaleUp",

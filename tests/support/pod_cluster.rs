@@ -11,13 +11,16 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use vmss_capacity_controller::config::{DemandKind, Settings};
 use vmss_capacity_controller::emulator::kube::KubeState;
+use vmss_capacity_controller::emulator::sim::SimSettings;
 use vmss_capacity_controller::emulator::{
     EmulatorBuilder, EmulatorHandle, EmulatorState, ScaleSetSeed,
 };
 use vmss_capacity_controller::kube::events::{EventRecorder, KubeEvents, RecorderConfig};
+use vmss_capacity_controller::kube::nodes::KubeNodeActions;
 use vmss_capacity_controller::metrics::Metrics;
 use vmss_capacity_controller::pod_demand::{PodDemand, ScaleUpLoop};
 use vmss_capacity_controller::reconciler::Reconciler;
+use vmss_capacity_controller::scale_down::ScaleDownLoop;
 
 pub const GPU_TAINT_TAG: &str = "k8s.io_cluster-autoscaler_node-template_taint_sku";
 
@@ -53,11 +56,34 @@ impl Cluster {
         max: u32,
         tweak: impl FnOnce(&mut Settings),
     ) -> Self {
-        let emulator = EmulatorBuilder::new()
-            .kubernetes(true)
-            .start()
-            .await
-            .expect("emulator starts");
+        Self::start_full(seeds, max, None, tweak).await
+    }
+
+    /// A cluster whose instances become Nodes and whose workloads are scheduled and re-created
+    /// (the emulator's cluster simulation), with the scale-down loop when `tweak` enables it.
+    pub async fn start_simulated(
+        seeds: &[Seed<'_>],
+        max: u32,
+        tweak: impl FnOnce(&mut Settings),
+    ) -> Self {
+        let sim = SimSettings {
+            boot_delay: Duration::from_millis(200),
+            tick: Duration::from_millis(20),
+        };
+        Self::start_full(seeds, max, Some(sim), tweak).await
+    }
+
+    async fn start_full(
+        seeds: &[Seed<'_>],
+        max: u32,
+        sim: Option<SimSettings>,
+        tweak: impl FnOnce(&mut Settings),
+    ) -> Self {
+        let mut builder = EmulatorBuilder::new().kubernetes(true);
+        if let Some(sim) = sim {
+            builder = builder.cluster_simulation(sim);
+        }
+        let emulator = builder.start().await.expect("emulator starts");
         let state = emulator.state();
         let kube = emulator.kube().expect("kubernetes side on");
         let mut groups = Vec::new();
@@ -119,10 +145,23 @@ impl Cluster {
                 reconciler.clone(),
                 view.clone(),
                 metrics.clone(),
-                recorder,
+                recorder.clone(),
             )
             .run(stop.clone()),
         ));
+        if settings.scale_down.enabled {
+            tasks.push(tokio::spawn(
+                ScaleDownLoop::new(
+                    settings.clone(),
+                    reconciler.clone(),
+                    view.clone(),
+                    Arc::new(KubeNodeActions::new(client.clone())),
+                    metrics.clone(),
+                    recorder,
+                )
+                .run(stop.clone()),
+            ));
+        }
         {
             let (r, stop) = (reconciler.clone(), stop.clone());
             tasks.push(tokio::spawn(async move { r.run(stop).await }));

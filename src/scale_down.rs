@@ -1,0 +1,600 @@
+//! Scale-down: the I/O around [`crate::pods::unneeded`]. Every `scanInterval` the leader looks
+//! at the cluster, keeps since when each node has been unneeded, and starts removing the nodes
+//! whose turn it is, each in its own task, in cluster-autoscaler's order:
+//!
+//! 1. **taint** the node (our own `NoSchedule` taint, and cordon) by a patch carrying the
+//!    `resourceVersion` the decision read: a node changed since is a 409 and the next pass
+//!    decides again;
+//! 2. **wait** `nodeDeleteDelayAfterTaint` and **re-check**: a pod that landed between listing and
+//!    tainting (cluster-autoscaler #3886), or a node that is no longer removable, aborts;
+//! 3. **drain** through the Eviction API: a budget's 429 is retried until `maxPodEvictionTime`,
+//!    then the evicted pods must be gone from the node; a drain that fails untaints the node;
+//! 4. **delete exactly that instance** through [`Reconciler::delete_instance`] (fresh read, floor,
+//!    instance still listed, `If-Match`, the fence; the size is re-read once Azure confirms).
+//!
+//! An aborted or failed removal untaints the node (retried each pass until it succeeds); at the
+//! start of each leadership, taints a previous run left behind are removed (#5048). Shutdown
+//! stops removals at their next wait and untaints their nodes.
+
+use crate::config::{NodeGroupSpec, Settings};
+use crate::kube::nodes::{remove_leftover_taints, EvictOutcome, NodeActions};
+use crate::kube::reflect::ClusterView;
+use crate::metrics::Metrics;
+use crate::notify::{ControllerEvent, EventSink, ObjectRef};
+use crate::pod_demand::{backing, pod_ref};
+use crate::pods::fit::NodeState;
+use crate::pods::pending::{is_daemonset_pod, is_mirror_pod};
+use crate::pods::scale_down::removable;
+use crate::pods::scale_up::{is_ready, schedulable};
+use crate::pods::unneeded::{self, Candidates, DownGroup, DownInput, Limits};
+use crate::reconciler::{DeleteEnd, Reconciler};
+use crate::resource::Victim;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+/// Between two rounds of evictions a budget refused (cluster-autoscaler retries every 5 s).
+pub const EVICTION_RETRY: Duration = Duration::from_secs(5);
+/// How often a drain looks whether the evicted pods are gone.
+const GONE_POLL: Duration = Duration::from_millis(500);
+/// How long shutdown waits for removals to untaint their nodes.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(10);
+
+/// What removals are under way, shared by the loop and its tasks.
+#[derive(Debug, Default)]
+struct Flight {
+    /// Nodes being removed: neither candidates nor destinations.
+    busy: HashSet<String>,
+    /// Per group, removals started and not ended.
+    deleting: HashMap<String, u32>,
+    /// Removals that drain (nodes with pods).
+    draining: usize,
+    /// Nodes whose untaint failed: retried each pass.
+    untaint: HashSet<String>,
+}
+
+/// What each removal task needs.
+struct Shared {
+    settings: Arc<Settings>,
+    reconciler: Arc<Reconciler>,
+    cluster: Arc<ClusterView>,
+    actions: Arc<dyn NodeActions>,
+    metrics: Arc<Metrics>,
+    events: Arc<dyn EventSink>,
+    flight: Mutex<Flight>,
+}
+
+/// The loop (see the module documentation).
+pub struct ScaleDownLoop {
+    shared: Arc<Shared>,
+    since: HashMap<String, Instant>,
+    sizes_seen: HashMap<String, i64>,
+    grew_at: HashMap<String, Instant>,
+    /// Whether this leadership's leftover-taint cleanup is done.
+    cleaned: bool,
+    tasks: JoinSet<()>,
+}
+
+/// One node's removal, as decided.
+#[derive(Debug, Clone)]
+struct Removal {
+    group: NodeGroupSpec,
+    node: String,
+    victim: Victim,
+    resource_version: String,
+    /// Uids of the pods that were to move when it was decided.
+    pods: Vec<String>,
+}
+
+impl Removal {
+    fn reason(&self) -> &'static str {
+        if self.pods.is_empty() {
+            "empty"
+        } else {
+            "underutilized"
+        }
+    }
+}
+
+/// Releases a removal's place in [`Flight`] however the task ends.
+struct Slot {
+    shared: Arc<Shared>,
+    node: String,
+    group: String,
+    drains: bool,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut f = self.shared.flight.lock();
+        f.busy.remove(&self.node);
+        if let Some(n) = f.deleting.get_mut(&self.group) {
+            *n = n.saturating_sub(1);
+        }
+        if self.drains {
+            f.draining = f.draining.saturating_sub(1);
+        }
+    }
+}
+
+fn node_ref(name: &str, node: Option<&Node>) -> ObjectRef {
+    ObjectRef {
+        api_version: "v1",
+        kind: "Node",
+        namespace: String::new(),
+        name: name.to_string(),
+        uid: node.and_then(|n| n.metadata.uid.clone()),
+    }
+}
+
+fn pod_name(p: &Pod) -> String {
+    format!(
+        "{}/{}",
+        p.metadata.namespace.as_deref().unwrap_or("default"),
+        p.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+fn uid_or_key(p: &Pod) -> String {
+    p.metadata.uid.clone().unwrap_or_else(|| pod_name(p))
+}
+
+/// Sleeps `d`; `false` if shutdown came first.
+async fn wait(d: Duration, shutdown: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => true,
+        _ = shutdown.cancelled() => false,
+    }
+}
+
+impl ScaleDownLoop {
+    /// A loop removing unneeded nodes of `reconciler`'s groups, seen through `cluster`.
+    pub fn new(
+        settings: Arc<Settings>,
+        reconciler: Arc<Reconciler>,
+        cluster: Arc<ClusterView>,
+        actions: Arc<dyn NodeActions>,
+        metrics: Arc<Metrics>,
+        events: Arc<dyn EventSink>,
+    ) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                settings,
+                reconciler,
+                cluster,
+                actions,
+                metrics,
+                events,
+                flight: Mutex::new(Flight::default()),
+            }),
+            since: HashMap::new(),
+            sizes_seen: HashMap::new(),
+            grew_at: HashMap::new(),
+            cleaned: false,
+            tasks: JoinSet::new(),
+        }
+    }
+
+    /// Runs until `shutdown`; then stops removals at their next wait (they untaint their
+    /// nodes) and waits a little for them.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(self.shared.settings.scan_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.cancelled() => break,
+            }
+            self.pass(&shutdown).await;
+        }
+        let _ = tokio::time::timeout(SHUTDOWN_WAIT, async {
+            while self.tasks.join_next().await.is_some() {}
+        })
+        .await;
+        self.tasks.abort_all();
+    }
+
+    /// One pass: clean up, decide, start removals.
+    async fn pass(&mut self, shutdown: &CancellationToken) {
+        while self.tasks.try_join_next().is_some() {}
+        let s = self.shared.clone();
+        if !s.reconciler.may_write() || !s.cluster.synced() {
+            // Not leading (or not seeing the cluster yet): nothing is unneeded "since" anything.
+            self.since.clear();
+            self.cleaned = false;
+            return;
+        }
+        if !self.cleaned {
+            match remove_leftover_taints(s.actions.as_ref()).await {
+                Ok(0) => {}
+                Ok(n) => {
+                    info!(
+                        nodes = n,
+                        "removed scale-down taints a previous run left behind"
+                    )
+                }
+                Err(e) => {
+                    warn!(error = %e, "could not remove leftover scale-down taints; retrying next pass");
+                    return;
+                }
+            }
+            self.cleaned = true;
+        }
+        let retry: Vec<String> = s.flight.lock().untaint.iter().cloned().collect();
+        for node in retry {
+            if s.untaint(&node).await {
+                s.flight.lock().untaint.remove(&node);
+            }
+        }
+
+        let now = Instant::now();
+        let settings = &s.settings.scale_down;
+        let groups = s.reconciler.groups();
+        let nodes: Vec<Arc<Node>> = s.cluster.nodes.snapshot().values().cloned().collect();
+        let pods: Vec<Arc<Pod>> = s.cluster.pods.snapshot().values().cloned().collect();
+        let pdbs: Vec<_> = s.cluster.pdbs.snapshot().values().cloned().collect();
+        let (busy, deleting, draining) = {
+            let f = s.flight.lock();
+            (f.busy.clone(), f.deleting.clone(), f.draining)
+        };
+        let mut down = Vec::with_capacity(groups.len());
+        for g in groups.iter() {
+            let size = s.reconciler.target_size(&g.name);
+            if let (Some(now_size), Some(prev)) = (size, self.sizes_seen.get(&g.name)) {
+                if now_size > *prev {
+                    self.grew_at.insert(g.name.clone(), now);
+                }
+            }
+            if let Some(v) = size {
+                self.sizes_seen.insert(g.name.clone(), v);
+            }
+            down.push(DownGroup {
+                name: g.name.clone(),
+                backing: backing(&s.settings, g),
+                floor: s.reconciler.floor(g),
+                size,
+                deleting: deleting.get(&g.name).copied().unwrap_or(0),
+                recently_grown: self
+                    .grew_at
+                    .get(&g.name)
+                    .is_some_and(|t| now.duration_since(*t) < settings.delay_after_add),
+            });
+        }
+        let candidates = unneeded::unneeded(&DownInput {
+            groups: &down,
+            nodes: &nodes,
+            pods: &pods,
+            pdbs: &pdbs,
+            threshold: settings.utilization_threshold,
+            busy: &busy,
+        });
+        unneeded::track(&mut self.since, &candidates, now);
+        self.report(&down, &candidates);
+        let (chosen, waiting) = unneeded::select(
+            &candidates,
+            &down,
+            &self.since,
+            now,
+            Limits {
+                unneeded_time: settings.unneeded_time,
+                max_empty_bulk_delete: settings.max_empty_bulk_delete,
+                max_per_pass: settings.max_scale_down_per_pass,
+                draining: draining > 0,
+            },
+        );
+        if !waiting.is_empty() {
+            debug!(?waiting, "unneeded nodes waiting");
+        }
+        for i in chosen {
+            let u = &candidates.unneeded[i];
+            let group = groups[u.group].clone();
+            let removal = Removal {
+                node: u.node.clone(),
+                victim: Victim {
+                    instance_id: u.instance_id.clone(),
+                    node_name: u.node.clone(),
+                },
+                resource_version: u.resource_version.clone(),
+                pods: u.pods.clone(),
+                group,
+            };
+            let slot = {
+                let mut f = s.flight.lock();
+                f.busy.insert(removal.node.clone());
+                *f.deleting.entry(removal.group.name.clone()).or_default() += 1;
+                let drains = !removal.pods.is_empty();
+                if drains {
+                    f.draining += 1;
+                }
+                Slot {
+                    shared: s.clone(),
+                    node: removal.node.clone(),
+                    group: removal.group.name.clone(),
+                    drains,
+                }
+            };
+            self.since.remove(&removal.node);
+            info!(node = %removal.node, scale_set = %removal.group.name, reason = removal.reason(), pods = removal.pods.len(), "removing an unneeded node");
+            let task = s.clone();
+            let stop = shutdown.clone();
+            self.tasks.spawn(async move {
+                let _slot = slot;
+                task.remove(removal, &stop).await;
+            });
+        }
+    }
+
+    fn report(&self, groups: &[DownGroup], candidates: &Candidates) {
+        let mut per_group: BTreeMap<&str, i64> =
+            groups.iter().map(|g| (g.name.as_str(), 0)).collect();
+        for u in &candidates.unneeded {
+            *per_group.entry(groups[u.group].name.as_str()).or_default() += 1;
+        }
+        for (g, n) in per_group {
+            self.shared
+                .metrics
+                .unneeded_nodes_count
+                .with_label_values(&[g])
+                .set(n);
+        }
+    }
+}
+
+impl Shared {
+    /// Taint, wait, re-check, drain, delete (see the module documentation).
+    async fn remove(self: &Arc<Self>, r: Removal, shutdown: &CancellationToken) {
+        let node = self.node(&r.node);
+        let nref = node_ref(&r.node, node.as_deref());
+        if !self.reconciler.may_write() {
+            return;
+        }
+        if let Err(e) = self.actions.taint(&r.node, &r.resource_version).await {
+            // A 409: the node changed since the pass read it; the next pass decides again.
+            debug!(node = %r.node, error = %e, "taint not written");
+            self.count_failed(&r, "taint");
+            return;
+        }
+        self.events.record(ControllerEvent::ScaleDown {
+            object: nref.clone(),
+            note: format!(
+                "marked the node as toBeDeleted/unschedulable ({}, node group {})",
+                r.reason(),
+                r.group.name
+            ),
+        });
+        let delay = self.settings.scale_down.node_delete_delay_after_taint;
+        if !wait(delay, shutdown).await {
+            return self
+                .abort(&r, &nref, "aborted", "the controller is shutting down")
+                .await;
+        }
+        if let Err(why) = self.recheck(&r) {
+            return self.abort(&r, &nref, "aborted", &why).await;
+        }
+        if !r.pods.is_empty() {
+            if let Err(why) = self.drain(&r, shutdown).await {
+                return self.abort(&r, &nref, "drain_failed", &why).await;
+            }
+        }
+        match self
+            .reconciler
+            .delete_instance(&r.group, r.victim.clone())
+            .await
+        {
+            DeleteEnd::Deleted => {
+                self.metrics
+                    .scaled_down_nodes_total
+                    .with_label_values(&[&r.group.name, r.reason()])
+                    .inc();
+                info!(node = %r.node, scale_set = %r.group.name, instance = %r.victim.instance_id, "node removed: its instance was deleted");
+                self.events.record(ControllerEvent::ScaleDown {
+                    object: nref,
+                    note: format!(
+                        "node removed by scale-down: instance {} of {} deleted",
+                        r.victim.instance_id, r.group.name
+                    ),
+                });
+            }
+            DeleteEnd::Refused(why) => {
+                let text = format!("the instance was not deleted: {why}");
+                self.abort(&r, &nref, "refused", &text).await
+            }
+            DeleteEnd::Failed(why) => {
+                let text = format!("deleting the instance failed: {why}");
+                self.abort(&r, &nref, "delete_failed", &text).await
+            }
+        }
+    }
+
+    fn node(&self, name: &str) -> Option<Arc<Node>> {
+        self.cluster
+            .nodes
+            .snapshot()
+            .values()
+            .find(|n| n.metadata.name.as_deref() == Some(name))
+            .cloned()
+    }
+
+    /// The pods on `node` that a removal has to move (not DaemonSet or mirror pods).
+    fn pods_on(&self, node: &str) -> Vec<Arc<Pod>> {
+        self.cluster
+            .pods
+            .snapshot()
+            .values()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+            .filter(|p| !is_daemonset_pod(p) && !is_mirror_pod(p))
+            .cloned()
+            .collect()
+    }
+
+    /// After the taint: no pod landed that the decision did not see, and the node is still
+    /// removable against the cluster as it is now.
+    fn recheck(&self, r: &Removal) -> Result<(), String> {
+        let Some(node) = self.node(&r.node) else {
+            return Err("the node is gone".into());
+        };
+        let planned: HashSet<&str> = r.pods.iter().map(String::as_str).collect();
+        let now_on = self.pods_on(&r.node);
+        if let Some(p) = now_on
+            .iter()
+            .find(|p| !planned.contains(uid_or_key(p).as_str()))
+        {
+            return Err(format!(
+                "pod {} landed on the node after it was chosen",
+                pod_name(p)
+            ));
+        }
+        if now_on.is_empty() {
+            return Ok(());
+        }
+        let busy = self.flight.lock().busy.clone();
+        let pods = self.cluster.pods.snapshot();
+        let mut by_node: HashMap<&str, Vec<&Arc<Pod>>> = HashMap::new();
+        for p in pods.values() {
+            if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+                by_node.entry(n).or_default().push(p);
+            }
+        }
+        let state = NodeState::from_node(
+            &node,
+            by_node.get(r.node.as_str()).into_iter().flatten().copied(),
+        );
+        let others: Vec<NodeState> = self
+            .cluster
+            .nodes
+            .snapshot()
+            .values()
+            .filter(|n| {
+                let name = n.metadata.name.as_deref().unwrap_or_default();
+                !busy.contains(name) && is_ready(n) && schedulable(n)
+            })
+            .map(|n| {
+                let name = n.metadata.name.as_deref().unwrap_or_default();
+                NodeState::from_node(n, by_node.get(name).into_iter().flatten().copied())
+            })
+            .collect();
+        let pdbs: Vec<_> = self.cluster.pdbs.snapshot().values().cloned().collect();
+        let annotations = node.metadata.annotations.clone().unwrap_or_default();
+        removable(
+            &state,
+            &annotations,
+            &others,
+            &pdbs,
+            self.settings.scale_down.utilization_threshold,
+        )
+        .map(|_| ())
+        .map_err(|b| format!("no longer removable: {b}"))
+    }
+
+    /// Evicts the node's pods (a refused eviction is retried until `maxPodEvictionTime`), then
+    /// waits, as long again at most, for them to be gone.
+    async fn drain(&self, r: &Removal, shutdown: &CancellationToken) -> Result<(), String> {
+        let limit = self.settings.scale_down.max_pod_eviction_time;
+        let deadline = Instant::now() + limit;
+        let mut left: Vec<Arc<Pod>> = self.pods_on(&r.node);
+        loop {
+            if !self.reconciler.may_write() {
+                return Err("this replica stopped leading".into());
+            }
+            let mut refused = Vec::new();
+            let mut last = String::new();
+            for p in left {
+                let ns = p.metadata.namespace.as_deref().unwrap_or("default");
+                let name = p.metadata.name.as_deref().unwrap_or_default();
+                let outcome = self
+                    .actions
+                    .evict(ns, name, p.metadata.uid.as_deref())
+                    .await;
+                let label = match &outcome {
+                    EvictOutcome::Evicted => "evicted",
+                    EvictOutcome::Blocked(_) => "blocked",
+                    EvictOutcome::Gone => "gone",
+                    EvictOutcome::Failed(_) => "failed",
+                };
+                self.metrics
+                    .evicted_pods_total
+                    .with_label_values(&[label])
+                    .inc();
+                match outcome {
+                    EvictOutcome::Evicted => self.events.record(ControllerEvent::ScaleDown {
+                        object: pod_ref(&p),
+                        note: format!("deleting pod for node scale down (node {})", r.node),
+                    }),
+                    EvictOutcome::Gone => {}
+                    EvictOutcome::Blocked(why) | EvictOutcome::Failed(why) => {
+                        last = format!("{}: {why}", pod_name(&p));
+                        refused.push(p);
+                    }
+                }
+            }
+            if refused.is_empty() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "{} pod(s) could not be evicted within maxPodEvictionTime ({}s); last: {last}",
+                    refused.len(),
+                    limit.as_secs()
+                ));
+            }
+            if !wait(EVICTION_RETRY, shutdown).await {
+                return Err("the controller is shutting down".into());
+            }
+            left = refused;
+        }
+        let gone_by = Instant::now() + limit;
+        loop {
+            let still = self.pods_on(&r.node);
+            if still.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= gone_by {
+                return Err(format!(
+                    "evicted pods still on the node after {}s (first: {})",
+                    limit.as_secs(),
+                    pod_name(&still[0])
+                ));
+            }
+            if !wait(GONE_POLL, shutdown).await {
+                return Err("the controller is shutting down".into());
+            }
+        }
+    }
+
+    /// A removal that stops: the node is untainted (retried each pass if that fails) and stays.
+    async fn abort(&self, r: &Removal, nref: &ObjectRef, label: &'static str, why: &str) {
+        warn!(node = %r.node, scale_set = %r.group.name, reason = label, %why, "scale-down stopped; the node stays");
+        self.count_failed(r, label);
+        self.events.record(ControllerEvent::ScaleDownFailed {
+            object: nref.clone(),
+            why: format!("scale-down stopped, node untainted: {why}"),
+        });
+        if !self.untaint(&r.node).await {
+            self.flight.lock().untaint.insert(r.node.clone());
+        }
+    }
+
+    async fn untaint(&self, node: &str) -> bool {
+        match self.actions.untaint(node).await {
+            Ok(()) => true,
+            Err(e) if e.is_not_found() => true,
+            Err(e) => {
+                warn!(%node, error = %e, "untaint failed; retrying next pass");
+                false
+            }
+        }
+    }
+
+    fn count_failed(&self, r: &Removal, label: &str) {
+        self.metrics
+            .failed_scale_downs_total
+            .with_label_values(&[&r.group.name, label])
+            .inc();
+    }
+}

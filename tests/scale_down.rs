@@ -1,0 +1,295 @@
+//! Scale-down end to end, in process, against the emulator's cluster simulation: instances are
+//! Nodes, ReplicaSets re-create evicted pods, evictions respect PodDisruptionBudgets, a deleted
+//! instance takes its Node (and any pod still on it, which the simulation reports as lost).
+//! Real time with short waits (`unneededTime` 1 s); every wait is bounded.
+
+mod support;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+use std::time::Duration;
+use support::pod_cluster::Cluster;
+use support::*;
+use vmss_capacity_controller::config::Settings;
+use vmss_capacity_controller::emulator::sim::PodTemplate;
+use vmss_capacity_controller::kube::nodes::has_our_taint;
+
+const SIZE: &str = "Standard_D2s_v3";
+
+fn fast(s: &mut Settings, min: u32) {
+    s.scan_interval = Duration::from_millis(300);
+    s.pod_demand.batch_idle = Duration::from_millis(800);
+    s.pod_demand.batch_max = Duration::from_secs(5);
+    s.scale_down.enabled = true;
+    s.scale_down.unneeded_time = Duration::from_secs(1);
+    s.scale_down.delay_after_add = Duration::ZERO;
+    s.scale_down.node_delete_delay_after_taint = Duration::from_millis(300);
+    s.scale_down.max_pod_eviction_time = Duration::from_secs(5);
+    for g in &mut s.node_groups {
+        g.min_size = min;
+    }
+}
+
+fn nodes(c: &Cluster) -> Vec<String> {
+    c.kube
+        .nodes_by_scale_set()
+        .get("pool")
+        .cloned()
+        .unwrap_or_default()
+}
+
+async fn ready(c: &Cluster, n: usize) -> Vec<String> {
+    assert!(
+        eventually(Duration::from_secs(10), || c.kube.ready_nodes().len() == n).await,
+        "never {n} Ready nodes"
+    );
+    let mut names = c.kube.ready_nodes();
+    names.sort();
+    names
+}
+
+/// Node of the pods of workload `app`.
+fn node_of(c: &Cluster, app: &str) -> Vec<String> {
+    c.kube
+        .list_all("v1", "pods", Some("default"))
+        .into_iter()
+        .filter(|p| p.pointer("/metadata/labels/app").and_then(|v| v.as_str()) == Some(app))
+        .filter(|p| p.pointer("/status/phase").and_then(|v| v.as_str()) == Some("Running"))
+        .filter_map(|p| {
+            p.pointer("/spec/nodeName")
+                .and_then(|v| v.as_str())
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+async fn annotate(c: &Cluster, node: &str, disabled: Option<&str>) {
+    let api: kube::Api<Node> = kube::Api::all(c.client.clone());
+    let patch = json!({"metadata": {"annotations": {
+        "cluster-autoscaler.kubernetes.io/scale-down-disabled": disabled}}});
+    api.patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("node annotated");
+}
+
+fn deletes(c: &Cluster) -> Vec<vmss_capacity_controller::emulator::RequestRecord> {
+    c.state
+        .request_log()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/delete"))
+        .collect()
+}
+
+fn count(_: &Cluster, m: &prometheus::IntCounterVec, labels: &[(&str, &str)]) -> u64 {
+    vmss_capacity_controller::metrics::Metrics::counter_sum(m, labels)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_nodes_go_by_deleting_exactly_their_instances_and_never_below_min() {
+    let c = Cluster::start_simulated(&[("pool", SIZE, 3, &[])], 5, |s| fast(s, 1)).await;
+    ready(&c, 3).await;
+    c.kube
+        .create_replica_set("default", "web", 1, &PodTemplate::new("500m", "256Mi"))
+        .expect("replica set");
+    assert!(eventually(Duration::from_secs(10), || node_of(&c, "web").len() == 1).await);
+    let busy = node_of(&c, "web");
+    assert!(
+        eventually(Duration::from_secs(20), || c.capacity("pool") == 1).await,
+        "the two empty nodes were not removed: capacity {}",
+        c.capacity("pool")
+    );
+    assert!(eventually(Duration::from_secs(5), || nodes(&c) == busy).await);
+    let sent = deletes(&c);
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert!(
+        sent.iter().all(|r| r.if_match.is_some() && r.status == 202),
+        "every delete carries If-Match: {sent:?}"
+    );
+    // No capacity number was lowered: the only writes are the deletes.
+    assert_eq!(
+        capacity_puts_by(&c.state.request_log(), "controller").len(),
+        0
+    );
+    // Counted once Azure confirmed each operation.
+    assert!(
+        eventually(Duration::from_secs(10), || count(
+            &c,
+            &c.metrics.scaled_down_nodes_total,
+            &[("reason", "empty")]
+        ) == 2)
+        .await
+    );
+    assert_eq!(count(&c, &c.metrics.evicted_pods_total, &[]), 0);
+    // The last node is the group's min: it stays.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(c.capacity("pool"), 1);
+    assert!(c._emulator.pods_lost_with_nodes().is_empty());
+    assert!(
+        c.state.lost_updates().is_empty(),
+        "{:?}",
+        c.state.lost_updates()
+    );
+    c.stop().await;
+}
+
+/// Two nodes, both protected; `fill` takes most of the first, `web` lands on the second; `fill`
+/// goes and the second node loses its protection: `web` can move to the first.
+async fn web_alone_on_the_second_node(c: &Cluster) -> (String, String) {
+    let names = ready(c, 2).await;
+    for n in &names {
+        annotate(c, n, Some("true")).await;
+    }
+    c.kube
+        .create_replica_set("default", "fill", 1, &PodTemplate::new("1500m", "256Mi"))
+        .expect("fill");
+    assert!(
+        eventually(Duration::from_secs(10), || node_of(c, "fill")
+            == [names[0].clone()])
+        .await
+    );
+    c.kube
+        .create_replica_set("default", "web", 1, &PodTemplate::new("500m", "256Mi"))
+        .expect("web");
+    assert!(
+        eventually(Duration::from_secs(10), || node_of(c, "web")
+            == [names[1].clone()])
+        .await
+    );
+    c.kube
+        .scale_replica_set("default", "fill", 0)
+        .expect("scale");
+    assert!(eventually(Duration::from_secs(10), || node_of(c, "fill").is_empty()).await);
+    (names[0].clone(), names[1].clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_underused_node_is_drained_through_evictions_and_only_its_instance_is_deleted() {
+    let c = Cluster::start_simulated(&[("pool", SIZE, 2, &[])], 5, |s| fast(s, 0)).await;
+    let (keep, drain) = web_alone_on_the_second_node(&c).await;
+    annotate(&c, &drain, None).await;
+    assert!(
+        eventually(Duration::from_secs(20), || c.capacity("pool") == 1).await,
+        "the underused node was not removed"
+    );
+    assert!(eventually(Duration::from_secs(5), || nodes(&c) == [keep.clone()]).await);
+    // Its pod was evicted through the API, re-created by its ReplicaSet, and runs on the node
+    // that stays; nothing went down with the node.
+    assert!(
+        eventually(Duration::from_secs(10), || node_of(&c, "web")
+            == [keep.clone()])
+        .await
+    );
+    assert!(count(&c, &c.metrics.evicted_pods_total, &[("result", "evicted")]) >= 1);
+    assert!(
+        c._emulator.pods_lost_with_nodes().is_empty(),
+        "{:?}",
+        c._emulator.pods_lost_with_nodes()
+    );
+    assert_eq!(deletes(&c).len(), 1);
+    assert!(
+        eventually(Duration::from_secs(10), || count(
+            &c,
+            &c.metrics.scaled_down_nodes_total,
+            &[("reason", "underutilized")]
+        ) == 1)
+        .await
+    );
+    let events = c.events("ScaleDown").await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(drain.as_str())),
+        "no ScaleDown Event on the node: {events:?}"
+    );
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_with_max_unavailable_zero_keeps_the_node_untouched() {
+    let c = Cluster::start_simulated(&[("pool", SIZE, 2, &[])], 5, |s| fast(s, 0)).await;
+    let (_, drain) = web_alone_on_the_second_node(&c).await;
+    c.kube
+        .create(
+            "policy/v1",
+            "poddisruptionbudgets",
+            "default",
+            json!({"metadata": {"name": "web"},
+                "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "web"}}}}),
+        )
+        .expect("pdb");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    annotate(&c, &drain, None).await;
+    // Unneeded time (1 s) and several passes later: nothing tainted, evicted or deleted.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(c.capacity("pool"), 2);
+    assert!(deletes(&c).is_empty());
+    assert_eq!(count(&c, &c.metrics.evicted_pods_total, &[]), 0);
+    let api: kube::Api<Node> = kube::Api::all(c.client.clone());
+    let node = api.get(&drain).await.expect("node");
+    assert!(!has_our_taint(&node));
+    assert_eq!(node_of(&c, "web"), [drain]);
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_that_lands_after_the_taint_aborts_the_deletion_and_the_node_is_untainted() {
+    let c = Cluster::start_simulated(&[("pool", SIZE, 2, &[])], 5, |s| {
+        fast(s, 1);
+        s.scale_down.node_delete_delay_after_taint = Duration::from_secs(3);
+    })
+    .await;
+    ready(&c, 2).await;
+    let api: kube::Api<Node> = kube::Api::all(c.client.clone());
+    let mut tainted = None;
+    for _ in 0..100 {
+        let list = api.list(&Default::default()).await.expect("nodes");
+        if let Some(n) = list.items.iter().find(|n| has_our_taint(n)) {
+            tainted = n.metadata.name.clone();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let tainted = tainted.expect("a node was tainted for removal");
+    // A pod bound to it directly (as a static or manually scheduled pod would be).
+    c.kube
+        .create(
+            "v1",
+            "pods",
+            "default",
+            json!({"metadata": {"name": "late", "namespace": "default",
+                    "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}},
+                "spec": {"nodeName": tainted, "containers": [{"name": "c", "image": "c",
+                    "resources": {"requests": {"cpu": "100m"}}}]},
+                "status": {"phase": "Running"}}),
+        )
+        .expect("pod");
+    assert!(
+        eventually(Duration::from_secs(10), || count(
+            &c,
+            &c.metrics.failed_scale_downs_total,
+            &[("reason", "aborted")]
+        ) == 1)
+        .await,
+        "the removal was not aborted"
+    );
+    let mut untainted = false;
+    for _ in 0..50 {
+        if !has_our_taint(&api.get(&tainted).await.expect("node")) {
+            untainted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(untainted, "the node kept the taint");
+    assert!(deletes(&c).is_empty());
+    assert_eq!(c.capacity("pool"), 2);
+    let failed = c.events("ScaleDownFailed").await;
+    assert!(
+        failed
+            .iter()
+            .any(|e| e.note.as_deref().unwrap_or("").contains("default/late")),
+        "{failed:?}"
+    );
+    c.stop().await;
+}
