@@ -111,6 +111,10 @@ pub struct Metrics {
     /// re-check after the taint, `drain_failed`, `refused`: the guards before the delete,
     /// `delete_failed`: Azure said no or its operation failed).
     pub failed_scale_downs_total: IntCounterVec,
+    /// Instance deletes sent (scale-down), by group and result (`accepted`,
+    /// `precondition_failed`, `error`); kept apart from `capacity_writes_total`, which counts
+    /// capacity numbers written.
+    pub instance_deletes_total: IntCounterVec,
     /// Pod evictions by result (`evicted`, `blocked`: a PodDisruptionBudget's 429, `gone`,
     /// `failed`).
     pub evicted_pods_total: IntCounterVec,
@@ -346,6 +350,12 @@ impl Metrics {
                 "failed_scale_downs_total",
                 "Node removals started and not finished, by node group and where they stopped.",
                 &["scale_set", "reason"],
+            ),
+            instance_deletes_total: counter(
+                &registry,
+                "instance_deletes_total",
+                "Instance deletes sent by scale-down, by node group and result.",
+                &["scale_set", "result"],
             ),
             evicted_pods_total: counter(
                 &registry,

@@ -45,5 +45,8 @@ async fn every_burst_is_scheduled_on_nodes_the_controller_asked_for_and_no_updat
         );
     }
     assert_eq!(r.pods_lost_with_nodes, 0);
+    // The shrink's nodes went, through the scale-down protocol, without a budget violated.
+    assert!(r.nodes_removed > 0, "scale-down removed nothing: {r:?}");
+    assert_eq!(r.pdb_violations, 0);
     assert_eq!(r.lost_updates, 0, "an update was lost with ETags on");
 }

@@ -293,3 +293,51 @@ async fn a_pod_that_lands_after_the_taint_aborts_the_deletion_and_the_node_is_un
     );
     c.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_whose_fresh_read_fails_deletes_nothing_and_untaints_until_azure_answers_again() {
+    let c = Cluster::start_simulated(&[("pool", SIZE, 2, &[])], 5, |s| fast(s, 1)).await;
+    // Every read of the scale set itself fails (the LIST still works, so the cache has a size:
+    // the delete must not trust it).
+    c.state.inject_fault(fault(
+        Some("GET"),
+        Some("virtualMachineScaleSets/pool"),
+        status_kind(500, "InternalServerError", None),
+        None,
+    ));
+    ready(&c, 2).await;
+    assert!(
+        eventually(Duration::from_secs(15), || count(
+            &c,
+            &c.metrics.failed_scale_downs_total,
+            &[("reason", "refused")]
+        ) >= 1)
+        .await,
+        "the removal was not refused"
+    );
+    assert!(deletes(&c).is_empty(), "deleted from a cached size");
+    assert_eq!(c.capacity("pool"), 2);
+    let api: kube::Api<Node> = kube::Api::all(c.client.clone());
+    assert!(
+        eventually_untainted(&api).await,
+        "a refused removal left its node tainted"
+    );
+    // Azure answers again: the node goes.
+    c.state.clear_faults();
+    assert!(
+        eventually(Duration::from_secs(20), || c.capacity("pool") == 1).await,
+        "the node was not removed once reads worked"
+    );
+    c.stop().await;
+}
+
+async fn eventually_untainted(api: &kube::Api<Node>) -> bool {
+    for _ in 0..50 {
+        let list = api.list(&Default::default()).await.expect("nodes");
+        if !list.items.iter().any(has_our_taint) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}

@@ -5,8 +5,12 @@
 //! scales from zero. A burst of pods, a second burst, then a shrink, while a rival writer keeps
 //! changing the scale sets. One controller, wired as `run` wires it, with `demand: pods`.
 //!
-//! Everything runs in real time. Scale-down (draining and deleting the nodes nobody needs) is
-//! not in this build: the summary says how many nodes the shrink left unneeded.
+//! After the shrink, scale-down removes the nodes nobody needs: taint, re-check, drain through
+//! evictions (the `web` pods are under a PodDisruptionBudget, `maxUnavailable: 1`), delete exactly
+//! that instance. Everything runs in real time, with cluster-autoscaler's scale-down waits
+//! shortened so a one-minute demo shows them ([`DEMO_UNNEEDED_TIME`] instead of 10 min,
+//! [`DEMO_DELAY_AFTER_ADD`] instead of 10 min, [`DEMO_DELAY_AFTER_TAINT`] instead of 5 s); the
+//! summary says so.
 
 use super::*;
 use crate::emulator::kube::KubeState;
@@ -17,6 +21,12 @@ use std::collections::HashMap;
 
 /// A new instance's Node turns Ready this long after it appeared.
 const BOOT_DELAY: Duration = Duration::from_secs(3);
+/// `scaleDown.unneededTime` in the demo (cluster-autoscaler: 10 min).
+pub const DEMO_UNNEEDED_TIME: Duration = Duration::from_secs(3);
+/// `scaleDown.delayAfterAdd` in the demo (cluster-autoscaler: 10 min).
+pub const DEMO_DELAY_AFTER_ADD: Duration = Duration::from_secs(4);
+/// `scaleDown.nodeDeleteDelayAfterTaint` in the demo (cluster-autoscaler: 5 s).
+pub const DEMO_DELAY_AFTER_TAINT: Duration = Duration::from_secs(1);
 /// How often the demo looks at the cluster.
 const SAMPLE: Duration = Duration::from_millis(200);
 const NS: &str = "default";
@@ -52,6 +62,15 @@ pub struct PodsReport {
     pub pods_lost_with_nodes: usize,
     /// GPU nodes' pods that do not tolerate the GPU taint (must be 0).
     pub misplaced_on_gpu: usize,
+    /// Nodes scale-down removed (instance deleted, confirmed by Azure).
+    pub nodes_removed: u64,
+    /// Evictions the API admitted.
+    pub evictions: u64,
+    /// Evictions a PodDisruptionBudget refused (429; retried).
+    pub evictions_refused: u64,
+    /// Pods under the demo's PodDisruptionBudget (`web`) that left a node without an admitted
+    /// eviction (must be 0).
+    pub pdb_violations: usize,
     /// Ready nodes at the end, by group.
     pub nodes_at_end: BTreeMap<String, usize>,
     /// Nodes the pods at the end need at least, by group.
@@ -139,8 +158,16 @@ pub async fn run(args: &DemoArgs) -> anyhow::Result<PodsReport> {
         },
     )?;
     settings.pod_demand.kind = crate::config::DemandKind::Pods;
-    // Writes come when a batch of pending pods closes; the scan only re-checks.
-    settings.scan_interval = Duration::from_secs(5);
+    // Writes come when a batch of pending pods closes; the scan re-checks and runs scale-down.
+    settings.scan_interval = Duration::from_secs(1);
+    settings.scale_down = crate::config::ScaleDownSettings {
+        enabled: true,
+        unneeded_time: DEMO_UNNEEDED_TIME,
+        delay_after_add: DEMO_DELAY_AFTER_ADD,
+        node_delete_delay_after_taint: DEMO_DELAY_AFTER_TAINT,
+        max_pod_eviction_time: Duration::from_secs(20),
+        ..Default::default()
+    };
     let metrics = Arc::new(Metrics::new());
     let replica = Replica::build(
         Arc::new(settings),
@@ -193,17 +220,24 @@ pub async fn run(args: &DemoArgs) -> anyhow::Result<PodsReport> {
         tick.tick().await;
         let now = tokio::time::Instant::now();
         if phase == 0 && now >= at(0.05) {
+            kube.create(
+                "policy/v1",
+                "poddisruptionbudgets",
+                NS,
+                serde_json::json!({"metadata": {"name": "web"},
+                    "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}}),
+            )?;
             kube.create_replica_set(NS, "web", 24, &web)?;
             kube.create_replica_set(NS, "cache", 6, &cache)?;
             kube.create_replica_set(NS, "train", 2, &train)?;
             say(args, started, "burst: web 24 x (500m, 1Gi), cache 6 x (1, 12Gi, workload=memory), train 2 x (2, 8Gi, 1 GPU, tolerates the taint)");
             phase = 1;
-        } else if phase == 1 && now >= at(0.4) {
+        } else if phase == 1 && now >= at(0.25) {
             kube.scale_replica_set(NS, "web", 40)?;
             kube.scale_replica_set(NS, "train", 3)?;
             say(args, started, "second burst: web 24 -> 40, train 2 -> 3");
             phase = 2;
-        } else if phase == 2 && now >= at(0.75) {
+        } else if phase == 2 && now >= at(0.5) {
             kube.scale_replica_set(NS, "web", 10)?;
             kube.scale_replica_set(NS, "cache", 2)?;
             say(args, started, "shrink: web 40 -> 10, cache 6 -> 2");
@@ -224,6 +258,20 @@ pub async fn run(args: &DemoArgs) -> anyhow::Result<PodsReport> {
         rival_writes.load(Ordering::Relaxed),
         &stage,
     );
+    if !args.no_etag {
+        for l in state.lost_updates() {
+            println!("lost update: {l:?}");
+            if std::env::var_os("DEMO_DEBUG_LOST").is_some() {
+                for r in state
+                    .request_log()
+                    .iter()
+                    .filter(|r| r.seq + 6 >= l.at_seq && r.seq <= l.at_seq)
+                {
+                    println!("    {r:?}");
+                }
+            }
+        }
+    }
     stop.cancel();
     match task.await {
         Ok(Ok(())) => {}
@@ -499,7 +547,18 @@ impl Seen {
             })
             .count();
         let per = per_group(kube);
+        let lost = stage._emulator.pods_lost_with_nodes();
+        let evictions = |r: &str| {
+            crate::metrics::Metrics::counter_sum(&metrics.evicted_pods_total, &[("result", r)])
+        };
         PodsReport {
+            nodes_removed: crate::metrics::Metrics::counter_sum(
+                &metrics.scaled_down_nodes_total,
+                &[],
+            ),
+            evictions: evictions("evicted"),
+            evictions_refused: evictions("blocked"),
+            pdb_violations: lost.iter().filter(|l| l.name.starts_with("web-")).count(),
             pods: self.pods.len(),
             scheduled: waits.len(),
             wait_p50: pct(0.5),
@@ -511,7 +570,7 @@ impl Seen {
             conflicts,
             rival_writes,
             lost_updates: state.lost_updates().len(),
-            pods_lost_with_nodes: stage._emulator.pods_lost_with_nodes().len(),
+            pods_lost_with_nodes: lost.len(),
             misplaced_on_gpu,
             nodes_at_end: per.iter().map(|(g, x)| (g.clone(), x.0)).collect(),
             nodes_needed_at_end: per.iter().map(|(g, x)| (g.clone(), x.1)).collect(),
@@ -549,11 +608,21 @@ fn print_report(args: &DemoArgs, r: &PodsReport) {
         r.misplaced_on_gpu
     );
     println!(
-        "  pods lost with a node          {}  (the rival only adds nodes; the controller never lowers a capacity)",
+        "  pods lost with a node          {}  (not evicted through the API before their node went)",
         r.pods_lost_with_nodes
     );
     println!(
-        "  scale-down                     not in this build: Ready nodes at the end {:?}, needed by the pods running {:?}",
+        "  scale-down                     {} nodes removed, {} evictions ({} refused by the budget and retried); waits shortened for the demo: unneededTime {:?}, delayAfterAdd {:?}, nodeDeleteDelayAfterTaint {:?}",
+        r.nodes_removed,
+        r.evictions,
+        r.evictions_refused,
+        DEMO_UNNEEDED_TIME,
+        DEMO_DELAY_AFTER_ADD,
+        DEMO_DELAY_AFTER_TAINT
+    );
+    println!("  PDB violations                 {}", r.pdb_violations);
+    println!(
+        "  Ready nodes at the end         {:?}, needed by the pods running {:?}",
         r.nodes_at_end, r.nodes_needed_at_end
     );
     println!(

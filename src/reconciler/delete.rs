@@ -128,8 +128,8 @@ impl Inner {
             match sent {
                 Ok(accepted) => {
                     self.metrics
-                        .capacity_writes_total
-                        .with_label_values(&[name, "ok"])
+                        .instance_deletes_total
+                        .with_label_values(&[name, "accepted"])
                         .inc();
                     let end = match accepted.async_operation {
                         Some(url) => {
@@ -153,7 +153,7 @@ impl Inner {
                 }
                 Err(ArmError::PreconditionFailed { .. }) => {
                     self.metrics
-                        .capacity_writes_total
+                        .instance_deletes_total
                         .with_label_values(&[name, "precondition_failed"])
                         .inc();
                     self.invalidate_after_conflict(name);
@@ -166,6 +166,10 @@ impl Inner {
                     );
                 }
                 Err(e) => {
+                    self.metrics
+                        .instance_deletes_total
+                        .with_label_values(&[name, "error"])
+                        .inc();
                     warn!(scale_set = name, node = %victim.node_name, error = %e, "instance delete refused");
                     self.operation_failed(name);
                     return DeleteEnd::Failed(e.to_string());
