@@ -695,17 +695,9 @@ fn execute(
             ),
         },
         Route::VmssVms { sub, rg, name } => vmss_vms(d, s, ctx, sub, rg, name),
-        Route::VmssDeleteInstances { sub, rg, name } => vmss_delete_instances(
-            d,
-            s,
-            ctx,
-            sub,
-            rg,
-            name,
-            body,
-            if_match,
-            if_none_match,
-        ),
+        Route::VmssDeleteInstances { sub, rg, name } => {
+            vmss_delete_instances(d, s, ctx, sub, rg, name, body, if_match, if_none_match)
+        }
         Route::Cluster { sub, rg, name } => aks::cluster(
             d,
             s,
