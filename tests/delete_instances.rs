@@ -235,3 +235,99 @@ async fn if_match_star_deletes_whatever_the_current_version(kind: Kind) {
     assert_eq!(h.capacity_now("pool-a").await, 2);
 }
 }
+
+for_each_kind! {
+#[tokio::test]
+async fn a_blind_delete_over_a_version_it_never_read_is_a_lost_update(kind: Kind) {
+    let (h, resource) = pool_a(kind, EmulatorBuilder::new()).await;
+    let stale = read(&resource).await;
+    let tags = [("team".to_string(), "rival".to_string())].into();
+    h.rival_write("pool-a", None, Some(tags), "rival").await;
+
+    resource
+        .delete_instances(&stale, &[victim(&h, 1)], &Precondition::None)
+        .await
+        .expect("a blind delete lands");
+
+    let lost = h.state.lost_updates();
+    assert_eq!(lost.len(), 1, "the referee counts it: {lost:?}");
+    assert_eq!(lost[0].writer, "controller");
+    assert_eq!(lost[0].replaced_writer, "rival");
+}
+}
+
+for_each_kind! {
+#[tokio::test]
+async fn a_throttled_delete_closes_the_write_gate_and_the_next_one_is_held_back_locally(kind: Kind) {
+    let (h, resource) = pool_a(kind, EmulatorBuilder::new()).await;
+    let current = read(&resource).await;
+    h.state.inject_fault(fault(
+        Some("POST"),
+        Some("pool-a"),
+        status_kind(429, "TooManyRequests", Some(30)),
+        Some(1),
+    ));
+
+    let first = resource
+        .delete_instances(&current, &[victim(&h, 1)], &if_match(&current))
+        .await
+        .expect_err("throttled");
+    assert!(
+        matches!(first, ArmError::Throttled { local: false, retry_after, .. } if retry_after == Duration::from_secs(30)),
+        "{first:?}"
+    );
+    let second = resource
+        .delete_instances(&current, &[victim(&h, 1)], &if_match(&current))
+        .await
+        .expect_err("held back");
+    assert!(matches!(second, ArmError::Throttled { local: true, .. }), "{second:?}");
+    assert_eq!(h.our_requests("POST", "").len(), 1, "the second never left");
+    let op = delete_op(kind).as_str();
+    assert_eq!(
+        h.counter(&h.metrics.arm_requests_total, &[("operation", op), ("code", "gated")]),
+        1
+    );
+    assert_eq!(instance_ids(&resource).await, ["0", "1", "2"]);
+}
+}
+
+#[tokio::test]
+async fn deleting_the_last_machine_of_a_system_pool_is_refused_and_removes_nothing() {
+    let (h, _) = pool_a(Kind::AgentPool, EmulatorBuilder::new()).await;
+    let sys = format!("{}/agentPools/sys", h.cluster_path());
+    let (status, body) = h
+        .arm_json(
+            "seeder",
+            reqwest::Method::PUT,
+            &sys,
+            Some(serde_json::json!({"properties": {"count": 1, "mode": "System", "vmSize": "Standard_D2s_v5"}})),
+            None,
+        )
+        .await;
+    assert!(status < 300, "system pool created: {status} {body}");
+    let scale_set = h
+        .state
+        .agent_pool(SUB, RG, CLUSTER, "sys")
+        .expect("pool exists")
+        .scale_set_name;
+
+    let (status, body) = h
+        .arm_json(
+            "controller",
+            reqwest::Method::POST,
+            &format!("{sys}/deleteMachines"),
+            Some(serde_json::json!({"machineNames": [node_name(&scale_set, 0)]})),
+            None,
+        )
+        .await;
+
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("System pool"), "{body}");
+    assert_eq!(
+        h.state
+            .agent_pool(SUB, RG, CLUSTER, "sys")
+            .expect("pool")
+            .count,
+        1
+    );
+}
