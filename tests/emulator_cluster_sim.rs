@@ -587,3 +587,56 @@ async fn without_the_simulation_instances_make_no_nodes() {
     assert!(kube.list_all("v1", "nodes", None).is_empty());
     assert!(kube.list_all("v1", "pods", None).is_empty());
 }
+
+#[tokio::test]
+async fn deleting_an_agent_pool_machine_by_its_node_name_removes_exactly_that_node() {
+    let (handle, kube) = start().await;
+    let state = handle.state();
+    state
+        .seed_cluster(ClusterSeed::new(
+            SUB,
+            RG,
+            "c",
+            vec![
+                AgentPoolSeed::new("system", 1),
+                AgentPoolSeed::new("work", 3),
+            ],
+        ))
+        .expect("cluster seeded");
+    let work = state.agent_pool(SUB, RG, "c", "work").expect("pool");
+    let nodes = eventually("three work nodes", || {
+        kube.nodes_by_scale_set()
+            .get(&work.scale_set_name)
+            .filter(|names| names.len() == 3)
+            .cloned()
+    })
+    .await;
+    let victim = nodes[1].clone();
+
+    let token = state.issue_token("tester");
+    let rsp = reqwest::Client::new()
+        .post(format!(
+            "{}/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.ContainerService/managedClusters/c/agentPools/work/deleteMachines?api-version=2024-09-01",
+            handle.base_url()
+        ))
+        .bearer_auth(token)
+        .header("If-Match", work.etag.as_str())
+        .json(&json!({"machineNames": [victim.as_str()]}))
+        .send()
+        .await
+        .expect("deleteMachines answered");
+    assert_eq!(rsp.status().as_u16(), 202);
+
+    let left = eventually("the deleted machine's node to go", || {
+        kube.nodes_by_scale_set()
+            .get(&work.scale_set_name)
+            .filter(|names| names.len() == 2)
+            .cloned()
+    })
+    .await;
+    assert_eq!(left, vec![nodes[0].clone(), nodes[2].clone()]);
+    let after = state.agent_pool(SUB, RG, "c", "work").expect("pool");
+    assert_eq!(after.count, 2);
+    assert_ne!(after.etag, work.etag, "the pool has a new ETag");
+    assert!(state.lost_updates().is_empty());
+}

@@ -1302,6 +1302,43 @@ mod tests {
             .contains("negative"));
     }
 
+    fn answer(status: u16, aao: Option<&str>, location: Option<&str>) -> JsonAnswer {
+        JsonAnswer {
+            status,
+            etag: None,
+            async_operation: aao.map(str::to_string),
+            location: location.map(str::to_string),
+            retry_after: Some(Duration::from_secs(1)),
+            body: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn an_accepted_delete_follows_azure_asyncoperation_before_location() {
+        let d =
+            DeleteAccepted::from_answer(&answer(202, Some("https://a/op"), Some("https://a/loc")));
+        assert_eq!(d.status, 202);
+        assert_eq!(d.async_operation.as_deref(), Some("https://a/op"));
+        assert_eq!(d.retry_after, Some(Duration::from_secs(1)));
+        let d = DeleteAccepted::from_answer(&answer(202, None, Some("https://a/loc")));
+        assert_eq!(d.async_operation.as_deref(), Some("https://a/loc"));
+    }
+
+    #[test]
+    fn a_delete_answered_200_is_final_with_no_operation_to_follow() {
+        let d = DeleteAccepted::from_answer(&answer(200, Some("https://a/op"), None));
+        assert_eq!(d.status, 200);
+        assert_eq!(d.async_operation, None);
+    }
+
+    #[test]
+    fn deletes_spend_the_write_budget_and_have_their_own_metric_labels() {
+        assert_eq!(ArmOp::DeleteInstances.class(), CallClass::Write);
+        assert_eq!(ArmOp::DeleteMachines.class(), CallClass::Write);
+        assert_eq!(ArmOp::DeleteInstances.as_str(), "delete_instances");
+        assert_eq!(ArmOp::DeleteMachines.as_str(), "delete_machines");
+    }
+
     proptest::proptest! {
         #[test]
         fn arbitrary_bytes_never_panic_the_error_parser(body in proptest::collection::vec(proptest::num::u8::ANY, 0..300), status in 400u16..600) {

@@ -184,6 +184,12 @@ enum Route {
         cluster: String,
         pool: String,
     },
+    PoolDeleteMachines {
+        sub: String,
+        rg: String,
+        cluster: String,
+        pool: String,
+    },
     Operation {
         sub: String,
         id: String,
@@ -246,6 +252,14 @@ impl Route {
                     pool: s(9),
                 })
             }
+            ["subscriptions", _, "resourcegroups", _, "providers", "microsoft.containerservice", "managedclusters", _, "agentpools", _, "deletemachines"] => {
+                Some(Route::PoolDeleteMachines {
+                    sub: s(1),
+                    rg: s(3),
+                    cluster: s(7),
+                    pool: s(9),
+                })
+            }
             ["subscriptions", _, "providers", _, "locations", _, "operations" | "operationresults" | "operationstatuses", _] => {
                 Some(Route::Operation {
                     sub: s(1),
@@ -265,6 +279,7 @@ impl Route {
             | Route::Cluster { sub, .. }
             | Route::Pools { sub, .. }
             | Route::Pool { sub, .. }
+            | Route::PoolDeleteMachines { sub, .. }
             | Route::Operation { sub, .. } => sub,
         }
     }
@@ -285,7 +300,9 @@ impl Route {
             | Route::VmssVms { .. }
             | Route::Pools { .. }
             | Route::Operation { .. } => method == "GET",
-            Route::VmssDeleteInstances { .. } => method == "POST",
+            Route::VmssDeleteInstances { .. } | Route::PoolDeleteMachines { .. } => {
+                method == "POST"
+            }
             Route::Vmss { .. } | Route::Cluster { .. } | Route::Pool { .. } => {
                 matches!(method, "GET" | "PUT" | "PATCH" | "DELETE")
             }
@@ -549,6 +566,12 @@ async fn process(
                     rg,
                     cluster,
                     pool,
+                }
+                | Route::PoolDeleteMachines {
+                    sub,
+                    rg,
+                    cluster,
+                    pool,
                 } => {
                     aks::delete_pool_out_of_band(&mut d, sub, rg, cluster, pool);
                 }
@@ -673,7 +696,7 @@ fn execute(
         },
         Route::VmssVms { sub, rg, name } => vmss_vms(d, s, ctx, sub, rg, name),
         Route::VmssDeleteInstances { sub, rg, name } => {
-            vmss_delete_instances(d, s, ctx, sub, rg, name, body)
+            vmss_delete_instances(d, s, ctx, sub, rg, name, body, if_match, if_none_match)
         }
         Route::Cluster { sub, rg, name } => aks::cluster(
             d,
@@ -702,6 +725,23 @@ fn execute(
             cluster,
             pool,
             method,
+            body,
+            if_match,
+            if_none_match,
+        ),
+        Route::PoolDeleteMachines {
+            sub,
+            rg,
+            cluster,
+            pool,
+        } => aks::delete_machines(
+            d,
+            s,
+            ctx,
+            sub,
+            rg,
+            cluster,
+            pool,
             body,
             if_match,
             if_none_match,
@@ -1079,6 +1119,13 @@ fn commit_vmss_version(
     reply
 }
 
+/// `POST {vmss}/delete`: deletes exactly the named instances and lowers the capacity by as many.
+/// Preconditions are evaluated as on a PUT of an existing scale set (ARM documents `If-Match`
+/// only for PUT/PATCH; the emulator enforces it here too, so a stale delete is a 412 and
+/// changes nothing). An id the scale set does not have is ARM's 400 `InvalidParameter`
+/// ("The provided instanceId 7 is not an active Virtual Machine Scale Set VM instanceId.",
+/// target `instanceIds`), and nothing is deleted.
+#[allow(clippy::too_many_arguments)]
 fn vmss_delete_instances(
     d: &mut Data,
     s: &Settings,
@@ -1087,16 +1134,18 @@ fn vmss_delete_instances(
     rg: &str,
     name: &str,
     body: &[u8],
+    if_match: Option<&str>,
+    if_none_match: Option<&str>,
 ) -> Reply {
     let m = match parse_json_object(body) {
         Ok(m) => m,
         Err(r) => return r,
     };
-    let ids: Vec<u64> = match m.get("instanceIds") {
+    let ids: Vec<(String, Option<u64>)> = match m.get("instanceIds") {
         Some(Value::Array(a)) if !a.is_empty() => {
-            let parsed: Option<Vec<u64>> = a
+            let parsed: Option<Vec<(String, Option<u64>)>> = a
                 .iter()
-                .map(|v| v.as_str().and_then(|s| s.parse().ok()))
+                .map(|v| v.as_str().map(|s| (s.to_string(), s.trim().parse().ok())))
                 .collect();
             match parsed {
                 Some(p) => p,
@@ -1108,23 +1157,46 @@ fn vmss_delete_instances(
         _ => return invalid_param("'instanceIds' must be a non-empty list of instance ids."),
     };
     let key = vmss_key(sub, rg, name);
+    let current = d.scale_sets.get(&key).map(|ss| ss.etag());
+    match decide(
+        WriteKind::Patch,
+        if_match,
+        if_none_match,
+        current.as_deref(),
+        || not_found("Microsoft.Compute/virtualMachineScaleSets", name, rg),
+    ) {
+        Decision::Answer(r) => return r,
+        Decision::Create | Decision::Update => {}
+    }
     let Some(ss) = d.scale_sets.get_mut(&key) else {
         return not_found("Microsoft.Compute/virtualMachineScaleSets", name, rg);
     };
+    let mut victims = std::collections::BTreeSet::new();
+    for (raw, id) in &ids {
+        match id.filter(|id| ss.instances.contains_key(id)) {
+            Some(id) => {
+                victims.insert(id);
+            }
+            None => {
+                return Reply::json(
+                    400,
+                    json!({"error": {
+                        "code": "InvalidParameter",
+                        "message": format!("The provided instanceId {raw} is not an active Virtual Machine Scale Set VM instanceId."),
+                        "target": "instanceIds",
+                    }}),
+                )
+            }
+        }
+    }
     let old_etag = ss.etag();
     let old_cap = ss.capacity;
     let old_tags = ss.tags.clone();
-    let mut removed = 0;
-    for id in ids {
-        if ss.instances.remove(&id).is_some() {
-            removed += 1;
-        }
-    }
-    ss.capacity = (ss.capacity - removed).max(0);
+    let removed = remove_instances(ss, &victims);
     ss.busy_until = ctx.now + s.lro_delay;
     ss.failed = ctx.lro_failed;
     let change = format!(
-        "{} (instances deleted)",
+        "{} ({removed} instances deleted)",
         describe_change(Some((old_cap, &old_tags)), ss.capacity, &ss.tags)
     );
     let id = ss.id();
@@ -1137,6 +1209,22 @@ fn vmss_delete_instances(
         ctx.if_match.as_deref(),
     );
     commit_vmss_version(d, s, ctx, &key, sub, change, 202)
+}
+
+/// Removes exactly the instances `ids` (those it has) and lowers the capacity by as many;
+/// returns how many went.
+pub(crate) fn remove_instances(
+    ss: &mut super::state::ScaleSet,
+    ids: &std::collections::BTreeSet<u64>,
+) -> i64 {
+    let mut removed = 0;
+    for id in ids {
+        if ss.instances.remove(id).is_some() {
+            removed += 1;
+        }
+    }
+    ss.capacity = (ss.capacity - removed).max(0);
+    removed
 }
 
 fn operation(d: &mut Data, ctx: &Ctx, id: &str) -> Reply {

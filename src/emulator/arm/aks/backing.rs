@@ -4,10 +4,11 @@
 //! `count`. The scale sets are ordinary emulator scale sets, so the compute API lists and reads
 //! them like any other.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use tokio::time::Instant;
 
+use super::super::scale_sets::remove_instances;
 use super::super::state::{describe_change, vmss_key, Data, ScaleSetSeed};
 use super::pool::Pool;
 
@@ -39,6 +40,12 @@ pub(crate) fn scale_set_name(cluster_id: &str, pool: &str) -> String {
         pool.to_ascii_lowercase(),
         name_suffix(cluster_id)
     )
+}
+
+/// The AKS machine name of instance `id` of scale set `scale_set`: the node's name
+/// (`aks-general-12345678-vmss000003`), as the cluster simulation names nodes.
+pub(crate) fn machine_name(scale_set: &str, id: u64) -> String {
+    crate::emulator::sim::nodes::node_name(scale_set, id)
 }
 
 /// Where a pool's scale set lives and what it should look like.
@@ -108,6 +115,58 @@ impl Backing {
         }
     }
 
+    /// The instance ids behind `machines` (AKS machine names: the nodes' names), each machine
+    /// once; `Err(name)` names the first that is not a machine of this scale set.
+    pub fn instances_of(&self, d: &Data, machines: &[String]) -> Result<BTreeSet<u64>, String> {
+        let ss = d.scale_sets.get(&self.key());
+        let mut out = BTreeSet::new();
+        for m in machines {
+            let id = ss.and_then(|ss| {
+                ss.instances
+                    .keys()
+                    .copied()
+                    .find(|id| machine_name(&ss.name, *id).eq_ignore_ascii_case(m.trim()))
+            });
+            match id {
+                Some(id) => {
+                    out.insert(id);
+                }
+                None => return Err(m.clone()),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes exactly the instances `ids` of the scale set, lowering its capacity by as many: a
+    /// new version by AKS. Returns how many went.
+    pub fn remove_instances(
+        &self,
+        d: &mut Data,
+        ids: &BTreeSet<u64>,
+        busy_until: Instant,
+        failed: bool,
+    ) -> i64 {
+        let key = self.key();
+        let Some(ss) = d.scale_sets.get_mut(&key) else {
+            return 0;
+        };
+        let (old_cap, old_tags) = (ss.capacity, ss.tags.clone());
+        let removed = remove_instances(ss, ids);
+        ss.busy_until = busy_until;
+        ss.failed = failed;
+        let change = format!(
+            "{} ({removed} machines deleted)",
+            describe_change(Some((old_cap, &old_tags)), ss.capacity, &ss.tags)
+        );
+        let version = d.next_version(&key);
+        if let Some(ss) = d.scale_sets.get_mut(&key) {
+            ss.version = version;
+            let etag = ss.etag();
+            d.record_version(&key, &etag, AKS_WRITER, change);
+        }
+        removed
+    }
+
     /// Deletes the scale set (with the pool or the cluster).
     pub fn remove(&self, d: &mut Data) {
         let key = self.key();
@@ -129,6 +188,18 @@ mod tests {
         assert_eq!(name_suffix(ID), "66116893");
         assert_eq!(name_suffix(&ID.to_ascii_uppercase()), "66116893");
         assert_ne!(name_suffix(&ID.replace("/c", "/d")), "66116893");
+    }
+
+    #[test]
+    fn machine_names_are_the_node_names_of_the_backing_scale_set() {
+        assert_eq!(
+            machine_name("aks-general-12345678-vmss", 3),
+            "aks-general-12345678-vmss000003"
+        );
+        assert_eq!(
+            machine_name("aks-general-12345678-vmss", 36),
+            "aks-general-12345678-vmss000010"
+        );
     }
 
     #[test]

@@ -496,13 +496,7 @@ pub(crate) fn pool(
 ) -> Reply {
     let key = cluster_key(sub, rg, cluster);
     let pool_lower = pool.to_ascii_lowercase();
-    let pool_not_found = || {
-        Reply::arm_error(
-            404,
-            "NotFound",
-            format!("Agent pool '{pool}' of managed cluster '{cluster}' in resource group '{rg}' was not found."),
-        )
-    };
+    let pool_not_found = || pool_not_found(pool, cluster, rg);
     if method == "GET" {
         let Some(c) = d.clusters.get(&key) else {
             return not_found(CLUSTER_TYPE, cluster, rg);
@@ -628,6 +622,117 @@ pub(crate) fn pool(
     d.record_version(&pk, &etag, &ctx.writer, change);
     d.mark_seen(&ctx.writer, &pk, &etag);
     let mut reply = Reply::json(status, body).header("ETag", etag);
+    add_lro_headers(d, s, ctx, &mut reply, sub, PROVIDER, &location);
+    reply
+}
+
+fn pool_not_found(pool: &str, cluster: &str, rg: &str) -> Reply {
+    Reply::arm_error(
+        404,
+        "NotFound",
+        format!("Agent pool '{pool}' of managed cluster '{cluster}' in resource group '{rg}' was not found."),
+    )
+}
+
+/// `POST {pool}/deleteMachines` with `{"machineNames": [..]}`: deletes exactly the named
+/// machines (node names) from the pool's scale set, lowers `count` by as many, gives the pool a
+/// new ETag and answers 202 with a long-running operation, as a pool PUT does. Preconditions
+/// are evaluated as on a PUT of the existing pool (a stale `If-Match` is a 412 and changes
+/// nothing); a name that is not a machine of the pool is a 400 naming it, and nothing changes.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn delete_machines(
+    d: &mut Data,
+    s: &Settings,
+    ctx: &Ctx,
+    sub: &str,
+    rg: &str,
+    cluster: &str,
+    pool: &str,
+    body: &[u8],
+    if_match: Option<&str>,
+    if_none_match: Option<&str>,
+) -> Reply {
+    let m = match parse_json_object(body) {
+        Ok(m) => m,
+        Err(r) => return r,
+    };
+    let names: Vec<String> = match m.get("machineNames") {
+        Some(Value::Array(a)) if !a.is_empty() => {
+            match a
+                .iter()
+                .map(|v| v.as_str().map(str::to_string))
+                .collect::<Option<Vec<_>>>()
+            {
+                Some(n) => n,
+                None => return invalid("'machineNames' must be a list of machine name strings."),
+            }
+        }
+        _ => return invalid("'machineNames' must be a non-empty list of machine names."),
+    };
+    let key = cluster_key(sub, rg, cluster);
+    let Some(c) = d.clusters.get(&key) else {
+        return not_found(CLUSTER_TYPE, cluster, rg);
+    };
+    let pool_lower = pool.to_ascii_lowercase();
+    let Some(p) = c.pools.get(&pool_lower) else {
+        return pool_not_found(pool, cluster, rg);
+    };
+    if let Decision::Answer(r) = decide(
+        WriteKind::Patch,
+        if_match,
+        if_none_match,
+        Some(&p.etag),
+        || pool_not_found(pool, cluster, rg),
+    ) {
+        return r;
+    }
+    let backing = c.backing(p);
+    let ids = match backing.instances_of(d, &names) {
+        Ok(ids) => ids,
+        Err(name) => {
+            return invalid(&format!(
+                "The machine '{name}' is not a machine of agent pool '{}' of managed cluster '{cluster}'.",
+                p.name
+            ))
+        }
+    };
+    let busy_until = ctx.now + s.lro_delay;
+    let mut next = p.clone();
+    next.count = (p.count - i64::try_from(ids.len()).unwrap_or(i64::MAX)).max(0);
+    if let Err(r) = next.validate() {
+        return r;
+    }
+    next.busy_until = busy_until;
+    next.failed = ctx.lro_failed;
+    next.etag = new_etag();
+    let (pk, id, location) = (
+        c.pool_key(&p.name),
+        format!("{}/agentPools/{}", c.id(), p.name),
+        c.location.clone(),
+    );
+    let (old_etag, etag) = (p.etag.clone(), next.etag.clone());
+    let change = format!(
+        "pool {} count {} -> {} (machines deleted: {})",
+        p.name,
+        p.count,
+        next.count,
+        names.join(", ")
+    );
+    backing.remove_instances(d, &ids, busy_until, ctx.lro_failed);
+    d.check_lost(
+        &ctx.writer,
+        &pk,
+        &id,
+        &old_etag,
+        ctx.seq,
+        ctx.if_match.as_deref(),
+    );
+    if let Some(c) = d.clusters.get_mut(&key) {
+        c.pools.insert(pool_lower, next);
+    }
+    d.record_version(&pk, &etag, &ctx.writer, change);
+    d.mark_seen(&ctx.writer, &pk, &etag);
+    let mut reply = Reply::empty(202);
     add_lro_headers(d, s, ctx, &mut reply, sub, PROVIDER, &location);
     reply
 }

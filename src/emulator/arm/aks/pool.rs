@@ -298,7 +298,7 @@ impl Pool {
     }
 
     /// AKS's own checks: a System pool keeps a node; the autoscaler needs a sane range.
-    fn validate(&self) -> Result<(), Reply> {
+    pub(crate) fn validate(&self) -> Result<(), Reply> {
         if self.mode == Mode::System && self.count < 1 {
             return Err(invalid(format!(
                 "Agent pool '{}' is a System pool: its count must be between 1 and 1000, got {}.",
