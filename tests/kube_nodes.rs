@@ -29,9 +29,12 @@ async fn emulator() -> (EmulatorHandle, KubeState, kube::Config) {
     let kube_state = handle.kube().expect("kubernetes side on");
     let file = kube::config::Kubeconfig::from_yaml(&handle.kubeconfig().expect("kubeconfig"))
         .expect("kubeconfig parses");
-    let config = kube::Config::from_custom_kubeconfig(file, &Default::default())
+    let mut config = kube::Config::from_custom_kubeconfig(file, &Default::default())
         .await
         .expect("kubeconfig is usable");
+    // As the controller's client (cli.rs): kube-rs' default retry would repeat a budget's 429
+    // with exponential backoff for minutes before `evict` saw it.
+    config.default_retry = false;
     (handle, kube_state, config)
 }
 
