@@ -58,11 +58,18 @@ async fn delete_node(client: &kube::Client, name: &str) {
         .await;
 }
 
+/// The taint keys, less the server's own (admission adds `node.kubernetes.io/not-ready` to a
+/// new node, and no kubelet runs to clear it).
 fn keys(node: &Node) -> Vec<String> {
     node.spec
         .as_ref()
         .and_then(|s| s.taints.as_ref())
-        .map(|ts| ts.iter().map(|t| t.key.clone()).collect())
+        .map(|ts| {
+            ts.iter()
+                .map(|t| t.key.clone())
+                .filter(|k| !k.starts_with("node.kubernetes.io/"))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
