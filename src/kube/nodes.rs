@@ -464,6 +464,23 @@ mod tests {
     }
 
     #[test]
+    fn only_a_400_naming_policy_v1_means_the_server_lacks_policy_v1_eviction() {
+        // kube-apiserver 1.20.2's answer to a policy/v1 Eviction, verbatim.
+        let old_server = kube::core::Status::failure(
+            "Eviction in version \"v1\" cannot be handled as a Eviction: no kind \"Eviction\" is registered for version \"policy/v1\" in scheme \"k8s.io/kubernetes/pkg/api/legacyscheme/scheme.go:30\"",
+            "BadRequest",
+        )
+        .with_code(400);
+        assert!(lacks_policy_v1(&kube::Error::Api(old_server.boxed())));
+        let other =
+            kube::core::Status::failure("name in URL does not match", "BadRequest").with_code(400);
+        assert!(!lacks_policy_v1(&kube::Error::Api(other.boxed())));
+        let missing =
+            kube::core::Status::failure("pods \"p\" not found", "NotFound").with_code(404);
+        assert!(!lacks_policy_v1(&kube::Error::Api(missing.boxed())));
+    }
+
+    #[test]
     fn no_taints_left_is_sent_as_null() {
         assert_eq!(taints_value(&[]).ok(), Some(Value::Null));
     }
