@@ -29,9 +29,12 @@ async fn emulator() -> (EmulatorHandle, KubeState, kube::Config) {
     let kube_state = handle.kube().expect("kubernetes side on");
     let file = kube::config::Kubeconfig::from_yaml(&handle.kubeconfig().expect("kubeconfig"))
         .expect("kubeconfig parses");
-    let config = kube::Config::from_custom_kubeconfig(file, &Default::default())
+    let mut config = kube::Config::from_custom_kubeconfig(file, &Default::default())
         .await
         .expect("kubeconfig is usable");
+    // As the controller's client (cli.rs): kube-rs' default retry would repeat a budget's 429
+    // with exponential backoff for minutes before `evict` saw it.
+    config.default_retry = false;
     (handle, kube_state, config)
 }
 
@@ -426,4 +429,65 @@ async fn the_cleanup_skips_nodes_gone_meanwhile_and_tries_every_node_before_fail
         asked: Mutex::new(Vec::new()),
     };
     assert_eq!(remove_leftover_taints(&fine).await, Ok(1));
+}
+
+/// The emulator's refusals, body and all, as kube-apiserver 1.20.2 answered the same requests
+/// (measured with curl: a merge patch of a node carrying a stale `resourceVersion`, an eviction
+/// whose uid precondition names another pod).
+#[tokio::test]
+async fn the_emulator_refuses_a_stale_node_patch_and_a_wrong_uid_eviction_as_the_real_server() {
+    let (h, kube, _config) = emulator().await;
+    let read = add_node(&kube, "n1", json!([]), false);
+    let mut changed = node(&kube, "n1");
+    changed["metadata"]["labels"]["rival"] = json!("yes");
+    kube.update("v1", "nodes", "", changed)
+        .expect("rival writes");
+    let http = reqwest::Client::new();
+    let send = |method: reqwest::Method, path: &str, ct: &str, body: Value| {
+        http.request(method, format!("{}{path}", h.base_url()))
+            .bearer_auth(kube.token())
+            .header("content-type", ct)
+            .body(body.to_string())
+            .send()
+    };
+
+    let resp = send(
+        reqwest::Method::PATCH,
+        "/api/v1/nodes/n1",
+        "application/merge-patch+json",
+        json!({"metadata": {"resourceVersion": rv(&read)}, "spec": {"unschedulable": true}}),
+    )
+    .await
+    .expect("answered");
+    assert_eq!(resp.status().as_u16(), 409);
+    let body: Value = resp.json().await.expect("a Status");
+    assert_eq!(body["reason"], "Conflict");
+    assert_eq!(
+        body["message"],
+        "Operation cannot be fulfilled on nodes \"n1\": the object has been modified; please apply your changes to the latest version and try again"
+    );
+    assert_eq!(body["details"]["name"], "n1");
+    assert_eq!(body["details"]["kind"], "nodes");
+
+    let pod = add_pod(&kube, "p2", "web");
+    let uid = pod["metadata"]["uid"].as_str().expect("uid").to_string();
+    let wrong = "00000000-0000-0000-0000-000000000000";
+    let resp = send(
+        reqwest::Method::POST,
+        "/api/v1/namespaces/default/pods/p2/eviction",
+        "application/json",
+        json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "p2"},
+               "deleteOptions": {"preconditions": {"uid": wrong}}}),
+    )
+    .await
+    .expect("answered");
+    assert_eq!(resp.status().as_u16(), 409);
+    let body: Value = resp.json().await.expect("a Status");
+    assert_eq!(body["reason"], "Conflict");
+    assert_eq!(
+        body["message"],
+        format!("Operation cannot be fulfilled on Pod \"p2\": the UID in the precondition ({wrong}) does not match the UID in record ({uid}). The object might have been deleted and then recreated")
+    );
+    assert_eq!(body["details"], json!({"name": "p2", "kind": "Pod"}));
+    assert!(pod_exists(&kube, "p2"));
 }

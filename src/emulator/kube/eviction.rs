@@ -1,6 +1,8 @@
 //! `pods/eviction`: a policy/v1 Eviction deletes the pod unless a PodDisruptionBudget selecting
 //! it has no disruption left (429 TooManyRequests, the real server's message). The budget is
-//! computed here from the pods themselves, as the disruption controller would.
+//! computed here from the pods themselves, as the disruption controller would. The Eviction's
+//! `deleteOptions.preconditions` (`uid`, `resourceVersion`) are checked first: one that does not
+//! hold is a 409 Conflict with the real server's message, and nothing is deleted.
 
 use serde_json::{json, Value};
 
