@@ -1235,6 +1235,10 @@ async fn kube_client_from(path: &std::path::Path) -> anyhow::Result<kube::Client
         kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
             .await
             .with_context(|| format!("the demo kubeconfig {}", path.display()))?;
+    let mut config = config;
+    // As the controller's client: a 429 (a budget refusing an eviction) is an answer, not
+    // something to retry for minutes.
+    config.default_retry = false;
     kube::Client::try_from(config).context("building the demo's Kubernetes client")
 }
 

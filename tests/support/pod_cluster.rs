@@ -108,9 +108,11 @@ impl Cluster {
         let demand = Arc::new(PodDemand::default());
         let file = kube::config::Kubeconfig::from_yaml(&emulator.kubeconfig().expect("kubeconfig"))
             .expect("kubeconfig parses");
-        let config = kube::Config::from_custom_kubeconfig(file, &Default::default())
+        let mut config = kube::Config::from_custom_kubeconfig(file, &Default::default())
             .await
             .expect("kubeconfig is usable");
+        // As `run` builds it: a 429 from a budget is an answer, not a retry for minutes.
+        config.default_retry = false;
         let client = kube::Client::try_from(config).expect("client");
         let (recorder, poster) = EventRecorder::new(
             RecorderConfig {
