@@ -17,7 +17,7 @@
 //! stops removals at their next wait and untaints their nodes.
 
 use crate::config::{NodeGroupSpec, Settings};
-use crate::kube::nodes::{remove_leftover_taints, EvictOutcome, NodeActions};
+use crate::kube::nodes::{remove_leftover_taints, EvictOutcome, NodeActions, NodeWriteError};
 use crate::kube::reflect::ClusterView;
 use crate::metrics::Metrics;
 use crate::notify::{ControllerEvent, EventSink, ObjectRef};
@@ -211,7 +211,7 @@ impl ScaleDownLoop {
             return;
         }
         if !self.cleaned {
-            match remove_leftover_taints(s.actions.as_ref()).await {
+            match self.remove_leftover_taints().await {
                 Ok(0) => {}
                 Ok(n) => {
                     info!(
@@ -328,6 +328,24 @@ impl ScaleDownLoop {
                 task.remove(removal, &stop).await;
             });
         }
+    }
+
+    /// Our taints on nodes no removal of this process is working on (cluster-autoscaler #5048):
+    /// at the start of a leadership, a removal still finishing from the previous one keeps its
+    /// node.
+    async fn remove_leftover_taints(&self) -> Result<usize, NodeWriteError> {
+        let s = &self.shared;
+        let busy = s.flight.lock().busy.clone();
+        if busy.is_empty() {
+            return remove_leftover_taints(s.actions.as_ref()).await;
+        }
+        let mut removed = 0;
+        for node in s.actions.tainted_nodes().await? {
+            if !busy.contains(&node) && s.untaint(&node).await {
+                removed += 1;
+            }
+        }
+        Ok(removed)
     }
 
     fn report(&self, groups: &[DownGroup], candidates: &Candidates) {
