@@ -191,6 +191,8 @@ fn main() {
         expander: Expander::LeastWaste,
         priority_cutoff: -10,
         seed: 1,
+        now: k8s_openapi::jiff::Timestamp::now(),
+        node_startup: std::time::Duration::from_secs(900),
     };
     println!(
         "== scale_up ({} mode) ==",

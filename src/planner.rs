@@ -21,7 +21,9 @@ pub enum Demand {
     /// Anything within the group's bounds is fine (hold the current size).
     Hold,
     /// At least this many; more is fine (pending pods ask for nodes; they never ask a
-    /// capacity number to go down: a node goes by deleting exactly that instance).
+    /// capacity number to go down: a node goes by deleting exactly that instance). A capacity
+    /// above `max` (another writer's) is held, not lowered: lowering the number would let Azure
+    /// pick which instances go, pods and all; the scale-down removes unneeded nodes by name.
     AtLeast(i64),
 }
 
@@ -130,7 +132,8 @@ pub struct Plan {
 
 /// Target for one group given its observed capacity: `None` when the capacity already satisfies
 /// the plan. Bounds are hard limits; `maxScaleDownStep` slows a scale-down within them (a size
-/// above `max` is brought down to `max` at once). Used by [`plan`] and by the reconciler to re-plan after a 412 with fresh state.
+/// above `max` is brought down to `max` at once, except under [`Demand::AtLeast`], which never
+/// lowers a number). Used by [`plan`] and by the reconciler to re-plan after a 412 with fresh state.
 pub fn target_for(
     group: &NodeGroupSpec,
     current: i64,
@@ -143,7 +146,8 @@ pub fn target_for(
     let mut to = match want {
         Demand::Exact(n) => n.clamp(min, max),
         Demand::Hold => current.clamp(min, max),
-        Demand::AtLeast(n) => current.max(n).clamp(min, max),
+        // Raise to the floor (within the bounds), never lower: not even from above `max`.
+        Demand::AtLeast(n) => current.max(n.clamp(min, max)).max(min),
     };
     let mut step_limited = false;
     if let Some(step) = group.max_scale_down_step {

@@ -70,7 +70,9 @@ impl DemandSource for PodDemand {
             (Some(f), Some(p)) if p > f => (Demand::AtLeast(p), Reason::PendingPods),
             (Some(f), _) => (Demand::AtLeast(f), reason),
             (None, Some(p)) => (Demand::AtLeast(p), Reason::PendingPods),
-            (None, None) => (Demand::Hold, reason),
+            // Nothing asks for nodes: keep at least `min`, and never lower a number (`Hold`
+            // would bring a size above `max` down by a PUT, letting Azure pick the instances).
+            (None, None) => (Demand::AtLeast(i64::from(group.min_size)), reason),
         }
     }
 }
@@ -304,6 +306,9 @@ impl ScaleUpLoop {
             expander: self.settings.pod_demand.expander.clone(),
             priority_cutoff: self.settings.pod_demand.priority_cutoff,
             seed: self.decisions,
+            // Nodes' creation times are wall-clock times: so is this.
+            now: k8s_openapi::jiff::Timestamp::now(),
+            node_startup: limit,
         };
         let started = std::time::Instant::now();
         let plan = scale_up::plan_with(&input, &mut self.facts);
@@ -530,8 +535,39 @@ mod tests {
     fn without_pending_pods_the_group_holds_and_desired_capacity_is_only_a_floor() {
         let d = PodDemand::default();
         let now = OffsetDateTime::now_utc();
-        assert_eq!(d.demand(&group(None), now).0, Demand::Hold);
+        assert_eq!(d.demand(&group(None), now).0, Demand::AtLeast(0));
         assert_eq!(d.demand(&group(Some(3)), now).0, Demand::AtLeast(3));
+    }
+
+    #[test]
+    fn a_size_another_writer_set_above_max_is_held_not_lowered_by_a_number() {
+        // Lowering the number would let Azure pick which instances go, pods and all; with pods
+        // driving, nodes go only by name, through the scale-down's drain.
+        let d = PodDemand::default();
+        let now = OffsetDateTime::now_utc();
+        assert_eq!(crate::planner::target_for(&group(None), 14, &d, now), None);
+        d.publish(BTreeMap::from([("general".to_string(), 12)]));
+        assert_eq!(
+            crate::planner::target_for(&group(Some(3)), 14, &d, now),
+            None
+        );
+        // Below max, pods still raise it, to max at most.
+        assert_eq!(
+            crate::planner::target_for(&group(None), 8, &d, now).map(|c| c.to),
+            Some(10)
+        );
+    }
+
+    #[test]
+    fn a_size_below_min_is_raised_to_min_even_with_nothing_pending() {
+        let d = PodDemand::default();
+        let now = OffsetDateTime::now_utc();
+        let mut g = group(None);
+        g.min_size = 2;
+        assert_eq!(
+            crate::planner::target_for(&g, 0, &d, now).map(|c| c.to),
+            Some(2)
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@ use super::pending::wants_capacity;
 use super::template::{from_live_node, from_shape, subtract_daemonsets, GroupShape};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::jiff::Timestamp;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -77,6 +78,12 @@ pub struct ScaleUpInput<'a> {
     pub priority_cutoff: i32,
     /// Seed for the random expander.
     pub seed: u64,
+    /// The time of the decision: a node that is not Ready yet counts as on its way (upcoming)
+    /// while it is younger than `node_startup`.
+    pub now: Timestamp,
+    /// How long a registered node may take to turn Ready before it stops counting as upcoming
+    /// (`maxNodeProvisionTime`; cluster-autoscaler's `MaxNodeStartupTime` is the same 15 min).
+    pub node_startup: std::time::Duration,
 }
 
 /// What one decision says.
@@ -215,6 +222,20 @@ pub(crate) fn is_ready(node: &Node) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
+/// A registered node still booting: not Ready, and created less than `window` before `now`
+/// (cluster-autoscaler's "not started" nodes). It offers no room yet but is on its way, so it
+/// counts as upcoming; an older node that is not Ready is broken, not coming.
+pub(crate) fn is_starting(node: &Node, now: Timestamp, window: std::time::Duration) -> bool {
+    if is_ready(node) {
+        return false;
+    }
+    let Some(created) = node.metadata.creation_timestamp.as_ref() else {
+        return false;
+    };
+    let age = now.duration_since(created.0);
+    age.is_negative() || age.unsigned_abs() < window
+}
+
 pub(crate) fn schedulable(node: &Node) -> bool {
     !node
         .spec
@@ -247,13 +268,17 @@ fn decide(input: &ScaleUpInput, cache: &mut FactsCache) -> ScaleUpPlan {
     // Nodes per group, and the live state of every Ready schedulable node.
     let index = GroupIndex::new(groups);
     let mut registered = vec![0u32; groups.len()];
+    // Registered but still booting: on their way, like nodes not registered yet.
+    let mut starting = vec![0u32; groups.len()];
     let mut live_template: Vec<Option<&Node>> = vec![None; groups.len()];
     for node in &input.nodes {
         let Some(i) = index.group_of(node) else {
             continue;
         };
         registered[i] += 1;
-        if live_template[i].is_none() && is_ready(node) && schedulable(node) {
+        if is_starting(node, input.now, input.node_startup) {
+            starting[i] += 1;
+        } else if live_template[i].is_none() && is_ready(node) && schedulable(node) {
             live_template[i] = Some(node);
         }
     }
@@ -321,10 +346,11 @@ fn decide(input: &ScaleUpInput, cache: &mut FactsCache) -> ScaleUpPlan {
         let (Some(capacity), Ok(template), None) = (g.capacity, &templates[i], &g.unhealthy) else {
             continue;
         };
-        let registered = out.registered.get(&g.name).copied().unwrap_or(0);
+        // Requested and not registered, plus registered and still booting.
+        let settled = registered[i].saturating_sub(starting[i]);
         let upcoming = u32::try_from(capacity.max(0))
             .unwrap_or(u32::MAX)
-            .saturating_sub(registered);
+            .saturating_sub(settled);
         for k in 0..upcoming {
             let mut n = template.clone();
             n.name = format!("{}-upcoming-{k}", g.name);
@@ -520,6 +546,8 @@ mod tests {
             expander: Expander::LeastWaste,
             priority_cutoff: -10,
             seed: 1,
+            now: Timestamp::now(),
+            node_startup: std::time::Duration::from_secs(900),
         }
     }
 
@@ -609,6 +637,64 @@ mod tests {
         ));
         assert!(plan.targets.is_empty(), "{plan:?}");
         assert_eq!(plan.already_provided.len(), 2);
+    }
+
+    /// `node` NotReady, created `age` before now.
+    fn booting(name: &str, id: u32, age: std::time::Duration) -> Arc<Node> {
+        let mut n = (*node(name, "general", id, "4", "16Gi", json!([]))).clone();
+        if let Some(c) = n
+            .status
+            .as_mut()
+            .and_then(|s| s.conditions.as_mut())
+            .and_then(|c| c.first_mut())
+        {
+            c.status = "False".into();
+        }
+        let created = Timestamp::now()
+            .checked_sub(k8s_openapi::jiff::SignedDuration::try_from(age).unwrap())
+            .unwrap();
+        n.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            created,
+        ));
+        Arc::new(n)
+    }
+
+    #[test]
+    fn nodes_registered_and_still_booting_are_on_their_way_so_their_pods_are_not_provisioned_twice()
+    {
+        // Two pods of 3 cpu: one per D4s_v5 node. Both nodes were requested and registered a
+        // minute ago and are still booting (AKS nodes register well before they are Ready):
+        // counting them as neither room nor upcoming would ask for two more at every re-check.
+        let pods: Vec<_> = (0..2)
+            .map(|i| pending(&format!("p{i}"), "3", "1Gi", json!({})))
+            .collect();
+        let nodes = vec![
+            booting("general-0", 0, std::time::Duration::from_secs(60)),
+            booting("general-1", 1, std::time::Duration::from_secs(60)),
+        ];
+        let plan = plan(&input(
+            vec![group("general", "Standard_D4s_v5", 2, 10)],
+            nodes,
+            pods,
+        ));
+        assert!(plan.targets.is_empty(), "{plan:?}");
+        assert_eq!(plan.already_provided.len(), 2);
+    }
+
+    #[test]
+    fn a_node_not_ready_for_longer_than_the_startup_window_is_not_counted_as_coming() {
+        let pods = vec![pending("p", "3", "1Gi", json!({}))];
+        let nodes = vec![booting(
+            "general-0",
+            0,
+            std::time::Duration::from_secs(20 * 60),
+        )];
+        let plan = plan(&input(
+            vec![group("general", "Standard_D4s_v5", 1, 10)],
+            nodes,
+            pods,
+        ));
+        assert_eq!(plan.targets.get("general"), Some(&2), "{plan:?}");
     }
 
     #[test]

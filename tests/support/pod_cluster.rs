@@ -73,6 +73,17 @@ impl Cluster {
         Self::start_full(seeds, max, Some(sim), tweak).await
     }
 
+    /// [`Cluster::start_simulated`] with the simulation's own settings (boot delay, tick): the
+    /// paused-clock tests use minutes-long boots and second-long ticks.
+    pub async fn start_simulated_with(
+        seeds: &[Seed<'_>],
+        max: u32,
+        sim: SimSettings,
+        tweak: impl FnOnce(&mut Settings),
+    ) -> Self {
+        Self::start_full(seeds, max, Some(sim), tweak).await
+    }
+
     async fn start_full(
         seeds: &[Seed<'_>],
         max: u32,
