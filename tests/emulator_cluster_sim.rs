@@ -303,11 +303,20 @@ async fn a_tainted_gpu_scale_sets_node_only_gets_pods_that_tolerate_the_taint() 
 async fn deleting_an_instance_removes_its_node_and_pods_and_the_replica_set_recreates_them_pending()
 {
     let (handle, kube) = start().await;
-    seed(&handle, "pool", "Standard_D4s_v5", 2);
+    // One node first, so both pods land on it (the scheduler spreads pods over empty nodes).
+    seed(&handle, "pool", "Standard_D4s_v5", 1);
     kube.create_replica_set("default", "app", 2, &PodTemplate::new("1", "1Gi"))
         .expect("rs created");
     let before = bound_pods(&kube, "app", 2).await;
     assert!(before.iter().all(|(_, n)| n == "pool000000"), "{before:?}");
+    handle
+        .state()
+        .rival_set_capacity(SUB, RG, "pool", 2, "rival")
+        .expect("capacity set");
+    eventually("a second node", || {
+        kube.get("v1", "nodes", "", "pool000001").ok().map(|_| ())
+    })
+    .await;
 
     // Lowering the capacity removes the newest instance, which runs nothing.
     handle

@@ -1,6 +1,7 @@
 //! `demand: pods` end to end, in process: the emulator's ARM side (scale sets) and Kubernetes
 //! side (pending pods, nodes), the reflectors, the scale-up loop and the reconciler wired as
-//! `run` wires them. Real time with short batch windows; every wait is bounded.
+//! `run` wires them. Real time with short batch windows (one test on tokio's paused clock with
+//! production timings); every wait is bounded.
 
 mod support;
 
@@ -203,5 +204,57 @@ async fn a_412_on_the_scale_up_write_replans_from_the_fresh_capacity_within_the_
         c.state.lost_updates().is_empty(),
         "the rival's write was not lost"
     );
+    c.stop().await;
+}
+
+/// Production timings on tokio's paused clock: AKS nodes register about a minute before they
+/// turn Ready, and the loop re-checks pending pods every scan interval meanwhile. The nodes on
+/// their way must count, or every re-check asks for the same nodes again.
+#[tokio::test(start_paused = true)]
+async fn nodes_that_take_a_minute_to_boot_are_not_asked_for_twice_and_leave_when_idle() {
+    use vmss_capacity_controller::emulator::sim::{PodTemplate, SimSettings};
+    let sim = SimSettings {
+        boot_delay: Duration::from_secs(60),
+        tick: Duration::from_secs(1),
+    };
+    let c = Cluster::start_simulated_with(&[("pool", "Standard_D2s_v3", 1, &[])], 10, sim, |s| {
+        s.scan_interval = Duration::from_secs(10);
+        s.scale_down.enabled = true;
+        for g in &mut s.node_groups {
+            g.min_size = 1;
+        }
+    })
+    .await;
+    // Six pods of 1 cpu: one per D2s_v3 node (2 vCPU, less allocatable), so six nodes in all.
+    c.kube
+        .create_replica_set("default", "web", 6, &PodTemplate::new("1", "1Gi"))
+        .expect("replica set");
+    assert!(
+        eventually(Duration::from_secs(300), || c
+            .kube
+            .pod_counts(Some("default"))
+            .running
+            == 6)
+        .await,
+        "the pods never ran: {:?}",
+        c.kube.pod_counts(Some("default"))
+    );
+    assert_eq!(
+        c.capacity("pool"),
+        6,
+        "asked for nodes already on their way"
+    );
+    assert_eq!(c.capacity_puts("pool"), 1, "one write for the burst");
+    // Five pods go: after unneededTime (10 min) their nodes go too, down to min.
+    c.kube
+        .scale_replica_set("default", "web", 1)
+        .expect("scaled");
+    assert!(
+        eventually(Duration::from_secs(20 * 60), || c.capacity("pool") == 1).await,
+        "idle nodes stayed: capacity {}",
+        c.capacity("pool")
+    );
+    assert!(c._emulator.pods_lost_with_nodes().is_empty());
+    assert!(c.state.lost_updates().is_empty());
     c.stop().await;
 }

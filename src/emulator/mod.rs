@@ -39,7 +39,9 @@ pub use arm::{AgentPoolSeed, AgentPoolView, ClusterSeed, ClusterView};
 pub use error::EmulatorError;
 pub use faults::{FaultKind, FaultSpec};
 use server::{accept_loop, Reply};
-pub use state::{EmulatorState, LostUpdate, RequestRecord, ScaleSetSeed, ScaleSetView};
+pub use state::{
+    EmulatorState, InstanceDeletion, LostUpdate, RequestRecord, ScaleSetSeed, ScaleSetView,
+};
 pub use throttle::ThrottleLimits;
 
 /// Default number of items per LIST page.

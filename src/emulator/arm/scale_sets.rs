@@ -1195,6 +1195,16 @@ fn vmss_delete_instances(
     let removed = remove_instances(ss, &victims);
     ss.busy_until = ctx.now + s.lro_delay;
     ss.failed = ctx.lro_failed;
+    let deletion = super::state::InstanceDeletion {
+        seq: ctx.seq,
+        writer: ctx.writer.clone(),
+        scale_set: ss.name.clone(),
+        machines: victims
+            .iter()
+            .map(|id| crate::emulator::sim::nodes::node_name(&ss.name, *id))
+            .collect(),
+        capacity_after: ss.capacity,
+    };
     let change = format!(
         "{} ({removed} instances deleted)",
         describe_change(Some((old_cap, &old_tags)), ss.capacity, &ss.tags)
@@ -1208,6 +1218,7 @@ fn vmss_delete_instances(
         ctx.seq,
         ctx.if_match.as_deref(),
     );
+    d.deletions.push(deletion);
     commit_vmss_version(d, s, ctx, &key, sub, change, 202)
 }
 

@@ -136,6 +136,22 @@ pub struct RequestRecord {
     pub user_agent: Option<String>,
 }
 
+/// Instances deleted by name (VMSS `delete`, AKS `deleteMachines`), as accepted.
+#[derive(Clone, Debug, Serialize)]
+pub struct InstanceDeletion {
+    /// Sequence number of the request.
+    pub seq: u64,
+    /// Who deleted them.
+    pub writer: String,
+    /// The scale set they were in (for an agent pool, its backing scale set).
+    pub scale_set: String,
+    /// The deleted instances' machine names: the names their Nodes have in the cluster
+    /// simulation.
+    pub machines: Vec<String>,
+    /// The capacity (an agent pool's `count`) right after the deletion.
+    pub capacity_after: i64,
+}
+
 /// A write that replaced a version its writer had never been shown.
 #[derive(Clone, Debug, Serialize)]
 pub struct LostUpdate {
@@ -315,6 +331,7 @@ pub(crate) struct Data {
     pub versions: HashMap<(String, String), VersionInfo>,
     pub seen: HashMap<String, HashSet<(String, String)>>,
     pub lost: Vec<LostUpdate>,
+    pub deletions: Vec<InstanceDeletion>,
     pub log: VecDeque<RequestRecord>,
     pub seq: u64,
     pub faults: Vec<ActiveFault>,
@@ -795,6 +812,11 @@ impl EmulatorState {
     /// The request log, oldest first (the last 200,000 requests).
     pub fn request_log(&self) -> Vec<RequestRecord> {
         self.lock().log.iter().cloned().collect()
+    }
+
+    /// Every accepted deletion of named instances, oldest first.
+    pub fn instance_deletions(&self) -> Vec<InstanceDeletion> {
+        self.lock().deletions.clone()
     }
 
     /// Every lost update detected so far.

@@ -19,7 +19,7 @@
 
 pub(crate) mod control;
 mod discovery;
-mod eviction;
+pub(crate) mod eviction;
 mod openapi;
 pub mod patch;
 pub mod resources;

@@ -7,7 +7,9 @@
 //! 1. every VMSS instance (plain and AKS backing scale sets alike) gets a Node, `Ready` after the
 //!    boot delay; a Node whose instance is gone goes, with every pod bound to it ([`nodes`]);
 //! 2. ReplicaSets and DaemonSets get their pods back (`workloads`);
-//! 3. pending pods are bound where they fit, or marked `Unschedulable` (`scheduler`).
+//! 3. pending pods are bound where they fit, or marked `Unschedulable` (`scheduler`);
+//! 4. PodDisruptionBudgets get their `status` written, as the disruption controller writes it
+//!    (`workloads`).
 //!
 //! | module | owns |
 //! |---|---|
@@ -90,6 +92,7 @@ fn versions(store: &Store) -> Vec<u64> {
         ("", "pods"),
         ("apps", "replicasets"),
         ("apps", "daemonsets"),
+        ("policy", "poddisruptionbudgets"),
     ]
     .iter()
     .filter_map(|(g, plural)| resources::find(g, "v1", plural))
@@ -129,6 +132,7 @@ impl Simulation {
             workloads::reconcile_replica_sets(store);
             workloads::reconcile_daemon_sets(store);
             scheduler::schedule(store);
+            workloads::reconcile_disruption_budgets(store);
             let after = versions(store);
             // A step that wrote something may have left work for the next (a status to catch up).
             self.settled = (after == before).then_some((after, inventory));

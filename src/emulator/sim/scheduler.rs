@@ -1,8 +1,10 @@
 //! A simple scheduler, written apart from the planner's fit code (a shared bug would agree with
-//! itself): each pending pod goes to the first `Ready`, schedulable Node, in name order, whose free
-//! cpu, memory, `nvidia.com/gpu` and pod slots hold its requests, whose labels satisfy its
-//! `nodeSelector` and whose `NoSchedule`/`NoExecute` taints it tolerates. A pod that fits nowhere
-//! is marked `PodScheduled=False/Unschedulable` with the real scheduler's kind of message.
+//! itself): each pending pod goes to a `Ready`, schedulable Node whose free cpu, memory,
+//! `nvidia.com/gpu` and pod slots hold its requests, whose labels satisfy its `nodeSelector` and
+//! whose `NoSchedule`/`NoExecute` taints it tolerates; of those, the one kube-scheduler's default
+//! scoring prefers (least allocated: the most cpu and memory left free; the first in name order on
+//! a tie), so pods spread as on a real cluster. A pod that fits nowhere is marked
+//! `PodScheduled=False/Unschedulable` with the real scheduler's kind of message.
 
 use std::collections::HashMap;
 
@@ -229,6 +231,25 @@ struct NodeRoom {
     ready: bool,
     unschedulable: bool,
     free: Amounts,
+    allocatable: Amounts,
+}
+
+impl NodeRoom {
+    /// kube-scheduler's default score (`NodeResourcesFit`, `LeastAllocated`): the mean share of
+    /// cpu and memory left free once `want` is placed, in thousandths. The emptiest node wins,
+    /// so pods spread, as on a real cluster.
+    fn least_allocated(&self, want: Amounts) -> i128 {
+        let share = |free: i128, total: i128| {
+            if total <= 0 {
+                0
+            } else {
+                ((free * 1000) / total).clamp(0, 1000)
+            }
+        };
+        (share(self.free.cpu - want.cpu, self.allocatable.cpu)
+            + share(self.free.memory - want.memory, self.allocatable.memory))
+            / 2
+    }
 }
 
 impl NodeRoom {
@@ -266,6 +287,7 @@ impl NodeRoom {
             unschedulable: node.pointer("/spec/unschedulable").and_then(Value::as_bool)
                 == Some(true),
             free: allocatable(node),
+            allocatable: allocatable(node),
         }
     }
 }
@@ -483,11 +505,17 @@ pub(crate) fn schedule(store: &mut Store) {
         let mut message = None;
         {
             let mut reasons: HashMap<&str, usize> = HashMap::new();
+            let mut best = i128::MIN;
             for (i, room) in rooms.iter().enumerate() {
                 let why = misfits(room, &spec, selector, &tolerations, want);
                 if why.is_empty() {
-                    chosen = Some(i);
-                    break;
+                    // The first of the best-scored nodes.
+                    let score = room.least_allocated(want);
+                    if score > best {
+                        best = score;
+                        chosen = Some(i);
+                    }
+                    continue;
                 }
                 for r in why {
                     *reasons.entry(r).or_insert(0) += 1;

@@ -195,11 +195,27 @@ pub(crate) fn reconcile_replica_sets(store: &mut Store) {
             }
             live.extend(created.iter());
         } else if live.len() > want {
-            // Pending pods go first, then the newest, as the ReplicaSet controller ranks them.
+            // As the ReplicaSet controller ranks them: pending pods go first, then pods doubled
+            // up on a node with more of this set's pods (it spreads what stays), then the
+            // newest.
+            let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
+            for p in &live {
+                if let Some(n) = p.pointer("/spec/nodeName").and_then(Value::as_str) {
+                    *per_node.entry(n).or_default() += 1;
+                }
+            }
+            let doubled = |p: &Value| {
+                p.pointer("/spec/nodeName")
+                    .and_then(Value::as_str)
+                    .and_then(|n| per_node.get(n))
+                    .copied()
+                    .unwrap_or(0)
+            };
             live.sort_by(|a, b| {
                 let key = |p: &Value| {
                     (
                         !is_pending(p),
+                        std::cmp::Reverse(doubled(p)),
                         std::cmp::Reverse(
                             p.pointer("/metadata/creationTimestamp")
                                 .and_then(Value::as_str)
@@ -227,6 +243,36 @@ pub(crate) fn reconcile_replica_sets(store: &mut Store) {
                 "availableReplicas": ready,
             }),
         );
+    }
+}
+
+/// Every PodDisruptionBudget's `status`, written as the disruption controller writes it: the
+/// update moves the budget's `resourceVersion` and reaches watchers, so a controller watching
+/// budgets sees their allowed disruptions change as pods come and go (reads compute it too).
+pub(crate) fn reconcile_disruption_budgets(store: &mut Store) {
+    let Some(rt) = resources::find("policy", "v1", "poddisruptionbudgets") else {
+        return;
+    };
+    let budgets = store.list(rt, None, &Selector::default(), None, None).items;
+    for pdb in &budgets {
+        let computed = crate::emulator::kube::eviction::with_status(store, pdb.clone());
+        let Some(status) = computed.get("status").cloned() else {
+            continue;
+        };
+        if pdb.get("status") == Some(&status) {
+            continue;
+        }
+        let mut write = pdb.clone();
+        write["status"] = status;
+        if let Some(m) = write["metadata"].as_object_mut() {
+            m.remove("resourceVersion");
+        }
+        let ns = pdb
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let _ = store.update(rt, &ns, name_of(pdb).unwrap_or(""), write, Some("status"));
     }
 }
 

@@ -719,6 +719,16 @@ pub(crate) fn delete_machines(
         names.join(", ")
     );
     backing.remove_instances(d, &ids, busy_until, ctx.lro_failed);
+    d.deletions.push(super::state::InstanceDeletion {
+        seq: ctx.seq,
+        writer: ctx.writer.clone(),
+        scale_set: backing.name.clone(),
+        machines: ids
+            .iter()
+            .map(|id| backing::machine_name(&backing.name, *id))
+            .collect(),
+        capacity_after: next.count,
+    });
     d.check_lost(
         &ctx.writer,
         &pk,
