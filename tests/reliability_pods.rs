@@ -17,6 +17,8 @@
 //!   size), made after the controller's previous write to it;
 //! - once faults and rivals stop: every pod runs, and no idle node is left above a group's min.
 //!
+//! Half the schedules run on AKS agent pools of one managed cluster (the rival's tag writes are
+//! then cluster-level writes, which change every pool's ETag; nodes go by `deleteMachines`).
 //! The same schedules with the flag off must show lost updates (the check can fail).
 //! `RELIABILITY_POD_SCHEDULES=<n>` runs more (default 24); `RELIABILITY_POD_SEED=<n>` replays one.
 
@@ -27,10 +29,10 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
-use support::pod_cluster::{Cluster, Seed, GPU_TAINT_TAG};
+use support::pod_cluster::{Cluster, Groups, Seed, GPU_TAINT_TAG};
 use support::*;
 use vmss_capacity_controller::emulator::sim::{PodTemplate, SimSettings};
-use vmss_capacity_controller::emulator::{FaultKind, RequestRecord};
+use vmss_capacity_controller::emulator::{AgentPoolSeed, EmulatorState, FaultKind, RequestRecord};
 
 const DEFAULT_SCHEDULES: u64 = 24;
 const WRITER: &str = "controller";
@@ -122,6 +124,9 @@ enum Step {
 
 #[derive(Debug, Clone)]
 struct Schedule {
+    /// Agent pools of one managed cluster instead of scale sets (then the rival's tag writes are
+    /// cluster-level writes: every pool's ETag changes).
+    pools: bool,
     bounds: [Bounds; 3],
     boot: Duration,
     unneeded: Duration,
@@ -207,6 +212,8 @@ impl Schedule {
             steps.push((step, rng.gen_range(0..=30)));
         }
         Schedule {
+            // Blocks of four seeds alternate, so every slice of the seed range has both kinds.
+            pools: (seed / 4) % 2 == 1,
             bounds,
             boot: Duration::from_secs(*[10u64, 30, 60, 90].get(rng.gen_range(0..4)).unwrap_or(&30)),
             unneeded: Duration::from_secs(
@@ -253,6 +260,7 @@ struct Outcome {
     scale_ups: usize,
     conflicts: usize,
     deletions: usize,
+    pool_deletions: usize,
     evictions: u64,
 }
 
@@ -260,11 +268,63 @@ fn path_of(r: &RequestRecord) -> &str {
     r.path.split('?').next().unwrap_or("")
 }
 
-fn is_resource(r: &RequestRecord, scale_set: &str) -> bool {
-    path_of(r).to_ascii_lowercase().ends_with(&format!(
-        "/virtualmachinescalesets/{}",
-        scale_set.to_ascii_lowercase()
-    ))
+/// Whether `r` addresses node group `group`'s resource itself (its scale set or agent pool).
+fn is_resource(r: &RequestRecord, group: &str) -> bool {
+    let path = path_of(r).to_ascii_lowercase();
+    let group = group.to_ascii_lowercase();
+    path.ends_with(&format!("/virtualmachinescalesets/{group}"))
+        || path.ends_with(&format!("/agentpools/{group}"))
+}
+
+/// Whether `r` deletes instances of node group `group` by name.
+fn is_deletion(r: &RequestRecord, group: &str) -> bool {
+    let path = path_of(r).to_ascii_lowercase();
+    let group = group.to_ascii_lowercase();
+    r.method == "POST"
+        && (path.ends_with(&format!("/virtualmachinescalesets/{group}/delete"))
+            || path.ends_with(&format!("/agentpools/{group}/deletemachines")))
+}
+
+/// Capacity writes (scale-set PUTs, pool PUTs) by `writer`.
+fn capacity_writes<'a>(log: &'a [RequestRecord], writer: &str) -> Vec<&'a RequestRecord> {
+    log.iter()
+        .filter(|r| r.method == "PUT" && r.writer.as_deref() == Some(writer))
+        .filter(|r| GROUPS.iter().any(|g| is_resource(r, g.0)))
+        .collect()
+}
+
+fn pool_seed(name: &str, size: &str, count: i64) -> AgentPoolSeed {
+    let mut p = AgentPoolSeed::new(name, count);
+    p.vm_size = Some(size.to_string());
+    match name {
+        "memory" => {
+            p.node_labels.insert("workload".into(), "memory".into());
+            p.node_taints.push("workload=memory:NoSchedule".into());
+        }
+        "gpu" => p.node_taints.push("sku=gpu:NoSchedule".into()),
+        _ => {}
+    }
+    p
+}
+
+/// A rival's capacity write: a scale set's `sku.capacity`, or a pool's `count`.
+fn rival_capacity(c: &Cluster, group: &str, to: i64) {
+    let _ = if c.pools {
+        c.state
+            .rival_set_pool_count(SUB, RG, CLUSTER, group, to, "rival")
+    } else {
+        c.state.rival_set_capacity(SUB, RG, group, to, "rival")
+    };
+}
+
+/// A rival's tag write: on a scale set, or on the managed cluster (every pool's ETag moves).
+fn rival_tags(state: &EmulatorState, pools: bool, group: &str, key: &str, value: u32) {
+    let tags = BTreeMap::from([(key.to_string(), value.to_string())]);
+    let _ = if pools {
+        state.rival_cluster_write(SUB, RG, CLUSTER, tags, "rival")
+    } else {
+        state.rival_set_tags(SUB, RG, group, tags, "rival")
+    };
 }
 
 /// Runs one schedule; `Err` names the first broken invariant.
@@ -274,12 +334,23 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
         .zip(&schedule.bounds)
         .map(|((name, size, tags), b)| (*name, *size, b.seed_capacity, *tags))
         .collect();
+    let groups = if schedule.pools {
+        Groups::Pools(
+            GROUPS
+                .iter()
+                .zip(&schedule.bounds)
+                .map(|((name, size, _), b)| pool_seed(name, size, b.seed_capacity))
+                .collect(),
+        )
+    } else {
+        Groups::ScaleSets(&seeds)
+    };
     let sim = SimSettings {
         boot_delay: schedule.boot,
         tick: Duration::from_secs(1),
     };
     let bounds = schedule.bounds;
-    let c = Cluster::start_simulated_with(&seeds, 10, sim, |s| {
+    let c = Cluster::start_simulated_groups(groups, 10, sim, |s| {
         s.enable_vmss_etag = etag_on;
         s.scan_interval = Duration::from_secs(10);
         s.scale_down.enabled = true;
@@ -307,19 +378,13 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
     let mut replicas: Vec<i64> = vec![0; 4];
     let start = tokio::time::Instant::now();
     let rival = {
-        let (state, every, seed) = (
-            c.state.clone(),
-            schedule.rival_every,
-            schedule.rival_every.as_millis() as u64,
-        );
+        let (state, every, pools) = (c.state.clone(), schedule.rival_every, schedule.pools);
         tokio::spawn(async move {
-            let mut rng = StdRng::seed_from_u64(seed);
+            let mut rng = StdRng::seed_from_u64(every.as_millis() as u64);
             loop {
                 tokio::time::sleep(every).await;
                 let g = GROUPS[rng.gen_range(0..3)].0;
-                let tags =
-                    BTreeMap::from([("terraform".to_string(), rng.gen::<u32>().to_string())]);
-                let _ = state.rival_set_tags(SUB, RG, g, tags, "rival");
+                rival_tags(&state, pools, g, "terraform", rng.gen());
             }
         })
     };
@@ -341,16 +406,9 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
                     .map_err(|e| format!("step {i}: scaling {name}: {e:?}"))?;
                 replicas[*workload] = *n;
             }
-            Step::RivalCapacity { group, to } => {
-                let _ = c
-                    .state
-                    .rival_set_capacity(SUB, RG, GROUPS[*group].0, *to, "rival");
-            }
+            Step::RivalCapacity { group, to } => rival_capacity(&c, GROUPS[*group].0, *to),
             Step::RivalTags { group, value } => {
-                let tags = BTreeMap::from([("rival".to_string(), value.to_string())]);
-                let _ = c
-                    .state
-                    .rival_set_tags(SUB, RG, GROUPS[*group].0, tags, "rival");
+                rival_tags(&c.state, c.pools, GROUPS[*group].0, "rival", *value)
             }
             Step::Fault {
                 group,
@@ -379,10 +437,9 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
                 start.elapsed().as_secs_f64(),
                 GROUPS.iter().map(|g| c.capacity(g.0)).collect::<Vec<_>>(),
                 c.kube.pod_counts(Some("default")),
-                c.kube
-                    .nodes_by_scale_set()
+                GROUPS
                     .iter()
-                    .map(|(k, v)| (k.clone(), v.len()))
+                    .map(|g| c.nodes_of(g.0).len())
                     .collect::<Vec<_>>(),
             );
         }
@@ -420,7 +477,7 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
         .collect();
     let outcome = Outcome {
         lost_updates: c.state.lost_updates().len(),
-        scale_ups: capacity_puts_by(&log, WRITER)
+        scale_ups: capacity_writes(&log, WRITER)
             .iter()
             .filter(|r| r.status < 300)
             .count(),
@@ -429,6 +486,7 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
             .filter(|r| r.writer.as_deref() == Some(WRITER) && r.status == 412)
             .count(),
         deletions: deletions.len(),
+        pool_deletions: deletions.iter().filter(|d| d.pool.is_some()).count(),
         evictions: vmss_capacity_controller::metrics::Metrics::counter_sum(
             &c.metrics.evicted_pods_total,
             &[("result", "evicted")],
@@ -444,8 +502,8 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
         return Err(format!("{} lost updates", outcome.lost_updates));
     }
     // Writes: within bounds, conditional.
-    for r in capacity_puts_by(&log, WRITER) {
-        let Some(g) = GROUPS.iter().position(|g| is_resource(&r, g.0)) else {
+    for r in capacity_writes(&log, WRITER) {
+        let Some(g) = GROUPS.iter().position(|g| is_resource(r, g.0)) else {
             continue;
         };
         let b = bounds[g];
@@ -464,13 +522,14 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
     // Deletions: above min, conditional, after a fresh read.
     let mut deleted_nodes = HashSet::new();
     for d in &deletions {
-        let Some(g) = GROUPS.iter().position(|g| g.0 == d.scale_set) else {
-            return Err(format!("a deletion in an unknown scale set: {d:?}"));
+        let group = d.pool.as_deref().unwrap_or(&d.scale_set);
+        let Some(g) = GROUPS.iter().position(|g| g.0 == group) else {
+            return Err(format!("a deletion in an unknown node group: {d:?}"));
         };
         if d.capacity_after < i64::from(bounds[g].min) {
             return Err(format!(
-                "a deletion took {} below its min {}: {d:?}",
-                d.scale_set, bounds[g].min
+                "a deletion took {group} below its min {}: {d:?}",
+                bounds[g].min
             ));
         }
         let Some(post) = log.iter().find(|r| r.seq == d.seq) else {
@@ -483,23 +542,16 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
         let last_write = log
             .iter()
             .filter(ours)
-            .filter(|r| {
-                (r.method == "PUT" && is_resource(r, &d.scale_set))
-                    || (r.method == "POST" && scale_set_of(&r.path) == Some(&d.scale_set))
-            })
+            .filter(|r| (r.method == "PUT" && is_resource(r, group)) || is_deletion(r, group))
             .map(|r| r.seq)
             .max()
             .unwrap_or(0);
         let fresh = log.iter().filter(ours).any(|r| {
-            r.seq > last_write
-                && r.method == "GET"
-                && r.status == 200
-                && is_resource(r, &d.scale_set)
+            r.seq > last_write && r.method == "GET" && r.status == 200 && is_resource(r, group)
         });
         if !fresh {
             return Err(format!(
-                "deletion {d:?} was not preceded by a fresh read of {} since the controller's last write to it",
-                d.scale_set
+                "deletion {d:?} was not preceded by a fresh read of {group} since the controller's last write to it"
             ));
         }
         deleted_nodes.extend(d.machines.iter().cloned());
@@ -547,10 +599,9 @@ fn idle_above_min(c: &Cluster, bounds: &[Bounds; 3]) -> Vec<String> {
         })
         .filter_map(|p| p.pointer("/spec/nodeName").and_then(|n| n.as_str()))
         .collect();
-    let by_group = c.kube.nodes_by_scale_set();
     let mut idle = Vec::new();
     for (g, (name, _, _)) in GROUPS.iter().enumerate() {
-        let nodes = by_group.get(*name).cloned().unwrap_or_default();
+        let nodes = c.nodes_of(name);
         if nodes.len() as u32 <= bounds[g].min {
             continue;
         }
@@ -585,6 +636,7 @@ async fn random_pods_rivals_and_faults_lose_no_update_bypass_no_budget_and_respe
                 totals.scale_ups += o.scale_ups;
                 totals.conflicts += o.conflicts;
                 totals.deletions += o.deletions;
+                totals.pool_deletions += o.pool_deletions;
                 totals.evictions += o.evictions;
             }
             Err(e) => panic!(
@@ -593,11 +645,12 @@ async fn random_pods_rivals_and_faults_lose_no_update_bypass_no_budget_and_respe
         }
     }
     println!(
-        "{} schedules with pods: {} capacity writes, {} answered 412 (re-planned), {} instances deleted by name, {} pods evicted; 0 lost updates, 0 pods bypassing an eviction ({:.1} s real)",
+        "{} schedules with pods: {} capacity writes, {} answered 412 (re-planned), {} instances deleted by name ({} by deleteMachines), {} pods evicted; 0 lost updates, 0 pods bypassing an eviction ({:.1} s real)",
         seeds.len(),
         totals.scale_ups,
         totals.conflicts,
         totals.deletions,
+        totals.pool_deletions,
         totals.evictions,
         started.elapsed().as_secs_f64()
     );

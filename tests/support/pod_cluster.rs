@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use vmss_capacity_controller::config::{DemandKind, Settings};
+use vmss_capacity_controller::emulator::arm::{AgentPoolSeed, ClusterSeed};
 use vmss_capacity_controller::emulator::kube::KubeState;
 use vmss_capacity_controller::emulator::sim::SimSettings;
 use vmss_capacity_controller::emulator::{
@@ -27,8 +28,19 @@ pub const GPU_TAINT_TAG: &str = "k8s.io_cluster-autoscaler_node-template_taint_s
 /// A scale set to seed: name, VM size, capacity, tags.
 pub type Seed<'a> = (&'a str, &'a str, i64, &'a [(&'a str, &'a str)]);
 
+/// What backs the node groups.
+pub enum Groups<'a> {
+    /// Scale sets `(name, VM size, capacity, tags)`.
+    ScaleSets(&'a [Seed<'a>]),
+    /// Agent pools of managed cluster [`CLUSTER`] (a `System` pool of one node comes first and
+    /// is not a node group).
+    Pools(Vec<AgentPoolSeed>),
+}
+
 pub struct Cluster {
     pub _emulator: EmulatorHandle,
+    /// Whether the node groups are agent pools.
+    pub pools: bool,
     pub state: EmulatorState,
     pub kube: KubeState,
     pub client: kube::Client,
@@ -56,7 +68,7 @@ impl Cluster {
         max: u32,
         tweak: impl FnOnce(&mut Settings),
     ) -> Self {
-        Self::start_full(seeds, max, None, tweak).await
+        Self::start_full(Groups::ScaleSets(seeds), max, None, tweak).await
     }
 
     /// A cluster whose instances become Nodes and whose workloads are scheduled and re-created
@@ -70,7 +82,7 @@ impl Cluster {
             boot_delay: Duration::from_millis(200),
             tick: Duration::from_millis(20),
         };
-        Self::start_full(seeds, max, Some(sim), tweak).await
+        Self::start_full(Groups::ScaleSets(seeds), max, Some(sim), tweak).await
     }
 
     /// [`Cluster::start_simulated`] with the simulation's own settings (boot delay, tick): the
@@ -81,11 +93,21 @@ impl Cluster {
         sim: SimSettings,
         tweak: impl FnOnce(&mut Settings),
     ) -> Self {
-        Self::start_full(seeds, max, Some(sim), tweak).await
+        Self::start_full(Groups::ScaleSets(seeds), max, Some(sim), tweak).await
+    }
+
+    /// A simulated cluster whose node groups are `groups` (scale sets or agent pools).
+    pub async fn start_simulated_groups(
+        groups: Groups<'_>,
+        max: u32,
+        sim: SimSettings,
+        tweak: impl FnOnce(&mut Settings),
+    ) -> Self {
+        Self::start_full(groups, max, Some(sim), tweak).await
     }
 
     async fn start_full(
-        seeds: &[Seed<'_>],
+        seeds: Groups<'_>,
         max: u32,
         sim: Option<SimSettings>,
         tweak: impl FnOnce(&mut Settings),
@@ -98,15 +120,34 @@ impl Cluster {
         let state = emulator.state();
         let kube = emulator.kube().expect("kubernetes side on");
         let mut groups = Vec::new();
-        for (name, size, capacity, tags) in seeds {
-            let mut seed = ScaleSetSeed::new(SUB, RG, name, *capacity);
-            seed.sku_name = size.to_string();
-            seed.tags = tags
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect::<BTreeMap<_, _>>();
-            state.seed_scale_set(seed);
-            groups.push(group(name, 0, max, None));
+        let mut names = Vec::new();
+        let pools = matches!(seeds, Groups::Pools(_));
+        match seeds {
+            Groups::ScaleSets(seeds) => {
+                for (name, size, capacity, tags) in seeds {
+                    let mut seed = ScaleSetSeed::new(SUB, RG, name, *capacity);
+                    seed.sku_name = size.to_string();
+                    seed.tags = tags
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect::<BTreeMap<_, _>>();
+                    state.seed_scale_set(seed);
+                    groups.push(group(name, 0, max, None));
+                    names.push(name.to_string());
+                }
+            }
+            Groups::Pools(seeds) => {
+                let mut system = AgentPoolSeed::new("system", 1);
+                system.mode = Some("System".into());
+                for p in &seeds {
+                    groups.push(Kind::AgentPool.group(&p.name, 0, max, None));
+                    names.push(p.name.clone());
+                }
+                let all = std::iter::once(system).chain(seeds).collect();
+                state
+                    .seed_cluster(ClusterSeed::new(SUB, RG, CLUSTER, all))
+                    .expect("cluster seeded");
+            }
         }
         let mut s: Settings = settings(&emulator.base_url(), groups);
         s.pod_demand.kind = DemandKind::Pods;
@@ -184,7 +225,6 @@ impl Cluster {
             "the reflectors never listed"
         );
         // The first pass has read every scale set.
-        let names: Vec<String> = seeds.iter().map(|s| s.0.to_string()).collect();
         let r = reconciler.clone();
         assert!(
             eventually(Duration::from_secs(10), || names
@@ -195,6 +235,7 @@ impl Cluster {
         );
         Cluster {
             _emulator: emulator,
+            pools,
             state,
             kube,
             client,
@@ -241,10 +282,37 @@ impl Cluster {
             .count()
     }
 
+    /// A node group's capacity (a pool's `count`) on the server; -1 when it is gone.
     pub fn capacity(&self, name: &str) -> i64 {
+        if self.pools {
+            return self
+                .state
+                .agent_pool_count(SUB, RG, CLUSTER, name)
+                .unwrap_or(-1);
+        }
         self.state
             .scale_set(SUB, RG, name)
             .map_or(-1, |v| v.capacity)
+    }
+
+    /// The scale set behind a node group (an agent pool's backing scale set).
+    pub fn scale_set_name(&self, group: &str) -> String {
+        if self.pools {
+            return self
+                .state
+                .agent_pool(SUB, RG, CLUSTER, group)
+                .map(|p| p.scale_set_name)
+                .unwrap_or_default();
+        }
+        group.to_string()
+    }
+
+    /// The Nodes of a node group, by name.
+    pub fn nodes_of(&self, group: &str) -> Vec<String> {
+        self.kube
+            .nodes_by_scale_set()
+            .remove(&self.scale_set_name(group))
+            .unwrap_or_default()
     }
 
     pub async fn events(&self, reason: &str) -> Vec<Event> {

@@ -1199,6 +1199,7 @@ fn vmss_delete_instances(
         seq: ctx.seq,
         writer: ctx.writer.clone(),
         scale_set: ss.name.clone(),
+        pool: None,
         machines: victims
             .iter()
             .map(|id| crate::emulator::sim::nodes::node_name(&ss.name, *id))

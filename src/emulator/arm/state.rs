@@ -145,6 +145,8 @@ pub struct InstanceDeletion {
     pub writer: String,
     /// The scale set they were in (for an agent pool, its backing scale set).
     pub scale_set: String,
+    /// The agent pool, for a `deleteMachines`.
+    pub pool: Option<String>,
     /// The deleted instances' machine names: the names their Nodes have in the cluster
     /// simulation.
     pub machines: Vec<String>,

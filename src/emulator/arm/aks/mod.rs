@@ -723,6 +723,7 @@ pub(crate) fn delete_machines(
         seq: ctx.seq,
         writer: ctx.writer.clone(),
         scale_set: backing.name.clone(),
+        pool: Some(next.name.clone()),
         machines: ids
             .iter()
             .map(|id| backing::machine_name(&backing.name, *id))
