@@ -7,9 +7,16 @@
 //! The binary is the one cargo built for this bench profile (`CARGO_BIN_EXE_...`, i.e.
 //! target/release/vmss-capacity-controller under `cargo bench`), or `BENCH_DAEMON_BIN`.
 //! `cargo bench --bench memory`; `BENCH_QUICK=1 cargo bench --bench memory` uses 200 scale sets.
+//!
+//! The second scenario (`memory/cluster.rs`) is the daemon with `demand: pods` watching a large
+//! cluster: 5,000 nodes in 100 node groups and 50,000 pods shaped as a real API server returns
+//! them (goal under 256 MiB). `BENCH_MEMORY_SCENARIO=scale-sets|cluster` runs one of them.
 
 #[path = "common/mod.rs"]
 mod common;
+
+#[path = "memory/cluster.rs"]
+mod cluster;
 
 use common::{kind, quick, verdict};
 use std::path::PathBuf;
@@ -55,7 +62,19 @@ fn mib(kib: u64) -> f64 {
 
 struct Kill(Child);
 impl Drop for Kill {
+    /// SIGTERM first (the daemon shuts down cleanly, and a profiler wrapping it writes its
+    /// report), SIGKILL after 20 s.
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.0.id().to_string())
+            .status();
+        for _ in 0..200 {
+            if self.0.try_wait().ok().flatten().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
@@ -63,6 +82,17 @@ impl Drop for Kill {
 
 fn main() {
     let quick = quick();
+    let only = std::env::var("BENCH_MEMORY_SCENARIO").unwrap_or_default();
+    if only.is_empty() || only == "scale-sets" {
+        scale_sets(quick);
+    }
+    if only.is_empty() || only == "cluster" {
+        cluster::run(quick, &daemon_bin());
+    }
+}
+
+/// The daemon managing many scale sets (no Kubernetes).
+fn scale_sets(quick: bool) {
     let n: usize = if quick { 200 } else { 1_000 };
     let per: i64 = 100;
     let bin = daemon_bin();

@@ -11,6 +11,7 @@
 //!
 //! Readiness ([`ClusterView::synced`]) waits for the first full list of every kind.
 
+use super::slim;
 use crate::metrics::Metrics;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -70,9 +71,10 @@ impl<K> Reflected<K> {
 
 /// The cluster as the watchers see it.
 pub struct ClusterView {
-    /// Nodes.
+    /// Nodes, slimmed to what the controller reads ([`slim::node`]).
     pub nodes: Arc<Reflected<Node>>,
-    /// Pods not yet `Succeeded` or `Failed` (a field selector on the watch).
+    /// Pods not yet `Succeeded` or `Failed` (a field selector on the watch), slimmed to what the
+    /// controller reads ([`slim::pod`]).
     pub pods: Arc<Reflected<Pod>>,
     /// PodDisruptionBudgets (`policy/v1`).
     pub pdbs: Arc<Reflected<PodDisruptionBudget>>,
@@ -117,16 +119,22 @@ pub async fn start(
     stop: CancellationToken,
 ) -> (Arc<ClusterView>, Vec<JoinHandle<()>>) {
     let all = watcher::Config::default();
-    let (nodes, a) = watch(
-        Api::<Node>::all(client.clone()),
-        all.clone(),
+    // Nodes and pods are most of a cluster's bytes: only the fields the controller reads stay.
+    let (nodes, a) = spawn_reflector(
+        watcher::watcher(Api::<Node>::all(client.clone()), all.clone())
+            .default_backoff()
+            .modify(slim::node),
         NODES,
         metrics.clone(),
         stop.clone(),
     );
-    let (pods, b) = watch(
-        Api::<Pod>::all(client.clone()),
-        all.clone().fields(UNFINISHED_PODS),
+    let (pods, b) = spawn_reflector(
+        watcher::watcher(
+            Api::<Pod>::all(client.clone()),
+            all.clone().fields(UNFINISHED_PODS),
+        )
+        .default_backoff()
+        .modify(slim::pod),
         PODS,
         metrics.clone(),
         stop.clone(),
