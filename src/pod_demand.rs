@@ -16,12 +16,11 @@ use crate::kube::reflect::ClusterView;
 use crate::metrics::Metrics;
 use crate::notify::{ControllerEvent, EventSink, ObjectRef};
 use crate::planner::{ConfiguredDemand, Demand, DemandSource, Reason};
-use crate::pods::estimate::pod_key;
 use crate::pods::pending::{wants_capacity, Batcher};
+use crate::pods::record::{NodeRecord, PodRecord};
 use crate::pods::scale_up::{self, Backing, GroupInput, ScaleUpInput, ScaleUpPlan, WhyNot};
 use crate::pods::template::GroupShape;
 use crate::reconciler::Reconciler;
-use k8s_openapi::api::core::v1::Pod;
 use parking_lot::RwLock;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -107,8 +106,6 @@ pub struct ScaleUpLoop {
     told: HashMap<String, String>,
     last_decision: Option<Instant>,
     decisions: u64,
-    /// Pods' parsed requests, kept across decisions.
-    facts: crate::pods::fit::FactsCache,
 }
 
 impl ScaleUpLoop {
@@ -138,7 +135,6 @@ impl ScaleUpLoop {
             told: HashMap::new(),
             last_decision: None,
             decisions: 0,
-            facts: Default::default(),
         }
     }
 
@@ -146,7 +142,7 @@ impl ScaleUpLoop {
     pub async fn run(mut self, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-        let mut last_pods: Option<Arc<crate::kube::reflect::Objects<Pod>>> = None;
+        let mut last_pods: Option<Arc<crate::kube::reflect::Objects<PodRecord>>> = None;
         let mut pending_now = 0usize;
         loop {
             tokio::select! {
@@ -185,14 +181,18 @@ impl ScaleUpLoop {
 
     /// Records pending pods not seen before (they open or extend the batch); returns how many
     /// pods are pending now.
-    fn note_pending(&mut self, pods: &crate::kube::reflect::Objects<Pod>, now: Instant) -> usize {
+    fn note_pending(
+        &mut self,
+        pods: &crate::kube::reflect::Objects<PodRecord>,
+        now: Instant,
+    ) -> usize {
         let cutoff = self.settings.pod_demand.priority_cutoff;
         let mut current = HashSet::new();
         for pod in pods.values() {
             if !wants_capacity(pod, cutoff) {
                 continue;
             }
-            let id = pod.metadata.uid.clone().unwrap_or_else(|| pod_key(pod));
+            let id = pod.uid.clone().unwrap_or_else(|| pod.key());
             if !self.seen.contains(&id) {
                 self.batcher.saw_new(now);
             }
@@ -311,7 +311,7 @@ impl ScaleUpLoop {
             node_startup: limit,
         };
         let started = std::time::Instant::now();
-        let plan = scale_up::plan_with(&input, &mut self.facts);
+        let plan = scale_up::plan(&input);
         let took = started.elapsed();
         self.metrics
             .scale_up_decision_duration_seconds
@@ -387,8 +387,8 @@ impl ScaleUpLoop {
         } else {
             debug!(pending = plan.pending, "scale-up decision: nothing to do");
         }
-        let by_key: HashMap<String, &Arc<Pod>> =
-            input.pods.iter().map(|p| (pod_key(p), p)).collect();
+        let by_key: HashMap<String, &Arc<PodRecord>> =
+            input.pods.iter().map(|p| (p.key(), p)).collect();
         let mut told_now = HashMap::new();
         let mut tell = |key: &str, event: ControllerEvent, text: String| {
             if self.told.get(key) != Some(&text) {
@@ -464,27 +464,21 @@ pub(crate) fn backing(settings: &Settings, g: &NodeGroupSpec) -> Backing {
 }
 
 /// The Event reference of `pod`.
-pub(crate) fn pod_ref(pod: &Pod) -> ObjectRef {
+pub(crate) fn pod_ref(pod: &PodRecord) -> ObjectRef {
     ObjectRef {
         api_version: "v1",
         kind: "Pod",
-        namespace: pod
-            .metadata
-            .namespace
-            .clone()
-            .unwrap_or_else(|| "default".into()),
-        name: pod.metadata.name.clone().unwrap_or_default(),
-        uid: pod.metadata.uid.clone(),
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        uid: pod.uid.clone(),
     }
 }
 
-fn registered_per_group(
-    nodes: &[Arc<k8s_openapi::api::core::v1::Node>],
-    groups: &[GroupInput],
-) -> HashMap<String, u32> {
+fn registered_per_group(nodes: &[Arc<NodeRecord>], groups: &[GroupInput]) -> HashMap<String, u32> {
+    let index = scale_up::GroupIndex::of_backings(groups.iter().map(|g| &g.backing));
     let mut out = HashMap::new();
     for n in nodes {
-        if let Some(i) = scale_up::group_of(n, groups) {
+        if let Some(i) = index.group_of(n) {
             *out.entry(groups[i].name.clone()).or_default() += 1;
         }
     }

@@ -23,13 +23,12 @@ use crate::metrics::Metrics;
 use crate::notify::{ControllerEvent, EventSink, ObjectRef};
 use crate::pod_demand::{backing, pod_ref};
 use crate::pods::fit::NodeState;
-use crate::pods::pending::{is_daemonset_pod, is_mirror_pod};
+use crate::pods::record::{NodeRecord, PodRecord};
 use crate::pods::scale_down::removable;
 use crate::pods::scale_up::{is_ready, schedulable};
 use crate::pods::unneeded::{self, Candidates, DownGroup, DownInput, Limits};
 use crate::reconciler::{DeleteEnd, Reconciler};
 use crate::resource::Victim;
-use k8s_openapi::api::core::v1::{Node, Pod};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -123,26 +122,22 @@ impl Drop for Slot {
     }
 }
 
-fn node_ref(name: &str, node: Option<&Node>) -> ObjectRef {
+fn node_ref(name: &str, node: Option<&NodeRecord>) -> ObjectRef {
     ObjectRef {
         api_version: "v1",
         kind: "Node",
         namespace: String::new(),
         name: name.to_string(),
-        uid: node.and_then(|n| n.metadata.uid.clone()),
+        uid: node.and_then(|n| n.uid.clone()),
     }
 }
 
-fn pod_name(p: &Pod) -> String {
-    format!(
-        "{}/{}",
-        p.metadata.namespace.as_deref().unwrap_or("default"),
-        p.metadata.name.as_deref().unwrap_or("")
-    )
+fn pod_name(p: &PodRecord) -> String {
+    p.key()
 }
 
-fn uid_or_key(p: &Pod) -> String {
-    p.metadata.uid.clone().unwrap_or_else(|| pod_name(p))
+fn uid_or_key(p: &PodRecord) -> String {
+    p.uid.clone().unwrap_or_else(|| p.key())
 }
 
 /// Sleeps `d`; `false` if shutdown came first.
@@ -236,8 +231,8 @@ impl ScaleDownLoop {
         let now = Instant::now();
         let settings = &s.settings.scale_down;
         let groups = s.reconciler.groups();
-        let nodes: Vec<Arc<Node>> = s.cluster.nodes.snapshot().values().cloned().collect();
-        let pods: Vec<Arc<Pod>> = s.cluster.pods.snapshot().values().cloned().collect();
+        let nodes: Vec<Arc<NodeRecord>> = s.cluster.nodes.snapshot().values().cloned().collect();
+        let pods: Vec<Arc<PodRecord>> = s.cluster.pods.snapshot().values().cloned().collect();
         let pdbs: Vec<_> = s.cluster.pdbs.snapshot().values().cloned().collect();
         let (busy, deleting, draining) = {
             let f = s.flight.lock();
@@ -273,6 +268,8 @@ impl ScaleDownLoop {
             pdbs: &pdbs,
             threshold: settings.utilization_threshold,
             busy: &busy,
+            previously: &self.since.keys().cloned().collect(),
+            non_empty_candidates: settings.non_empty_candidates_count,
         });
         unneeded::track(&mut self.since, &candidates, now);
         self.report(&down, &candidates);
@@ -430,23 +427,18 @@ impl Shared {
         }
     }
 
-    fn node(&self, name: &str) -> Option<Arc<Node>> {
-        self.cluster
-            .nodes
-            .snapshot()
-            .values()
-            .find(|n| n.metadata.name.as_deref() == Some(name))
-            .cloned()
+    fn node(&self, name: &str) -> Option<Arc<NodeRecord>> {
+        self.cluster.nodes.snapshot().get(name).cloned()
     }
 
     /// The pods on `node` that a removal has to move (not DaemonSet or mirror pods).
-    fn pods_on(&self, node: &str) -> Vec<Arc<Pod>> {
+    fn pods_on(&self, node: &str) -> Vec<Arc<PodRecord>> {
         self.cluster
             .pods
             .snapshot()
             .values()
-            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
-            .filter(|p| !is_daemonset_pod(p) && !is_mirror_pod(p))
+            .filter(|p| p.node_name.as_deref() == Some(node))
+            .filter(|p| !p.is_daemonset_pod() && !p.is_mirror())
             .cloned()
             .collect()
     }
@@ -473,9 +465,9 @@ impl Shared {
         }
         let busy = self.flight.lock().busy.clone();
         let pods = self.cluster.pods.snapshot();
-        let mut by_node: HashMap<&str, Vec<&Arc<Pod>>> = HashMap::new();
+        let mut by_node: HashMap<&str, Vec<&Arc<PodRecord>>> = HashMap::new();
         for p in pods.values() {
-            if let Some(n) = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+            if let Some(n) = p.node_name.as_deref() {
                 by_node.entry(n).or_default().push(p);
             }
         }
@@ -488,21 +480,20 @@ impl Shared {
             .nodes
             .snapshot()
             .values()
-            .filter(|n| {
-                let name = n.metadata.name.as_deref().unwrap_or_default();
-                !busy.contains(name) && is_ready(n) && schedulable(n)
-            })
+            .filter(|n| !busy.contains(&n.name) && is_ready(n) && schedulable(n))
             .map(|n| {
-                let name = n.metadata.name.as_deref().unwrap_or_default();
-                NodeState::from_node(n, by_node.get(name).into_iter().flatten().copied())
+                NodeState::from_node(
+                    n,
+                    by_node.get(n.name.as_str()).into_iter().flatten().copied(),
+                )
             })
             .collect();
         let pdbs: Vec<_> = self.cluster.pdbs.snapshot().values().cloned().collect();
-        let annotations = node.metadata.annotations.clone().unwrap_or_default();
         removable(
             &state,
-            &annotations,
+            &node.annotations,
             &others,
+            |_| false,
             &pdbs,
             self.settings.scale_down.utilization_threshold,
         )
@@ -515,7 +506,7 @@ impl Shared {
     async fn drain(&self, r: &Removal, shutdown: &CancellationToken) -> Result<(), String> {
         let limit = self.settings.scale_down.max_pod_eviction_time;
         let deadline = Instant::now() + limit;
-        let mut left: Vec<Arc<Pod>> = self.pods_on(&r.node);
+        let mut left: Vec<Arc<PodRecord>> = self.pods_on(&r.node);
         loop {
             if !self.reconciler.may_write() {
                 return Err("this replica stopped leading".into());
@@ -523,12 +514,8 @@ impl Shared {
             let mut refused = Vec::new();
             let mut last = String::new();
             for p in left {
-                let ns = p.metadata.namespace.as_deref().unwrap_or("default");
-                let name = p.metadata.name.as_deref().unwrap_or_default();
-                let outcome = self
-                    .actions
-                    .evict(ns, name, p.metadata.uid.as_deref())
-                    .await;
+                let (ns, name) = (p.namespace.as_str(), p.name.as_str());
+                let outcome = self.actions.evict(ns, name, p.uid.as_deref()).await;
                 let label = match &outcome {
                     EvictOutcome::Evicted => "evicted",
                     EvictOutcome::Blocked(_) => "blocked",

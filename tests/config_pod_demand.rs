@@ -170,6 +170,7 @@ scaleDown:
   nodeDeleteDelayAfterTaint: 0s
   maxPodEvictionTime: 30s
   maxScaleDownPerPass: 2
+  nonEmptyCandidatesCount: 5
 "#,
     )
     .unwrap();
@@ -182,6 +183,7 @@ scaleDown:
     assert_eq!(d.node_delete_delay_after_taint, Duration::ZERO);
     assert_eq!(d.max_pod_eviction_time, Duration::from_secs(30));
     assert_eq!(d.max_scale_down_per_pass, 2);
+    assert_eq!(d.non_empty_candidates_count, 5);
 }
 
 #[test]
@@ -194,6 +196,7 @@ scaleDown:
   maxEmptyBulkDelete: 0
   maxPodEvictionTime: 0s
   maxScaleDownPerPass: 0
+  nonEmptyCandidatesCount: 0
 "#,
     );
     assert!(
@@ -204,6 +207,7 @@ scaleDown:
     assert!(has(&ps, "scaleDown.maxEmptyBulkDelete", "at least 1"));
     assert!(has(&ps, "scaleDown.maxPodEvictionTime", "greater than 0"));
     assert!(has(&ps, "scaleDown.maxScaleDownPerPass", "at least 1"));
+    assert!(has(&ps, "scaleDown.nonEmptyCandidatesCount", "at least 1"));
     let ps = problems("scaleDown: {unneededTme: 1m}\n");
     assert!(
         ps.iter().any(|p| p.message.contains("unneededTme")),

@@ -29,7 +29,7 @@ pub use kubernetes::{
     DEFAULT_NAMESPACE, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD, DEFAULT_STATUS_CONFIG_MAP,
 };
 pub use pod_demand::{DemandKind, PodDemandSettings, DEFAULT_MAX_NODE_PROVISION_TIME};
-pub use scale_down::ScaleDownSettings;
+pub use scale_down::{ScaleDownSettings, DEFAULT_NON_EMPTY_CANDIDATES};
 pub use sources::secret_from_cloud_config;
 pub use validate::parse_node_spec;
 

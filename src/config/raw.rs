@@ -163,6 +163,7 @@ pub(super) struct RawScaleDown {
     pub(super) node_delete_delay_after_taint: Option<HumanDuration>,
     pub(super) max_pod_eviction_time: Option<HumanDuration>,
     pub(super) max_scale_down_per_pass: Option<u32>,
+    pub(super) non_empty_candidates_count: Option<u32>,
 }
 
 /// `kubernetes:`.

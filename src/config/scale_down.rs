@@ -30,6 +30,11 @@ pub struct ScaleDownSettings {
     /// `maxScaleDownPerPass` (10, as `--max-scale-down-parallelism`): nodes removed per pass,
     /// empty and drained together.
     pub max_scale_down_per_pass: u32,
+    /// `nonEmptyCandidatesCount` (30, as `--scale-down-non-empty-candidates-count`): nodes with
+    /// pods simulated per pass (the least utilised, those already unneeded first). A simulation
+    /// tries every pod against the other nodes' room, so this bounds a pass on a large cluster;
+    /// empty nodes need none and are all considered.
+    pub non_empty_candidates_count: u32,
 }
 
 /// cluster-autoscaler's `--scale-down-unneeded-time`.
@@ -38,6 +43,8 @@ pub const DEFAULT_UNNEEDED_TIME: Duration = Duration::from_secs(10 * 60);
 pub const DEFAULT_DELAY_AFTER_ADD: Duration = Duration::from_secs(10 * 60);
 /// cluster-autoscaler's `--node-delete-delay-after-taint`.
 pub const DEFAULT_DELAY_AFTER_TAINT: Duration = Duration::from_secs(5);
+/// cluster-autoscaler's `--scale-down-non-empty-candidates-count`.
+pub const DEFAULT_NON_EMPTY_CANDIDATES: u32 = 30;
 /// cluster-autoscaler's `--max-pod-eviction-time`.
 pub const DEFAULT_MAX_POD_EVICTION_TIME: Duration = Duration::from_secs(2 * 60);
 
@@ -52,6 +59,7 @@ impl Default for ScaleDownSettings {
             node_delete_delay_after_taint: DEFAULT_DELAY_AFTER_TAINT,
             max_pod_eviction_time: DEFAULT_MAX_POD_EVICTION_TIME,
             max_scale_down_per_pass: 10,
+            non_empty_candidates_count: DEFAULT_NON_EMPTY_CANDIDATES,
         }
     }
 }
@@ -128,6 +136,12 @@ pub(super) fn scale_down_settings(
             raw.max_scale_down_per_pass,
             d.max_scale_down_per_pass,
             "scaleDown.maxScaleDownPerPass",
+            problems,
+        ),
+        non_empty_candidates_count: at_least_one(
+            raw.non_empty_candidates_count,
+            d.non_empty_candidates_count,
+            "scaleDown.nonEmptyCandidatesCount",
             problems,
         ),
     }

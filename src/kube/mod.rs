@@ -11,7 +11,6 @@ pub mod events;
 pub mod lease;
 pub mod nodes;
 pub mod reflect;
-pub mod slim;
 pub mod status;
 
 use k8s_openapi::api::coordination::v1::Lease;

@@ -11,9 +11,9 @@
 //!
 //! Readiness ([`ClusterView::synced`]) waits for the first full list of every kind.
 
-use super::slim;
 use crate::metrics::Metrics;
-use futures::{FutureExt, StreamExt};
+use crate::pods::record::{Interner, NodeRecord, PodRecord};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -71,11 +71,11 @@ impl<K> Reflected<K> {
 
 /// The cluster as the watchers see it.
 pub struct ClusterView {
-    /// Nodes, slimmed to what the controller reads ([`slim::node`]).
-    pub nodes: Arc<Reflected<Node>>,
-    /// Pods not yet `Succeeded` or `Failed` (a field selector on the watch), slimmed to what the
-    /// controller reads ([`slim::pod`]).
-    pub pods: Arc<Reflected<Pod>>,
+    /// Nodes, as [`NodeRecord`]s: what the controller reads of them.
+    pub nodes: Arc<Reflected<NodeRecord>>,
+    /// Pods not yet `Succeeded` or `Failed` (a field selector on the watch), as
+    /// [`PodRecord`]s: what the controller reads, specs and labels shared by equal pods.
+    pub pods: Arc<Reflected<PodRecord>>,
     /// PodDisruptionBudgets (`policy/v1`).
     pub pdbs: Arc<Reflected<PodDisruptionBudget>>,
     /// DaemonSets (`apps/v1`).
@@ -123,19 +123,22 @@ pub async fn start(
     let (nodes, a) = spawn_reflector(
         watcher::watcher(Api::<Node>::all(client.clone()), all.clone())
             .default_backoff()
-            .modify(slim::node),
+            .map_ok(|e| map_event(e, NodeRecord::of)),
         NODES,
+        |n: &NodeRecord| n.name.clone(),
         metrics.clone(),
         stop.clone(),
     );
+    let mut interner = Interner::default();
     let (pods, b) = spawn_reflector(
         watcher::watcher(
             Api::<Pod>::all(client.clone()),
             all.clone().fields(UNFINISHED_PODS),
         )
         .default_backoff()
-        .modify(slim::pod),
+        .map_ok(move |e| map_event(e, |p| interner.record(p))),
         PODS,
+        PodRecord::key,
         metrics.clone(),
         stop.clone(),
     );
@@ -158,7 +161,7 @@ pub async fn start(
             let stream = watcher::watcher(api, all.clone())
                 .default_backoff()
                 .filter_map(|r| std::future::ready(as_typed(r)));
-            spawn_reflector(stream, PDBS, metrics.clone(), stop.clone())
+            spawn_reflector(stream, PDBS, resource_key, metrics.clone(), stop.clone())
         }
     };
     let (daemonsets, d) = watch(
@@ -192,26 +195,47 @@ where
     spawn_reflector(
         watcher::watcher(api, config).default_backoff(),
         kind,
+        resource_key,
         metrics,
         stop,
     )
 }
 
+/// `namespace/name`, or `name` for cluster-scoped kinds: the key of the reflected maps.
+pub fn resource_key<K: Resource>(obj: &K) -> String {
+    match obj.namespace() {
+        Some(ns) => format!("{ns}/{}", obj.name_any()),
+        None => obj.name_any(),
+    }
+}
+
+/// A watch event with its object turned into another type.
+fn map_event<A, B>(e: Event<A>, mut f: impl FnMut(A) -> B) -> Event<B> {
+    match e {
+        Event::Init => Event::Init,
+        Event::InitDone => Event::InitDone,
+        Event::InitApply(o) => Event::InitApply(f(o)),
+        Event::Apply(o) => Event::Apply(f(o)),
+        Event::Delete(o) => Event::Delete(f(o)),
+    }
+}
+
 fn spawn_reflector<K, S>(
     stream: S,
     kind: &'static str,
+    key: fn(&K) -> String,
     metrics: Arc<Metrics>,
     stop: CancellationToken,
 ) -> (Arc<Reflected<K>>, JoinHandle<()>)
 where
-    K: Resource + Clone + Send + Sync + 'static,
+    K: Clone + Send + Sync + 'static,
     S: futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
 {
     let into = Arc::new(Reflected::default());
     let task = {
         let into = into.clone();
         tokio::spawn(async move {
-            reflect(stream, kind, &into, &metrics, stop).await;
+            reflect(stream, kind, key, &into, &metrics, stop).await;
         })
     };
     (into, task)
@@ -273,20 +297,19 @@ struct Mirror<K> {
     relist: Option<Objects<K>>,
     lists: u64,
     synced: bool,
+    key: fn(&K) -> String,
 }
 
-impl<K> Default for Mirror<K> {
-    fn default() -> Self {
+impl<K> Mirror<K> {
+    fn new(key: fn(&K) -> String) -> Self {
         Self {
             live: HashMap::new(),
             relist: None,
             lists: 0,
             synced: false,
+            key,
         }
     }
-}
-
-impl<K: Resource> Mirror<K> {
     /// Applies one event; returns whether the live state changed (worth publishing).
     fn apply(&mut self, event: Event<K>) -> bool {
         match event {
@@ -297,7 +320,7 @@ impl<K: Resource> Mirror<K> {
             }
             Event::InitApply(obj) => {
                 let map = self.relist.get_or_insert_with(HashMap::new);
-                map.insert(key(&obj), Arc::new(obj));
+                map.insert((self.key)(&obj), Arc::new(obj));
                 false
             }
             Event::InitDone => {
@@ -306,21 +329,14 @@ impl<K: Resource> Mirror<K> {
                 true
             }
             Event::Apply(obj) => {
-                self.live.insert(key(&obj), Arc::new(obj));
+                self.live.insert((self.key)(&obj), Arc::new(obj));
                 self.synced
             }
             Event::Delete(obj) => {
-                self.live.remove(&key(&obj));
+                self.live.remove(&(self.key)(&obj));
                 self.synced
             }
         }
-    }
-}
-
-fn key<K: Resource>(obj: &K) -> String {
-    match obj.namespace() {
-        Some(ns) => format!("{ns}/{}", obj.name_any()),
-        None => obj.name_any(),
     }
 }
 
@@ -329,15 +345,16 @@ fn key<K: Resource>(obj: &K) -> String {
 async fn reflect<K, S>(
     stream: S,
     kind: &'static str,
+    key: fn(&K) -> String,
     into: &Reflected<K>,
     metrics: &Metrics,
     stop: CancellationToken,
 ) where
-    K: Resource + Clone + Send + Sync + 'static,
+    K: Clone + Send + Sync + 'static,
     S: futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send,
 {
     let mut stream = std::pin::pin!(stream);
-    let mut mirror = Mirror::<K>::default();
+    let mut mirror = Mirror::<K>::new(key);
     let mut newest = Instant::now();
     let mut age_tick = tokio::time::interval(Duration::from_secs(1));
     age_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -422,6 +439,7 @@ mod tests {
         reflect(
             futures::stream::iter(events),
             "nodes",
+            resource_key,
             &into,
             &metrics,
             CancellationToken::new(),
@@ -461,7 +479,7 @@ mod tests {
 
     #[test]
     fn a_relist_replaces_the_state_whole_only_when_its_last_page_arrives() {
-        let mut m = Mirror::<Node>::default();
+        let mut m = Mirror::<Node>::new(resource_key);
         for e in [
             Event::Init,
             Event::InitApply(node("a")),

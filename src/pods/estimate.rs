@@ -3,8 +3,8 @@
 //! registered yet (capacity written minus nodes that exist: a pod is never counted twice), then
 //! onto new nodes from the group's template, never beyond the group's max. Pure code.
 
-use super::fit::{FactsCache, NodeState, PodFacts, Unfit};
-use k8s_openapi::api::core::v1::Pod;
+use super::fit::{NodeState, Unfit};
+use super::record::PodRecord;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -69,25 +69,14 @@ impl std::fmt::Display for Refusal {
     }
 }
 
-/// `namespace/name` of a pod.
-pub fn pod_key(p: &Pod) -> String {
-    format!(
-        "{}/{}",
-        p.metadata.namespace.as_deref().unwrap_or("default"),
-        p.metadata.name.as_deref().unwrap_or("")
-    )
-}
-
-/// A pending pod prepared once for many simulations: its key, its fit facts (parsed
-/// quantities) and its equivalence class.
+/// A pending pod prepared once for many simulations: its key and its equivalence class (its
+/// fit facts come with its shape).
 #[derive(Debug, Clone)]
 pub struct Prepared {
     /// The pod.
-    pub pod: Arc<Pod>,
+    pub pod: Arc<PodRecord>,
     /// `namespace/name`.
     pub key: String,
-    /// What fit checks need, computed once.
-    pub facts: Arc<PodFacts>,
     /// Pods of one class are interchangeable for fit: pods of the same ReplicaSet,
     /// ReplicationController or Job (one template). Every other pod is a class of its own.
     pub class: usize,
@@ -96,13 +85,8 @@ pub struct Prepared {
 /// Prepares `pods` (see [`Prepared`]). Two pods share a class when the same ReplicaSet,
 /// ReplicationController or Job controls them and their namespace, labels and specs are equal
 /// (checked against the class's first pod, so a template change mid-rollout splits the class).
-pub fn prepare(pods: &[Arc<Pod>]) -> Vec<Prepared> {
-    prepare_with(pods, &mut FactsCache::default())
-}
-
-/// [`prepare`], taking the facts from `cache`.
-pub fn prepare_with(pods: &[Arc<Pod>], cache: &mut FactsCache) -> Vec<Prepared> {
-    let mut classes: rustc_hash::FxHashMap<&str, Vec<(&Pod, usize)>> = Default::default();
+pub fn prepare(pods: &[Arc<PodRecord>]) -> Vec<Prepared> {
+    let mut classes: rustc_hash::FxHashMap<&str, Vec<(&PodRecord, usize)>> = Default::default();
     let mut next = 0usize;
     let mut fresh = || {
         next += 1;
@@ -111,25 +95,23 @@ pub fn prepare_with(pods: &[Arc<Pod>], cache: &mut FactsCache) -> Vec<Prepared> 
     pods.iter()
         .map(|pod| {
             let owner = pod
-                .metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .find(|o| {
-                    o.controller == Some(true)
-                        && matches!(
-                            o.kind.as_str(),
-                            "ReplicaSet" | "ReplicationController" | "Job"
-                        )
+                .controller
+                .as_ref()
+                .filter(|o| {
+                    matches!(
+                        o.kind.as_str(),
+                        "ReplicaSet" | "ReplicationController" | "Job"
+                    )
                 })
                 .map(|o| o.uid.as_str());
             let class = match owner {
                 Some(uid) => {
                     let reps = classes.entry(uid).or_default();
-                    let same = |rep: &Pod| {
-                        rep.spec == pod.spec
-                            && rep.metadata.labels == pod.metadata.labels
-                            && rep.metadata.namespace == pod.metadata.namespace
+                    // Shared shapes and labels compare by pointer; records built apart by value.
+                    let same = |rep: &PodRecord| {
+                        (Arc::ptr_eq(&rep.shape, &pod.shape) || rep.spec() == pod.spec())
+                            && (Arc::ptr_eq(&rep.labels, &pod.labels) || rep.labels == pod.labels)
+                            && rep.namespace == pod.namespace
                     };
                     match reps.iter().find(|(rep, _)| same(rep)) {
                         Some((_, c)) => *c,
@@ -144,8 +126,7 @@ pub fn prepare_with(pods: &[Arc<Pod>], cache: &mut FactsCache) -> Vec<Prepared> 
             };
             Prepared {
                 pod: pod.clone(),
-                key: pod_key(pod),
-                facts: cache.get(pod),
+                key: pod.key(),
                 class,
             }
         })
@@ -159,11 +140,11 @@ fn decreasing<'a>(pods: &'a [Prepared], template: &NodeState) -> Vec<&'a Prepare
         ["cpu", "memory"]
             .iter()
             .map(|k| {
-                let alloc = template.allocatable.get(*k).copied().unwrap_or(0);
+                let alloc = template.allocatable.get(k).copied().unwrap_or(0);
                 if alloc <= 0 {
                     0.0
                 } else {
-                    p.facts.requests.get(*k).copied().unwrap_or(0) as f64 / alloc as f64
+                    p.pod.facts().requests.get(k).copied().unwrap_or(0) as f64 / alloc as f64
                 }
             })
             .fold(0.0, f64::max)
@@ -186,16 +167,16 @@ pub fn first_fit(
         .iter()
         .enumerate()
         .skip(from)
-        .find(|(_, n)| n.fits_with(&pod.pod, &pod.facts).is_ok())
+        .find(|(_, n)| n.fits(&pod.pod).is_ok())
         .map(|(i, _)| i);
     start.insert(pod.class, found.unwrap_or(nodes.len()));
     let i = found?;
-    nodes[i].place_with(pod.pod.clone(), &pod.facts);
+    nodes[i].place(pod.pod.clone());
     Some(i)
 }
 
 /// First-fit decreasing for one group.
-pub fn estimate(group: &GroupCapacity, pods: &[Arc<Pod>]) -> Estimate {
+pub fn estimate(group: &GroupCapacity, pods: &[Arc<PodRecord>]) -> Estimate {
     estimate_prepared(group, &prepare(pods))
 }
 
@@ -225,7 +206,7 @@ pub fn estimate_prepared(group: &GroupCapacity, pods: &[Prepared]) -> Estimate {
         }
         let verdict = template_says
             .entry(pod.class)
-            .or_insert_with(|| group.template.fits_with(&pod.pod, &pod.facts));
+            .or_insert_with(|| group.template.fits(&pod.pod));
         if let Err(why) = verdict {
             out.refused
                 .push((pod.key.clone(), Refusal::DoesNotFit(why.clone())));
@@ -237,7 +218,7 @@ pub fn estimate_prepared(group: &GroupCapacity, pods: &[Prepared]) -> Estimate {
         }
         let mut n = group.template.clone();
         n.name = format!("{}-new-{}", group.name, out.new_nodes);
-        n.place_with(pod.pod.clone(), &pod.facts);
+        n.place(pod.pod.clone());
         nodes.push(n);
         start.insert(pod.class, nodes.len() - 1);
         out.new_nodes += 1;
@@ -267,16 +248,17 @@ mod tests {
         )
     }
 
-    fn pods(n: usize, cpu: &str, prefix: &str) -> Vec<Arc<Pod>> {
+    fn record(v: serde_json::Value) -> Arc<PodRecord> {
+        Arc::new(PodRecord::of(serde_json::from_value(v).unwrap()))
+    }
+
+    fn pods(n: usize, cpu: &str, prefix: &str) -> Vec<Arc<PodRecord>> {
         (0..n)
             .map(|i| {
-                Arc::new(
-                    serde_json::from_value(json!({
-                        "metadata": {"name": format!("{prefix}-{i}"), "namespace": "default"},
-                        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
-                    }))
-                    .unwrap(),
-                )
+                record(json!({
+                    "metadata": {"name": format!("{prefix}-{i}"), "namespace": "default"},
+                    "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
+                }))
             })
             .collect()
     }
@@ -332,16 +314,13 @@ mod tests {
     fn pods_of_one_replica_set_with_different_specs_are_not_taken_for_one_another() {
         // Same controller, a rollout in progress: the 3-cpu pods must not borrow the 1-cpu
         // pods' verdicts (a class is owner plus equal spec).
-        let owned = |name: &str, cpu: &str| -> Arc<Pod> {
-            Arc::new(
-                serde_json::from_value(json!({
-                    "metadata": {"name": name, "namespace": "default",
-                        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                            "name": "rs", "uid": "same", "controller": true}]},
-                    "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
-                }))
-                .unwrap(),
-            )
+        let owned = |name: &str, cpu: &str| -> Arc<PodRecord> {
+            record(json!({
+                "metadata": {"name": name, "namespace": "default",
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                        "name": "rs", "uid": "same", "controller": true}]},
+                "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
+            }))
         };
         let p = vec![
             owned("small-0", "1"),

@@ -3,7 +3,6 @@
 //! random choice takes its seed from the caller.
 
 use super::estimate::Estimate;
-use super::fit::pod_requests;
 
 /// An expander, as `--expander` names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,13 +97,8 @@ pub fn waste(o: &Estimate) -> f64 {
         .map(|r| {
             let (mut alloc, mut used) = (0i128, 0i128);
             for n in &o.nodes {
-                alloc += n.allocatable.get(*r).copied().unwrap_or(0);
-                used += n
-                    .pods
-                    .iter()
-                    .filter_map(|p| p.spec.as_ref())
-                    .map(|s| pod_requests(s).get(*r).copied().unwrap_or(0))
-                    .sum::<i128>();
+                alloc += n.allocatable.get(r).copied().unwrap_or(0);
+                used += n.requested.get(r).copied().unwrap_or(0);
             }
             if alloc <= 0 {
                 0.0
@@ -126,7 +120,7 @@ mod tests {
     use super::*;
     use crate::pods::estimate::{estimate, GroupCapacity};
     use crate::pods::fit::{NodeState, Resources};
-    use k8s_openapi::api::core::v1::Pod;
+    use crate::pods::record::PodRecord;
     use serde_json::json;
     use std::collections::BTreeMap;
     use std::sync::Arc;
@@ -150,21 +144,21 @@ mod tests {
         }
     }
 
-    fn pods(n: usize, cpu: &str, mem: &str) -> Vec<Arc<Pod>> {
+    fn pods(n: usize, cpu: &str, mem: &str) -> Vec<Arc<PodRecord>> {
         (0..n)
             .map(|i| {
-                Arc::new(
+                Arc::new(PodRecord::of(
                     serde_json::from_value(json!({
                         "metadata": {"name": format!("p-{i}"), "namespace": "default"},
                         "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": mem}}}]},
                     }))
                     .unwrap(),
-                )
+                ))
             })
             .collect()
     }
 
-    fn options(p: &[Arc<Pod>]) -> Vec<Estimate> {
+    fn options(p: &[Arc<PodRecord>]) -> Vec<Estimate> {
         [group("general", 4000, 16), group("memory-heavy", 4000, 64)]
             .iter()
             .map(|g| estimate(g, p))

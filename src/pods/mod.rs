@@ -8,6 +8,7 @@
 //! | [`expander`] | which group to grow: least-waste, most-pods, priority, random |
 //! | [`template`] | what a new node of a group would offer: live node, or VM size + tags |
 //! | [`pending`] | which pods ask for capacity, and batching a burst of them |
+//! | [`record`] | a pod as the controller keeps it: its own fields, and a spec shared by equal pods |
 //! | [`scale_up`] | one decision: which groups grow by how much for the pods pending now |
 //! | [`scale_down`] | whether one node can go, and what blocks removing it |
 //! | [`unneeded`] | one scale-down pass: unneeded nodes, since when, which go now |
@@ -17,6 +18,7 @@ pub mod expander;
 pub mod fit;
 pub mod pending;
 pub mod quantity;
+pub mod record;
 pub mod scale_down;
 pub mod scale_up;
 pub mod template;

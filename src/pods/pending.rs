@@ -7,7 +7,7 @@
 //! pod, or 10 s after it opened, so 1,000 new pods make one plan, not 1,000. Pure code: the
 //! caller passes the time.
 
-use k8s_openapi::api::core::v1::Pod;
+use super::record::PodRecord;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -19,41 +19,11 @@ pub const BATCH_IDLE: Duration = Duration::from_secs(1);
 pub const BATCH_MAX: Duration = Duration::from_secs(10);
 
 /// Whether the pod asks for capacity (see the module documentation).
-pub fn wants_capacity(pod: &Pod, priority_cutoff: i32) -> bool {
-    let unschedulable = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| {
-            c.type_ == "PodScheduled"
-                && c.status == "False"
-                && c.reason.as_deref() == Some("Unschedulable")
-        });
-    let spec = pod.spec.as_ref();
-    let bound = spec
-        .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| !n.is_empty());
-    let priority = spec.and_then(|s| s.priority).unwrap_or(0);
-    unschedulable && !bound && !is_daemonset_pod(pod) && priority >= priority_cutoff
-}
-
-/// Whether a DaemonSet controls the pod.
-pub fn is_daemonset_pod(pod: &Pod) -> bool {
-    pod.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.controller == Some(true) && o.kind == "DaemonSet")
-}
-
-/// Whether the pod is a static pod's mirror (the kubelet's, not evictable).
-pub fn is_mirror_pod(pod: &Pod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key("kubernetes.io/config.mirror"))
+pub fn wants_capacity(pod: &PodRecord, priority_cutoff: i32) -> bool {
+    pod.unschedulable
+        && !pod.is_bound()
+        && !pod.is_daemonset_pod()
+        && pod.priority() >= priority_cutoff
 }
 
 /// Batches a burst of pending pods.
@@ -115,11 +85,11 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn pod(v: serde_json::Value) -> Pod {
-        serde_json::from_value(v).unwrap()
+    fn pod(v: serde_json::Value) -> PodRecord {
+        PodRecord::of(serde_json::from_value(v).unwrap())
     }
 
-    fn unschedulable(extra_spec: serde_json::Value, meta: serde_json::Value) -> Pod {
+    fn unschedulable(extra_spec: serde_json::Value, meta: serde_json::Value) -> PodRecord {
         let mut spec = json!({"containers": []});
         for (k, v) in extra_spec.as_object().unwrap() {
             spec[k] = v.clone();

@@ -8,11 +8,10 @@
 //! not in memory), `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"`, and the node
 //! annotation `cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"`. Pure code.
 
-use super::fit::{label_selector_matches, pod_requests, NodeState};
-use super::pending::{is_daemonset_pod, is_mirror_pod};
-use k8s_openapi::api::core::v1::Pod;
+use super::fit::{label_selector_matches, NodeState};
+use super::record::PodRecord;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// Pod annotation: `"true"` lets a pod move despite local storage or no controller; `"false"`
@@ -70,27 +69,11 @@ impl std::fmt::Display for Blocker {
     }
 }
 
-fn key(p: &Pod) -> String {
-    format!(
-        "{}/{}",
-        p.metadata.namespace.as_deref().unwrap_or("default"),
-        p.metadata.name.as_deref().unwrap_or("")
-    )
-}
-
-fn annotation<'a>(p: &'a Pod, name: &str) -> Option<&'a str> {
-    p.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(name))
-        .map(String::as_str)
-}
-
 /// The pods that would have to move if the node went (not DaemonSet or mirror pods).
-pub fn pods_to_move(node: &NodeState) -> Vec<Arc<Pod>> {
+pub fn pods_to_move(node: &NodeState) -> Vec<Arc<PodRecord>> {
     node.pods
         .iter()
-        .filter(|p| !is_daemonset_pod(p) && !is_mirror_pod(p))
+        .filter(|p| !p.is_daemonset_pod() && !p.is_mirror())
         .cloned()
         .collect()
 }
@@ -101,12 +84,11 @@ pub fn utilization(node: &NodeState) -> f64 {
     ["cpu", "memory"]
         .iter()
         .map(|r| {
-            let alloc = node.allocatable.get(*r).copied().unwrap_or(0);
+            let alloc = node.allocatable.get(r).copied().unwrap_or(0);
             let used: i128 = node
                 .pods
                 .iter()
-                .filter_map(|p| p.spec.as_ref())
-                .map(|s| pod_requests(s).get(*r).copied().unwrap_or(0))
+                .map(|p| p.facts().requests.get(r).copied().unwrap_or(0))
                 .sum();
             if alloc <= 0 {
                 0.0
@@ -118,61 +100,43 @@ pub fn utilization(node: &NodeState) -> f64 {
 }
 
 fn pdbs_covering<'a>(
-    pod: &Pod,
+    pod: &'a PodRecord,
     pdbs: &'a [Arc<PodDisruptionBudget>],
 ) -> impl Iterator<Item = &'a Arc<PodDisruptionBudget>> {
-    let ns = pod
-        .metadata
-        .namespace
-        .clone()
-        .unwrap_or_else(|| "default".into());
-    let labels = pod.metadata.labels.clone().unwrap_or_default();
     pdbs.iter().filter(move |b| {
-        b.metadata.namespace.as_deref().unwrap_or("default") == ns
+        b.metadata.namespace.as_deref().unwrap_or("default") == pod.namespace
             && b.spec
                 .as_ref()
                 .and_then(|s| s.selector.as_ref())
-                .is_some_and(|s| label_selector_matches(s, &labels))
+                .is_some_and(|s| label_selector_matches(s, &pod.labels))
     })
 }
 
 /// Whether budget `b` selects `pod`.
-pub(crate) fn covers(b: &Arc<PodDisruptionBudget>, pod: &Pod) -> bool {
+pub(crate) fn covers(b: &Arc<PodDisruptionBudget>, pod: &PodRecord) -> bool {
     pdbs_covering(pod, std::slice::from_ref(b)).next().is_some()
 }
 
 /// What keeps one pod from moving, if anything.
-pub fn pod_blocker(pod: &Pod, pdbs: &[Arc<PodDisruptionBudget>]) -> Option<Blocker> {
-    let k = key(pod);
-    match annotation(pod, SAFE_TO_EVICT) {
+pub fn pod_blocker(pod: &PodRecord, pdbs: &[Arc<PodDisruptionBudget>]) -> Option<Blocker> {
+    let k = pod.key();
+    match pod.annotation(SAFE_TO_EVICT) {
         Some("false") => return Some(Blocker::NotSafeToEvict(k)),
         Some("true") => return None,
         _ => {}
     }
-    let controlled = pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.controller == Some(true));
-    if !controlled {
+    if pod.controller.is_none() {
         return Some(Blocker::NotReplicated(k));
     }
-    if pod.metadata.namespace.as_deref() == Some("kube-system")
-        && pdbs_covering(pod, pdbs).next().is_none()
-    {
+    if pod.namespace == "kube-system" && pdbs_covering(pod, pdbs).next().is_none() {
         return Some(Blocker::KubeSystemWithoutPdb(k));
     }
-    let local = pod
-        .spec
-        .iter()
-        .flat_map(|s| s.volumes.iter().flatten())
-        .any(|v| {
-            v.host_path.is_some()
-                || v.empty_dir
-                    .as_ref()
-                    .is_some_and(|e| e.medium.as_deref() != Some("Memory"))
-        });
+    let local = pod.spec().volumes.iter().flatten().any(|v| {
+        v.host_path.is_some()
+            || v.empty_dir
+                .as_ref()
+                .is_some_and(|e| e.medium.as_deref() != Some("Memory"))
+    });
     if local {
         return Some(Blocker::LocalStorage(k));
     }
@@ -180,15 +144,19 @@ pub fn pod_blocker(pod: &Pod, pdbs: &[Arc<PodDisruptionBudget>]) -> Option<Block
 }
 
 /// Whether `node` can go: its blockers are checked in cluster-autoscaler's order, then the
-/// utilisation, then whether every pod that would move fits on `others` (placed greedily, so two
-/// pods are never both counted into the same free room). `Ok` carries where each pod would go.
+/// utilisation, then whether every pod that would move fits on `others` (those whose index
+/// `skip` does not leave out), placed greedily so two pods are never both counted into the same
+/// free room. `Ok` carries where each pod would go: its key and the index in `others`. `others`
+/// is not copied: only the nodes that take a pod are, so a pass over a large cluster costs the
+/// fit checks, not the cluster's size in copies.
 pub fn removable(
     node: &NodeState,
     node_annotations: &BTreeMap<String, String>,
     others: &[NodeState],
+    skip: impl Fn(usize) -> bool,
     pdbs: &[Arc<PodDisruptionBudget>],
     threshold: f64,
-) -> Result<Vec<(String, String)>, Blocker> {
+) -> Result<Vec<(String, usize)>, Blocker> {
     if node_annotations
         .get(SCALE_DOWN_DISABLED)
         .map(String::as_str)
@@ -227,15 +195,21 @@ pub fn removable(
     if u >= threshold {
         return Err(Blocker::Utilized((u * 100.0).round() as u32));
     }
-    let mut room: Vec<NodeState> = others.to_vec();
+    // Copies of the destinations that took a pod in this simulation, by index in `others`.
+    let mut taken: HashMap<usize, NodeState> = HashMap::new();
     let mut plan = Vec::new();
     for p in moving {
-        match room.iter_mut().find(|n| n.fits(&p).is_ok()) {
-            Some(n) => {
-                plan.push((key(&p), n.name.clone()));
-                n.place(p);
+        let dest = others
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !skip(*i))
+            .find(|(i, n)| taken.get(i).unwrap_or(n).fits(&p).is_ok());
+        match dest {
+            Some((i, n)) => {
+                plan.push((p.key(), i));
+                taken.entry(i).or_insert_with(|| n.clone()).place(p);
             }
-            None => return Err(Blocker::NoPlaceFor(key(&p))),
+            None => return Err(Blocker::NoPlaceFor(p.key())),
         }
     }
     Ok(plan)
@@ -260,7 +234,12 @@ mod tests {
         )
     }
 
-    fn pod(name: &str, cpu: &str, meta: serde_json::Value, spec: serde_json::Value) -> Arc<Pod> {
+    fn pod(
+        name: &str,
+        cpu: &str,
+        meta: serde_json::Value,
+        spec: serde_json::Value,
+    ) -> Arc<PodRecord> {
         let mut m = json!({"name": name, "namespace": "default", "labels": {"app": "web"},
             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": true}]});
         for (k, v) in meta.as_object().unwrap() {
@@ -270,10 +249,12 @@ mod tests {
         for (k, v) in spec.as_object().unwrap() {
             s[k] = v.clone();
         }
-        Arc::new(serde_json::from_value(json!({"metadata": m, "spec": s})).unwrap())
+        Arc::new(PodRecord::of(
+            serde_json::from_value(json!({"metadata": m, "spec": s})).unwrap(),
+        ))
     }
 
-    fn on(mut n: NodeState, pods: Vec<Arc<Pod>>) -> NodeState {
+    fn on(mut n: NodeState, pods: Vec<Arc<PodRecord>>) -> NodeState {
         for p in pods {
             n.place(p);
         }
@@ -298,15 +279,34 @@ mod tests {
     #[test]
     fn an_underused_node_whose_pods_fit_elsewhere_can_go_and_says_where_they_would_go() {
         let n = on(node("a", 4000), vec![pod("p1", "1", json!({}), json!({}))]);
-        let plan = removable(&n, &none(), &[node("b", 4000)], &[], UTILIZATION_THRESHOLD).unwrap();
-        assert_eq!(plan, [("default/p1".to_string(), "b".to_string())]);
+        let plan = removable(
+            &n,
+            &none(),
+            &[node("b", 4000)],
+            |_| false,
+            &[],
+            UTILIZATION_THRESHOLD,
+        )
+        .unwrap();
+        assert_eq!(
+            plan,
+            [("default/p1".to_string(), 0)],
+            "onto b, the first of the others"
+        );
     }
 
     #[test]
     fn a_node_at_or_above_the_threshold_stays() {
         let n = on(node("a", 4000), vec![pod("p1", "2", json!({}), json!({}))]);
         assert_eq!(
-            removable(&n, &none(), &[node("b", 4000)], &[], UTILIZATION_THRESHOLD),
+            removable(
+                &n,
+                &none(),
+                &[node("b", 4000)],
+                |_| false,
+                &[],
+                UTILIZATION_THRESHOLD
+            ),
             Err(Blocker::Utilized(50))
         );
     }
@@ -322,7 +322,14 @@ mod tests {
             ],
         );
         assert_eq!(
-            removable(&n, &none(), &[node("b", 2000)], &[], UTILIZATION_THRESHOLD),
+            removable(
+                &n,
+                &none(),
+                &[node("b", 2000)],
+                |_| false,
+                &[],
+                UTILIZATION_THRESHOLD
+            ),
             Err(Blocker::NoPlaceFor("default/p2".into()))
         );
     }
@@ -343,7 +350,7 @@ mod tests {
         );
         let n = on(node("a", 4000), vec![ds, mirror]);
         assert_eq!(
-            removable(&n, &none(), &[], &[], UTILIZATION_THRESHOLD),
+            removable(&n, &none(), &[], |_| false, &[], UTILIZATION_THRESHOLD),
             Ok(vec![])
         );
     }
@@ -352,11 +359,12 @@ mod tests {
     #[test]
     fn what_blocks_a_node_is_what_blocks_it_in_cluster_autoscaler() {
         let elsewhere = [node("b", 4000)];
-        let blocked = |p: Arc<Pod>, pdbs: &[Arc<PodDisruptionBudget>]| {
+        let blocked = |p: Arc<PodRecord>, pdbs: &[Arc<PodDisruptionBudget>]| {
             removable(
                 &on(node("a", 4000), vec![p]),
                 &none(),
                 &elsewhere,
+                |_| false,
                 pdbs,
                 UTILIZATION_THRESHOLD,
             )
@@ -417,11 +425,12 @@ mod tests {
             Blocker::PdbViolated { .. }
         ));
         // Not blockers: an in-memory emptyDir, a PDB with room, safe-to-evict "true".
-        let ok = |p: Arc<Pod>, pdbs: &[Arc<PodDisruptionBudget>]| {
+        let ok = |p: Arc<PodRecord>, pdbs: &[Arc<PodDisruptionBudget>]| {
             removable(
                 &on(node("a", 4000), vec![p]),
                 &none(),
                 &elsewhere,
+                |_| false,
                 pdbs,
                 UTILIZATION_THRESHOLD,
             )
@@ -449,7 +458,14 @@ mod tests {
         // The node annotation.
         let ann = BTreeMap::from([(SCALE_DOWN_DISABLED.to_string(), "true".to_string())]);
         assert_eq!(
-            removable(&node("a", 4000), &ann, &[], &[], UTILIZATION_THRESHOLD),
+            removable(
+                &node("a", 4000),
+                &ann,
+                &[],
+                |_| false,
+                &[],
+                UTILIZATION_THRESHOLD
+            ),
             Err(Blocker::ScaleDownDisabled)
         );
     }
@@ -468,6 +484,7 @@ mod tests {
                 &n,
                 &none(),
                 &[node("b", 4000)],
+                |_| false,
                 &[pdb(1)],
                 UTILIZATION_THRESHOLD
             ),
@@ -477,6 +494,7 @@ mod tests {
             &n,
             &none(),
             &[node("b", 4000)],
+            |_| false,
             &[pdb(2)],
             UTILIZATION_THRESHOLD
         )

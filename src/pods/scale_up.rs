@@ -9,15 +9,16 @@
 //! no group can take keeps, per group, the reason why.
 
 use super::estimate::Estimate;
-use super::estimate::{
-    estimate_prepared, first_fit, pod_key, prepare_with, GroupCapacity, Refusal,
-};
+use super::estimate::{estimate_prepared, first_fit, prepare, GroupCapacity, Refusal};
 use super::expander::{choose_ref, Expander};
-use super::fit::{not_simulated, FactsCache, NodeState};
+use super::fit::{not_simulated, NodeState};
 use super::pending::wants_capacity;
-use super::template::{from_live_node, from_shape, subtract_daemonsets, GroupShape};
+use super::record::NodeRecord;
+use super::record::PodRecord;
+use super::template::{
+    daemonset_pods, from_live_node, from_shape, subtract_daemonsets, GroupShape,
+};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -67,9 +68,9 @@ pub struct ScaleUpInput<'a> {
     /// The node groups.
     pub groups: Vec<GroupInput<'a>>,
     /// Nodes in the cluster.
-    pub nodes: Vec<Arc<Node>>,
+    pub nodes: Vec<Arc<NodeRecord>>,
     /// Pods not finished.
-    pub pods: Vec<Arc<Pod>>,
+    pub pods: Vec<Arc<PodRecord>>,
     /// DaemonSets (their pods take room on every new node).
     pub daemonsets: Vec<Arc<DaemonSet>>,
     /// The expander.
@@ -153,10 +154,20 @@ pub fn parse_provider_id(id: &str) -> Option<(&str, &str, &str)> {
     Some((rg?, vmss?, vm?))
 }
 
-/// Finds a node's group: scale sets by (resource group, name) in lower case, pools by name.
+/// Finds a node's group: scale sets by `resource group/name` in lower case, pools by name.
 pub(crate) struct GroupIndex {
-    scale_sets: rustc_hash::FxHashMap<(String, String), usize>,
+    scale_sets: rustc_hash::FxHashMap<String, usize>,
     pools: rustc_hash::FxHashMap<String, usize>,
+}
+
+/// `rg/name`, lower case: the scale-set key of a [`GroupIndex`], built into `buf`.
+fn scale_set_key<'b>(buf: &'b mut String, rg: &str, name: &str) -> &'b str {
+    buf.clear();
+    buf.push_str(rg);
+    buf.push('/');
+    buf.push_str(name);
+    buf.make_ascii_lowercase();
+    buf
 }
 
 impl GroupIndex {
@@ -174,12 +185,9 @@ impl GroupIndex {
                     resource_group,
                     name,
                 } => {
-                    scale_sets
-                        .entry((
-                            resource_group.to_ascii_lowercase(),
-                            name.to_ascii_lowercase(),
-                        ))
-                        .or_insert(i);
+                    let mut key = String::new();
+                    scale_set_key(&mut key, resource_group, name);
+                    scale_sets.entry(key).or_insert(i);
                 }
                 Backing::AgentPool { pool } => {
                     pools.entry(pool.clone()).or_insert(i);
@@ -189,79 +197,54 @@ impl GroupIndex {
         Self { scale_sets, pools }
     }
 
-    pub(crate) fn group_of(&self, node: &Node) -> Option<usize> {
+    pub(crate) fn group_of(&self, node: &NodeRecord) -> Option<usize> {
         let by_id = node
-            .spec
-            .as_ref()
-            .and_then(|s| s.provider_id.as_deref())
+            .provider_id
+            .as_deref()
+            .filter(|_| !self.scale_sets.is_empty())
             .and_then(parse_provider_id)
             .and_then(|(rg, vmss, _)| {
-                if self.scale_sets.is_empty() {
-                    return None;
-                }
+                let mut buf = String::with_capacity(rg.len() + vmss.len() + 1);
                 self.scale_sets
-                    .get(&(rg.to_ascii_lowercase(), vmss.to_ascii_lowercase()))
+                    .get(scale_set_key(&mut buf, rg, vmss))
                     .copied()
             });
         by_id.or_else(|| {
-            let pool = node.metadata.labels.as_ref()?.get(AGENTPOOL_LABEL)?;
+            let pool = node.labels.get(AGENTPOOL_LABEL)?;
             self.pools.get(pool).copied()
         })
     }
 }
 
 /// Which group (index into `groups`) a node belongs to, if any.
-pub fn group_of(node: &Node, groups: &[GroupInput]) -> Option<usize> {
+pub fn group_of(node: &NodeRecord, groups: &[GroupInput]) -> Option<usize> {
     GroupIndex::new(groups).group_of(node)
 }
 
-pub(crate) fn is_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+pub(crate) fn is_ready(node: &NodeRecord) -> bool {
+    node.ready
 }
 
 /// A registered node still booting: not Ready, and created less than `window` before `now`
 /// (cluster-autoscaler's "not started" nodes). It offers no room yet but is on its way, so it
 /// counts as upcoming; an older node that is not Ready is broken, not coming.
-pub(crate) fn is_starting(node: &Node, now: Timestamp, window: std::time::Duration) -> bool {
-    if is_ready(node) {
+pub(crate) fn is_starting(node: &NodeRecord, now: Timestamp, window: std::time::Duration) -> bool {
+    if node.ready {
         return false;
     }
-    let Some(created) = node.metadata.creation_timestamp.as_ref() else {
+    let Some(created) = node.created else {
         return false;
     };
-    let age = now.duration_since(created.0);
+    let age = now.duration_since(created);
     age.is_negative() || age.unsigned_abs() < window
 }
 
-pub(crate) fn schedulable(node: &Node) -> bool {
-    !node
-        .spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false)
-}
-
-fn daemonset_list(d: &[Arc<DaemonSet>]) -> Vec<Arc<DaemonSet>> {
-    d.to_vec()
+pub(crate) fn schedulable(node: &NodeRecord) -> bool {
+    !node.unschedulable
 }
 
 /// The decision for the pods pending now.
 pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
-    plan_with(input, &mut FactsCache::default())
-}
-
-/// [`plan`], with the pods' fit facts remembered in `cache` across decisions (the loop keeps
-/// one; only pods new or changed since the last decision are parsed).
-pub fn plan_with(input: &ScaleUpInput, cache: &mut FactsCache) -> ScaleUpPlan {
-    let out = decide(input, cache);
-    cache.sweep();
-    out
-}
-
-fn decide(input: &ScaleUpInput, cache: &mut FactsCache) -> ScaleUpPlan {
     let mut out = ScaleUpPlan::default();
     let groups = &input.groups;
 
@@ -270,7 +253,7 @@ fn decide(input: &ScaleUpInput, cache: &mut FactsCache) -> ScaleUpPlan {
     let mut registered = vec![0u32; groups.len()];
     // Registered but still booting: on their way, like nodes not registered yet.
     let mut starting = vec![0u32; groups.len()];
-    let mut live_template: Vec<Option<&Node>> = vec![None; groups.len()];
+    let mut live_template: Vec<Option<&NodeRecord>> = vec![None; groups.len()];
     for node in &input.nodes {
         let Some(i) = index.group_of(node) else {
             continue;
@@ -291,28 +274,23 @@ fn decide(input: &ScaleUpInput, cache: &mut FactsCache) -> ScaleUpPlan {
     let mut room: Vec<NodeState> = Vec::new();
     let mut room_of: rustc_hash::FxHashMap<&str, usize> = Default::default();
     for n in input.nodes.iter().filter(|n| is_ready(n) && schedulable(n)) {
-        room_of.insert(n.metadata.name.as_deref().unwrap_or_default(), room.len());
+        room_of.insert(n.name.as_str(), room.len());
         room.push(NodeState::from_node(n, std::iter::empty()));
     }
-    let mut pending: Vec<Arc<Pod>> = Vec::new();
+    let mut pending: Vec<Arc<PodRecord>> = Vec::new();
     for pod in &input.pods {
-        let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
-        match node {
+        match pod.node_name.as_deref() {
             Some(n) => {
                 if let Some(i) = room_of.get(n) {
-                    let facts = cache.get(pod);
-                    room[*i].place_with(pod.clone(), &facts);
+                    room[*i].place(pod.clone());
                 }
             }
-            None if wants_capacity(pod, input.priority_cutoff) => {
-                let why = pod.spec.as_ref().and_then(not_simulated);
-                match why {
-                    Some(why) => {
-                        out.not_simulated.insert(pod_key(pod), why.to_string());
-                    }
-                    None => pending.push(pod.clone()),
+            None if wants_capacity(pod, input.priority_cutoff) => match not_simulated(pod.spec()) {
+                Some(why) => {
+                    out.not_simulated.insert(pod.key(), why.to_string());
                 }
-            }
+                None => pending.push(pod.clone()),
+            },
             None => {}
         }
     }
@@ -320,11 +298,11 @@ fn decide(input: &ScaleUpInput, cache: &mut FactsCache) -> ScaleUpPlan {
     if pending.is_empty() {
         return out;
     }
-    let mut pending = prepare_with(&pending, cache);
+    let mut pending = prepare(&pending);
 
     // 1. Room already there: free room on Ready nodes (above), then upcoming nodes of healthy
     // groups.
-    let daemonsets = daemonset_list(&input.daemonsets);
+    let daemonsets = daemonset_pods(&input.daemonsets);
     let mut templates: Vec<Result<NodeState, WhyNot>> = Vec::with_capacity(groups.len());
     for (i, g) in groups.iter().enumerate() {
         let t = match (live_template[i], &g.shape) {
@@ -477,8 +455,8 @@ mod tests {
         cpu: &str,
         mem: &str,
         taints: serde_json::Value,
-    ) -> Arc<Node> {
-        Arc::new(
+    ) -> Arc<NodeRecord> {
+        Arc::new(NodeRecord::of(
             serde_json::from_value(json!({
                 "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
                 "spec": {
@@ -491,10 +469,10 @@ mod tests {
                 },
             }))
             .unwrap(),
-        )
+        ))
     }
 
-    fn pending(name: &str, cpu: &str, mem: &str, extra: serde_json::Value) -> Arc<Pod> {
+    fn pending(name: &str, cpu: &str, mem: &str, extra: serde_json::Value) -> Arc<PodRecord> {
         let mut spec = json!({
             "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": mem}}}],
         });
@@ -503,7 +481,7 @@ mod tests {
                 s.insert(k.clone(), v.clone());
             }
         }
-        Arc::new(
+        Arc::new(PodRecord::of(
             serde_json::from_value(json!({
                 "metadata": {"name": name, "namespace": "default",
                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": true}]},
@@ -511,7 +489,7 @@ mod tests {
                 "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
             }))
             .unwrap(),
-        )
+        ))
     }
 
     fn group(name: &str, vm_size: &'static str, capacity: i64, max: u32) -> GroupInput<'static> {
@@ -535,8 +513,8 @@ mod tests {
 
     fn input(
         groups: Vec<GroupInput<'static>>,
-        nodes: Vec<Arc<Node>>,
-        pods: Vec<Arc<Pod>>,
+        nodes: Vec<Arc<NodeRecord>>,
+        pods: Vec<Arc<PodRecord>>,
     ) -> ScaleUpInput<'static> {
         ScaleUpInput {
             groups,
@@ -585,10 +563,7 @@ mod tests {
             json!([]),
         ))
         .clone();
-        p.metadata
-            .labels
-            .get_or_insert_with(Default::default)
-            .insert(AGENTPOOL_LABEL.into(), "gpu".into());
+        Arc::make_mut(&mut p.labels).insert(AGENTPOOL_LABEL.into(), "gpu".into());
         assert_eq!(group_of(&p, &groups), Some(1));
         let stranger = node("other-0", "other", 0, "4", "16Gi", json!([]));
         assert_eq!(group_of(&stranger, &groups), None);
@@ -621,14 +596,7 @@ mod tests {
         // Capacity 2, one node registered (still booting: NotReady, no room yet): the one
         // upcoming node has room for both pods.
         let mut booting = (*node("general-0", "general", 0, "4", "16Gi", json!([]))).clone();
-        if let Some(c) = booting
-            .status
-            .as_mut()
-            .and_then(|s| s.conditions.as_mut())
-            .and_then(|c| c.first_mut())
-        {
-            c.status = "False".into();
-        }
+        booting.ready = false;
         let nodes = vec![Arc::new(booting)];
         let plan = plan(&input(
             vec![group("general", "Standard_D4s_v5", 2, 10)],
@@ -640,22 +608,14 @@ mod tests {
     }
 
     /// `node` NotReady, created `age` before now.
-    fn booting(name: &str, id: u32, age: std::time::Duration) -> Arc<Node> {
+    fn booting(name: &str, id: u32, age: std::time::Duration) -> Arc<NodeRecord> {
         let mut n = (*node(name, "general", id, "4", "16Gi", json!([]))).clone();
-        if let Some(c) = n
-            .status
-            .as_mut()
-            .and_then(|s| s.conditions.as_mut())
-            .and_then(|c| c.first_mut())
-        {
-            c.status = "False".into();
-        }
-        let created = Timestamp::now()
-            .checked_sub(k8s_openapi::jiff::SignedDuration::try_from(age).unwrap())
-            .unwrap();
-        n.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            created,
-        ));
+        n.ready = false;
+        n.created = Some(
+            Timestamp::now()
+                .checked_sub(k8s_openapi::jiff::SignedDuration::try_from(age).unwrap())
+                .unwrap(),
+        );
         Arc::new(n)
     }
 
@@ -720,28 +680,16 @@ mod tests {
             );
         }
         let plain = pending("plain", "1", "1Gi", json!({}));
-        let tolerating = pending(
+        let cuda = pending(
             "cuda",
             "1",
             "8Gi",
-            json!({"tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]}),
+            json!({"tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
+                "containers": [{"name": "c", "resources": {
+                    "requests": {"cpu": "1", "memory": "8Gi", "nvidia.com/gpu": "1"},
+                    "limits": {"nvidia.com/gpu": "1"}}}]}),
         );
-        let mut cuda = (*tolerating).clone();
-        if let Some(c) = cuda.spec.as_mut().and_then(|s| s.containers.first_mut()) {
-            c.resources.get_or_insert_with(Default::default).limits = Some(
-                [(
-                    "nvidia.com/gpu".to_string(),
-                    k8s_openapi::apimachinery::pkg::api::resource::Quantity("1".into()),
-                )]
-                .into(),
-            );
-            if let Some(r) = c.resources.as_mut().and_then(|r| r.requests.as_mut()) {
-                r.insert(
-                    "nvidia.com/gpu".into(),
-                    k8s_openapi::apimachinery::pkg::api::resource::Quantity("1".into()),
-                );
-            }
-        }
+        let cuda = (*cuda).clone();
         // Only the GPU group exists: the plain pod must not grow it.
         let only_gpu = plan(&input(vec![gpu.clone()], vec![], vec![plain.clone()]));
         assert!(only_gpu.targets.is_empty());
@@ -813,9 +761,7 @@ mod tests {
     fn a_group_at_its_max_is_not_grown_and_the_pod_says_so() {
         // The group's one node is full (a bound pod takes 3.5 of its 4 cpu), and max is 1.
         let mut hog = (*pending("hog", "3500m", "1Gi", json!({}))).clone();
-        if let Some(s) = hog.spec.as_mut() {
-            s.node_name = Some("general-0".into());
-        }
+        hog.node_name = Some("general-0".into());
         let pods = vec![pending("p", "1", "1Gi", json!({})), Arc::new(hog)];
         let nodes = vec![node("general-0", "general", 0, "4", "16Gi", json!([]))];
         let p = plan(&input(

@@ -9,8 +9,9 @@
 
 use super::fit::{NodeState, Resources, HOSTNAME};
 use super::quantity;
+use super::record::{NodeRecord, PodRecord};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Pod, Taint};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -226,36 +227,43 @@ pub fn from_shape(shape: &GroupShape) -> Result<NodeState, TemplateError> {
 
 /// A template copied from a live node of the group: its allocatable, labels (with a fresh
 /// hostname) and taints, without its pods.
-pub fn from_live_node(node: &Node, group: &str) -> NodeState {
+pub fn from_live_node(node: &NodeRecord, group: &str) -> NodeState {
     let mut t = NodeState::from_node(node, std::iter::empty());
     t.name = format!("template-{group}");
-    t.labels.insert(HOSTNAME.into(), t.name.clone());
+    Arc::make_mut(&mut t.labels).insert(HOSTNAME.into(), t.name.clone());
     // Taints the node carries only for a while (cordon, not-ready, our own scale-down taint)
     // would not be on a new node.
-    t.taints.retain(|x| {
+    Arc::make_mut(&mut t.taints).retain(|x| {
         !x.key.starts_with("node.kubernetes.io/") && !x.key.starts_with("vmss-capacity-controller")
     });
     t
 }
 
+/// The pod each DaemonSet would run on a new node, from its pod template (built once per
+/// decision, then tried on every group's template).
+pub fn daemonset_pods(daemonsets: &[Arc<DaemonSet>]) -> Vec<Arc<PodRecord>> {
+    daemonsets
+        .iter()
+        .filter_map(|ds| {
+            let template = &ds.spec.as_ref()?.template;
+            let mut metadata = template.metadata.clone().unwrap_or_default();
+            metadata.namespace = ds.metadata.namespace.clone();
+            metadata.name = ds.metadata.name.clone();
+            Some(Arc::new(PodRecord::of(Pod {
+                metadata,
+                spec: Some(template.spec.clone()?),
+                status: None,
+            })))
+        })
+        .collect()
+}
+
 /// Takes off what the DaemonSets that would run on the template take: the requests of each
-/// DaemonSet whose pod template fits the (empty) node.
-pub fn subtract_daemonsets(template: &mut NodeState, daemonsets: &[Arc<DaemonSet>]) {
-    for ds in daemonsets {
-        let Some(spec) = ds.spec.as_ref().and_then(|s| s.template.spec.clone()) else {
-            continue;
-        };
-        let pod = Pod {
-            metadata: ds
-                .spec
-                .as_ref()
-                .and_then(|s| s.template.metadata.clone())
-                .unwrap_or_default(),
-            spec: Some(spec),
-            status: None,
-        };
-        if template.fits(&pod).is_ok() {
-            template.place(Arc::new(pod));
+/// DaemonSet pod ([`daemonset_pods`]) that fits the (empty) node.
+pub fn subtract_daemonsets(template: &mut NodeState, daemonset_pods: &[Arc<PodRecord>]) {
+    for pod in daemonset_pods {
+        if template.fits(pod).is_ok() {
+            template.place(pod.clone());
         }
     }
     // The DaemonSet pods stay placed: their requests, ports and labels count on the template.
@@ -375,7 +383,7 @@ mod tests {
 
     #[test]
     fn a_live_node_template_keeps_shape_and_drops_transient_taints() {
-        let n: Node = serde_json::from_value(json!({
+        let n: k8s_openapi::api::core::v1::Node = serde_json::from_value(json!({
             "metadata": {"name": "aks-gen-1", "labels": {"kubernetes.io/hostname": "aks-gen-1", "pool": "gen"}},
             "spec": {"taints": [
                 {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
@@ -383,7 +391,7 @@ mod tests {
             "status": {"allocatable": {"cpu": "3860m", "memory": "13Gi", "pods": "110"}},
         }))
         .unwrap();
-        let t = from_live_node(&n, "gen");
+        let t = from_live_node(&NodeRecord::of(n), "gen");
         assert_eq!(t.allocatable["cpu"], 3860);
         assert_eq!(t.labels[HOSTNAME], "template-gen");
         assert_eq!(t.taints.len(), 1);
@@ -413,10 +421,10 @@ mod tests {
         let before = t.free("cpu");
         subtract_daemonsets(
             &mut t,
-            &[
+            &daemonset_pods(&[
                 ds("kube-proxy", "100m", json!({})),
                 ds("gpu-plugin", "50m", json!({"accelerator": "nvidia"})),
-            ],
+            ]),
         );
         assert_eq!(
             before - t.free("cpu"),

@@ -12,10 +12,11 @@
 //! `maxScaleDownPerPass` in all.
 
 use super::fit::NodeState;
+use super::record::{NodeRecord, PodRecord};
 use super::scale_down::{pods_to_move, removable, utilization, Blocker};
 use super::scale_up::{is_ready, parse_provider_id, schedulable, Backing, GroupIndex};
-use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,15 +47,20 @@ pub struct DownInput<'a> {
     /// The node groups.
     pub groups: &'a [DownGroup],
     /// Nodes in the cluster.
-    pub nodes: &'a [Arc<Node>],
+    pub nodes: &'a [Arc<NodeRecord>],
     /// Pods not finished.
-    pub pods: &'a [Arc<Pod>],
+    pub pods: &'a [Arc<PodRecord>],
     /// PodDisruptionBudgets, with the status the disruption controller wrote.
     pub pdbs: &'a [Arc<PodDisruptionBudget>],
     /// `scaleDown.utilizationThreshold`.
     pub threshold: f64,
     /// Nodes being removed now: neither candidates nor destinations.
     pub busy: &'a HashSet<String>,
+    /// Nodes unneeded as of the last pass: their simulation comes first, so a node's unneeded
+    /// time is not broken by the bound below.
+    pub previously: &'a HashSet<String>,
+    /// `scaleDown.nonEmptyCandidatesCount`: nodes with pods simulated per pass.
+    pub non_empty_candidates: u32,
 }
 
 /// A node nobody needs, as of this pass.
@@ -90,70 +96,86 @@ pub struct Candidates {
     pub blocked: BTreeMap<String, Blocker>,
 }
 
-fn name(node: &Node) -> &str {
-    node.metadata.name.as_deref().unwrap_or_default()
-}
-
 /// The nodes of managed groups that nobody needs now (see the module documentation).
 pub fn unneeded(input: &DownInput) -> Candidates {
     let mut out = Candidates::default();
     let index = GroupIndex::of_backings(input.groups.iter().map(|g| &g.backing));
-    let mut by_node: HashMap<&str, Vec<Arc<Pod>>> = HashMap::new();
+    let mut by_node: FxHashMap<&str, Vec<Arc<PodRecord>>> = FxHashMap::default();
     for pod in input.pods {
-        if let Some(n) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+        if let Some(n) = pod.node_name.as_deref() {
             by_node.entry(n).or_default().push(pod.clone());
         }
     }
     let none = Vec::new();
     // Every Ready, schedulable node that is not being removed: the room pods can move to.
     let mut room: Vec<NodeState> = Vec::new();
-    // (group, node, instance id, index in `room`, utilisation as listed)
-    let mut candidates: Vec<(usize, &Node, String, usize, f64)> = Vec::new();
+    let mut candidates: Vec<Candidate> = Vec::new();
     for node in input.nodes {
-        let n = name(node);
+        let n = node.name.as_str();
         if input.busy.contains(n) || !is_ready(node) || !schedulable(node) {
             continue;
         }
         let state = NodeState::from_node(node, by_node.get(n).unwrap_or(&none));
-        if let Some(g) = index.group_of(node) {
+        if let Some(group) = index.group_of(node) {
             let id = node
-                .spec
-                .as_ref()
-                .and_then(|s| s.provider_id.as_deref())
+                .provider_id
+                .as_deref()
                 .and_then(parse_provider_id)
                 .map(|(_, _, id)| id.to_string());
-            if let Some(id) = id {
-                candidates.push((g, node, id, room.len(), utilization(&state)));
+            if let Some(instance_id) = id {
+                candidates.push(Candidate {
+                    group,
+                    node,
+                    instance_id,
+                    at: room.len(),
+                    utilization: utilization(&state),
+                    before: input.previously.contains(n),
+                });
             }
         }
         room.push(state);
     }
-    candidates.sort_by(|a, b| a.4.total_cmp(&b.4).then_with(|| name(a.1).cmp(name(b.1))));
+    // Nodes unneeded last pass first (their unneeded time must stay unbroken), then the least
+    // utilised.
+    candidates.sort_by(|a, b| {
+        b.before
+            .cmp(&a.before)
+            .then_with(|| a.utilization.total_cmp(&b.utilization))
+            .then_with(|| a.node.name.cmp(&b.node.name))
+    });
     let mut pdbs: Vec<Arc<PodDisruptionBudget>> = input.pdbs.to_vec();
-    let mut gone: HashSet<String> = HashSet::new();
-    for (group, node, instance_id, at, _) in candidates {
-        let n = name(node).to_string();
+    // Nodes found unneeded so far this pass, by index in `room`: no longer destinations.
+    let mut gone = vec![false; room.len()];
+    let mut simulated = 0u32;
+    for c in candidates {
+        let state = &room[c.at];
+        let n = c.node.name.clone();
+        let moving = pods_to_move(state);
         // As it is now: pods of nodes looked at before may have been placed on it.
-        let state = room[at].clone();
-        let annotations: BTreeMap<String, String> =
-            node.metadata.annotations.clone().unwrap_or_default();
-        let moving = pods_to_move(&state);
-        let u = utilization(&state);
+        let u = utilization(state);
         // Cheap first: a non-empty node at or above the threshold needs no simulation.
         if !moving.is_empty() && u >= input.threshold {
             out.blocked
                 .insert(n, Blocker::Utilized((u * 100.0).round() as u32));
             continue;
         }
-        let others: Vec<NodeState> = if moving.is_empty() {
-            Vec::new()
-        } else {
-            room.iter()
-                .filter(|r| r.name != n && !gone.contains(&r.name))
-                .cloned()
-                .collect()
-        };
-        match removable(&state, &annotations, &others, &pdbs, input.threshold) {
+        if !moving.is_empty() {
+            // cluster-autoscaler's bound: a simulation tries every pod against the cluster's
+            // room, so only so many nodes with pods are looked at per pass.
+            if simulated >= input.non_empty_candidates {
+                continue;
+            }
+            simulated += 1;
+        }
+        let skip = |i: usize| i == c.at || gone[i];
+        match removable(
+            state,
+            &c.node.annotations,
+            &room,
+            skip,
+            &pdbs,
+            input.threshold,
+        ) {
             Err(b) => {
                 out.blocked.insert(n, b);
             }
@@ -161,9 +183,7 @@ pub fn unneeded(input: &DownInput) -> Candidates {
                 // The room this node's pods take, and the disruptions they use, are gone for
                 // the nodes looked at after it.
                 for ((_, dest), pod) in plan.iter().zip(&moving) {
-                    if let Some(r) = room.iter_mut().find(|r| &r.name == dest) {
-                        r.place(pod.clone());
-                    }
+                    room[*dest].place(pod.clone());
                 }
                 for b in pdbs.iter_mut() {
                     let covered = moving
@@ -177,20 +197,15 @@ pub fn unneeded(input: &DownInput) -> Candidates {
                         }
                     }
                 }
-                gone.insert(n.clone());
+                gone[c.at] = true;
                 out.unneeded.push(Unneeded {
                     node: n,
-                    group,
-                    instance_id,
-                    resource_version: node.metadata.resource_version.clone().unwrap_or_default(),
+                    group: c.group,
+                    instance_id: c.instance_id,
+                    resource_version: c.node.resource_version.clone().unwrap_or_default(),
                     pods: moving
                         .iter()
-                        .map(|p| {
-                            p.metadata
-                                .uid
-                                .clone()
-                                .unwrap_or_else(|| super::estimate::pod_key(p))
-                        })
+                        .map(|p| p.uid.clone().unwrap_or_else(|| p.key()))
                         .collect(),
                     utilization: u,
                 });
@@ -198,6 +213,19 @@ pub fn unneeded(input: &DownInput) -> Candidates {
         }
     }
     out
+}
+
+/// A node of a managed group that might be unneeded.
+struct Candidate<'a> {
+    group: usize,
+    node: &'a NodeRecord,
+    instance_id: String,
+    /// Index in the pass's room.
+    at: usize,
+    /// As listed, before any simulation.
+    utilization: f64,
+    /// Unneeded as of the last pass.
+    before: bool,
 }
 
 /// Since when each node has been unneeded: nodes new to the list start now, nodes no longer on
@@ -289,8 +317,8 @@ mod tests {
 
     const SUB: &str = "00000000-0000-0000-0000-000000000000";
 
-    fn node(name: &str, vmss: &str, id: u32, cpu: &str) -> Arc<Node> {
-        Arc::new(
+    fn node(name: &str, vmss: &str, id: u32, cpu: &str) -> Arc<NodeRecord> {
+        Arc::new(NodeRecord::of(
             serde_json::from_value(json!({
                 "metadata": {"name": name, "resourceVersion": "7", "labels": {"kubernetes.io/hostname": name}},
                 "spec": {"providerID": format!("azure:///subscriptions/{SUB}/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/{vmss}/virtualMachines/{id}")},
@@ -300,18 +328,18 @@ mod tests {
                 },
             }))
             .unwrap(),
-        )
+        ))
     }
 
-    fn pod(name: &str, node: &str, cpu: &str) -> Arc<Pod> {
-        Arc::new(
+    fn pod(name: &str, node: &str, cpu: &str) -> Arc<PodRecord> {
+        Arc::new(PodRecord::of(
             serde_json::from_value(json!({
                 "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"), "labels": {"app": "web"},
                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": true}]},
                 "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
             }))
             .unwrap(),
-        )
+        ))
     }
 
     fn group(name: &str, size: Option<i64>, floor: u32) -> DownGroup {
@@ -330,8 +358,8 @@ mod tests {
 
     fn run(
         groups: &[DownGroup],
-        nodes: &[Arc<Node>],
-        pods: &[Arc<Pod>],
+        nodes: &[Arc<NodeRecord>],
+        pods: &[Arc<PodRecord>],
         pdbs: &[Arc<PodDisruptionBudget>],
     ) -> Candidates {
         unneeded(&DownInput {
@@ -341,6 +369,8 @@ mod tests {
             pdbs,
             threshold: 0.5,
             busy: &HashSet::new(),
+            previously: &HashSet::new(),
+            non_empty_candidates: 30,
         })
     }
 
@@ -357,6 +387,41 @@ mod tests {
 
     fn all_since(c: &Candidates, t: Instant) -> HashMap<String, Instant> {
         c.unneeded.iter().map(|u| (u.node.clone(), t)).collect()
+    }
+
+    #[test]
+    fn only_so_many_nodes_with_pods_are_simulated_per_pass_those_unneeded_before_first() {
+        // Four underused nodes with a 1-cpu pod each, and a big busy node (x, 9 of 16 cpu
+        // taken: not a candidate) with room for all their pods.
+        let nodes = [
+            node("x", "ss", 9, "16"),
+            node("a", "ss", 0, "4"),
+            node("b", "ss", 1, "4"),
+            node("c", "ss", 2, "4"),
+            node("d", "ss", 3, "4"),
+        ];
+        let pods = [
+            pod("big", "x", "9"),
+            pod("p1", "a", "1"),
+            pod("p2", "b", "1"),
+            pod("p3", "c", "1"),
+            pod("p4", "d", "1"),
+        ];
+        let previously = HashSet::from(["d".to_string()]);
+        let c = unneeded(&DownInput {
+            groups: &[group("ss", Some(5), 0)],
+            nodes: &nodes,
+            pods: &pods,
+            pdbs: &[],
+            threshold: 0.5,
+            busy: &HashSet::new(),
+            previously: &previously,
+            non_empty_candidates: 2,
+        });
+        // Two simulations: d first (unneeded last pass), then the least utilised by name (a);
+        // b and c wait for a later pass.
+        assert_eq!(names(&c), ["d", "a"]);
+        assert!(!c.blocked.contains_key("b") && !c.blocked.contains_key("c"));
     }
 
     #[test]
@@ -382,6 +447,8 @@ mod tests {
             pdbs: &[],
             threshold: 0.5,
             busy: &busy,
+            previously: &HashSet::new(),
+            non_empty_candidates: 30,
         });
         assert_eq!(names(&c), ["d", "b"]);
     }

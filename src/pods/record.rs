@@ -1,0 +1,511 @@
+//! Pods and nodes as the controller keeps them: the fields the scale-up decision, the
+//! scale-down and the drain read, and nothing else. A real API server's pod is several KiB of JSON (managed fields,
+//! env, probes, a projected token volume, container statuses), and k8s-openapi's `Pod` is 2 KiB
+//! before any of it is filled (a `Container` is another 2 KiB, a `Volume` 3 KiB), so a 50,000-pod
+//! cluster held as `Pod`s costs hundreds of MiB.
+//!
+//! A [`PodRecord`] keeps the pod's own fields (name, namespace, uid, resourceVersion, node,
+//! phase, whether the scheduler found no room, its controller, the annotations
+//! cluster-autoscaler defines) and shares the rest: pods of one ReplicaSet have the same spec
+//! and the same labels, so an [`Interner`] hands them one [`PodShape`] (the spec, slimmed to what
+//! scheduling reads, with its fit facts parsed once) and one label map. Same shape, same `Arc`:
+//! equal pods are recognised by a pointer comparison, and a cluster's worth of pods parses a few
+//! hundred specs, not 50,000.
+//!
+//! A [`NodeRecord`] keeps what the decisions read of a node (name, providerID, labels, taints,
+//! readiness, whether it is cordoned, its allocatable parsed once, cluster-autoscaler's
+//! annotations) and drops the rest (fifty image names, node info, managed fields: about 14 KiB of
+//! JSON per node). Its labels and taints are shared with every simulation that copies the node,
+//! so a planning pass over 5,000 nodes copies pointers, not label maps. Pure code.
+
+use super::fit::{PodFacts, Resources};
+use super::quantity;
+use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec, Taint, Volume};
+use k8s_openapi::jiff::Timestamp;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Weak};
+
+/// The annotation the kubelet puts on a static pod's mirror.
+pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
+
+/// A pod's controller: its owner reference with `controller: true`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Controller {
+    /// `ReplicaSet`, `DaemonSet`, `Job`, `StatefulSet`, ...
+    pub kind: String,
+    /// Its name.
+    pub name: String,
+    /// Its uid.
+    pub uid: String,
+}
+
+/// What scheduling reads of a pod's spec, with its fit facts: shared by every pod that has it.
+#[derive(Debug)]
+pub struct PodShape {
+    /// The spec without `nodeName`, slimmed to the fields scheduling reads (see [`slim_spec`]).
+    pub spec: PodSpec,
+    /// Requests, host ports, anti-affinity: parsed once.
+    pub facts: PodFacts,
+}
+
+impl PodShape {
+    /// The shape of `spec` (`nodeName` is dropped; slim it first with [`slim_spec`]).
+    pub fn new(mut spec: PodSpec) -> Self {
+        spec.node_name = None;
+        let facts = PodFacts::of(&spec);
+        Self { spec, facts }
+    }
+}
+
+/// A pod as the controller keeps it (see the module documentation).
+#[derive(Debug, Clone)]
+pub struct PodRecord {
+    /// Namespace (`default` when the object had none).
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `metadata.uid`.
+    pub uid: Option<String>,
+    /// `metadata.resourceVersion`.
+    pub resource_version: Option<String>,
+    /// Labels (shared with the pods that have the same).
+    pub labels: Arc<BTreeMap<String, String>>,
+    /// The annotations the controller reads (`cluster-autoscaler.kubernetes.io/*`, the
+    /// mirror-pod mark); every other one is dropped.
+    pub annotations: BTreeMap<String, String>,
+    /// Its controller, if it has one.
+    pub controller: Option<Controller>,
+    /// `spec.nodeName`: the node it is bound to.
+    pub node_name: Option<String>,
+    /// `status.phase`.
+    pub phase: Option<String>,
+    /// The scheduler found no node for it (`PodScheduled=False`, reason `Unschedulable`).
+    pub unschedulable: bool,
+    /// Its spec and fit facts (shared with the pods that have the same).
+    pub shape: Arc<PodShape>,
+}
+
+impl PodRecord {
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// The spec (without `nodeName`: see [`PodRecord::node_name`]).
+    pub fn spec(&self) -> &PodSpec {
+        &self.shape.spec
+    }
+
+    /// What the fit checks need, parsed once per shape.
+    pub fn facts(&self) -> &PodFacts {
+        &self.shape.facts
+    }
+
+    /// `spec.priority` (0 when unset).
+    pub fn priority(&self) -> i32 {
+        self.shape.spec.priority.unwrap_or(0)
+    }
+
+    /// One of the kept annotations.
+    pub fn annotation(&self, name: &str) -> Option<&str> {
+        self.annotations.get(name).map(String::as_str)
+    }
+
+    /// Whether it is bound to a node.
+    pub fn is_bound(&self) -> bool {
+        self.node_name.as_deref().is_some_and(|n| !n.is_empty())
+    }
+
+    /// Whether a DaemonSet controls it.
+    pub fn is_daemonset_pod(&self) -> bool {
+        self.controller
+            .as_ref()
+            .is_some_and(|c| c.kind == "DaemonSet")
+    }
+
+    /// Whether it is a static pod's mirror (the kubelet's, not evictable).
+    pub fn is_mirror(&self) -> bool {
+        self.annotations.contains_key(MIRROR_ANNOTATION)
+    }
+
+    /// A record of `pod` sharing nothing (tests, one-off pods); the reflector uses an
+    /// [`Interner`].
+    pub fn of(pod: Pod) -> Self {
+        Interner::default().record(pod)
+    }
+}
+
+impl From<Pod> for PodRecord {
+    fn from(pod: Pod) -> Self {
+        Self::of(pod)
+    }
+}
+
+/// A node as the controller keeps it (see the module documentation).
+#[derive(Debug, Clone, Default)]
+pub struct NodeRecord {
+    /// Name.
+    pub name: String,
+    /// `metadata.uid`.
+    pub uid: Option<String>,
+    /// `metadata.resourceVersion` (our taint is written under it).
+    pub resource_version: Option<String>,
+    /// `metadata.creationTimestamp` (a node not Ready yet is on its way while it is young).
+    pub created: Option<Timestamp>,
+    /// Labels.
+    pub labels: Arc<BTreeMap<String, String>>,
+    /// The annotations cluster-autoscaler defines (`cluster-autoscaler.kubernetes.io/*`).
+    pub annotations: BTreeMap<String, String>,
+    /// `spec.providerID`.
+    pub provider_id: Option<String>,
+    /// `spec.taints`.
+    pub taints: Arc<Vec<Taint>>,
+    /// `spec.unschedulable` (cordoned).
+    pub unschedulable: bool,
+    /// The `Ready` condition is `True`.
+    pub ready: bool,
+    /// `status.allocatable`, parsed (quantities that do not parse are left out).
+    pub allocatable: Resources,
+}
+
+impl NodeRecord {
+    /// The record of `node`.
+    pub fn of(node: Node) -> Self {
+        let Node {
+            metadata: m,
+            spec,
+            status,
+        } = node;
+        let spec = spec.unwrap_or_default();
+        let mut annotations = m.annotations.unwrap_or_default();
+        annotations.retain(|k, _| kept_annotation(k));
+        let (ready, allocatable) = match status {
+            Some(s) => (
+                s.conditions
+                    .iter()
+                    .flatten()
+                    .any(|c| c.type_ == "Ready" && c.status == "True"),
+                s.allocatable
+                    .iter()
+                    .flatten()
+                    .filter_map(|(k, q)| quantity::parse(&q.0).ok().map(|v| (k.clone(), v)))
+                    .collect(),
+            ),
+            None => (false, Resources::new()),
+        };
+        NodeRecord {
+            name: m.name.unwrap_or_default(),
+            uid: m.uid,
+            resource_version: m.resource_version,
+            created: m.creation_timestamp.map(|t| t.0),
+            labels: Arc::new(m.labels.unwrap_or_default()),
+            annotations,
+            provider_id: spec.provider_id,
+            taints: Arc::new(spec.taints.unwrap_or_default()),
+            unschedulable: spec.unschedulable.unwrap_or(false),
+            ready,
+            allocatable,
+        }
+    }
+}
+
+impl From<Node> for NodeRecord {
+    fn from(node: Node) -> Self {
+        Self::of(node)
+    }
+}
+
+/// Annotations the controller reads; every other one is dropped.
+fn kept_annotation(key: &str) -> bool {
+    key.starts_with("cluster-autoscaler.kubernetes.io/") || key == MIRROR_ANNOTATION
+}
+
+fn slim_container(c: &mut Container) {
+    *c = Container {
+        name: std::mem::take(&mut c.name),
+        resources: c.resources.take(),
+        restart_policy: c.restart_policy.take(),
+        ports: c.ports.take().and_then(|ports| {
+            let host: Vec<_> = ports
+                .into_iter()
+                .filter(|p| p.host_port.is_some())
+                .collect();
+            (!host.is_empty()).then_some(host)
+        }),
+        ..Container::default()
+    };
+}
+
+/// Local storage blocks a scale-down (`hostPath`, an `emptyDir` not in memory); claims are
+/// kept for what they are. Every other volume (projected tokens, config maps, secrets) says
+/// nothing the controller uses, and its per-pod name would keep equal pods apart.
+fn kept_volume(v: &mut Volume) -> bool {
+    if v.host_path.is_none()
+        && v.empty_dir.is_none()
+        && v.persistent_volume_claim.is_none()
+        && v.ephemeral.is_none()
+    {
+        return false;
+    }
+    *v = Volume {
+        name: std::mem::take(&mut v.name),
+        host_path: v.host_path.take(),
+        empty_dir: v.empty_dir.take(),
+        persistent_volume_claim: v.persistent_volume_claim.take(),
+        ephemeral: v.ephemeral.take(),
+        ..Volume::default()
+    };
+    true
+}
+
+/// Drops from `spec` what scheduling and scale-down never read: per container all but its name,
+/// resources, restart policy and host ports; volumes other than local storage and claims; DNS,
+/// security context, service account, image pull secrets, ephemeral containers. Kept: node
+/// selector, affinity, tolerations, topology spread, priority, overhead, scheduler name.
+pub fn slim_spec(spec: &mut PodSpec) {
+    spec.containers.iter_mut().for_each(slim_container);
+    spec.containers.shrink_to_fit();
+    if let Some(init) = spec.init_containers.as_mut() {
+        init.iter_mut().for_each(slim_container);
+        init.shrink_to_fit();
+    }
+    spec.ephemeral_containers = None;
+    spec.volumes = spec.volumes.take().and_then(|mut v| {
+        v.retain_mut(kept_volume);
+        v.shrink_to_fit();
+        (!v.is_empty()).then_some(v)
+    });
+    if let Some(t) = spec.tolerations.as_mut() {
+        t.shrink_to_fit();
+    }
+    spec.dns_config = None;
+    spec.dns_policy = None;
+    spec.host_aliases = None;
+    spec.image_pull_secrets = None;
+    spec.readiness_gates = None;
+    spec.security_context = None;
+    spec.resource_claims = None;
+    spec.scheduling_gates = None;
+    spec.service_account = None;
+    spec.service_account_name = None;
+    spec.automount_service_account_token = None;
+    spec.enable_service_links = None;
+    spec.restart_policy = None;
+    spec.termination_grace_period_seconds = None;
+    spec.subdomain = None;
+    spec.hostname = None;
+}
+
+/// A label map.
+pub type Labels = BTreeMap<String, String>;
+
+/// Hands out shared [`PodShape`]s and label maps: equal content, one `Arc`. It holds them
+/// weakly, so a shape no pod uses any more is freed; dead entries are swept once the map has
+/// doubled since the last sweep.
+#[derive(Debug, Default)]
+pub struct Interner {
+    shapes: HashMap<String, Weak<PodShape>>,
+    labels: HashMap<Vec<(String, String)>, Weak<Labels>>,
+    sweep_at: usize,
+}
+
+impl Interner {
+    /// The record of `pod`, its shape and labels shared with earlier pods that have the same.
+    pub fn record(&mut self, pod: Pod) -> PodRecord {
+        let Pod {
+            metadata: m,
+            spec,
+            status,
+        } = pod;
+        let mut spec = spec.unwrap_or_default();
+        let node_name = spec.node_name.take().filter(|n| !n.is_empty());
+        slim_spec(&mut spec);
+        let shape = self.shape(spec);
+        let labels = self.labels(m.labels.unwrap_or_default());
+        let controller = m
+            .owner_references
+            .into_iter()
+            .flatten()
+            .find(|o| o.controller == Some(true))
+            .map(|o| Controller {
+                kind: o.kind,
+                name: o.name,
+                uid: o.uid,
+            });
+        let mut annotations = m.annotations.unwrap_or_default();
+        annotations.retain(|k, _| kept_annotation(k));
+        let (phase, unschedulable) = match status {
+            Some(s) => {
+                let unschedulable = s.conditions.iter().flatten().any(|c| {
+                    c.type_ == "PodScheduled"
+                        && c.status == "False"
+                        && c.reason.as_deref() == Some("Unschedulable")
+                });
+                (s.phase, unschedulable)
+            }
+            None => (None, false),
+        };
+        self.maybe_sweep();
+        PodRecord {
+            namespace: m.namespace.unwrap_or_else(|| "default".to_string()),
+            name: m.name.unwrap_or_default(),
+            uid: m.uid,
+            resource_version: m.resource_version,
+            labels,
+            annotations,
+            controller,
+            node_name,
+            phase,
+            unschedulable,
+            shape,
+        }
+    }
+
+    fn shape(&mut self, spec: PodSpec) -> Arc<PodShape> {
+        // The JSON text is a faithful key: k8s-openapi writes fields in a fixed order and maps
+        // sorted.
+        let key = serde_json::to_string(&spec).unwrap_or_default();
+        if let Some(shared) = self.shapes.get(&key).and_then(Weak::upgrade) {
+            return shared;
+        }
+        let shape = Arc::new(PodShape::new(spec));
+        self.shapes.insert(key, Arc::downgrade(&shape));
+        shape
+    }
+
+    fn labels(&mut self, labels: BTreeMap<String, String>) -> Arc<BTreeMap<String, String>> {
+        let key: Vec<(String, String)> = labels.clone().into_iter().collect();
+        if let Some(shared) = self.labels.get(&key).and_then(Weak::upgrade) {
+            return shared;
+        }
+        let shared = Arc::new(labels);
+        self.labels.insert(key, Arc::downgrade(&shared));
+        shared
+    }
+
+    fn maybe_sweep(&mut self) {
+        let size = self.shapes.len() + self.labels.len();
+        if size < self.sweep_at.max(1024) {
+            return;
+        }
+        self.shapes.retain(|_, w| w.strong_count() > 0);
+        self.labels.retain(|_, w| w.strong_count() > 0);
+        self.sweep_at = 2 * (self.shapes.len() + self.labels.len());
+    }
+
+    /// Distinct shapes and label maps alive.
+    pub fn len(&self) -> usize {
+        self.shapes
+            .values()
+            .filter(|w| w.strong_count() > 0)
+            .count()
+            + self
+                .labels
+                .values()
+                .filter(|w| w.strong_count() > 0)
+                .count()
+    }
+
+    /// Whether nothing is shared.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(name: &str, node: Option<&str>, token: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "shop", "uid": format!("uid-{name}"), "resourceVersion": "7",
+                "labels": {"app": "web", "pod-template-hash": "abc"},
+                "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false",
+                    "prometheus.io/scrape": "true"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-abc", "uid": "rs", "controller": true}],
+                "managedFields": [{"manager": "kubelet", "operation": "Update"}]},
+            "spec": {
+                "nodeName": node, "priority": 5, "nodeSelector": {"pool": "a"},
+                "tolerations": [{"key": "sku", "operator": "Exists"}],
+                "containers": [{"name": "app", "image": "app:1", "env": [{"name": "A", "value": "b"}],
+                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+                    "ports": [{"containerPort": 80}, {"containerPort": 8080, "hostPort": 8080}]}],
+                "initContainers": [{"name": "sidecar", "restartPolicy": "Always", "image": "s", "resources": {"requests": {"cpu": "100m"}}}],
+                "volumes": [{"name": "cache", "emptyDir": {}}, {"name": token, "projected": {"sources": []}}],
+            },
+            "status": {"phase": "Pending", "podIP": "10.0.0.1",
+                "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}],
+                "containerStatuses": [{"name": "app", "ready": true, "restartCount": 0, "image": "app:1", "imageID": "x"}]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_record_keeps_what_fit_drain_and_blockers_read_and_nothing_else() {
+        let r = PodRecord::of(pod("web-1", Some("n1"), "kube-api-access-x1"));
+        assert_eq!(r.key(), "shop/web-1");
+        assert_eq!(r.uid.as_deref(), Some("uid-web-1"));
+        assert_eq!(r.resource_version.as_deref(), Some("7"));
+        assert_eq!(r.node_name.as_deref(), Some("n1"));
+        assert!(
+            r.spec().node_name.is_none(),
+            "the node is the pod's, not the shape's"
+        );
+        assert!(r.unschedulable);
+        assert_eq!(r.phase.as_deref(), Some("Pending"));
+        assert_eq!(r.priority(), 5);
+        assert_eq!(r.labels.get("app").map(String::as_str), Some("web"));
+        assert_eq!(r.annotations.len(), 1, "{:?}", r.annotations);
+        assert_eq!(
+            r.controller.as_ref().map(|c| c.kind.as_str()),
+            Some("ReplicaSet")
+        );
+        let c = &r.spec().containers[0];
+        assert!(c.env.is_none() && c.image.is_none() && c.resources.is_some());
+        assert_eq!(
+            c.ports.as_ref().map(Vec::len),
+            Some(1),
+            "only the host port"
+        );
+        let init = &r.spec().init_containers.as_ref().unwrap()[0];
+        assert_eq!(init.restart_policy.as_deref(), Some("Always"));
+        let volumes = r.spec().volumes.as_ref().unwrap();
+        assert_eq!(volumes.len(), 1, "the local one");
+        assert!(volumes[0].empty_dir.is_some());
+        assert!(r.spec().tolerations.is_some() && r.spec().node_selector.is_some());
+        // cpu 1 + the sidecar's 100m, as the scheduler counts it.
+        assert_eq!(r.facts().requests.get("cpu"), Some(&1100));
+    }
+
+    #[test]
+    fn pods_of_one_replica_set_share_one_shape_and_one_label_map() {
+        let mut i = Interner::default();
+        let a = i.record(pod("web-1", Some("n1"), "kube-api-access-aaaaa"));
+        let b = i.record(pod("web-2", None, "kube-api-access-bbbbb"));
+        assert!(
+            Arc::ptr_eq(&a.shape, &b.shape),
+            "the token volume's name does not split them"
+        );
+        assert!(Arc::ptr_eq(&a.labels, &b.labels));
+        assert_ne!(a.node_name, b.node_name);
+        let mut other = pod("web-3", None, "t");
+        if let Some(s) = other.spec.as_mut() {
+            s.priority = Some(9);
+        }
+        let c = i.record(other);
+        assert!(
+            !Arc::ptr_eq(&a.shape, &c.shape),
+            "a different spec is a different shape"
+        );
+    }
+
+    #[test]
+    fn a_shape_no_pod_uses_is_freed() {
+        let mut i = Interner::default();
+        let a = i.record(pod("web-1", None, "t"));
+        assert_eq!(i.len(), 2);
+        drop(a);
+        assert_eq!(i.len(), 0);
+    }
+}
