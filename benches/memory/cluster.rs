@@ -421,7 +421,7 @@ pub fn run(quick: bool, bin: &Path) {
                 println!(
                     "first scale-up decision after {:.1} s (pending pods seen: {}); RSS then {:.1} MiB",
                     started.elapsed().as_secs_f64(),
-                    metric(&page, "vmss_capacity_unschedulable_pods_count{reason=\"pending\"}"),
+                    metric(&page, "vmss_capacity_unschedulable_pods_count{type=\"pending\"}"),
                     mib(r)
                 );
             }
