@@ -22,7 +22,7 @@ use super::fit::{PodFacts, Resources};
 use super::quantity;
 use k8s_openapi::api::core::v1::{Container, Node, Pod, PodSpec, Taint, Volume};
 use k8s_openapi::jiff::Timestamp;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
 
 /// The annotation the kubelet puts on a static pod's mirror.
@@ -299,14 +299,74 @@ pub fn slim_spec(spec: &mut PodSpec) {
 /// A label map.
 pub type Labels = BTreeMap<String, String>;
 
-/// Hands out shared [`PodShape`]s and label maps: equal content, one `Arc`. It holds them
-/// weakly, so a shape no pod uses any more is freed; dead entries are swept once the map has
+/// Hands out shared [`PodShape`]s and label maps: equal content, one `Arc`. Entries are found
+/// by a hash of the content and compared in full, and held weakly, so a shape no pod uses any
+/// more is freed and a pod whose spec or labels are its own (a StatefulSet's claim names, its
+/// `pod-name` label) costs no second copy here. Dead entries are swept once the tables have
 /// doubled since the last sweep.
 #[derive(Debug, Default)]
 pub struct Interner {
-    shapes: HashMap<String, Weak<PodShape>>,
-    labels: HashMap<Vec<(String, String)>, Weak<Labels>>,
+    shapes: Table<PodShape>,
+    labels: Table<Labels>,
     sweep_at: usize,
+}
+
+/// Weak entries by content hash.
+#[derive(Debug)]
+struct Table<T>(rustc_hash::FxHashMap<u64, Vec<Weak<T>>>);
+
+impl<T> Default for Table<T> {
+    fn default() -> Self {
+        Self(Default::default())
+    }
+}
+
+impl<T> Table<T> {
+    /// The live entry under `hash` that `same` finds equal to `value`, else `make(value)`,
+    /// remembered.
+    fn get_or_insert<V>(
+        &mut self,
+        hash: u64,
+        value: V,
+        same: impl Fn(&T, &V) -> bool,
+        make: impl FnOnce(V) -> T,
+    ) -> Arc<T> {
+        let bucket = self.0.entry(hash).or_default();
+        if let Some(found) = bucket
+            .iter()
+            .filter_map(Weak::upgrade)
+            .find(|t| same(t, &value))
+        {
+            return found;
+        }
+        let made = Arc::new(make(value));
+        bucket.push(Arc::downgrade(&made));
+        made
+    }
+
+    fn sweep(&mut self) {
+        self.0.retain(|_, bucket| {
+            bucket.retain(|w| w.strong_count() > 0);
+            !bucket.is_empty()
+        });
+    }
+
+    fn live(&self) -> usize {
+        self.0
+            .values()
+            .flatten()
+            .filter(|w| w.strong_count() > 0)
+            .count()
+    }
+
+    fn entries(&self) -> usize {
+        self.0.values().map(Vec::len).sum()
+    }
+}
+
+fn hash_of(v: &impl std::hash::Hash) -> u64 {
+    use std::hash::{BuildHasher, BuildHasherDefault};
+    BuildHasherDefault::<rustc_hash::FxHasher>::default().hash_one(v)
 }
 
 impl Interner {
@@ -362,48 +422,32 @@ impl Interner {
     }
 
     fn shape(&mut self, spec: PodSpec) -> Arc<PodShape> {
-        // The JSON text is a faithful key: k8s-openapi writes fields in a fixed order and maps
-        // sorted.
-        let key = serde_json::to_string(&spec).unwrap_or_default();
-        if let Some(shared) = self.shapes.get(&key).and_then(Weak::upgrade) {
-            return shared;
-        }
-        let shape = Arc::new(PodShape::new(spec));
-        self.shapes.insert(key, Arc::downgrade(&shape));
-        shape
+        // k8s-openapi's types have no `Hash`: the JSON text (fields in a fixed order, maps
+        // sorted) is hashed, then specs are compared in full.
+        let hash = hash_of(&serde_json::to_string(&spec).unwrap_or_default());
+        self.shapes
+            .get_or_insert(hash, spec, |shape, spec| shape.spec == *spec, PodShape::new)
     }
 
-    fn labels(&mut self, labels: BTreeMap<String, String>) -> Arc<BTreeMap<String, String>> {
-        let key: Vec<(String, String)> = labels.clone().into_iter().collect();
-        if let Some(shared) = self.labels.get(&key).and_then(Weak::upgrade) {
-            return shared;
-        }
-        let shared = Arc::new(labels);
-        self.labels.insert(key, Arc::downgrade(&shared));
-        shared
+    fn labels(&mut self, labels: Labels) -> Arc<Labels> {
+        let hash = hash_of(&labels);
+        self.labels
+            .get_or_insert(hash, labels, |l, labels| l == labels, |l| l)
     }
 
     fn maybe_sweep(&mut self) {
-        let size = self.shapes.len() + self.labels.len();
+        let size = self.shapes.entries() + self.labels.entries();
         if size < self.sweep_at.max(1024) {
             return;
         }
-        self.shapes.retain(|_, w| w.strong_count() > 0);
-        self.labels.retain(|_, w| w.strong_count() > 0);
-        self.sweep_at = 2 * (self.shapes.len() + self.labels.len());
+        self.shapes.sweep();
+        self.labels.sweep();
+        self.sweep_at = 2 * (self.shapes.entries() + self.labels.entries());
     }
 
     /// Distinct shapes and label maps alive.
     pub fn len(&self) -> usize {
-        self.shapes
-            .values()
-            .filter(|w| w.strong_count() > 0)
-            .count()
-            + self
-                .labels
-                .values()
-                .filter(|w| w.strong_count() > 0)
-                .count()
+        self.shapes.live() + self.labels.live()
     }
 
     /// Whether nothing is shared.
