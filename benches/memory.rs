@@ -19,7 +19,7 @@ mod common;
 mod cluster;
 
 use common::{kind, quick, verdict};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use vmss_capacity_controller::emulator::{EmulatorBuilder, ScaleSetSeed};
@@ -77,6 +77,68 @@ impl Drop for Kill {
         }
         let _ = self.0.kill();
         let _ = self.0.wait();
+    }
+}
+
+/// The daemon under measurement (`run --config`), its resident memory sampled as it runs.
+struct Daemon {
+    child: Kill,
+    started: Instant,
+    /// The highest VmRSS sampled, in KiB.
+    peak: u64,
+}
+
+impl Daemon {
+    fn spawn(bin: &Path, cfg: &Path) -> Self {
+        let child = Command::new(bin)
+            .arg("run")
+            .arg("--config")
+            .arg(cfg)
+            .env("ARM_CLIENT_SECRET", "bench-secret")
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn daemon");
+        Daemon {
+            child: Kill(child),
+            started: Instant::now(),
+            peak: 0,
+        }
+    }
+
+    /// Samples VmRSS every 250 ms until `done(rss in KiB)` says so; panics naming `what` after
+    /// `patience`, or if the daemon exits.
+    fn sample_until(&mut self, patience: Duration, what: &str, mut done: impl FnMut(u64) -> bool) {
+        let deadline = self.started + patience;
+        loop {
+            std::thread::sleep(Duration::from_millis(250));
+            let Some((r, _)) = rss(self.child.0.id()) else {
+                panic!(
+                    "the daemon exited early (status {:?})",
+                    self.child.0.try_wait()
+                );
+            };
+            self.peak = self.peak.max(r);
+            if done(r) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{what} did not happen in time");
+        }
+    }
+
+    /// The goal line: VmRSS now and VmHWM against `goal_mib`.
+    fn report(&self, prefix: &str, goal_mib: f64) {
+        let (now, hwm) = rss(self.child.0.id()).expect("daemon alive");
+        println!(
+            "{prefix}daemon VmRSS {:.1} MiB, VmHWM (peak) {:.1} MiB, sampled peak {:.1} MiB; goal under {goal_mib} MiB: RSS {}, peak {}",
+            mib(now),
+            mib(hwm),
+            mib(self.peak),
+            verdict(mib(now) < goal_mib),
+            verdict(mib(hwm) < goal_mib)
+        );
     }
 }
 
@@ -138,72 +200,37 @@ fn scale_sets(quick: bool) {
     let cfg = dir.path().join("config.yaml");
     std::fs::write(&cfg, yaml).expect("write config");
 
-    let started = Instant::now();
-    let child = Command::new(&bin)
-        .arg("run")
-        .arg("--config")
-        .arg(&cfg)
-        .env("ARM_CLIENT_SECRET", "bench-secret")
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn daemon");
-    let child = Kill(child);
-    let pid = child.0.id();
-
+    let mut daemon = Daemon::spawn(&bin, &cfg);
     let count = |k: &str| state.request_log().iter().filter(|r| kind(r) == k).count();
-    let deadline = started + Duration::from_secs(if quick { 60 } else { 180 });
-    let mut peak_rss = 0;
     let mut filled_at = None;
-    loop {
-        std::thread::sleep(Duration::from_millis(250));
-        let Some((r, _)) = rss(pid) else {
-            panic!("daemon exited early (status {:?})", {
-                let mut c = child;
-                c.0.try_wait()
-            });
-        };
-        peak_rss = peak_rss.max(r);
-        let vm_lists = count("VM-LIST");
-        if filled_at.is_none() && vm_lists >= n {
-            filled_at = Some(Instant::now());
-            println!(
-                "instance cache filled ({vm_lists} VM LISTs) after {:.1} s; RSS then {:.1} MiB",
-                started.elapsed().as_secs_f64(),
-                mib(r)
-            );
-        }
-        if filled_at.is_some_and(|t| t.elapsed() >= Duration::from_secs(8)) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "instance cache not filled in time ({vm_lists} of {n} VM LISTs)"
-        );
-    }
-    let (rss_now, hwm) = rss(pid).expect("daemon alive");
-    let lists = count("LIST");
-    let puts = count("PUT");
+    daemon.sample_until(
+        Duration::from_secs(if quick { 60 } else { 180 }),
+        "filling the instance cache",
+        |r| {
+            let vm_lists = count("VM-LIST");
+            if filled_at.is_none() && vm_lists >= n {
+                filled_at = Some(Instant::now());
+                println!(
+                    "instance cache filled ({vm_lists} VM LISTs); RSS then {:.1} MiB",
+                    mib(r)
+                );
+            }
+            filled_at.is_some_and(|t| t.elapsed() >= Duration::from_secs(8))
+        },
+    );
     println!(
         "{n} scale sets x {per} instances ({} VMs), after {:.1} s and >= 4 more passes (scanInterval 2 s): \
-         LIST page requests {lists} (scale-set LIST, 100 per page), VM LISTs {}, PUTs {puts}",
+         LIST page requests {} (scale-set LIST, 100 per page), VM LISTs {}, PUTs {}",
         n as i64 * per,
-        started.elapsed().as_secs_f64(),
-        count("VM-LIST")
+        daemon.started.elapsed().as_secs_f64(),
+        count("LIST"),
+        count("VM-LIST"),
+        count("PUT")
     );
-    println!(
-        "daemon VmRSS {:.1} MiB, VmHWM (peak) {:.1} MiB, sampled peak {:.1} MiB; goal under {GOAL_MIB} MiB: RSS {}, peak {}",
-        mib(rss_now),
-        mib(hwm),
-        mib(peak_rss),
-        verdict(mib(rss_now) < GOAL_MIB),
-        verdict(mib(hwm) < GOAL_MIB)
-    );
+    daemon.report("", GOAL_MIB);
     if quick {
         println!("(QUICK mode: {n} scale sets, not the 1,000 the goal names)");
     }
-    drop(child);
+    drop(daemon);
     drop(emulator);
 }

@@ -11,7 +11,7 @@
 #[path = "common/mod.rs"]
 mod common;
 
-use common::{quick, verdict};
+use common::{group_name, quick, size_of, verdict};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::json;
@@ -31,19 +31,6 @@ const PODS: usize = 50_000;
 const PENDING: usize = 3_000;
 const DEPLOYMENTS: usize = 60;
 const GPU_TAINT: &str = "k8s.io_cluster-autoscaler_node-template_taint_sku";
-
-fn size_of(g: usize) -> (&'static str, &'static str, &'static str) {
-    match g % 4 {
-        0 => ("Standard_NC6s_v3", "6", "110Gi"),
-        1 => ("Standard_D4s_v5", "4", "16Gi"),
-        2 => ("Standard_D8s_v5", "8", "32Gi"),
-        _ => ("Standard_E8s_v5", "8", "64Gi"),
-    }
-}
-
-fn group_name(g: usize) -> String {
-    format!("pool{g:03}")
-}
 
 fn node(g: usize, i: usize) -> Node {
     let (size, cpu, mem) = size_of(g);

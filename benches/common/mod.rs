@@ -130,6 +130,21 @@ pub fn arm_requests_by_op(metrics: &Metrics) -> BTreeMap<String, u64> {
     out
 }
 
+/// The large-cluster benches' node group `g`: its name.
+pub fn group_name(g: usize) -> String {
+    format!("pool{g:03}")
+}
+
+/// The large-cluster benches' node group `g`: VM size, cpu and memory (every fourth a GPU size).
+pub fn size_of(g: usize) -> (&'static str, &'static str, &'static str) {
+    match g % 4 {
+        0 => ("Standard_NC6s_v3", "6", "110Gi"),
+        1 => ("Standard_D4s_v5", "4", "16Gi"),
+        2 => ("Standard_D8s_v5", "8", "32Gi"),
+        _ => ("Standard_E8s_v5", "8", "64Gi"),
+    }
+}
+
 /// "met" / "MISSED" for a goal line.
 pub fn verdict(ok: bool) -> &'static str {
     if ok {

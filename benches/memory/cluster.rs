@@ -8,11 +8,10 @@
 //! `VmRSS`/`VmHWM` are read once every reflector has listed, a decision has been made, and the
 //! daemon has run a while more. Quick mode: 1,000 nodes, 10,000 pods, 20 groups.
 
-use super::common::verdict;
-use super::{mib, rss, Kill};
+use super::common::{group_name, size_of};
+use super::{mib, Daemon};
 use serde_json::{json, Value};
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use vmss_capacity_controller::emulator::{EmulatorBuilder, ScaleSetSeed};
 
@@ -20,19 +19,6 @@ const SUB: &str = "00000000-0000-0000-0000-000000000000";
 const RG: &str = "mc_rg_aks_westeurope";
 const GOAL_MIB: f64 = 256.0;
 const NAMESPACES: usize = 8;
-
-fn group_name(g: usize) -> String {
-    format!("pool{g:03}")
-}
-
-fn size_of(g: usize) -> (&'static str, &'static str, &'static str) {
-    match g % 4 {
-        0 => ("Standard_NC6s_v3", "6", "110Gi"),
-        1 => ("Standard_D4s_v5", "4", "16Gi"),
-        2 => ("Standard_D8s_v5", "8", "32Gi"),
-        _ => ("Standard_E8s_v5", "8", "64Gi"),
-    }
-}
 
 fn hex(n: usize, len: usize) -> String {
     let mut s = format!("{:016x}{:016x}", n.wrapping_mul(0x9e37_79b9_7f4a_7c15), n);
@@ -382,75 +368,51 @@ pub fn run(quick: bool, bin: &Path) {
     }
     let cfg = dir.path().join("config.yaml");
     std::fs::write(&cfg, yaml).expect("write config");
-    let started = Instant::now();
-    let child = Command::new(bin)
-        .arg("run")
-        .arg("--config")
-        .arg(&cfg)
-        .env("ARM_CLIENT_SECRET", "bench-secret")
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn daemon");
-    let child = Kill(child);
-    let pid = child.0.id();
-    let deadline = started + Duration::from_secs(if quick { 180 } else { 600 });
-    let mut peak = 0;
-    let mut ready_at = None;
-    let mut decided_at = None;
-    loop {
-        std::thread::sleep(Duration::from_millis(250));
-        let Some((r, _)) = rss(pid) else {
-            panic!("the daemon exited early");
-        };
-        peak = peak.max(r);
-        if ready_at.is_none() && http_get(port, "/readyz").is_some_and(|(c, _)| c == 200) {
-            ready_at = Some(started.elapsed());
-            println!(
-                "every reflector listed (/readyz 200) after {:.1} s; RSS then {:.1} MiB",
-                started.elapsed().as_secs_f64(),
-                mib(r)
-            );
-        }
-        if ready_at.is_some() && decided_at.is_none() {
-            let page = http_get(port, "/metrics").map(|p| p.1).unwrap_or_default();
-            if metric(&page, "vmss_capacity_scale_up_decisions_total") >= 1.0 {
-                decided_at = Some(Instant::now());
+    let mut daemon = Daemon::spawn(bin, &cfg);
+    let t0 = daemon.started;
+    let mut ready = false;
+    let mut decided_at: Option<Instant> = None;
+    daemon.sample_until(
+        Duration::from_secs(if quick { 180 } else { 600 }),
+        "listing the cluster and a first decision",
+        |r| {
+            if !ready && http_get(port, "/readyz").is_some_and(|(c, _)| c == 200) {
+                ready = true;
                 println!(
-                    "first scale-up decision after {:.1} s (pending pods seen: {}); RSS then {:.1} MiB",
-                    started.elapsed().as_secs_f64(),
-                    metric(&page, "vmss_capacity_unschedulable_pods_count{type=\"pending\"}"),
+                    "every reflector listed (/readyz 200) after {:.1} s; RSS then {:.1} MiB",
+                    t0.elapsed().as_secs_f64(),
                     mib(r)
                 );
             }
-        }
-        if decided_at.is_some_and(|t| t.elapsed() >= Duration::from_secs(15)) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the daemon did not list the cluster and decide in time (ready: {ready_at:?})"
-        );
-    }
-    let (now, hwm) = rss(pid).expect("daemon alive");
+            if ready && decided_at.is_none() {
+                let page = http_get(port, "/metrics").map(|p| p.1).unwrap_or_default();
+                if metric(&page, "vmss_capacity_scale_up_decisions_total") >= 1.0 {
+                    decided_at = Some(Instant::now());
+                    println!(
+                        "first scale-up decision after {:.1} s (pending pods seen: {}); RSS then {:.1} MiB",
+                        t0.elapsed().as_secs_f64(),
+                        metric(&page, "vmss_capacity_unschedulable_pods_count{type=\"pending\"}"),
+                        mib(r)
+                    );
+                }
+            }
+            decided_at.is_some_and(|t| t.elapsed() >= Duration::from_secs(15))
+        },
+    );
     let puts = state
         .request_log()
         .iter()
         .filter(|r| r.method == "PUT")
         .count();
-    println!(
-        "{nodes_n} nodes, {pods_n} pods, {groups} node groups, 15 s after the first decision ({puts} capacity PUTs): daemon VmRSS {:.1} MiB, VmHWM (peak) {:.1} MiB, sampled peak {:.1} MiB; goal under {GOAL_MIB} MiB: RSS {}, peak {}",
-        mib(now),
-        mib(hwm),
-        mib(peak),
-        verdict(mib(now) < GOAL_MIB),
-        verdict(mib(hwm) < GOAL_MIB)
+    daemon.report(
+        &format!(
+            "{nodes_n} nodes, {pods_n} pods, {groups} node groups, 15 s after the first decision ({puts} capacity PUTs): "
+        ),
+        GOAL_MIB,
     );
     if quick {
         println!("(QUICK mode: {nodes_n} nodes and {pods_n} pods, not the 5,000 and 50,000 the goal names)");
     }
-    drop(child);
+    drop(daemon);
     drop(emulator);
 }

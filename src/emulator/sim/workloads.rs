@@ -256,23 +256,9 @@ pub(crate) fn reconcile_disruption_budgets(store: &mut Store) {
     let budgets = store.list(rt, None, &Selector::default(), None, None).items;
     for pdb in &budgets {
         let computed = crate::emulator::kube::eviction::with_status(store, pdb.clone());
-        let Some(status) = computed.get("status").cloned() else {
-            continue;
-        };
-        if pdb.get("status") == Some(&status) {
-            continue;
+        if let Some(status) = computed.get("status").cloned() {
+            write_status(store, rt, pdb, status);
         }
-        let mut write = pdb.clone();
-        write["status"] = status;
-        if let Some(m) = write["metadata"].as_object_mut() {
-            m.remove("resourceVersion");
-        }
-        let ns = pdb
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let _ = store.update(rt, &ns, name_of(pdb).unwrap_or(""), write, Some("status"));
     }
 }
 
