@@ -252,6 +252,9 @@ pub struct Instance {
     pub instance_id: String,
     /// `properties.provisioningState` (`Creating`, `Succeeded`, `Deleting`, ...).
     pub provisioning_state: Option<String>,
+    /// `properties.osProfile.computerName`: the name its Node registers under (on AKS, the
+    /// machine name `deleteMachines` takes).
+    pub computer_name: Option<String>,
 }
 
 struct JitteredTtl {
@@ -423,6 +426,7 @@ pub(crate) mod tests {
             vec![Instance {
                 instance_id: "0".into(),
                 provisioning_state: None,
+                computer_name: None,
             }],
         );
         assert!(c.get("a").is_some());

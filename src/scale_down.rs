@@ -16,7 +16,7 @@
 //! start of each leadership, taints a previous run left behind are removed (#5048). Shutdown
 //! stops removals at their next wait and untaints their nodes.
 
-use crate::config::{NodeGroupSpec, Settings};
+use crate::config::{NodeGroupKind, NodeGroupSpec, Settings};
 use crate::kube::nodes::{remove_leftover_taints, EvictOutcome, NodeActions, NodeWriteError};
 use crate::kube::reflect::ClusterView;
 use crate::metrics::Metrics;
@@ -73,6 +73,8 @@ struct Shared {
 pub struct ScaleDownLoop {
     shared: Arc<Shared>,
     since: HashMap<String, Instant>,
+    /// Since when each instance (node group, instance id) has had no Node.
+    unregistered_since: HashMap<(String, String), Instant>,
     sizes_seen: HashMap<String, i64>,
     grew_at: HashMap<String, Instant>,
     /// Whether this leadership's leftover-taint cleanup is done.
@@ -169,6 +171,7 @@ impl ScaleDownLoop {
                 flight: Mutex::new(Flight::default()),
             }),
             since: HashMap::new(),
+            unregistered_since: HashMap::new(),
             sizes_seen: HashMap::new(),
             grew_at: HashMap::new(),
             cleaned: false,
@@ -288,6 +291,8 @@ impl ScaleDownLoop {
         if !waiting.is_empty() {
             debug!(?waiting, "unneeded nodes waiting");
         }
+        let budget = (settings.max_scale_down_per_pass as usize).saturating_sub(chosen.len());
+        self.remove_unregistered(&groups, &down, &nodes, &busy, budget, now);
         for i in chosen {
             let u = &candidates.unneeded[i];
             let group = groups[u.group].clone();
@@ -327,6 +332,76 @@ impl ScaleDownLoop {
         }
     }
 
+    /// Instances that have had no Node for `maxNodeProvisionTime` (a broken image, a bootstrap
+    /// that failed: they cost money and will never run a pod) are deleted by name, through the
+    /// same guarded delete as a drained node (fresh read, floor, still listed, `If-Match`), at
+    /// most `budget` this pass. The instances are the reconciler's last list (no extra call);
+    /// since when each has had no Node is counted here, on the monotonic clock, so a node the
+    /// watch has not shown yet is never taken for missing: it must stay missing that long.
+    fn remove_unregistered(
+        &mut self,
+        groups: &[NodeGroupSpec],
+        down: &[DownGroup],
+        nodes: &[Arc<NodeRecord>],
+        busy: &HashSet<String>,
+        budget: usize,
+        now: Instant,
+    ) {
+        let s = self.shared.clone();
+        let instances: Vec<_> = groups
+            .iter()
+            .map(|g| s.reconciler.instances().get(&g.name))
+            .collect();
+        let missing = unneeded::unregistered(down, &instances, nodes);
+        let key =
+            |u: &unneeded::Unregistered| (groups[u.group].name.clone(), u.instance_id.clone());
+        let current: HashSet<(String, String)> = missing.iter().map(key).collect();
+        self.unregistered_since.retain(|k, _| current.contains(k));
+        for k in current {
+            self.unregistered_since.entry(k).or_insert(now);
+        }
+        let limit = s.settings.pod_demand.max_node_provision_time;
+        let mut started = 0;
+        for u in &missing {
+            let since = self.unregistered_since.get(&key(u)).copied().unwrap_or(now);
+            let slot_name = format!("{}/{}", groups[u.group].name, u.instance_id);
+            // An agent pool deletes machines by name: without one, leave the instance alone.
+            let unnamed = u.machine.is_empty()
+                && matches!(groups[u.group].kind, NodeGroupKind::AksAgentPool { .. });
+            if started >= budget
+                || now.duration_since(since) < limit
+                || down[u.group].size.is_none()
+                || busy.contains(&slot_name)
+                || unnamed
+            {
+                continue;
+            }
+            started += 1;
+            let group = groups[u.group].clone();
+            let victim = Victim {
+                instance_id: u.instance_id.clone(),
+                node_name: u.machine.clone(),
+            };
+            let slot = {
+                let mut f = s.flight.lock();
+                f.busy.insert(slot_name.clone());
+                *f.deleting.entry(group.name.clone()).or_default() += 1;
+                Slot {
+                    shared: s.clone(),
+                    node: slot_name,
+                    group: group.name.clone(),
+                    drains: false,
+                }
+            };
+            warn!(scale_set = %group.name, instance = %victim.instance_id, machine = %victim.node_name, minutes = limit.as_secs() / 60, "an instance never registered as a node within maxNodeProvisionTime: deleting it");
+            let task = s.clone();
+            self.tasks.spawn(async move {
+                let _slot = slot;
+                task.remove_unregistered(group, victim).await;
+            });
+        }
+    }
+
     /// Our taints on nodes no removal of this process is working on (cluster-autoscaler #5048):
     /// at the start of a leadership, a removal still finishing from the previous one keeps its
     /// node.
@@ -362,6 +437,41 @@ impl ScaleDownLoop {
 }
 
 impl Shared {
+    /// Deletes an instance that never became a Node (nothing to taint or drain).
+    async fn remove_unregistered(self: &Arc<Self>, group: NodeGroupSpec, victim: Victim) {
+        if !self.reconciler.may_write() {
+            return;
+        }
+        let name = group.name.as_str();
+        match self
+            .reconciler
+            .delete_instance(&group, victim.clone())
+            .await
+        {
+            DeleteEnd::Deleted => {
+                self.metrics
+                    .scaled_down_nodes_total
+                    .with_label_values(&[name, "unregistered"])
+                    .inc();
+                info!(scale_set = name, instance = %victim.instance_id, "an instance that never registered was deleted");
+            }
+            DeleteEnd::Refused(why) => {
+                info!(scale_set = name, instance = %victim.instance_id, why, "an unregistered instance was not deleted");
+                self.metrics
+                    .failed_scale_downs_total
+                    .with_label_values(&[name, "refused"])
+                    .inc();
+            }
+            DeleteEnd::Failed(why) => {
+                warn!(scale_set = name, instance = %victim.instance_id, %why, "deleting an unregistered instance failed");
+                self.metrics
+                    .failed_scale_downs_total
+                    .with_label_values(&[name, "delete_failed"])
+                    .inc();
+            }
+        }
+    }
+
     /// Taint, wait, re-check, drain, delete (see the module documentation).
     async fn remove(self: &Arc<Self>, r: Removal, shutdown: &CancellationToken) {
         let node = self.node(&r.node);

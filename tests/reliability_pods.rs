@@ -5,7 +5,8 @@
 //! tainted memory group, a tainted GPU group from zero), bounds, a boot delay, scale-down timings and a budget on the
 //! `web` workload, then steps through pod arrivals and departures (ReplicaSets scaled), rival
 //! capacity and tag writes, ARM faults on PUT, GET and instance deletes, the Kubernetes API
-//! going away for a while, and waits. Checked after every schedule:
+//! going away for a while, a group whose new instances stop registering as Nodes for up to 25
+//! minutes, and waits. Checked after every schedule:
 //!
 //! - the emulator's lost-update report is empty, and every controller write carried `If-Match`;
 //! - no pod other than a DaemonSet's went down with a node the controller deleted: every pod was
@@ -31,6 +32,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 use support::pod_cluster::{Cluster, Groups, Seed, GPU_TAINT_TAG};
 use support::*;
+use vmss_capacity_controller::emulator::sim::nodes::NEVER_REGISTER_TAG;
 use vmss_capacity_controller::emulator::sim::{PodTemplate, SimSettings};
 use vmss_capacity_controller::emulator::{AgentPoolSeed, EmulatorState, FaultKind, RequestRecord};
 
@@ -117,6 +119,11 @@ enum Step {
     KubeDown {
         secs: u64,
     },
+    /// The group's new instances do not register as Nodes for a while (a broken image).
+    Unregistering {
+        group: usize,
+        secs: u64,
+    },
     Wait {
         secs: u64,
     },
@@ -133,6 +140,8 @@ struct Schedule {
     delay_after_add: Duration,
     /// `scaleDown.utilizationThreshold`: higher drains more nodes that still run pods.
     threshold: f64,
+    /// `maxNodeProvisionTime`.
+    provision: Duration,
     /// `web`'s budget.
     budget: serde_json::Value,
     /// A rival re-applying tags to a random group this often, all along (think Terraform).
@@ -199,8 +208,12 @@ impl Schedule {
                         count: rng.gen_range(1..=3),
                     }
                 }
-                75..=82 => Step::KubeDown {
+                75..=78 => Step::KubeDown {
                     secs: rng.gen_range(5..=60),
+                },
+                79..=86 => Step::Unregistering {
+                    group,
+                    secs: rng.gen_range(5 * 60..=25 * 60),
                 },
                 _ => Step::Wait {
                     secs: *[30u64, 60, 120, 300, 600]
@@ -223,6 +236,7 @@ impl Schedule {
                 *[0u64, 120, 600].get(rng.gen_range(0..3)).unwrap_or(&600),
             ),
             threshold: *[0.5, 0.8].get(rng.gen_range(0..2)).unwrap_or(&0.5),
+            provision: Duration::from_secs(*[300u64, 900].get(rng.gen_range(0..2)).unwrap_or(&900)),
             budget,
             rival_every: Duration::from_secs(rng.gen_range(15..=90)),
             steps,
@@ -262,6 +276,7 @@ struct Outcome {
     deletions: usize,
     pool_deletions: usize,
     evictions: u64,
+    unregistered: u64,
 }
 
 fn path_of(r: &RequestRecord) -> &str {
@@ -317,6 +332,26 @@ fn rival_capacity(c: &Cluster, group: &str, to: i64) {
     };
 }
 
+/// Turns the emulator's "new instances never register" fault on or off for a node group (on
+/// its scale set; an agent pool's backing scale set).
+fn never_register(c: &Cluster, group: &str, on: bool) {
+    let tags = BTreeMap::from([(NEVER_REGISTER_TAG.to_string(), on.to_string())]);
+    let _ = if c.pools {
+        let Some(pool) = c.state.agent_pool(SUB, RG, CLUSTER, group) else {
+            return;
+        };
+        c.state.rival_set_tags(
+            SUB,
+            &pool.scale_set_resource_group,
+            &pool.scale_set_name,
+            tags,
+            "rival",
+        )
+    } else {
+        c.state.rival_set_tags(SUB, RG, group, tags, "rival")
+    };
+}
+
 /// A rival's tag write: on a scale set, or on the managed cluster (every pool's ETag moves).
 fn rival_tags(state: &EmulatorState, pools: bool, group: &str, key: &str, value: u32) {
     let tags = BTreeMap::from([(key.to_string(), value.to_string())]);
@@ -357,6 +392,7 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
         s.scale_down.unneeded_time = schedule.unneeded;
         s.scale_down.delay_after_add = schedule.delay_after_add;
         s.scale_down.utilization_threshold = schedule.threshold;
+        s.pod_demand.max_node_provision_time = schedule.provision;
         for (g, b) in s.node_groups.iter_mut().zip(&bounds) {
             g.min_size = b.min;
             g.max_size = b.max;
@@ -428,6 +464,11 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
                 tokio::time::sleep(Duration::from_secs(*secs)).await;
                 c.kube.set_unavailable(false);
             }
+            Step::Unregistering { group, secs } => {
+                never_register(&c, GROUPS[*group].0, true);
+                tokio::time::sleep(Duration::from_secs(*secs)).await;
+                never_register(&c, GROUPS[*group].0, false);
+            }
             Step::Wait { secs } => tokio::time::sleep(Duration::from_secs(*secs)).await,
         }
         tokio::time::sleep(Duration::from_secs(*after)).await;
@@ -455,12 +496,17 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
             tokio::time::sleep(Duration::from_secs(10)).await;
             let running = c.kube.pod_counts(Some("default")).running as i64;
             let idle = idle_above_min(&c, &bounds);
-            if running == want && idle.is_empty() {
+            let unregistered: Vec<_> = GROUPS
+                .iter()
+                .filter(|g| c.nodes_of(g.0).len() as i64 != c.capacity(g.0))
+                .map(|g| g.0)
+                .collect();
+            if running == want && idle.is_empty() && unregistered.is_empty() {
                 break Ok(());
             }
             if tokio::time::Instant::now() >= deadline {
                 break Err(format!(
-                    "not settled {} min after the last step: {running} of {want} pods running, idle nodes above min: {idle:?}, capacities {:?}",
+                    "not settled {} min after the last step: {running} of {want} pods running, idle nodes above min: {idle:?}, groups with instances but no nodes: {unregistered:?}, capacities {:?}",
                     SETTLE.as_secs() / 60,
                     GROUPS.iter().map(|g| c.capacity(g.0)).collect::<Vec<_>>()
                 ));
@@ -490,6 +536,10 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
         evictions: vmss_capacity_controller::metrics::Metrics::counter_sum(
             &c.metrics.evicted_pods_total,
             &[("result", "evicted")],
+        ),
+        unregistered: vmss_capacity_controller::metrics::Metrics::counter_sum(
+            &c.metrics.scaled_down_nodes_total,
+            &[("reason", "unregistered")],
         ),
     };
     let losses = c._emulator.pods_lost_with_nodes();
@@ -638,6 +688,7 @@ async fn random_pods_rivals_and_faults_lose_no_update_bypass_no_budget_and_respe
                 totals.deletions += o.deletions;
                 totals.pool_deletions += o.pool_deletions;
                 totals.evictions += o.evictions;
+                totals.unregistered += o.unregistered;
             }
             Err(e) => panic!(
                 "schedule {seed} broke an invariant: {e}\nreplay: RELIABILITY_POD_SEED={seed} cargo test --test reliability_pods -- --nocapture\n{schedule:#?}"
@@ -645,12 +696,13 @@ async fn random_pods_rivals_and_faults_lose_no_update_bypass_no_budget_and_respe
         }
     }
     println!(
-        "{} schedules with pods: {} capacity writes, {} answered 412 (re-planned), {} instances deleted by name ({} by deleteMachines), {} pods evicted; 0 lost updates, 0 pods bypassing an eviction ({:.1} s real)",
+        "{} schedules with pods: {} capacity writes, {} answered 412 (re-planned), {} instances deleted by name ({} by deleteMachines; {} that never registered), {} pods evicted; 0 lost updates, 0 pods bypassing an eviction ({:.1} s real)",
         seeds.len(),
         totals.scale_ups,
         totals.conflicts,
         totals.deletions,
         totals.pool_deletions,
+        totals.unregistered,
         totals.evictions,
         started.elapsed().as_secs_f64()
     );

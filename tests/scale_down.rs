@@ -341,3 +341,44 @@ async fn eventually_untainted(api: &kube::Api<Node>) -> bool {
     }
     false
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_that_never_registers_is_deleted_after_max_node_provision_time_down_to_min() {
+    use vmss_capacity_controller::emulator::sim::nodes::NEVER_REGISTER_TAG;
+    // Two instances whose nodes never come (a broken image), min 1: one goes, by name.
+    let c = Cluster::start_simulated(
+        &[
+            ("general", SIZE, 1, &[]),
+            ("broken", SIZE, 2, &[(NEVER_REGISTER_TAG, "true")]),
+        ],
+        5,
+        |s| {
+            fast(s, 1);
+            s.pod_demand.max_node_provision_time = Duration::from_secs(2);
+        },
+    )
+    .await;
+    ready(&c, 1).await;
+    assert!(
+        eventually(Duration::from_secs(20), || c.capacity("broken") == 1).await,
+        "the unregistered instance was not deleted: capacity {}",
+        c.capacity("broken")
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || count(
+            &c,
+            &c.metrics.scaled_down_nodes_total,
+            &[("reason", "unregistered")]
+        ) == 1)
+        .await
+    );
+    // Not below min, and the healthy group is untouched.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(c.capacity("broken"), 1);
+    assert_eq!(c.capacity("general"), 1);
+    let sent = deletes(&c);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert!(sent[0].path.contains("/broken/") && sent[0].if_match.is_some());
+    assert!(c.state.lost_updates().is_empty());
+    c.stop().await;
+}

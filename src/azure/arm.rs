@@ -968,9 +968,13 @@ impl ArmClient {
         let mut out = Vec::new();
         while let Some(page) = stream.next().await {
             match page {
-                Ok(page) => out.extend(page.value.into_iter().map(|vm| Instance {
-                    instance_id: vm.instance_id.unwrap_or_default(),
-                    provisioning_state: vm.properties.and_then(|p| p.provisioning_state),
+                Ok(page) => out.extend(page.value.into_iter().map(|vm| {
+                    let properties = vm.properties.unwrap_or_default();
+                    Instance {
+                        instance_id: vm.instance_id.unwrap_or_default(),
+                        provisioning_state: properties.provisioning_state,
+                        computer_name: properties.os_profile.and_then(|o| o.computer_name),
+                    }
                 })),
                 Err(e) => {
                     let (err, code) = self.classify(op, name, e);

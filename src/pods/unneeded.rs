@@ -15,6 +15,7 @@ use super::fit::NodeState;
 use super::record::{NodeRecord, PodRecord};
 use super::scale_down::{pods_to_move, removable, utilization, Blocker};
 use super::scale_up::{is_ready, parse_provider_id, schedulable, Backing, GroupIndex};
+use crate::cache::Instance;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -228,6 +229,60 @@ struct Candidate<'a> {
     before: bool,
 }
 
+/// An instance of a managed group that no Node stands for: requested, and not registered (yet,
+/// or ever: a broken image, a bootstrap that failed).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Unregistered {
+    /// Index of its group in the groups given.
+    pub group: usize,
+    /// The scale set's instance id.
+    pub instance_id: String,
+    /// The name its Node would have: the VM's computer name (on AKS, its machine name).
+    pub machine: String,
+}
+
+/// The instances of `groups` (`instances[i]`: what Azure listed for group `i`, when known) that
+/// no Node stands for, matched two ways so a node is never taken for missing: the instance id in
+/// a node's providerID (within the node's group), or the VM's computer name as a node's name.
+/// Instances Azure is already deleting are left out. cluster-autoscaler's "unregistered nodes".
+pub fn unregistered(
+    groups: &[DownGroup],
+    instances: &[Option<Arc<Vec<Instance>>>],
+    nodes: &[Arc<NodeRecord>],
+) -> Vec<Unregistered> {
+    let index = GroupIndex::of_backings(groups.iter().map(|g| &g.backing));
+    let mut registered: HashSet<(usize, &str)> = HashSet::new();
+    let mut names: HashSet<&str> = HashSet::new();
+    for node in nodes {
+        names.insert(node.name.as_str());
+        let id = node.provider_id.as_deref().and_then(parse_provider_id);
+        if let (Some(g), Some((_, _, id))) = (index.group_of(node), id) {
+            registered.insert((g, id));
+        }
+    }
+    let mut out = Vec::new();
+    for (g, list) in instances.iter().enumerate().take(groups.len()) {
+        for i in list.iter().flat_map(|l| l.iter()) {
+            let deleting = i
+                .provisioning_state
+                .as_deref()
+                .is_some_and(|s| s.eq_ignore_ascii_case("Deleting"));
+            let by_name = i.computer_name.as_deref().is_some_and(|n| {
+                names.contains(n) || names.contains(n.to_ascii_lowercase().as_str())
+            });
+            if deleting || by_name || registered.contains(&(g, i.instance_id.as_str())) {
+                continue;
+            }
+            out.push(Unregistered {
+                group: g,
+                instance_id: i.instance_id.clone(),
+                machine: i.computer_name.clone().unwrap_or_default(),
+            });
+        }
+    }
+    out
+}
+
 /// Since when each node has been unneeded: nodes new to the list start now, nodes no longer on
 /// it are forgotten (an unneeded period must be unbroken).
 pub fn track(since: &mut HashMap<String, Instant>, candidates: &Candidates, now: Instant) {
@@ -387,6 +442,40 @@ mod tests {
 
     fn all_since(c: &Candidates, t: Instant) -> HashMap<String, Instant> {
         c.unneeded.iter().map(|u| (u.node.clone(), t)).collect()
+    }
+
+    fn instance(id: &str, machine: &str, state: &str) -> Instance {
+        Instance {
+            instance_id: id.into(),
+            provisioning_state: Some(state.into()),
+            computer_name: Some(machine.into()),
+        }
+    }
+
+    #[test]
+    fn an_instance_no_node_stands_for_is_unregistered_and_a_node_found_either_way_is_not() {
+        // Instance 0 has its node by providerID, 1 by name only (its providerID not set yet),
+        // 2 has none, 3 has none but Azure is deleting it.
+        let mut by_name = (*node("ss000001", "other", 9, "4")).clone();
+        by_name.provider_id = None;
+        let nodes = vec![node("ss000000", "ss", 0, "4"), Arc::new(by_name)];
+        let listed = Arc::new(vec![
+            instance("0", "ss000000", "Succeeded"),
+            instance("1", "ss000001", "Succeeded"),
+            instance("2", "ss000002", "Creating"),
+            instance("3", "ss000003", "Deleting"),
+        ]);
+        let got = unregistered(&[group("ss", Some(4), 0)], &[Some(listed)], &nodes);
+        assert_eq!(
+            got,
+            [Unregistered {
+                group: 0,
+                instance_id: "2".into(),
+                machine: "ss000002".into()
+            }]
+        );
+        // A group whose instances are not known yet has none.
+        assert!(unregistered(&[group("ss", Some(4), 0)], &[None], &nodes).is_empty());
     }
 
     #[test]

@@ -298,6 +298,8 @@ impl ScaleSet {
                 "provisioningState": state,
                 "vmId": inst.vm_id,
                 "timeCreated": inst.time_created,
+                // What a VMSS names its VMs (prefix + base-36 id), and the Node registers as.
+                "osProfile": {"computerName": crate::emulator::sim::nodes::node_name(&self.name, id)},
             },
         })
     }

@@ -19,6 +19,10 @@ use super::sizes::{self, NodeResources};
 pub const SIMULATED_ANNOTATION: &str = "emulator.vmss-capacity-controller/simulated";
 /// The taint a Node carries until it is `Ready`, as the node lifecycle controller sets it.
 pub const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
+/// A fault: while a scale set is tagged `emulator-never-register: true`, its instances that have
+/// no Node yet get none (a broken image, a bootstrap that fails); Nodes already there stay. For
+/// the controller's "nodes that never come" handling.
+pub const NEVER_REGISTER_TAG: &str = "emulator-never-register";
 /// Tag naming the agent pool of a scale set (AKS sets it on its backing scale sets).
 const POOL_NAME_TAG: &str = "aks-managed-poolName";
 /// cluster-autoscaler's template tags on a scale set.
@@ -338,7 +342,9 @@ pub(crate) fn sync(
         if !ready {
             next_boot = Some(next_boot.map_or(*ready_at, |t| t.min(*ready_at)));
         }
+        let broken = ss.tags.get(NEVER_REGISTER_TAG).map(String::as_str) == Some("true");
         match present.get(pid) {
+            None if broken => {}
             None => {
                 let _ = store.create(nodes_rt, "", node_object(ss, *id, ready));
             }
