@@ -19,10 +19,10 @@
 //! | [`notify`] | events and per-group status the reconciler reports (Kubernetes Events, status ConfigMap) |
 //! | [`metrics`] | the Prometheus registry and every metric the daemon exports |
 //! | [`http`] | `/metrics`, `/healthz`, `/readyz` |
-//! | [`pods`] | pod-driven demand's pure parts: quantities, fit, templates, bin packing, expanders, the scale-up decision, one scale-down pass (which nodes go) |
+//! | [`pods`] | pod-driven demand's pure parts: pods and nodes as records, quantities, fit, templates, bin packing, expanders, the scale-up decision, one scale-down pass (which nodes go, which instances never registered) |
 //! | [`pod_demand`] | `demand: pods`: batching pending pods, one scale-up decision per batch, the reconciler's demand source |
 //! | [`scale_down`] | removing unneeded nodes: taint, re-check, drain through evictions, delete exactly that instance |
-//! | [`kube`] | the Kubernetes side: client, Lease leader election, reflectors of nodes, pods, PDBs, DaemonSets |
+//! | [`kube`] | the Kubernetes side: client, Lease leader election, reflectors of nodes and pods (as records), PDBs, DaemonSets |
 //! | [`emulator`] | feature `emulator` (default): ARM (scale sets, AKS, identity, throttling, faults) and Kubernetes API emulators, separate rooms |
 //! | [`demo`] | feature `emulator`: the zero-setup showcase: emulator, rival writer, controller, summary |
 //! | [`cli`] | subcommands and their implementations; `main.rs` only dispatches |

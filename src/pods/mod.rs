@@ -11,7 +11,7 @@
 //! | [`record`] | a pod as the controller keeps it: its own fields, and a spec shared by equal pods |
 //! | [`scale_up`] | one decision: which groups grow by how much for the pods pending now |
 //! | [`scale_down`] | whether one node can go, and what blocks removing it |
-//! | [`unneeded`] | one scale-down pass: unneeded nodes, since when, which go now |
+//! | [`unneeded`] | one scale-down pass: unneeded nodes, since when, which go now; instances no Node stands for |
 
 pub mod estimate;
 pub mod expander;
