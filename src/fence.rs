@@ -6,11 +6,52 @@
 //! another replica took over must not send a single write. The reconciler asks the fence
 //! immediately before each capacity write or instance deletion, not once per pass, because a pass
 //! can outlive a lease.
+//!
+//! Admission is not the last step: between it and the bytes leaving there may be a token to
+//! fetch (the SDK fetches one per request) and a connection to open. So a write is sent inside
+//! [`sending`], and the HTTP layer calls [`last_check`] immediately before the request goes out:
+//! the fence is asked once more, and the request gets a deadline of the lease's remaining
+//! validity ([`WriteFence::valid_for`]) so that no answer is awaited (and no connection opened)
+//! past the moment a standby may take over. A request cut by that deadline has an unknown
+//! outcome and is treated as such.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
+
+/// Kept off the lease's validity when bounding a write's request: time for Azure to act on a
+/// request it received just before the deadline, and for scheduling noise on this side.
+pub const VALIDITY_MARGIN: Duration = Duration::from_secs(2);
+
+tokio::task_local! {
+    /// The fence of the write being sent by this task (see [`sending`]).
+    static SENDING: Arc<dyn WriteFence>;
+}
+
+/// Runs `send`, one write's request, with `fence` as the fence the HTTP layer asks last
+/// ([`last_check`]).
+pub async fn sending<F: Future>(fence: Arc<dyn WriteFence>, send: F) -> F::Output {
+    SENDING.scope(fence, send).await
+}
+
+/// Asked by the HTTP layer immediately before a write's request leaves: `Err` if the fence of the
+/// write being sent closed since it was admitted; else how long the request may take at most
+/// (`None`: no bound, or not inside [`sending`]).
+pub fn last_check() -> Result<Option<Duration>, FenceHold> {
+    SENDING
+        .try_with(|fence| {
+            fence.check()?;
+            Ok(fence.valid_for())
+        })
+        .unwrap_or(Ok(None))
+}
+
+/// The error the HTTP layer returns for a write [`last_check`] stopped: nothing was sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the write was not sent: {0}")]
+pub struct FencedAtSend(pub FenceHold);
 
 /// Why a write was not sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,6 +85,13 @@ impl std::fmt::Display for FenceHold {
 pub trait WriteFence: Send + Sync + std::fmt::Debug {
     /// `Ok(())` if this replica may write to Azure now.
     fn check(&self) -> Result<(), FenceHold>;
+
+    /// How much longer a write sent now may be out before another replica may have taken over
+    /// (the lease's remaining validity less [`VALIDITY_MARGIN`]); `None` when unbounded (no
+    /// leader election).
+    fn valid_for(&self) -> Option<Duration> {
+        None
+    }
 
     /// [`check`](Self::check), and if the write may go, a permit to hold until its response is
     /// in. A leader that lets go of its Lease first closes the fence, then waits for the permits

@@ -70,6 +70,11 @@ pub struct Metrics {
     pub kube_watch_restarts_total: IntCounterVec,
     /// Seconds since the newest watch event (or full list) of a kind arrived.
     pub kube_newest_event_age_seconds: GaugeVec,
+    /// 1 while a kind's watch is healthy (its last list completed and no error since), else 0.
+    pub kube_watch_healthy: IntGaugeVec,
+    /// 1 while scale-down (and deleting unregistered instances) is halted, by reason
+    /// (`watch_failing`), else 0.
+    pub scale_down_halted: IntGaugeVec,
     /// Writes refused before sending, by scale set and reason (`no_etag`, `budget`, `cooldown`, `backoff`, `gated`).
     pub writes_held_total: IntCounterVec,
     /// Long-running operations by final status (`succeeded`, `failed`, `canceled`, `timeout`, `error`).
@@ -253,6 +258,18 @@ impl Metrics {
                 "kube_newest_event_age_seconds",
                 "Seconds since the newest watch event or full list of a kind arrived.",
                 &["kind"],
+            ),
+            kube_watch_healthy: int_gauge(
+                &registry,
+                "kube_watch_healthy",
+                "1 while a kind's watch is healthy (last list complete, no error since), else 0.",
+                &["kind"],
+            ),
+            scale_down_halted: int_gauge(
+                &registry,
+                "scale_down_halted",
+                "1 while scale-down and unregistered-instance deletes are halted, by reason.",
+                &["reason"],
             ),
             last_successful_reconcile_timestamp_seconds: gauge(
                 &registry,

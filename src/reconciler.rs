@@ -44,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 mod delete;
-pub use delete::DeleteEnd;
+pub use delete::{DeleteEnd, DeleteKind, LastLook, NoLastLook};
 
 /// First backoff after a 5xx or transport error; doubles per failure.
 const BACKOFF_BASE: Duration = Duration::from_secs(2);
@@ -233,7 +233,8 @@ impl ReconcilerBuilder {
                 fence: self.fence,
                 events: self.events,
                 started: Instant::now(),
-                resources: Resources::new(&settings, self.arm),
+                resources: Resources::new(&settings, self.arm.clone()),
+                arm: self.arm,
                 settings,
                 metrics: self.metrics,
             }),
@@ -250,6 +251,8 @@ pub struct Reconciler {
 struct Inner {
     settings: Arc<Settings>,
     resources: Resources,
+    /// The client the resources write through: its token is fetched before a write is admitted.
+    arm: Arc<ArmClient>,
     metrics: Arc<Metrics>,
     demand: Arc<dyn DemandSource>,
     clock: WallClock,
@@ -336,6 +339,14 @@ impl Reconciler {
     /// pending: wakes while a pass runs start the next one as soon as it ends).
     pub fn wake(&self) {
         self.inner.wake.notify_one();
+    }
+
+    /// Forgets `group`'s size and instances (a delete was seen to have happened after its
+    /// outcome was unknown): the next read is fresh, and the entry is re-read before a write.
+    pub fn invalidate_size(&self, group: &str) {
+        self.inner.sizes.invalidate(group);
+        self.inner.instances.invalidate(group);
+        self.inner.with_state(group, |s| s.stale = true);
     }
 
     /// When the process started (for liveness).
@@ -957,12 +968,27 @@ impl Inner {
         Some(hold.metric_label())
     }
 
-    /// [`fenced`](Self::fenced), with the permit to hold while the write is out.
-    fn admitted(&self, name: &str) -> Result<WritePermit, &'static str> {
+    /// [`fenced`](Self::fenced), with the permit to hold while the write is out. The token the
+    /// write needs is fetched first: a token endpoint that is slow (up to the request timeout)
+    /// must delay the admission, not the send after it.
+    async fn admitted_with_token(&self, name: &str) -> Result<WritePermit, &'static str> {
+        if let Err(e) = self.arm.ready_token().await {
+            warn!(scale_set = name, error = %e, "no token for the write: not sent");
+            return Err("credential");
+        }
         self.fence.admit().map_err(|hold| {
             debug!(scale_set = name, %hold, "write fenced");
             hold.metric_label()
         })
+    }
+
+    /// Sends one write's request with the fence asked once more immediately before its bytes
+    /// leave, and its answer awaited no longer than the lease stays valid (see [`crate::fence`]).
+    async fn send_fenced<T>(
+        &self,
+        send: impl std::future::Future<Output = Result<T, ArmError>>,
+    ) -> Result<T, ArmError> {
+        crate::fence::sending(self.fence.clone(), send).await
     }
 
     /// One planned write through the ETag protocol. Returns how it ended and whether a 412 was met.
@@ -1034,15 +1060,18 @@ impl Inner {
         }
         // The reads above may have taken a while: ask again, as late as possible, and hold the
         // permit until the response is in.
-        let permit = match self.admitted(name) {
+        let permit = match self.admitted_with_token(name).await {
             Ok(p) => p,
             Err(reason) => return self.held(name, reason),
         };
         self.spend_budget(name);
-        let result = resource
-            .write_capacity(&current, target, &precondition)
+        let result = self
+            .send_fenced(resource.write_capacity(&current, target, &precondition))
             .await;
         drop(permit);
+        if let Err(ArmError::Fenced { hold, .. }) = &result {
+            return self.held(name, hold.metric_label());
+        }
         self.record_write(name, current.capacity, target, write_result(&result));
         match result {
             Ok(acc) => {
@@ -1266,26 +1295,35 @@ impl Inner {
         };
         let resource = self.resources.for_group(group);
         let refused = self.refused(group, &resource, &fresh);
-        let permit = match refused
+        let held_retry = |reason: &'static str| {
+            outcome("gave_up");
+            self.with_state(name, |s| s.held = Some(reason));
+            self.metrics
+                .writes_held_total
+                .with_label_values(&[name, reason])
+                .inc();
+            WriteEnd::Held
+        };
+        let admitted = match refused
             .or_else(|| self.fenced(name))
             .or_else(|| self.hold_reason(name))
-            .map_or_else(|| self.admitted(name), Err)
         {
+            Some(reason) => Err(reason),
+            None => self.admitted_with_token(name).await,
+        };
+        let permit = match admitted {
             Ok(p) => p,
-            Err(reason) => {
-                outcome("gave_up");
-                self.with_state(name, |s| s.held = Some(reason));
-                self.metrics
-                    .writes_held_total
-                    .with_label_values(&[name, reason])
-                    .inc();
-                return WriteEnd::Held;
-            }
+            Err(reason) => return held_retry(reason),
         };
         self.spend_budget(name);
         let precondition = Precondition::IfMatch(etag);
-        let result = resource.write_capacity(&fresh, next, &precondition).await;
+        let result = self
+            .send_fenced(resource.write_capacity(&fresh, next, &precondition))
+            .await;
         drop(permit);
+        if let Err(ArmError::Fenced { hold, .. }) = &result {
+            return held_retry(hold.metric_label());
+        }
         self.record_write(name, fresh.capacity, next, write_result(&result));
         match result {
             Ok(acc) => {

@@ -11,13 +11,25 @@
 //!    then the evicted pods must be gone from the node; a drain that fails untaints the node;
 //! 4. **delete exactly that instance** through [`Reconciler::delete_instance`] (fresh read, floor,
 //!    instance still listed, `If-Match`, the fence; the size is re-read once Azure confirms).
+//!    Once the delete's turn came, and immediately before it is sent, the node is read fresh from
+//!    the API server with the pods bound to it (never the reflectors' view): a node that lost our
+//!    taint or holds a pod the drain did not move stops the delete.
 //!
-//! An aborted or failed removal untaints the node (retried each pass until it succeeds); at the
-//! start of each leadership, taints a previous run left behind are removed (#5048). Shutdown
-//! stops removals at their next wait and untaints their nodes.
+//! An aborted or failed removal untaints the node (retried each pass until it succeeds). A delete
+//! whose outcome is unknown (the answer lost, the operation not followed to its end) keeps the
+//! taint and cordon: each pass reads the instance list fresh until it shows the VM gone (the node
+//! was removed) or still there and `Succeeded` (only then is the node untainted). At the start of
+//! each leadership, taints a previous run left behind are removed (#5048), by the same rule: only
+//! from nodes whose VM a fresh list shows `Succeeded`. Shutdown stops removals at their next wait
+//! and untaints their nodes.
+//!
+//! Nothing is decided while a watch of the cluster is failing ([`ClusterView::failing`]): the
+//! view may miss new pods or new nodes, so scale-down and the deletion of unregistered instances
+//! halt (`scale_down_halted{reason="watch_failing"}`) until every watch has listed afresh.
 
+use crate::cache::Instance;
 use crate::config::{NodeGroupKind, NodeGroupSpec, Settings};
-use crate::kube::nodes::{remove_leftover_taints, EvictOutcome, NodeActions, NodeWriteError};
+use crate::kube::nodes::{has_our_taint_record, EvictOutcome, NodeActions, NodeWriteError};
 use crate::kube::reflect::ClusterView;
 use crate::metrics::Metrics;
 use crate::notify::{ControllerEvent, EventSink, ObjectRef};
@@ -25,9 +37,9 @@ use crate::pod_demand::{backing, pod_ref};
 use crate::pods::fit::NodeState;
 use crate::pods::record::{NodeRecord, PodRecord};
 use crate::pods::scale_down::removable;
-use crate::pods::scale_up::{is_ready, schedulable};
+use crate::pods::scale_up::{is_ready, parse_provider_id, schedulable, GroupIndex};
 use crate::pods::unneeded::{self, Candidates, DownGroup, DownInput, Limits};
-use crate::reconciler::{DeleteEnd, Reconciler};
+use crate::reconciler::{DeleteEnd, DeleteKind, LastLook, Reconciler};
 use crate::resource::Victim;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -56,6 +68,20 @@ struct Flight {
     draining: usize,
     /// Nodes whose untaint failed: retried each pass.
     untaint: HashSet<String>,
+    /// Deletes whose outcome is unknown, by node (or `group/instance` slot): the node stays
+    /// tainted and busy until a fresh instance list decides.
+    unknown: HashMap<String, Unknown>,
+}
+
+/// A delete sent whose outcome is not known.
+#[derive(Debug, Clone)]
+struct Unknown {
+    group: NodeGroupSpec,
+    victim: Victim,
+    /// Whether there is a node to untaint if the VM turns out to be still there.
+    tainted: bool,
+    /// The removal's reason label, for the metric once the VM is seen gone.
+    reason: &'static str,
 }
 
 /// What each removal task needs.
@@ -79,6 +105,8 @@ pub struct ScaleDownLoop {
     grew_at: HashMap<String, Instant>,
     /// Whether this leadership's leftover-taint cleanup is done.
     cleaned: bool,
+    /// Why scale-down is halted now, if it is (logged once per halt).
+    halted: Option<String>,
     tasks: JoinSet<()>,
 }
 
@@ -175,6 +203,7 @@ impl ScaleDownLoop {
             sizes_seen: HashMap::new(),
             grew_at: HashMap::new(),
             cleaned: false,
+            halted: None,
             tasks: JoinSet::new(),
         }
     }
@@ -208,21 +237,8 @@ impl ScaleDownLoop {
             self.cleaned = false;
             return;
         }
-        if !self.cleaned {
-            match self.remove_leftover_taints().await {
-                Ok(0) => {}
-                Ok(n) => {
-                    info!(
-                        nodes = n,
-                        "removed scale-down taints a previous run left behind"
-                    )
-                }
-                Err(e) => {
-                    warn!(error = %e, "could not remove leftover scale-down taints; retrying next pass");
-                    return;
-                }
-            }
-            self.cleaned = true;
+        if !self.healthy() {
+            return;
         }
         let retry: Vec<String> = s.flight.lock().untaint.iter().cloned().collect();
         for node in retry {
@@ -230,6 +246,7 @@ impl ScaleDownLoop {
                 s.flight.lock().untaint.remove(&node);
             }
         }
+        s.settle_unknown().await;
 
         let now = Instant::now();
         let settings = &s.settings.scale_down;
@@ -263,6 +280,22 @@ impl ScaleDownLoop {
                     .get(&g.name)
                     .is_some_and(|t| now.duration_since(*t) < settings.delay_after_add),
             });
+        }
+        if !self.cleaned {
+            match self.remove_leftover_taints(&down).await {
+                Ok(0) => {}
+                Ok(n) => {
+                    info!(
+                        nodes = n,
+                        "removed scale-down taints a previous run left behind"
+                    )
+                }
+                Err(e) => {
+                    warn!(error = %e, "could not remove leftover scale-down taints; retrying next pass");
+                    return;
+                }
+            }
+            self.cleaned = true;
         }
         let candidates = unneeded::unneeded(&DownInput {
             groups: &down,
@@ -332,6 +365,37 @@ impl ScaleDownLoop {
         }
     }
 
+    /// Whether the cluster view can be trusted to decide from (every watch healthy). While it
+    /// cannot, nothing is unneeded "since" anything: the unneeded time starts over afterwards.
+    fn healthy(&mut self) -> bool {
+        let s = &self.shared;
+        let halted = &s.metrics.scale_down_halted;
+        match s.cluster.failing().first() {
+            Some(f) => {
+                let why = f.to_string();
+                if self.halted.is_none() {
+                    warn!(kind = f.kind, error = %f.error, "scale-down halted: a watch of the cluster is failing, so the view may miss pods and nodes");
+                }
+                self.halted = Some(why);
+                halted.with_label_values(&["watch_failing"]).set(1);
+                self.since.clear();
+                false
+            }
+            None => {
+                if self.halted.take().is_some() {
+                    info!("scale-down resumed: every watch of the cluster listed afresh");
+                }
+                halted.with_label_values(&["watch_failing"]).set(0);
+                true
+            }
+        }
+    }
+
+    /// Why scale-down is halted, if it is (for the status).
+    pub fn halted(&self) -> Option<&str> {
+        self.halted.as_deref()
+    }
+
     /// Instances that have had no Node for `maxNodeProvisionTime` (a broken image, a bootstrap
     /// that failed: they cost money and will never run a pod) are deleted by name, through the
     /// same guarded delete as a drained node (fresh read, floor, still listed, `If-Match`), at
@@ -356,7 +420,16 @@ impl ScaleDownLoop {
         let key =
             |u: &unneeded::Unregistered| (groups[u.group].name.clone(), u.instance_id.clone());
         let current: HashSet<(String, String)> = missing.iter().map(key).collect();
-        self.unregistered_since.retain(|k, _| current.contains(k));
+        // A group whose instance list is not cached now (its TTL ran out, our own write
+        // invalidated it) says nothing about its instances: their timers stay.
+        let unknown: HashSet<&str> = groups
+            .iter()
+            .zip(&instances)
+            .filter(|(_, l)| l.is_none())
+            .map(|(g, _)| g.name.as_str())
+            .collect();
+        self.unregistered_since
+            .retain(|k, _| current.contains(k) || unknown.contains(k.0.as_str()));
         for k in current {
             self.unregistered_since.entry(k).or_insert(now);
         }
@@ -382,6 +455,31 @@ impl ScaleDownLoop {
                 instance_id: u.instance_id.clone(),
                 node_name: u.machine.clone(),
             };
+            // A `Failed` instance holds no capacity: at the floor it is replaced. One merely
+            // without a Node (still booting, slow bootstrap) is held to the floor, as
+            // cluster-autoscaler holds unregistered nodes to min.
+            let failed = instances[u.group].as_ref().is_some_and(|list| {
+                list.iter().any(|i| {
+                    i.instance_id == u.instance_id
+                        && i.provisioning_state
+                            .as_deref()
+                            .is_some_and(|p| p.eq_ignore_ascii_case("Failed"))
+                })
+            });
+            let kind = if failed {
+                DeleteKind::Replace
+            } else {
+                DeleteKind::Unneeded
+            };
+            let look = UnregisteredLook {
+                shared: s.clone(),
+                group: down[u.group].clone(),
+                instance: Instance {
+                    instance_id: u.instance_id.clone(),
+                    provisioning_state: None,
+                    computer_name: Some(u.machine.clone()).filter(|m| !m.is_empty()),
+                },
+            };
             let slot = {
                 let mut f = s.flight.lock();
                 f.busy.insert(slot_name.clone());
@@ -397,27 +495,61 @@ impl ScaleDownLoop {
             let task = s.clone();
             self.tasks.spawn(async move {
                 let _slot = slot;
-                task.remove_unregistered(group, victim).await;
+                task.remove_unregistered(group, victim, kind, look).await;
             });
         }
     }
 
     /// Our taints on nodes no removal of this process is working on (cluster-autoscaler #5048):
     /// at the start of a leadership, a removal still finishing from the previous one keeps its
-    /// node.
-    async fn remove_leftover_taints(&self) -> Result<usize, NodeWriteError> {
+    /// node. A node whose VM a previous leader may have been deleting keeps its taint too: it is
+    /// untainted only when a fresh instance list shows its VM still there and `Succeeded` (a
+    /// VM gone or `Deleting` means its node is going; a list that fails means try next pass).
+    async fn remove_leftover_taints(&self, groups: &[DownGroup]) -> Result<usize, NodeWriteError> {
         let s = &self.shared;
         let busy = s.flight.lock().busy.clone();
-        if busy.is_empty() {
-            return remove_leftover_taints(s.actions.as_ref()).await;
-        }
+        let index = GroupIndex::of_backings(groups.iter().map(|g| &g.backing));
+        let all = s.reconciler.groups();
+        let view = s.cluster.nodes.snapshot();
         let mut removed = 0;
+        let mut first_error = None;
         for node in s.actions.tainted_nodes().await? {
-            if !busy.contains(&node) && s.untaint(&node).await {
-                removed += 1;
+            if busy.contains(&node) {
+                continue;
+            }
+            let mine = view.get(&node).and_then(|n| {
+                let g = index.group_of(n)?;
+                let (_, _, id) = n.provider_id.as_deref().and_then(parse_provider_id)?;
+                let spec = all.iter().find(|spec| spec.name == groups[g].name)?;
+                Some((spec.clone(), id.to_string()))
+            });
+            if let Some((group, instance)) = mine {
+                match s.reconciler.instance_state(&group, &instance).await {
+                    Ok(Some(state)) if state.eq_ignore_ascii_case("Succeeded") => {}
+                    Ok(state) => {
+                        info!(%node, scale_set = %group.name, state = ?state, "a leftover tainted node's VM is not Succeeded (being deleted?): it keeps the taint");
+                        continue;
+                    }
+                    Err(e) => {
+                        first_error.get_or_insert(NodeWriteError::Other(format!(
+                            "node {node}: its VM's state could not be read: {e}"
+                        )));
+                        continue;
+                    }
+                }
+            }
+            match s.actions.untaint(&node).await {
+                Ok(()) => removed += 1,
+                Err(e) if e.is_not_found() => {}
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
             }
         }
-        Ok(removed)
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(removed),
+        }
     }
 
     fn report(&self, groups: &[DownGroup], candidates: &Candidates) {
@@ -437,15 +569,23 @@ impl ScaleDownLoop {
 }
 
 impl Shared {
-    /// Deletes an instance that never became a Node (nothing to taint or drain).
-    async fn remove_unregistered(self: &Arc<Self>, group: NodeGroupSpec, victim: Victim) {
+    /// Deletes an instance that never became a Node (nothing to taint or drain); with
+    /// [`DeleteKind::Replace`] (a `Failed` instance) even at the group's floor, the size then
+    /// written back up.
+    async fn remove_unregistered(
+        self: &Arc<Self>,
+        group: NodeGroupSpec,
+        victim: Victim,
+        kind: DeleteKind,
+        look: UnregisteredLook,
+    ) {
         if !self.reconciler.may_write() {
             return;
         }
         let name = group.name.as_str();
         match self
             .reconciler
-            .delete_instance(&group, victim.clone())
+            .delete_instance(&group, victim.clone(), kind, &look)
             .await
         {
             DeleteEnd::Deleted => {
@@ -462,12 +602,87 @@ impl Shared {
                     .with_label_values(&[name, "refused"])
                     .inc();
             }
+            DeleteEnd::Stopped(why) => {
+                info!(scale_set = name, instance = %victim.instance_id, %why, "an unregistered instance was not deleted");
+                self.metrics
+                    .failed_scale_downs_total
+                    .with_label_values(&[name, "aborted"])
+                    .inc();
+            }
             DeleteEnd::Failed(why) => {
                 warn!(scale_set = name, instance = %victim.instance_id, %why, "deleting an unregistered instance failed");
                 self.metrics
                     .failed_scale_downs_total
                     .with_label_values(&[name, "delete_failed"])
                     .inc();
+            }
+            DeleteEnd::Unknown(why) => {
+                warn!(scale_set = name, instance = %victim.instance_id, %why, "deleting an unregistered instance: outcome unknown; a fresh list decides");
+                let slot = format!("{name}/{}", victim.instance_id);
+                self.park(
+                    slot,
+                    Unknown {
+                        group: group.clone(),
+                        victim,
+                        tainted: false,
+                        reason: "unregistered",
+                    },
+                );
+            }
+        }
+    }
+
+    /// Keeps a delete of unknown outcome: its node (or slot) stays busy, and tainted.
+    fn park(&self, slot: String, u: Unknown) {
+        let mut f = self.flight.lock();
+        f.busy.insert(slot.clone());
+        f.unknown.insert(slot, u);
+    }
+
+    /// Each pass: a fresh instance list for every delete of unknown outcome. The VM gone: the
+    /// node was removed. Still there and `Succeeded`: the delete did not happen, the node is
+    /// untainted. Anything else (`Deleting`, a failed list): ask again next pass.
+    async fn settle_unknown(&self) {
+        let open: Vec<(String, Unknown)> = self
+            .flight
+            .lock()
+            .unknown
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for (slot, u) in open {
+            let name = u.group.name.as_str();
+            let settled = match self
+                .reconciler
+                .instance_state(&u.group, &u.victim.instance_id)
+                .await
+            {
+                Ok(None) => {
+                    info!(scale_set = name, instance = %u.victim.instance_id, node = %slot, "the delete of unknown outcome happened: the instance is gone");
+                    self.metrics
+                        .scaled_down_nodes_total
+                        .with_label_values(&[name, u.reason])
+                        .inc();
+                    self.reconciler.invalidate_size(&u.group.name);
+                    true
+                }
+                Ok(Some(state)) if state.eq_ignore_ascii_case("Succeeded") => {
+                    info!(scale_set = name, instance = %u.victim.instance_id, node = %slot, "the delete of unknown outcome did not happen: the VM is still there");
+                    !u.tainted || self.untaint(&slot).await
+                }
+                Ok(Some(state)) => {
+                    debug!(scale_set = name, instance = %u.victim.instance_id, %state, "delete of unknown outcome: waiting");
+                    false
+                }
+                Err(e) => {
+                    debug!(scale_set = name, error = %e, "delete of unknown outcome: the instances could not be listed");
+                    false
+                }
+            };
+            if settled {
+                let mut f = self.flight.lock();
+                f.unknown.remove(&slot);
+                f.busy.remove(&slot);
             }
         }
     }
@@ -507,9 +722,13 @@ impl Shared {
                 return self.abort(&r, &nref, "drain_failed", &why).await;
             }
         }
+        let look = NodeLook {
+            shared: self.clone(),
+            node: r.node.clone(),
+        };
         match self
             .reconciler
-            .delete_instance(&r.group, r.victim.clone())
+            .delete_instance(&r.group, r.victim.clone(), DeleteKind::Unneeded, &look)
             .await
         {
             DeleteEnd::Deleted => {
@@ -530,9 +749,28 @@ impl Shared {
                 let text = format!("the instance was not deleted: {why}");
                 self.abort(&r, &nref, "refused", &text).await
             }
+            DeleteEnd::Stopped(why) => {
+                let text = format!("stopped right before the delete: {why}");
+                self.abort(&r, &nref, "aborted", &text).await
+            }
             DeleteEnd::Failed(why) => {
                 let text = format!("deleting the instance failed: {why}");
                 self.abort(&r, &nref, "delete_failed", &text).await
+            }
+            DeleteEnd::Unknown(why) => {
+                // The VM may be going away: the node must not take pods. It stays tainted,
+                // cordoned and busy until a fresh list says whether the delete happened.
+                warn!(node = %r.node, scale_set = %r.group.name, %why, "the delete's outcome is unknown: the node stays tainted until a fresh instance list decides");
+                self.count_failed(&r, "unknown");
+                self.park(
+                    r.node.clone(),
+                    Unknown {
+                        group: r.group.clone(),
+                        victim: r.victim.clone(),
+                        tainted: true,
+                        reason: r.reason(),
+                    },
+                );
             }
         }
     }
@@ -711,5 +949,77 @@ impl Shared {
             .failed_scale_downs_total
             .with_label_values(&[&r.group.name, label])
             .inc();
+    }
+}
+
+/// The last look before an unneeded node's instance is deleted: the cluster view is healthy, and
+/// the API server itself (not the reflectors) shows the node still carrying our taint and no pod
+/// on it but DaemonSet and mirror pods.
+struct NodeLook {
+    shared: Arc<Shared>,
+    node: String,
+}
+
+#[async_trait::async_trait]
+impl LastLook for NodeLook {
+    async fn check(&self) -> Result<(), String> {
+        if let Some(f) = self.shared.cluster.failing().first() {
+            return Err(f.to_string());
+        }
+        let fresh = self
+            .shared
+            .actions
+            .fresh(&self.node)
+            .await
+            .map_err(|e| format!("the node could not be read fresh: {e}"))?;
+        let Some(node) = fresh.node else {
+            return Err("the node is gone".into());
+        };
+        if !has_our_taint_record(&node) {
+            return Err("our taint is no longer on the node (somebody removed it)".into());
+        }
+        if let Some(p) = fresh
+            .pods
+            .iter()
+            .find(|p| !p.is_daemonset_pod() && !p.is_mirror())
+        {
+            return Err(format!("pod {} is on the node", pod_name(p)));
+        }
+        Ok(())
+    }
+}
+
+/// The last look before an instance that seems never to have registered is deleted: the cluster
+/// view is healthy, and a fresh list of every Node from the API server has none for it.
+struct UnregisteredLook {
+    shared: Arc<Shared>,
+    group: DownGroup,
+    instance: Instance,
+}
+
+#[async_trait::async_trait]
+impl LastLook for UnregisteredLook {
+    async fn check(&self) -> Result<(), String> {
+        if let Some(f) = self.shared.cluster.failing().first() {
+            return Err(f.to_string());
+        }
+        let nodes: Vec<Arc<NodeRecord>> = self
+            .shared
+            .actions
+            .list_nodes()
+            .await
+            .map_err(|e| format!("the nodes could not be listed fresh: {e}"))?
+            .into_iter()
+            .map(Arc::new)
+            .collect();
+        let still = unneeded::unregistered(
+            std::slice::from_ref(&self.group),
+            &[Some(Arc::new(vec![self.instance.clone()]))],
+            &nodes,
+        );
+        if still.is_empty() {
+            return Err("a fresh list of nodes shows a Node for the instance".into());
+        }
+        Ok(())
     }
 }

@@ -14,9 +14,10 @@ use serde_json::{json, Value};
 use vmss_capacity_controller::emulator::kube::{KubeState, PodSeed};
 use vmss_capacity_controller::emulator::{EmulatorBuilder, EmulatorHandle};
 use vmss_capacity_controller::kube::nodes::{
-    remove_leftover_taints, EvictOutcome, KubeNodeActions, NodeActions, NodeWriteError,
-    TO_BE_DELETED_TAINT, UNTAINT_ATTEMPTS,
+    remove_leftover_taints, EvictOutcome, FreshNode, KubeNodeActions, NodeActions, NodeWriteError,
+    TO_BE_DELETED_TAINT, UNTAINT_ATTEMPTS, WAS_CORDONED_ANNOTATION,
 };
+use vmss_capacity_controller::pods::record::NodeRecord;
 
 const NS: &str = "default";
 
@@ -201,6 +202,76 @@ async fn untaint_removes_only_our_taint_and_uncordons() {
     assert_eq!(taint_keys(&after), ["sku"]);
     assert_eq!(after["spec"]["taints"][0], other_taint());
     assert!(!cordoned(&after));
+}
+
+#[tokio::test]
+async fn a_node_an_operator_cordoned_before_scale_down_tainted_it_stays_cordoned_after_the_untaint()
+{
+    let (_h, kube, actions) = actions().await;
+    let read = add_node(&kube, "n1", json!([other_taint()]), true);
+    actions.taint("n1", &rv(&read)).await.expect("tainted");
+    let tainted = node(&kube, "n1");
+    assert_eq!(taint_keys(&tainted), ["sku", TO_BE_DELETED_TAINT]);
+    assert_eq!(
+        tainted["metadata"]["annotations"][WAS_CORDONED_ANNOTATION],
+        "true"
+    );
+    actions.untaint("n1").await.expect("untainted");
+    let after = node(&kube, "n1");
+    assert_eq!(taint_keys(&after), ["sku"]);
+    assert!(cordoned(&after), "the operator's cordon was cleared");
+    assert!(
+        after["metadata"]["annotations"]
+            .get(WAS_CORDONED_ANNOTATION)
+            .is_none(),
+        "{after}"
+    );
+
+    // A node we cordoned ourselves is uncordoned again.
+    let read = add_node(&kube, "n2", json!([]), false);
+    actions.taint("n2", &rv(&read)).await.expect("tainted");
+    assert!(cordoned(&node(&kube, "n2")));
+    actions.untaint("n2").await.expect("untainted");
+    assert!(!cordoned(&node(&kube, "n2")));
+}
+
+#[tokio::test]
+async fn the_fresh_look_reads_the_node_and_only_the_unfinished_pods_bound_to_it_from_the_server() {
+    let (_h, kube, actions) = actions().await;
+    add_node(&kube, "n1", json!([ours()]), true);
+    add_node(&kube, "n2", json!([]), false);
+    for (name, node, phase) in [
+        ("a", "n1", "Running"),
+        ("b", "n1", "Succeeded"),
+        ("c", "n2", "Running"),
+    ] {
+        kube.add_pod(&PodSeed {
+            namespace: NS.into(),
+            name: name.into(),
+            node: Some(node.into()),
+            labels: Default::default(),
+            phase: phase.into(),
+            ready: true,
+        })
+        .expect("pod");
+    }
+    let FreshNode { node: found, pods } = actions.fresh("n1").await.expect("read");
+    let found = found.expect("the node exists");
+    assert_eq!(found.name, "n1");
+    assert!(found.taints.iter().any(|t| t.key == TO_BE_DELETED_TAINT));
+    let names: Vec<&str> = pods.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["a"], "only n1's unfinished pods");
+    let gone = actions.fresh("nope").await.expect("a 404 is an answer");
+    assert!(gone.node.is_none() && gone.pods.is_empty());
+    let mut all: Vec<String> = actions
+        .list_nodes()
+        .await
+        .expect("listed")
+        .into_iter()
+        .map(|n: NodeRecord| n.name)
+        .collect();
+    all.sort();
+    assert_eq!(all, ["n1", "n2"]);
 }
 
 #[tokio::test]
@@ -401,6 +472,12 @@ impl NodeActions for Scripted {
     }
     async fn tainted_nodes(&self) -> Result<Vec<String>, NodeWriteError> {
         Ok(self.nodes.clone())
+    }
+    async fn fresh(&self, _: &str) -> Result<FreshNode, NodeWriteError> {
+        unreachable!("the cleanup never reads a node fresh")
+    }
+    async fn list_nodes(&self) -> Result<Vec<NodeRecord>, NodeWriteError> {
+        unreachable!("the cleanup never lists nodes")
     }
 }
 

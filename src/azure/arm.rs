@@ -307,6 +307,17 @@ pub enum ArmError {
         #[source]
         source: azure_core::Error,
     },
+    /// Not sent: the write's fence closed between its admission and the moment its bytes were
+    /// to leave ([`crate::fence::last_check`]).
+    #[error("{op} {scale_set}: not sent: {hold}")]
+    Fenced {
+        /// Operation.
+        op: ArmOp,
+        /// Scale set.
+        scale_set: String,
+        /// Why the fence held it.
+        hold: crate::fence::FenceHold,
+    },
 }
 
 impl ArmError {
@@ -323,6 +334,7 @@ impl ArmError {
             | ArmError::Transport { .. }
             | ArmError::Decode { .. }
             | ArmError::Credential { .. } => "error",
+            ArmError::Fenced { .. } => "fenced",
         }
     }
 
@@ -337,7 +349,8 @@ impl ArmError {
             ArmError::PreconditionFailed { .. }
             | ArmError::NotFound { .. }
             | ArmError::Quota { .. }
-            | ArmError::Unauthorized { .. } => false,
+            | ArmError::Unauthorized { .. }
+            | ArmError::Fenced { .. } => false,
         }
     }
 
@@ -404,7 +417,25 @@ impl Policy for ResponsePolicy {
             None => self.user_agent.value(),
         };
         request.insert_header(ua, value);
-        let rsp = next[0].send(ctx, request, &next[1..]).await?;
+        // The last step before the bytes leave: a write's fence is asked once more, and the
+        // answer is awaited no longer than the lease stays valid.
+        let bound = if *request.method() == azure_core::Method::Get {
+            None
+        } else {
+            crate::fence::last_check().map_err(|hold| {
+                azure_core::Error::new(ErrorKind::Other, crate::fence::FencedAtSend(hold))
+            })?
+        };
+        let sent = next[0].send(ctx, request, &next[1..]);
+        let rsp = match bound {
+            None => sent.await?,
+            Some(d) => tokio::time::timeout(d, sent).await.map_err(|_| {
+                azure_core::Error::message(
+                    ErrorKind::Io,
+                    "no answer before the lease's validity ran out (the write may have landed)",
+                )
+            })??,
+        };
         record_ratelimits(&self.metrics, rsp.headers());
         let status = rsp.status();
         if (status as u16) < 300 {
@@ -589,6 +620,19 @@ impl ArmClient {
         *self.user_agent.0.write() = Some(identity.to_string());
     }
 
+    /// Fetches the token the next write needs (or finds it cached), so that a slow token
+    /// endpoint delays the write's admission by the fence rather than its send after it.
+    pub async fn ready_token(&self) -> Result<(), ArmError> {
+        self.credential
+            .get_token(&[ARM_SCOPE])
+            .await
+            .map(|_| ())
+            .map_err(|source| ArmError::Credential {
+                op: ArmOp::PutCapacity,
+                source,
+            })
+    }
+
     /// The subscription and resource group this client serves.
     pub fn target(&self) -> &ArmTarget {
         &self.target
@@ -619,6 +663,18 @@ impl ArmClient {
     /// Classifies an SDK error, records its code, and closes the gate on a 429.
     fn classify(&self, op: ArmOp, scale_set: &str, err: azure_core::Error) -> (ArmError, String) {
         let scale_set = scale_set.to_string();
+        if let Some(crate::fence::FencedAtSend(hold)) =
+            find_error::<crate::fence::FencedAtSend>(&err)
+        {
+            return (
+                ArmError::Fenced {
+                    op,
+                    scale_set,
+                    hold: *hold,
+                },
+                "fenced".into(),
+            );
+        }
         let http = find_http_error(&err).cloned();
         if let Some(h) = http {
             let code = h.status.to_string();
@@ -1020,6 +1076,19 @@ impl ArmClient {
         if let Some(body) = body {
             request = request.json(body);
         }
+        // The last step before the bytes leave (as in the SDK path's response policy).
+        let bound = if op.class() == CallClass::Write {
+            crate::fence::last_check().map_err(|hold| ArmError::Fenced {
+                op,
+                scale_set: name.to_string(),
+                hold,
+            })?
+        } else {
+            None
+        };
+        if let Some(d) = bound {
+            request = request.timeout(d);
+        }
         let lost = |e: reqwest::Error| {
             let source = azure_core::Error::new(ErrorKind::Io, e);
             let scale_set = name.to_string();
@@ -1184,12 +1253,17 @@ impl ArmClient {
 }
 
 fn find_http_error(err: &azure_core::Error) -> Option<&ArmHttpError> {
-    if let Some(h) = err.downcast_ref::<ArmHttpError>() {
+    find_error::<ArmHttpError>(err)
+}
+
+/// The first error of type `E` in `err` or its chain of sources.
+fn find_error<E: std::error::Error + 'static>(err: &azure_core::Error) -> Option<&E> {
+    if let Some(h) = err.downcast_ref::<E>() {
         return Some(h);
     }
     let mut source = std::error::Error::source(err);
     while let Some(s) = source {
-        if let Some(h) = s.downcast_ref::<ArmHttpError>() {
+        if let Some(h) = s.downcast_ref::<E>() {
             return Some(h);
         }
         source = s.source();

@@ -73,6 +73,8 @@ pub trait LeaseStore: Send + Sync {
 pub struct Leadership {
     identity: String,
     renew_deadline: Duration,
+    /// How long the Lease is valid after a renewal: bounds how long an admitted write may be out.
+    lease_duration: Duration,
     leader: AtomicBool,
     /// When the last successful acquire or renew was *sent* (conservative for fencing).
     renewed_at: Mutex<Option<Instant>>,
@@ -84,10 +86,11 @@ pub struct Leadership {
 }
 
 impl Leadership {
-    fn new(identity: &str, renew_deadline: Duration) -> Self {
+    fn new(identity: &str, renew_deadline: Duration, lease_duration: Duration) -> Self {
         Self {
             identity: identity.to_string(),
             renew_deadline,
+            lease_duration,
             leader: AtomicBool::new(false),
             renewed_at: Mutex::new(None),
             transitions: AtomicU64::new(0),
@@ -127,6 +130,23 @@ impl WriteFence for Leadership {
             Some(at) if at.elapsed() < self.renew_deadline => Ok(()),
             _ => Err(FenceHold::RenewalStale),
         }
+    }
+
+    fn valid_for(&self) -> Option<Duration> {
+        if !self.is_leader() {
+            return Some(Duration::ZERO);
+        }
+        // Dated by when the renewal was sent: a standby that saw it dates it later, never
+        // earlier, so it waits at least this long before it takes over.
+        let Some(renewed) = *self.renewed_at.lock() else {
+            return Some(Duration::ZERO);
+        };
+        let until = renewed + self.lease_duration;
+        Some(
+            until
+                .saturating_duration_since(Instant::now())
+                .saturating_sub(crate::fence::VALIDITY_MARGIN),
+        )
     }
 
     fn admit(&self) -> Result<WritePermit, FenceHold> {
@@ -172,7 +192,11 @@ impl LeaderElection {
         store: Arc<dyn LeaseStore>,
         events: Arc<dyn EventSink>,
     ) -> Self {
-        let state = Arc::new(Leadership::new(&config.identity, config.renew_deadline));
+        let state = Arc::new(Leadership::new(
+            &config.identity,
+            config.renew_deadline,
+            config.lease_duration,
+        ));
         Self {
             config,
             store,

@@ -16,7 +16,9 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Taint};
+use crate::kube::reflect::UNFINISHED_PODS;
+use crate::pods::record::{NodeRecord, PodRecord};
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{json, Value};
 use tracing::{debug, info, warn};
@@ -24,6 +26,10 @@ use tracing::{debug, info, warn};
 /// The taint this controller puts on a node it is removing (cluster-autoscaler uses
 /// `ToBeDeletedByClusterAutoscaler`; ours is our own so the two never clear each other's).
 pub const TO_BE_DELETED_TAINT: &str = "vmss-capacity-controller/to-be-deleted";
+
+/// Set by [`NodeActions::taint`] on a node somebody else had already cordoned: the untaint then
+/// leaves `spec.unschedulable` as that operator set it (and removes only this annotation).
+pub const WAS_CORDONED_ANNOTATION: &str = "vmss-capacity-controller/was-unschedulable";
 
 /// How many times [`NodeActions::untaint`] re-reads and retries after a 409 Conflict.
 pub const UNTAINT_ATTEMPTS: u32 = 5;
@@ -86,6 +92,16 @@ pub enum EvictOutcome {
     Failed(String),
 }
 
+/// What the API server says of a node right now (never a cache): the last look before its
+/// instance is deleted.
+#[derive(Debug, Clone, Default)]
+pub struct FreshNode {
+    /// The node; `None` when it does not exist (404).
+    pub node: Option<NodeRecord>,
+    /// The pods bound to it (`spec.nodeName`) that have not finished.
+    pub pods: Vec<PodRecord>,
+}
+
 /// The Kubernetes calls of scale-down. Implemented on the API server by [`KubeNodeActions`];
 /// the scale-down loop's tests implement it in memory.
 #[async_trait::async_trait]
@@ -96,8 +112,9 @@ pub trait NodeActions: Send + Sync {
     /// [`NodeWriteError::Conflict`], never overwritten. Idempotent: a node already carrying our
     /// taint and cordoned is not written again.
     async fn taint(&self, node: &str, resource_version: &str) -> Result<(), NodeWriteError>;
-    /// Removes our taint, and uncordons the node when our taint was there (a node without it
-    /// is not written). Reads the node for its `resourceVersion`; on a 409 re-reads and retries,
+    /// Removes our taint, and uncordons the node when our taint was there and the node was not
+    /// cordoned before we tainted it ([`WAS_CORDONED_ANNOTATION`]); a node without our taint is
+    /// not written. Reads the node for its `resourceVersion`; on a 409 re-reads and retries,
     /// [`UNTAINT_ATTEMPTS`] times in all: an untaint must not be lost.
     async fn untaint(&self, node: &str) -> Result<(), NodeWriteError>;
     /// A `policy/v1` Eviction of one pod, with the pod's `uid` (when given) as a precondition
@@ -105,6 +122,12 @@ pub trait NodeActions: Send + Sync {
     async fn evict(&self, namespace: &str, pod: &str, uid: Option<&str>) -> EvictOutcome;
     /// The names of the nodes carrying our taint, sorted (for the startup cleanup).
     async fn tainted_nodes(&self) -> Result<Vec<String>, NodeWriteError>;
+    /// A GET of `node` and a LIST of the unfinished pods with `spec.nodeName` = `node`, from the
+    /// API server: what a delete checks last, whatever the reflectors show.
+    async fn fresh(&self, node: &str) -> Result<FreshNode, NodeWriteError>;
+    /// A LIST of every node from the API server (paged): whether an instance that seems never to
+    /// have registered really has no Node.
+    async fn list_nodes(&self) -> Result<Vec<NodeRecord>, NodeWriteError>;
 }
 
 /// Whether `node` carries [`TO_BE_DELETED_TAINT`] (with any effect).
@@ -113,6 +136,11 @@ pub fn has_our_taint(node: &Node) -> bool {
         .as_ref()
         .and_then(|s| s.taints.as_ref())
         .is_some_and(|ts| ts.iter().any(|t| t.key == TO_BE_DELETED_TAINT))
+}
+
+/// Whether the node record carries [`TO_BE_DELETED_TAINT`] (with any effect).
+pub fn has_our_taint_record(node: &NodeRecord) -> bool {
+    node.taints.iter().any(|t| t.key == TO_BE_DELETED_TAINT)
 }
 
 /// Untaints every node carrying our taint (cluster-autoscaler #5048: a restart must not leave
@@ -304,10 +332,14 @@ impl NodeActions for KubeNodeActions {
             .map_err(|e| NodeWriteError::Other(format!("serialising node {node}'s taints: {e}")))?;
         // The list comes from this read but the version from the caller's: if the two differ
         // the server answers 409 and nothing is written.
-        let patch = json!({
+        let mut patch = json!({
             "metadata": {"resourceVersion": resource_version},
             "spec": {"taints": taints, "unschedulable": true},
         });
+        if cordoned && !has_our_taint(&current) {
+            // Somebody cordoned it before us: the untaint must leave it cordoned.
+            patch["metadata"]["annotations"] = json!({WAS_CORDONED_ANNOTATION: "true"});
+        }
         self.merge_patch(node, &patch).await?;
         info!(
             node,
@@ -340,10 +372,22 @@ impl NodeActions for KubeNodeActions {
             let taints = taints_value(&kept).map_err(|e| {
                 NodeWriteError::Other(format!("serialising node {node}'s taints: {e}"))
             })?;
-            let patch = json!({
-                "metadata": {"resourceVersion": rv},
-                "spec": {"taints": taints, "unschedulable": null},
-            });
+            let cordoned_before = current
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(WAS_CORDONED_ANNOTATION));
+            let patch = if cordoned_before {
+                json!({
+                    "metadata": {"resourceVersion": rv, "annotations": {WAS_CORDONED_ANNOTATION: null}},
+                    "spec": {"taints": taints},
+                })
+            } else {
+                json!({
+                    "metadata": {"resourceVersion": rv},
+                    "spec": {"taints": taints, "unschedulable": null},
+                })
+            };
             match self.merge_patch(node, &patch).await {
                 Ok(()) => {
                     info!(node, attempt, "node untainted and uncordoned");
@@ -413,6 +457,51 @@ impl NodeActions for KubeNodeActions {
         }
         names.sort();
         Ok(names)
+    }
+
+    async fn fresh(&self, node: &str) -> Result<FreshNode, NodeWriteError> {
+        let found = match self.read(node).await {
+            Ok(n) => Some(NodeRecord::of(n)),
+            Err(NodeWriteError::NotFound(_)) => None,
+            Err(e) => return Err(e),
+        };
+        let pods: Api<Pod> = Api::all(self.client.clone());
+        let mut params = ListParams::default()
+            .fields(&format!("spec.nodeName={node},{UNFINISHED_PODS}"))
+            .limit(LIST_PAGE);
+        let mut out = Vec::new();
+        loop {
+            let page = pods.list(&params).await.map_err(|e| {
+                NodeWriteError::Other(format!("listing the pods on node {node}: {e}"))
+            })?;
+            out.extend(page.items.into_iter().map(PodRecord::of));
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
+            }
+        }
+        Ok(FreshNode {
+            node: found,
+            pods: out,
+        })
+    }
+
+    async fn list_nodes(&self) -> Result<Vec<NodeRecord>, NodeWriteError> {
+        let mut out = Vec::new();
+        let mut params = ListParams::default().limit(LIST_PAGE);
+        loop {
+            let page = self
+                .nodes
+                .list(&params)
+                .await
+                .map_err(|e| NodeWriteError::Other(format!("listing nodes: {e}")))?;
+            out.extend(page.items.into_iter().map(NodeRecord::of));
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params = params.continue_token(&token),
+                None => break,
+            }
+        }
+        Ok(out)
     }
 }
 

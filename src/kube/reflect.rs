@@ -10,6 +10,16 @@
 //! and no half-listed cluster that would look like missing nodes.
 //!
 //! Readiness ([`ClusterView::synced`]) waits for the first full list of every kind.
+//!
+//! Health ([`ClusterView::failing`]) is stricter: a kind is healthy while its last list completed
+//! and no watch error came since. A watch error (a 403 after an RBAC change, the API server away,
+//! a stream cut) makes the kind failing at once; its stream is then dropped and, after a backoff,
+//! started anew with a full list, because in a quiet cluster a resumed watch delivers nothing that
+//! would prove it works again: only a completed list does. A stream that stays connected but stops
+//! delivering is cut by kube-runtime's own idle timeout (the server-side watch timeout plus a
+//! margin, about 5 minutes) and reconnects; a reconnect that fails is an error like any other.
+//! What decides from the view and then deletes (scale-down) halts while any kind is failing, and
+//! reads the node and its pods fresh from the API server immediately before a delete in any case.
 
 use crate::metrics::Metrics;
 use crate::pods::record::{Interner, NodeRecord, PodRecord};
@@ -19,7 +29,6 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::watcher::{self, Event};
-use kube::runtime::WatchStreamExt;
 use kube::{Api, Resource, ResourceExt};
 use parking_lot::RwLock;
 use serde::de::DeserializeOwned;
@@ -35,10 +44,35 @@ use tokio_util::sync::CancellationToken;
 /// Objects of one kind by `namespace/name` (`name` for cluster-scoped kinds).
 pub type Objects<K> = HashMap<String, Arc<K>>;
 
-/// The published state of one kind: a snapshot and whether a full list has arrived.
+/// The published state of one kind: a snapshot, whether a full list has arrived, and whether the
+/// watch is failing.
 pub struct Reflected<K> {
     snapshot: RwLock<Arc<Objects<K>>>,
     synced: AtomicBool,
+    failing: parking_lot::Mutex<Option<Failing>>,
+}
+
+/// A watch that failed and has not completed a list since.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failing {
+    /// The kind (`nodes`, `pods`, ...).
+    pub kind: &'static str,
+    /// Since when (monotonic): the first error after the last completed list.
+    pub since: Instant,
+    /// The last error, as text.
+    pub error: String,
+}
+
+impl std::fmt::Display for Failing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the watch of {} has been failing for {}s: {}",
+            self.kind,
+            self.since.elapsed().as_secs(),
+            self.error
+        )
+    }
 }
 
 impl<K> Default for Reflected<K> {
@@ -46,6 +80,7 @@ impl<K> Default for Reflected<K> {
         Self {
             snapshot: RwLock::new(Arc::new(HashMap::new())),
             synced: AtomicBool::new(false),
+            failing: parking_lot::Mutex::new(None),
         }
     }
 }
@@ -61,11 +96,36 @@ impl<K> Reflected<K> {
         self.synced.load(Ordering::Acquire)
     }
 
+    /// Whether the watch is failing (an error since its last completed list), and since when.
+    pub fn failing(&self) -> Option<Failing> {
+        self.failing.lock().clone()
+    }
+
     fn publish(&self, objects: Objects<K>, synced: bool) {
         *self.snapshot.write() = Arc::new(objects);
         if synced {
             self.synced.store(true, Ordering::Release);
         }
+    }
+
+    /// Records a watch error; the first one after a completed list starts the failing time.
+    fn fail(&self, kind: &'static str, error: String) {
+        let mut f = self.failing.lock();
+        match f.as_mut() {
+            Some(f) => f.error = error,
+            None => {
+                *f = Some(Failing {
+                    kind,
+                    since: Instant::now(),
+                    error,
+                })
+            }
+        }
+    }
+
+    /// A list completed: the watch is healthy again.
+    fn recovered(&self) {
+        *self.failing.lock() = None;
     }
 }
 
@@ -86,6 +146,22 @@ impl ClusterView {
     /// Whether every kind has had its first full list (readiness waits for this).
     pub fn synced(&self) -> bool {
         self.unsynced().is_empty()
+    }
+
+    /// The kinds whose watch is failing (see the module documentation), oldest failure first.
+    /// Empty when every watch is healthy.
+    pub fn failing(&self) -> Vec<Failing> {
+        let mut v: Vec<Failing> = [
+            self.nodes.failing(),
+            self.pods.failing(),
+            self.pdbs.failing(),
+            self.daemonsets.failing(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        v.sort_by_key(|f| f.since);
+        v
     }
 
     /// The kinds not listed yet.
@@ -120,28 +196,35 @@ pub async fn start(
 ) -> (Arc<ClusterView>, Vec<JoinHandle<()>>) {
     let all = watcher::Config::default();
     // Nodes and pods are most of a cluster's bytes: only the fields the controller reads stay.
-    let (nodes, a) = spawn_reflector(
-        watcher::watcher(Api::<Node>::all(client.clone()), all.clone())
-            .default_backoff()
-            .map_ok(|e| map_event(e, NodeRecord::of)),
-        NODES,
-        |n: &NodeRecord| n.name.clone(),
-        metrics.clone(),
-        stop.clone(),
-    );
-    let mut interner = Interner::default();
-    let (pods, b) = spawn_reflector(
-        watcher::watcher(
-            Api::<Pod>::all(client.clone()),
-            all.clone().fields(UNFINISHED_PODS),
+    let (nodes, a) = {
+        let (api, config) = (Api::<Node>::all(client.clone()), all.clone());
+        spawn_reflector(
+            move || {
+                watcher::watcher(api.clone(), config.clone())
+                    .map_ok(|e| map_event(e, NodeRecord::of))
+            },
+            NODES,
+            |n: &NodeRecord| n.name.clone(),
+            metrics.clone(),
+            stop.clone(),
         )
-        .default_backoff()
-        .map_ok(move |e| map_event(e, |p| interner.record(p))),
-        PODS,
-        PodRecord::key,
-        metrics.clone(),
-        stop.clone(),
-    );
+    };
+    let (pods, b) = {
+        let api = Api::<Pod>::all(client.clone());
+        let config = all.clone().fields(UNFINISHED_PODS);
+        spawn_reflector(
+            move || {
+                // A fresh interner per stream: after a relist every record comes from it.
+                let mut interner = Interner::default();
+                watcher::watcher(api.clone(), config.clone())
+                    .map_ok(move |e| map_event(e, |p| interner.record(p)))
+            },
+            PODS,
+            PodRecord::key,
+            metrics.clone(),
+            stop.clone(),
+        )
+    };
     let (pdbs, c) = match pdb_version(&client).await {
         PdbVersion::V1 => watch(
             Api::<PodDisruptionBudget>::all(client.clone()),
@@ -158,10 +241,17 @@ pub async fn start(
             let gvk = GroupVersionKind::gvk("policy", "v1beta1", "PodDisruptionBudget");
             let ar = ApiResource::from_gvk_with_plural(&gvk, "poddisruptionbudgets");
             let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
-            let stream = watcher::watcher(api, all.clone())
-                .default_backoff()
-                .filter_map(|r| std::future::ready(as_typed(r)));
-            spawn_reflector(stream, PDBS, resource_key, metrics.clone(), stop.clone())
+            let config = all.clone();
+            spawn_reflector(
+                move || {
+                    watcher::watcher(api.clone(), config.clone())
+                        .filter_map(|r| std::future::ready(as_typed(r)))
+                },
+                PDBS,
+                resource_key,
+                metrics.clone(),
+                stop.clone(),
+            )
         }
     };
     let (daemonsets, d) = watch(
@@ -193,7 +283,7 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     spawn_reflector(
-        watcher::watcher(api, config).default_backoff(),
+        move || watcher::watcher(api.clone(), config.clone()),
         kind,
         resource_key,
         metrics,
@@ -220,8 +310,9 @@ fn map_event<A, B>(e: Event<A>, mut f: impl FnMut(A) -> B) -> Event<B> {
     }
 }
 
-fn spawn_reflector<K, S>(
-    stream: S,
+/// `make` builds the watch stream: once at start, and anew (a full list) after each error.
+fn spawn_reflector<K, S, F>(
+    make: F,
     kind: &'static str,
     key: fn(&K) -> String,
     metrics: Arc<Metrics>,
@@ -230,12 +321,13 @@ fn spawn_reflector<K, S>(
 where
     K: Clone + Send + Sync + 'static,
     S: futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
+    F: FnMut() -> S + Send + 'static,
 {
     let into = Arc::new(Reflected::default());
     let task = {
         let into = into.clone();
         tokio::spawn(async move {
-            reflect(stream, kind, key, &into, &metrics, stop).await;
+            reflect(make, kind, key, &into, &metrics, stop).await;
         })
     };
     (into, task)
@@ -340,10 +432,17 @@ impl<K> Mirror<K> {
     }
 }
 
-/// Drives one watch stream into `into` until `stop`. Generic over the stream so tests can feed
-/// it events directly.
-async fn reflect<K, S>(
-    stream: S,
+/// First wait before a failed watch is started anew; doubled per failure up to
+/// [`RESTART_BACKOFF_MAX`], back to this after a completed list (kube-runtime's default backoff
+/// has the same shape).
+const RESTART_BACKOFF: Duration = Duration::from_secs(1);
+/// The longest wait between two attempts at a failed watch.
+const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// Drives the watch streams `make` builds into `into` until `stop` (or until a stream ends,
+/// which only a test's does). Generic over the stream so tests can feed it events directly.
+async fn reflect<K, S, F>(
+    mut make: F,
     kind: &'static str,
     key: fn(&K) -> String,
     into: &Reflected<K>,
@@ -352,63 +451,88 @@ async fn reflect<K, S>(
 ) where
     K: Clone + Send + Sync + 'static,
     S: futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send,
+    F: FnMut() -> S,
 {
-    let mut stream = std::pin::pin!(stream);
     let mut mirror = Mirror::<K>::new(key);
     let mut newest = Instant::now();
+    let mut backoff = RESTART_BACKOFF;
     let mut age_tick = tokio::time::interval(Duration::from_secs(1));
     age_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        let first = tokio::select! {
-            _ = stop.cancelled() => break,
-            _ = age_tick.tick() => {
-                metrics
-                    .kube_newest_event_age_seconds
-                    .with_label_values(&[kind])
-                    .set(newest.elapsed().as_secs_f64());
-                continue;
-            }
-            next = stream.next() => next,
-        };
-        let Some(first) = first else { break };
-        // One batch: this event and every one already waiting, then one publish.
-        let mut changed = false;
-        let mut item = Some(first);
-        while let Some(next) = item.take() {
-            match next {
-                Ok(event) => {
-                    newest = Instant::now();
-                    let lists_before = mirror.lists;
-                    changed |= mirror.apply(event);
-                    if mirror.lists > lists_before && lists_before > 0 {
+    metrics.kube_watch_healthy.with_label_values(&[kind]).set(0);
+    'streams: loop {
+        let mut stream = std::pin::pin!(make());
+        loop {
+            let first = tokio::select! {
+                _ = stop.cancelled() => break 'streams,
+                _ = age_tick.tick() => {
+                    metrics
+                        .kube_newest_event_age_seconds
+                        .with_label_values(&[kind])
+                        .set(newest.elapsed().as_secs_f64());
+                    continue;
+                }
+                next = stream.next() => next,
+            };
+            let Some(first) = first else { break 'streams };
+            // One batch: this event and every one already waiting, then one publish.
+            let mut changed = false;
+            let mut failed = false;
+            let mut item = Some(first);
+            while let Some(next) = item.take() {
+                match next {
+                    Ok(event) => {
+                        newest = Instant::now();
+                        let lists_before = mirror.lists;
+                        let completes = matches!(event, Event::InitDone);
+                        changed |= mirror.apply(event);
+                        if completes {
+                            into.recovered();
+                            backoff = RESTART_BACKOFF;
+                            metrics.kube_watch_healthy.with_label_values(&[kind]).set(1);
+                        }
+                        if mirror.lists > lists_before && lists_before > 0 {
+                            metrics
+                                .kube_watch_restarts_total
+                                .with_label_values(&[kind, "relist"])
+                                .inc();
+                            tracing::info!(kind, "relisting");
+                        }
+                    }
+                    Err(err) => {
                         metrics
                             .kube_watch_restarts_total
-                            .with_label_values(&[kind, "relist"])
+                            .with_label_values(&[kind, "error"])
                             .inc();
-                        tracing::info!(kind, "relisting (the watch could not resume)");
+                        metrics.kube_watch_healthy.with_label_values(&[kind]).set(0);
+                        tracing::warn!(kind, error = %err, retry_in = ?backoff, "watch failed; scale-down halts until a fresh list completes");
+                        into.fail(kind, err.to_string());
+                        failed = true;
+                        break;
                     }
                 }
-                Err(err) => {
-                    metrics
-                        .kube_watch_restarts_total
-                        .with_label_values(&[kind, "error"])
-                        .inc();
-                    tracing::warn!(kind, error = %err, "watch failed; resuming with backoff");
-                }
+                item = stream.next().now_or_never().flatten();
             }
-            item = stream.next().now_or_never().flatten();
-        }
-        if changed {
+            if changed {
+                metrics
+                    .kube_objects_cached
+                    .with_label_values(&[kind])
+                    .set(mirror.live.len() as i64);
+                into.publish(mirror.live.clone(), mirror.synced);
+            }
             metrics
-                .kube_objects_cached
+                .kube_newest_event_age_seconds
                 .with_label_values(&[kind])
-                .set(mirror.live.len() as i64);
-            into.publish(mirror.live.clone(), mirror.synced);
+                .set(0.0);
+            if failed {
+                break;
+            }
         }
-        metrics
-            .kube_newest_event_age_seconds
-            .with_label_values(&[kind])
-            .set(0.0);
+        // The stream failed: start anew (a full list, built aside) after a backoff.
+        tokio::select! {
+            _ = stop.cancelled() => break 'streams,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(RESTART_BACKOFF_MAX);
     }
 }
 
@@ -433,11 +557,15 @@ mod tests {
         v
     }
 
-    async fn feed(events: Vec<Result<Event<Node>, watcher::Error>>) -> (Reflected<Node>, Metrics) {
+    type Events = Vec<Result<Event<Node>, watcher::Error>>;
+
+    /// Runs the reflector over `streams`, one per start of the watch; ends with the last.
+    async fn feed_streams(streams: Vec<Events>) -> (Reflected<Node>, Metrics) {
         let into = Reflected::default();
         let metrics = Metrics::new();
+        let mut streams = streams.into_iter();
         reflect(
-            futures::stream::iter(events),
+            move || futures::stream::iter(streams.next().unwrap_or_default()),
             "nodes",
             resource_key,
             &into,
@@ -446,6 +574,14 @@ mod tests {
         )
         .await;
         (into, metrics)
+    }
+
+    async fn feed(events: Events) -> (Reflected<Node>, Metrics) {
+        feed_streams(vec![events]).await
+    }
+
+    fn forbidden() -> watcher::Error {
+        watcher::Error::NoResourceVersion
     }
 
     #[tokio::test(start_paused = true)]
@@ -498,14 +634,71 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_watch_error_makes_the_kind_failing_and_keeps_the_last_complete_state() {
+        let started = Instant::now();
+        let (into, metrics) = feed_streams(vec![
+            vec![
+                Ok(Event::Init),
+                Ok(Event::InitApply(node("a"))),
+                Ok(Event::InitDone),
+                Err(forbidden()),
+            ],
+            // Started anew: its list never completes (the API server refuses, or is slow).
+            vec![Ok(Event::Init), Ok(Event::InitApply(node("b")))],
+        ])
+        .await;
+        let failing = into.failing().expect("failing after the error");
+        assert_eq!(failing.kind, "nodes");
+        assert_eq!(failing.since, started, "failing from the error on");
+        assert_eq!(
+            names(&into),
+            ["a"],
+            "the last complete list is still served"
+        );
+        assert_eq!(
+            metrics
+                .kube_watch_healthy
+                .with_label_values(&["nodes"])
+                .get(),
+            0
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_watch_is_started_anew_after_a_backoff_and_healthy_once_its_list_completes() {
+        let started = Instant::now();
+        let (into, metrics) = feed_streams(vec![
+            vec![Ok(Event::Init), Ok(Event::InitDone), Err(forbidden())],
+            vec![Err(forbidden())],
+            vec![
+                Ok(Event::Init),
+                Ok(Event::InitApply(node("z"))),
+                Ok(Event::InitDone),
+            ],
+        ])
+        .await;
+        assert_eq!(into.failing(), None);
+        assert_eq!(names(&into), ["z"]);
+        assert_eq!(
+            metrics
+                .kube_watch_healthy
+                .with_label_values(&["nodes"])
+                .get(),
+            1
+        );
+        // 1 s after the first error, 2 s after the second: no tight loop against a refusing API.
+        assert_eq!(started.elapsed(), Duration::from_secs(3));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_second_list_and_a_watch_error_count_as_restarts() {
-        let (into, metrics) = feed(vec![
-            Ok(Event::Init),
-            Ok(Event::InitDone),
-            Err(watcher::Error::NoResourceVersion),
-            Ok(Event::Init),
-            Ok(Event::InitApply(node("z"))),
-            Ok(Event::InitDone),
+        let (into, metrics) = feed_streams(vec![
+            vec![Ok(Event::Init), Ok(Event::InitDone), Err(forbidden())],
+            vec![
+                Ok(Event::Init),
+                Ok(Event::InitApply(node("z"))),
+                Ok(Event::InitDone),
+            ],
         ])
         .await;
         assert_eq!(names(&into), ["z"]);

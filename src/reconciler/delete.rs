@@ -12,6 +12,13 @@
 //! again on a fresh read, once. The fence is asked immediately before the request leaves and its
 //! permit is held until Azure answers. The size is never lowered here: it is re-read after Azure
 //! confirmed the operation (#7432: sizes dropped after deletes that failed).
+//!
+//! Deletes go one at a time; a delete that waited behind another runs its caller's
+//! [`LastLook`] only once its turn came, right before it is sent, so pods that landed on the node
+//! while it waited stop it. A delete whose outcome is not known (the answer was lost, the
+//! operation could not be followed to its end) is [`DeleteEnd::Unknown`], never "failed": the
+//! caller must not give the node back to the scheduler until a fresh instance list shows the VM
+//! still there and `Succeeded`.
 
 use super::{Inner, Reconciler, LRO_DEADLINE, LRO_MIN_POLL};
 use crate::azure::arm::OperationStatus;
@@ -30,15 +37,91 @@ pub enum DeleteEnd {
     Deleted,
     /// Not sent (a guard), with a short reason: the node stays.
     Refused(&'static str),
+    /// Not sent: the caller's [`LastLook`] stopped it, with its reason.
+    Stopped(String),
     /// Sent, and Azure refused it or its operation failed; caches invalidated.
     Failed(String),
+    /// Sent, and whether Azure deleted the instance is not known (the answer was lost, the
+    /// operation could not be followed to its end); caches invalidated. The instance may be
+    /// going away: its node must stay tainted until a fresh list says otherwise.
+    Unknown(String),
+}
+
+/// Why an instance is deleted, which decides the floor it is held to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteKind {
+    /// An unneeded node: the group stays at or above its floor after the delete.
+    Unneeded,
+    /// An instance that never became a node (or failed): it is no capacity worth keeping, so
+    /// at the floor it is deleted all the same and the size written back up by the next pass
+    /// (delete and re-add, as cluster-autoscaler replaces such instances).
+    Replace,
+}
+
+/// The caller's last check of a delete, run once its turn came (no other delete in flight),
+/// after the fresh Azure reads and immediately before the fence is asked: `Err(reason)` stops
+/// the delete ([`DeleteEnd::Stopped`]).
+#[async_trait::async_trait]
+pub trait LastLook: Send + Sync {
+    /// `Ok(())` if the delete may go now.
+    async fn check(&self) -> Result<(), String>;
+}
+
+/// No last look (nothing on the Kubernetes side to check).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoLastLook;
+
+#[async_trait::async_trait]
+impl LastLook for NoLastLook {
+    async fn check(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// How following a delete's operation ended, when not in success.
+enum Followed {
+    /// The operation ended `Failed` or `Canceled`.
+    Failed(String),
+    /// Its end could not be learnt (polls kept failing, or it ran past the deadline).
+    Unknown(String),
 }
 
 impl Reconciler {
-    /// Deletes `victim`'s instance from `group` (see the module documentation). Waits for
-    /// Azure's operation to end.
-    pub async fn delete_instance(&self, group: &NodeGroupSpec, victim: Victim) -> DeleteEnd {
-        self.inner.clone().delete_instance(group, victim).await
+    /// Deletes `victim`'s instance from `group` (see the module documentation), `last_look`
+    /// permitting. Waits for Azure's operation to end. A [`DeleteKind::Replace`] that went below
+    /// the group's floor wakes the loop, which writes the size back up.
+    pub async fn delete_instance(
+        &self,
+        group: &NodeGroupSpec,
+        victim: Victim,
+        kind: DeleteKind,
+        last_look: &dyn LastLook,
+    ) -> DeleteEnd {
+        let end = self
+            .inner
+            .clone()
+            .delete_instance(group, victim, kind, last_look)
+            .await;
+        if kind == DeleteKind::Replace && end == DeleteEnd::Deleted {
+            self.wake();
+        }
+        end
+    }
+
+    /// A fresh list of `group`'s instances (never the cache): the provisioning state of
+    /// `instance_id`, `Ok(None)` when it is not listed (deleted).
+    pub async fn instance_state(
+        &self,
+        group: &NodeGroupSpec,
+        instance_id: &str,
+    ) -> Result<Option<String>, ArmError> {
+        let resource = self.inner.resources.for_group(group);
+        self.inner.instances.invalidate(&group.name);
+        let list = resource.list_instances(&group.name).await?;
+        Ok(list
+            .into_iter()
+            .find(|i| i.instance_id == instance_id)
+            .map(|i| i.provisioning_state.unwrap_or_default()))
     }
 
     /// The lowest size `group` may be taken down to: its `minSize`, and the configured demand
@@ -66,7 +149,13 @@ impl Inner {
         group.min_size.max(demanded).max(resource)
     }
 
-    async fn delete_instance(self: Arc<Self>, group: &NodeGroupSpec, victim: Victim) -> DeleteEnd {
+    async fn delete_instance(
+        self: Arc<Self>,
+        group: &NodeGroupSpec,
+        victim: Victim,
+        kind: DeleteKind,
+        last_look: &dyn LastLook,
+    ) -> DeleteEnd {
         let name = group.name.as_str();
         if self.dry_run {
             info!(scale_set = name, node = %victim.node_name, "dry run: would delete the instance");
@@ -91,7 +180,13 @@ impl Inner {
                 return DeleteEnd::Refused(reason);
             }
             let floor = self.floor(group).max(resource.capacity_floor(&fresh));
-            if capacity - 1 < i64::from(floor) {
+            // A replacement may take the group one below its floor for as long as the write
+            // back up takes: the instance it removes holds no node.
+            let lowest = match kind {
+                DeleteKind::Unneeded => i64::from(floor),
+                DeleteKind::Replace => i64::from(floor) - 1,
+            };
+            if capacity - 1 < lowest.max(0) {
                 info!(scale_set = name, capacity, floor, node = %victim.node_name, "scale-down refused: the group would go below its floor");
                 return DeleteEnd::Refused("min_size");
             }
@@ -116,13 +211,21 @@ impl Inner {
             } else {
                 Precondition::None
             };
-            let permit = match self.admitted(name) {
+            if let Err(why) = last_look.check().await {
+                info!(scale_set = name, node = %victim.node_name, %why, "scale-down stopped by the last look before the delete");
+                return DeleteEnd::Stopped(why);
+            }
+            let permit = match self.admitted_with_token(name).await {
                 Ok(p) => p,
                 Err(label) => return DeleteEnd::Refused(label),
             };
             info!(scale_set = name, node = %victim.node_name, instance = %victim.instance_id, capacity, if_match = ?precondition.if_match(), "deleting the instance");
-            let sent = resource
-                .delete_instances(&fresh, std::slice::from_ref(&victim), &precondition)
+            let sent = self
+                .send_fenced(resource.delete_instances(
+                    &fresh,
+                    std::slice::from_ref(&victim),
+                    &precondition,
+                ))
                 .await;
             drop(permit);
             match sent {
@@ -144,10 +247,15 @@ impl Inner {
                                 .await;
                             DeleteEnd::Deleted
                         }
-                        Err(why) => {
+                        Err(Followed::Failed(why)) => {
                             warn!(scale_set = name, node = %victim.node_name, %why, "instance deletion failed: caches invalidated, the size is re-read");
                             self.operation_failed(name);
                             DeleteEnd::Failed(why)
+                        }
+                        Err(Followed::Unknown(why)) => {
+                            warn!(scale_set = name, node = %victim.node_name, %why, "instance deletion: outcome unknown; caches invalidated");
+                            self.operation_failed(name);
+                            DeleteEnd::Unknown(why)
                         }
                     };
                 }
@@ -164,6 +272,23 @@ impl Inner {
                     return DeleteEnd::Failed(
                         "412 twice: another writer keeps changing the resource".into(),
                     );
+                }
+                Err(ArmError::Fenced { hold, .. }) => {
+                    // The fence closed between admission and the bytes leaving: nothing was sent.
+                    self.metrics
+                        .writes_held_total
+                        .with_label_values(&[name, hold.metric_label()])
+                        .inc();
+                    return DeleteEnd::Refused(hold.metric_label());
+                }
+                Err(e @ ArmError::Ambiguous { .. }) => {
+                    self.metrics
+                        .instance_deletes_total
+                        .with_label_values(&[name, "ambiguous"])
+                        .inc();
+                    warn!(scale_set = name, node = %victim.node_name, error = %e, "instance delete sent, answer lost: outcome unknown");
+                    self.operation_failed(name);
+                    return DeleteEnd::Unknown(e.to_string());
                 }
                 Err(e) => {
                     self.metrics
@@ -186,7 +311,7 @@ impl Inner {
         resource: &dyn crate::resource::CapacityResource,
         url: &str,
         hint: Option<std::time::Duration>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Followed> {
         let interval = hint.unwrap_or(LRO_MIN_POLL).max(LRO_MIN_POLL);
         let deadline = Instant::now() + LRO_DEADLINE;
         let mut errors = 0u32;
@@ -194,7 +319,9 @@ impl Inner {
             tokio::time::sleep(interval).await;
             if Instant::now() > deadline {
                 self.metrics.lro_total.with_label_values(&["timeout"]).inc();
-                return Err("the operation did not end in time".into());
+                return Err(Followed::Unknown(
+                    "the operation did not end in time".into(),
+                ));
             }
             match resource.poll_operation(url).await {
                 Ok(OperationStatus::InProgress) => {}
@@ -207,11 +334,11 @@ impl Inner {
                 }
                 Ok(OperationStatus::Failed(code)) => {
                     self.metrics.lro_total.with_label_values(&["failed"]).inc();
-                    return Err(code);
+                    return Err(Followed::Failed(code));
                 }
                 Ok(OperationStatus::Canceled) => {
                     self.metrics.lro_total.with_label_values(&["failed"]).inc();
-                    return Err("Canceled".into());
+                    return Err(Followed::Failed("Canceled".into()));
                 }
                 Err(ArmError::Throttled { retry_after, .. }) => {
                     tokio::time::sleep(retry_after).await
@@ -220,7 +347,9 @@ impl Inner {
                     errors += 1;
                     if errors >= 5 {
                         self.metrics.lro_total.with_label_values(&["error"]).inc();
-                        return Err(e.to_string());
+                        return Err(Followed::Unknown(format!(
+                            "the operation could not be polled: {e}"
+                        )));
                     }
                 }
             }

@@ -77,6 +77,9 @@ pub struct KubeState {
     server_address: String,
     unavailable: Arc<std::sync::atomic::AtomicBool>,
     watch_log: Arc<parking_lot::Mutex<Vec<WatchStart>>>,
+    /// Resources (plurals) whose LIST and WATCH answer 403, as after an RBAC change; open
+    /// watches of them end when they join the set.
+    forbidden: Arc<tokio::sync::watch::Sender<std::collections::HashSet<String>>>,
 }
 
 /// One WATCH request the Kubernetes side answered (see [`KubeState::watch_starts`]).
@@ -126,6 +129,7 @@ impl KubeState {
             server_address,
             unavailable: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             watch_log: Arc::new(parking_lot::Mutex::new(Vec::new())),
+            forbidden: Arc::new(tokio::sync::watch::Sender::new(Default::default())),
         }
     }
 
@@ -141,6 +145,24 @@ impl KubeState {
     pub fn set_unavailable(&self, on: bool) {
         self.unavailable
             .store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The RBAC fault: while on for `plural` (e.g. `pods`), every LIST and WATCH of it answers
+    /// 403 Forbidden as an API server does after the reader's ClusterRole lost the verb, and
+    /// the watches of it already streaming end (their reconnect is then refused). Other verbs
+    /// and resources are unaffected.
+    pub fn forbid_reads(&self, plural: &str, on: bool) {
+        self.forbidden.send_modify(|set| {
+            if on {
+                set.insert(plural.to_string());
+            } else {
+                set.remove(plural);
+            }
+        });
+    }
+
+    pub(crate) fn reads_forbidden(&self, plural: &str) -> bool {
+        self.forbidden.borrow().contains(plural)
     }
 
     /// Whether the fault switch of [`KubeState::set_unavailable`] is on.

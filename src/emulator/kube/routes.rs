@@ -185,6 +185,10 @@ fn collection(
                 .filter(|s| !s.is_empty())
                 .map(|s| parse_rv(s))
                 .transpose()?;
+            if kube.reads_forbidden(rt.plural) {
+                let verb = if truthy(q, "watch") { "watch" } else { "list" };
+                return Err(status::forbidden(rt, verb));
+            }
             if truthy(q, "watch") {
                 let timeout = q
                     .get("timeoutSeconds")
@@ -206,6 +210,7 @@ fn collection(
                         bookmarks: truthy(q, "allowWatchBookmarks"),
                         timeout,
                         bookmark_interval: kube.bookmark_interval,
+                        cut: Some(kube.forbidden.subscribe()),
                     },
                 ));
             }

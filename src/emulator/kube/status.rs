@@ -153,6 +153,20 @@ pub fn unsupported_media_type(content_type: &str) -> KubeError {
     )
 }
 
+/// 403 Forbidden, as RBAC refuses `verb` on `rt` for the emulator's one user.
+pub fn forbidden(rt: &ResourceType, verb: &str) -> KubeError {
+    failure(
+        403,
+        "Forbidden",
+        format!(
+            "{plural} is forbidden: User \"system:serviceaccount:kube-system:vmss-capacity-controller\" cannot {verb} resource \"{plural}\" in API group \"{group}\" at the cluster scope",
+            plural = rt.plural,
+            group = rt.group,
+        ),
+        Some(json!({"kind": rt.plural})),
+    )
+}
+
 /// 503 ServiceUnavailable: the emulator's fault switch is on
 /// ([`KubeState::set_unavailable`](super::KubeState::set_unavailable)).
 pub fn unavailable() -> KubeError {

@@ -33,6 +33,8 @@ pub struct WatchRequest {
     pub timeout: Option<Duration>,
     /// Interval between bookmarks.
     pub bookmark_interval: Duration,
+    /// The resources whose reads are forbidden: the watch ends when its own joins them.
+    pub cut: Option<tokio::sync::watch::Receiver<std::collections::HashSet<String>>>,
 }
 
 fn line(event: &str, object: &Value) -> Bytes {
@@ -124,7 +126,19 @@ pub fn start(store: &parking_lot::Mutex<Store>, req: WatchRequest) -> Response {
         let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
         let mut ticker = tokio::time::interval(req.bookmark_interval);
         ticker.tick().await;
+        let mut cut = req.cut.clone();
         loop {
+            let forbidden = async {
+                match cut.as_mut() {
+                    Some(c) => {
+                        if c.changed().await.is_err() {
+                            std::future::pending::<()>().await;
+                        }
+                        c.borrow().contains(req.rt.plural)
+                    }
+                    None => std::future::pending().await,
+                }
+            };
             let timeout = async {
                 match deadline {
                     Some(d) => tokio::time::sleep_until(d).await,
@@ -134,6 +148,7 @@ pub fn start(store: &parking_lot::Mutex<Store>, req: WatchRequest) -> Response {
             tokio::select! {
                 _ = timeout => return,
                 _ = tx.closed() => return,
+                true = forbidden => return,
                 _ = ticker.tick(), if req.bookmarks => {
                     let obj = json!({
                         "kind": req.rt.kind,
