@@ -197,6 +197,34 @@ mod tests {
         assert!(waiter.await.unwrap(), "the last permit came back");
     }
 
+    #[derive(Debug)]
+    struct Fixed(Result<(), FenceHold>, Option<Duration>);
+
+    impl WriteFence for Fixed {
+        fn check(&self) -> Result<(), FenceHold> {
+            self.0
+        }
+        fn valid_for(&self) -> Option<Duration> {
+            self.1
+        }
+    }
+
+    #[tokio::test]
+    async fn the_last_check_asks_the_fence_of_the_write_being_sent_and_only_inside_its_send() {
+        assert_eq!(last_check(), Ok(None), "a read, or no fenced write");
+        let open = Arc::new(Fixed(Ok(()), Some(Duration::from_secs(3))));
+        assert_eq!(
+            sending(open, async { last_check() }).await,
+            Ok(Some(Duration::from_secs(3)))
+        );
+        let closed = Arc::new(Fixed(Err(FenceHold::RenewalStale), None));
+        assert_eq!(
+            sending(closed, async { last_check() }).await,
+            Err(FenceHold::RenewalStale)
+        );
+        assert_eq!(last_check(), Ok(None), "the scope ended with the send");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn drained_gives_up_after_its_bound_when_a_write_never_returns() {
         let in_flight = Arc::new(InFlight::default());

@@ -82,12 +82,90 @@ pub fn demand_source(settings: &Settings) -> Option<Arc<PodDemand>> {
     (settings.pod_demand.kind == DemandKind::Pods).then(|| Arc::new(PodDemand::default()))
 }
 
+/// cluster-autoscaler's first backoff of a node group whose scale-up failed
+/// (`--initial-node-group-backoff-duration`).
+pub const PROVISION_BACKOFF: Duration = Duration::from_secs(5 * 60);
+/// Its longest backoff (`--max-node-group-backoff-duration`).
+pub const PROVISION_BACKOFF_MAX: Duration = Duration::from_secs(30 * 60);
+/// After this long without a failure, the next backoff starts from the first again
+/// (`--node-group-backoff-reset-timeout`).
+pub const PROVISION_BACKOFF_RESET: Duration = Duration::from_secs(3 * 60 * 60);
+
 /// Since when a group has had requested nodes that did not register, with no progress.
 #[derive(Debug, Clone, Copy)]
 struct Provisioning {
     since: Instant,
     registered: u32,
-    reported: bool,
+    /// Out of scale-up until then, after its nodes did not come within `maxNodeProvisionTime`.
+    excluded_until: Option<Instant>,
+}
+
+/// Groups whose requested nodes do not register within `maxNodeProvisionTime` are out of
+/// scale-up for a backoff that expires, as cluster-autoscaler backs a node group off: 5 min,
+/// doubling per failure in a row up to 30 min, from the first again after 3 h without one. When
+/// the backoff ends the group is tried again with a new `maxNodeProvisionTime` to show progress.
+#[derive(Debug, Default)]
+pub struct ProvisionWatch {
+    open: HashMap<String, Provisioning>,
+    /// Failures in a row per group, and when the last was.
+    failures: HashMap<String, (u32, Instant)>,
+}
+
+impl ProvisionWatch {
+    /// Records that `group` has `capacity` instances requested and `registered` Nodes at `now`.
+    /// `Some(until)` while the group is backed off (`true` the first time, to report it).
+    pub fn observe(
+        &mut self,
+        group: &str,
+        capacity: Option<i64>,
+        registered: u32,
+        limit: Duration,
+        now: Instant,
+    ) -> Option<(Instant, bool)> {
+        let waiting = capacity.is_some_and(|c| c > i64::from(registered));
+        if !waiting {
+            self.open.remove(group);
+            return None;
+        }
+        let p = self.open.entry(group.to_string()).or_insert(Provisioning {
+            since: now,
+            registered,
+            excluded_until: None,
+        });
+        if registered > p.registered {
+            // Progress: a node came.
+            *p = Provisioning {
+                since: now,
+                registered,
+                excluded_until: None,
+            };
+        }
+        match p.excluded_until {
+            Some(until) if now < until => Some((until, false)),
+            Some(_) => {
+                // The backoff is over: a new window to show progress.
+                p.since = now;
+                p.excluded_until = None;
+                None
+            }
+            None if now.duration_since(p.since) >= limit => {
+                let (count, last) = self.failures.get(group).copied().unwrap_or((0, now));
+                let count = if now.duration_since(last) >= PROVISION_BACKOFF_RESET {
+                    1
+                } else {
+                    count + 1
+                };
+                self.failures.insert(group.to_string(), (count, now));
+                let backoff = PROVISION_BACKOFF
+                    .saturating_mul(1 << (count - 1).min(8))
+                    .min(PROVISION_BACKOFF_MAX);
+                let until = now + backoff;
+                p.excluded_until = Some(until);
+                Some((until, true))
+            }
+            None => None,
+        }
+    }
 }
 
 /// The loop (see the module documentation).
@@ -101,7 +179,7 @@ pub struct ScaleUpLoop {
     batcher: Batcher,
     /// Pending pods seen so far (uid or key), to tell a new one from one already batched.
     seen: HashSet<String>,
-    provisioning: HashMap<String, Provisioning>,
+    provisioning: ProvisionWatch,
     /// What each pending pod was last told (Event text), so a re-check does not repeat it.
     told: HashMap<String, String>,
     last_decision: Option<Instant>,
@@ -131,7 +209,7 @@ impl ScaleUpLoop {
             events,
             batcher,
             seen: HashSet::new(),
-            provisioning: HashMap::new(),
+            provisioning: ProvisionWatch::default(),
             told: HashMap::new(),
             last_decision: None,
             decisions: 0,
@@ -258,41 +336,27 @@ impl ScaleUpLoop {
         let limit = self.settings.pod_demand.max_node_provision_time;
         for g in &mut inputs {
             let got = registered.get(&g.name).copied().unwrap_or(0);
-            let waiting = g.capacity.is_some_and(|c| c > i64::from(got));
-            if !waiting {
-                self.provisioning.remove(&g.name);
-                continue;
-            }
-            let p = self
+            let Some((until, first)) = self
                 .provisioning
-                .entry(g.name.clone())
-                .or_insert(Provisioning {
-                    since: now,
-                    registered: got,
-                    reported: false,
-                });
-            if got > p.registered {
-                // Progress: a node came.
-                *p = Provisioning {
-                    since: now,
-                    registered: got,
-                    reported: false,
-                };
+                .observe(&g.name, g.capacity, got, limit, now)
+            else {
+                continue;
+            };
+            let backoff = until.saturating_duration_since(now);
+            if first {
+                warn!(scale_set = %g.name, capacity = ?g.capacity, registered = got, limit_secs = limit.as_secs(), backoff_secs = backoff.as_secs(), "requested nodes did not register within maxNodeProvisionTime: the group is backed off, planning moves to other groups");
+                self.metrics
+                    .failed_scale_ups_total
+                    .with_label_values(&[&g.name, "provision_timeout"])
+                    .inc();
             }
-            if now.duration_since(p.since) >= limit && g.unhealthy.is_none() {
-                if !p.reported {
-                    p.reported = true;
-                    warn!(scale_set = %g.name, capacity = ?g.capacity, registered = got, limit_secs = limit.as_secs(), "requested nodes did not register within maxNodeProvisionTime: the group is failing, planning moves to other groups");
-                    self.metrics
-                        .failed_scale_ups_total
-                        .with_label_values(&[&g.name, "provision_timeout"])
-                        .inc();
-                }
+            if g.unhealthy.is_none() {
                 g.unhealthy = Some(WhyNot {
                     label: "provision_timeout",
                     text: format!(
-                        "requested nodes did not register within maxNodeProvisionTime ({}s)",
-                        limit.as_secs()
+                        "requested nodes did not register within maxNodeProvisionTime ({}s): backed off for {}s more",
+                        limit.as_secs(),
+                        backoff.as_secs()
                     ),
                 });
             }
@@ -509,6 +573,60 @@ fn shape_of<'a>(g: &'a NodeGroupSpec, ss: &'a crate::cache::ScaleSet) -> GroupSh
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_group_whose_nodes_never_come_is_backed_off_and_tried_again_when_the_backoff_ends() {
+        let limit = Duration::from_secs(15 * 60);
+        let t0 = Instant::now();
+        let mut w = super::ProvisionWatch::default();
+        let at = |mins: u64| t0 + Duration::from_secs(mins * 60);
+        assert_eq!(w.observe("g", Some(3), 1, limit, at(0)), None);
+        assert_eq!(w.observe("g", Some(3), 1, limit, at(14)), None);
+        // maxNodeProvisionTime passed with no progress: out for 5 minutes, reported once.
+        assert_eq!(
+            w.observe("g", Some(3), 1, limit, at(15)),
+            Some((at(20), true))
+        );
+        assert_eq!(
+            w.observe("g", Some(3), 1, limit, at(19)),
+            Some((at(20), false))
+        );
+        // Over: the group takes pods again, with a new window.
+        assert_eq!(w.observe("g", Some(3), 1, limit, at(20)), None);
+        assert_eq!(w.observe("g", Some(3), 1, limit, at(34)), None);
+        // Failing again: the backoff doubles.
+        assert_eq!(
+            w.observe("g", Some(3), 1, limit, at(35)),
+            Some((at(45), true))
+        );
+        // A node came: progress clears the exclusion at once.
+        assert_eq!(w.observe("g", Some(3), 2, limit, at(36)), None);
+    }
+
+    #[test]
+    fn the_provision_backoff_stops_at_thirty_minutes_and_starts_over_after_three_quiet_hours() {
+        let limit = Duration::from_secs(60);
+        let mut now = Instant::now();
+        let mut w = super::ProvisionWatch::default();
+        let mut backoffs = Vec::new();
+        for _ in 0..5 {
+            w.observe("g", Some(2), 0, limit, now);
+            now += limit;
+            let (until, first) = w.observe("g", Some(2), 0, limit, now).expect("backed off");
+            assert!(first);
+            backoffs.push((until - now).as_secs() / 60);
+            now = until;
+            w.observe("g", Some(2), 0, limit, now);
+        }
+        assert_eq!(backoffs, [5, 10, 20, 30, 30]);
+        // Three hours without a failure: the next one is backed off 5 minutes again.
+        w.observe("g", Some(0), 0, limit, now);
+        now += super::PROVISION_BACKOFF_RESET;
+        w.observe("g", Some(2), 0, limit, now);
+        now += limit;
+        let (until, _) = w.observe("g", Some(2), 0, limit, now).expect("backed off");
+        assert_eq!((until - now).as_secs() / 60, 5);
+    }
+
     use super::*;
     use crate::config::Schedule;
 
