@@ -174,4 +174,8 @@ pub struct GroupStatus {
     pub cooldown_until: Option<String>,
     /// Why writes are held, if they are (`aks_autoscaler`, `not_leader`, ...).
     pub held: Option<String>,
+    /// Why scale-down is halted, if it is (a watch of the cluster failing): cluster-wide, shown
+    /// on every group.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale_down_halted: Option<String>,
 }

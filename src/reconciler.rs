@@ -223,6 +223,7 @@ impl ReconcilerBuilder {
                 health: Health::new(settings.scan_interval),
                 wake: tokio::sync::Notify::new(),
                 deletes: tokio::sync::Mutex::new(()),
+                scale_down_halted: Mutex::new(None),
                 demand: self.demand,
                 clock: self.clock,
                 scale_sets: ScaleSetCache::new(),
@@ -272,6 +273,8 @@ struct Inner {
     wake: tokio::sync::Notify,
     /// One instance deletion at a time: its fresh read, checks and delete are one step.
     deletes: tokio::sync::Mutex<()>,
+    /// Why scale-down is halted, as the scale-down loop last said (for the status).
+    scale_down_halted: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for Reconciler {
@@ -339,6 +342,11 @@ impl Reconciler {
     /// pending: wakes while a pass runs start the next one as soon as it ends).
     pub fn wake(&self) {
         self.inner.wake.notify_one();
+    }
+
+    /// Records why scale-down is halted (`None`: it is not), shown in [`Reconciler::status`].
+    pub fn set_scale_down_halted(&self, why: Option<String>) {
+        *self.inner.scale_down_halted.lock() = why;
     }
 
     /// Forgets `group`'s size and instances (a delete was seen to have happened after its
@@ -432,6 +440,7 @@ impl Inner {
                 .map(|t| rfc3339(wall + t.saturating_duration_since(now)))
         };
         let snapshot = self.scale_sets.snapshot();
+        let halted = self.scale_down_halted.lock().clone();
         let state = self.state.lock();
         self.groups()
             .iter()
@@ -454,6 +463,7 @@ impl Inner {
                     backoff_until: until(s.and_then(|s| s.backoff_until)),
                     cooldown_until: until(s.and_then(|s| s.cooldown_until)),
                     held: s.and_then(|s| s.held.or(s.refusal)).map(str::to_string),
+                    scale_down_halted: halted.clone(),
                 }
             })
             .collect()

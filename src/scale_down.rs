@@ -376,6 +376,7 @@ impl ScaleDownLoop {
                 if self.halted.is_none() {
                     warn!(kind = f.kind, error = %f.error, "scale-down halted: a watch of the cluster is failing, so the view may miss pods and nodes");
                 }
+                s.reconciler.set_scale_down_halted(Some(why.clone()));
                 self.halted = Some(why);
                 halted.with_label_values(&["watch_failing"]).set(1);
                 self.since.clear();
@@ -384,6 +385,7 @@ impl ScaleDownLoop {
             None => {
                 if self.halted.take().is_some() {
                     info!("scale-down resumed: every watch of the cluster listed afresh");
+                    s.reconciler.set_scale_down_halted(None);
                 }
                 halted.with_label_values(&["watch_failing"]).set(0);
                 true

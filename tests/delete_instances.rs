@@ -331,3 +331,142 @@ async fn deleting_the_last_machine_of_a_system_pool_is_refused_and_removes_nothi
         1
     );
 }
+
+/// A last look that fails once `landed` is set, and records when it was asked.
+struct PodLanded {
+    landed: Arc<std::sync::atomic::AtomicBool>,
+    asked_after_first_answered: Arc<std::sync::atomic::AtomicBool>,
+    first_done: Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[async_trait::async_trait]
+impl vmss_capacity_controller::reconciler::LastLook for PodLanded {
+    async fn check(&self) -> Result<(), String> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.asked_after_first_answered
+            .store(self.first_done.load(SeqCst), SeqCst);
+        if self.landed.load(SeqCst) {
+            Err("pod default/late is on the node".into())
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_delete_that_waited_behind_another_looks_at_its_node_once_its_turn_came() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use vmss_capacity_controller::reconciler::{DeleteEnd, DeleteKind, NoLastLook};
+    let h = Harness::new(
+        &[("alpha", 3), ("beta", 3)],
+        vec![group("alpha", 0, 10, None), group("beta", 0, 10, None)],
+        |_| {},
+    )
+    .await;
+    // Alpha's delete is slow to answer: beta's waits behind it (one delete at a time).
+    h.state.inject_fault(fault(
+        Some("POST"),
+        Some("/alpha/delete"),
+        vmss_capacity_controller::emulator::FaultKind::Latency { ms: 1500 },
+        Some(1),
+    ));
+    let reconciler = Arc::new(h.reconciler);
+    let groups = h.settings.node_groups.clone();
+    let first_done = Arc::new(AtomicBool::new(false));
+    let first = {
+        let (r, g, done) = (reconciler.clone(), groups[0].clone(), first_done.clone());
+        tokio::spawn(async move {
+            let end = r
+                .delete_instance(
+                    &g,
+                    Victim {
+                        instance_id: "0".into(),
+                        node_name: node_name("alpha", 0),
+                    },
+                    DeleteKind::Unneeded,
+                    &NoLastLook,
+                )
+                .await;
+            done.store(true, SeqCst);
+            end
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let landed = Arc::new(AtomicBool::new(false));
+    let asked_late = Arc::new(AtomicBool::new(false));
+    let second = {
+        let look = PodLanded {
+            landed: landed.clone(),
+            asked_after_first_answered: asked_late.clone(),
+            first_done: first_done.clone(),
+        };
+        let (r, g) = (reconciler.clone(), groups[1].clone());
+        tokio::spawn(async move {
+            r.delete_instance(
+                &g,
+                Victim {
+                    instance_id: "0".into(),
+                    node_name: node_name("beta", 0),
+                },
+                DeleteKind::Unneeded,
+                &look,
+            )
+            .await
+        })
+    };
+    // While beta's delete waits, a pod lands on its node.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    landed.store(true, SeqCst);
+    assert_eq!(first.await.unwrap(), DeleteEnd::Deleted);
+    assert_eq!(
+        second.await.unwrap(),
+        DeleteEnd::Stopped("pod default/late is on the node".into())
+    );
+    assert!(asked_late.load(SeqCst), "the look ran before its turn came");
+    let deletes: Vec<_> = h
+        .state
+        .request_log()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/delete"))
+        .collect();
+    assert_eq!(deletes.len(), 1, "{deletes:?}");
+    assert!(deletes[0].path.contains("/alpha/"));
+    assert_eq!(h.state.scale_set(SUB, RG, "beta").unwrap().capacity, 3);
+}
+
+#[tokio::test]
+async fn a_failed_instance_at_the_floor_is_replaced_and_a_merely_unneeded_one_is_not() {
+    use vmss_capacity_controller::reconciler::{DeleteEnd, DeleteKind, NoLastLook};
+    let h = Harness::new(&[("pool-a", 3)], vec![group("pool-a", 3, 10, None)], |_| {}).await;
+    let g = h.settings.node_groups[0].clone();
+    let victim = |id: u64| Victim {
+        instance_id: id.to_string(),
+        node_name: node_name("pool-a", id),
+    };
+    assert_eq!(
+        h.reconciler
+            .delete_instance(&g, victim(0), DeleteKind::Unneeded, &NoLastLook)
+            .await,
+        DeleteEnd::Refused("min_size")
+    );
+    assert_eq!(
+        h.reconciler
+            .delete_instance(&g, victim(0), DeleteKind::Replace, &NoLastLook)
+            .await,
+        DeleteEnd::Deleted
+    );
+    assert_eq!(h.capacity_now("pool-a").await, 2);
+    // Never two below: a second replacement waits for the size to come back.
+    assert_eq!(
+        h.reconciler
+            .delete_instance(&g, victim(1), DeleteKind::Replace, &NoLastLook)
+            .await,
+        DeleteEnd::Refused("min_size")
+    );
+    // The next pass writes the size back up to the floor, under If-Match.
+    h.reconciler.run_once().await.expect("pass");
+    assert_eq!(h.capacity_now("pool-a").await, 3);
+    let puts = h.our_puts();
+    assert_eq!(puts.len(), 1, "{puts:?}");
+    assert!(puts[0].if_match.is_some());
+}

@@ -57,6 +57,7 @@ fn group(name: &str) -> GroupStatus {
         backoff_until: None,
         cooldown_until: None,
         held: None,
+        scale_down_halted: None,
     }
 }
 

@@ -75,6 +75,7 @@ fn group(name: &str, target: i64) -> GroupStatus {
         backoff_until: None,
         cooldown_until: None,
         held: None,
+        scale_down_halted: None,
     }
 }
 

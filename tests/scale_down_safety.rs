@@ -100,6 +100,11 @@ async fn nodes_whose_pods_a_failing_watch_cannot_see_are_not_deleted_and_scale_d
         eventually(Duration::from_secs(10), || halted(&c) == 1).await,
         "scale-down never said it halted"
     );
+    let why = c.reconciler.status()[0].scale_down_halted.clone();
+    assert!(
+        why.as_deref().is_some_and(|w| w.contains("pods")),
+        "the status says why: {why:?}"
+    );
     tokio::time::sleep(Duration::from_secs(4)).await;
     assert!(deletes(&c).is_empty(), "deleted: {:?}", deletes(&c));
     assert_eq!(c.capacity("pool"), 3);
@@ -112,6 +117,7 @@ async fn nodes_whose_pods_a_failing_watch_cannot_see_are_not_deleted_and_scale_d
         "the empty node was not removed once the view was whole again"
     );
     assert_eq!(halted(&c), 0);
+    assert_eq!(c.reconciler.status()[0].scale_down_halted, None);
     // (Afterwards web may be consolidated onto one node: through evictions, never by loss.)
     assert!(
         c._emulator.pods_lost_with_nodes().is_empty(),
