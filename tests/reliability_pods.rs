@@ -6,7 +6,9 @@
 //! `web` workload, then steps through pod arrivals and departures (ReplicaSets scaled), rival
 //! capacity and tag writes, ARM faults on PUT, GET and instance deletes, the Kubernetes API
 //! going away for a while, a group whose new instances stop registering as Nodes for up to 25
-//! minutes, and waits. Checked after every schedule:
+//! minutes, a watch refused by RBAC (403 on pods, nodes or budgets, the open watch cut), a
+//! Kubernetes API answering slowly (priority and fairness queues), a slow token endpoint,
+//! deletes whose answer is lost, and waits. Checked after every schedule:
 //!
 //! - the emulator's lost-update report is empty, and every controller write carried `If-Match`;
 //! - no pod other than a DaemonSet's went down with a node the controller deleted: every pod was
@@ -119,6 +121,21 @@ enum Step {
     KubeDown {
         secs: u64,
     },
+    /// LIST and WATCH of a resource answer 403 for a while (an RBAC change), the open watch cut.
+    WatchForbidden {
+        resource: &'static str,
+        secs: u64,
+    },
+    /// Every Kubernetes answer takes `ms` for a while.
+    SlowKube {
+        ms: u64,
+        secs: u64,
+    },
+    /// Every token fetch takes `ms` for a while.
+    SlowToken {
+        ms: u64,
+        secs: u64,
+    },
     /// The group's new instances do not register as Nodes for a while (a broken image).
     Unregistering {
         group: usize,
@@ -211,9 +228,21 @@ impl Schedule {
                 75..=78 => Step::KubeDown {
                     secs: rng.gen_range(5..=60),
                 },
-                79..=86 => Step::Unregistering {
+                79..=84 => Step::Unregistering {
                     group,
                     secs: rng.gen_range(5 * 60..=25 * 60),
+                },
+                85..=87 => Step::WatchForbidden {
+                    resource: ["pods", "nodes", "poddisruptionbudgets"][rng.gen_range(0..3)],
+                    secs: rng.gen_range(10..=600),
+                },
+                88..=89 => Step::SlowKube {
+                    ms: rng.gen_range(500..=8_000),
+                    secs: rng.gen_range(10..=300),
+                },
+                90..=91 => Step::SlowToken {
+                    ms: rng.gen_range(1_000..=20_000),
+                    secs: rng.gen_range(10..=300),
                 },
                 _ => Step::Wait {
                     secs: *[30u64, 60, 120, 300, 600]
@@ -463,6 +492,21 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
                 c.kube.set_unavailable(true);
                 tokio::time::sleep(Duration::from_secs(*secs)).await;
                 c.kube.set_unavailable(false);
+            }
+            Step::WatchForbidden { resource, secs } => {
+                c.kube.forbid_reads(resource, true);
+                tokio::time::sleep(Duration::from_secs(*secs)).await;
+                c.kube.forbid_reads(resource, false);
+            }
+            Step::SlowKube { ms, secs } => {
+                c.kube.set_latency(Duration::from_millis(*ms));
+                tokio::time::sleep(Duration::from_secs(*secs)).await;
+                c.kube.set_latency(Duration::ZERO);
+            }
+            Step::SlowToken { ms, secs } => {
+                c.set_token_delay(Duration::from_millis(*ms));
+                tokio::time::sleep(Duration::from_secs(*secs)).await;
+                c.set_token_delay(Duration::ZERO);
             }
             Step::Unregistering { group, secs } => {
                 never_register(&c, GROUPS[*group].0, true);

@@ -347,6 +347,10 @@ async fn dispatch(State(sides): State<Sides>, req: Request) -> Response {
                 .into_response();
         }
         if kube::owns_path(path) {
+            let delay = kube.latency();
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
             return kube::handle(kube, &parts, &bytes);
         }
     }

@@ -37,6 +37,31 @@ pub enum Groups<'a> {
     Pools(Vec<AgentPoolSeed>),
 }
 
+/// The emulator's token, each fetch taking as long as `delay_ms` says (tokio clock).
+#[derive(Debug)]
+struct DelayedToken {
+    token: String,
+    delay_ms: Arc<std::sync::atomic::AtomicU64>,
+}
+
+#[async_trait::async_trait]
+impl azure_core::auth::TokenCredential for DelayedToken {
+    async fn get_token(&self, _: &[&str]) -> azure_core::Result<azure_core::auth::AccessToken> {
+        let ms = self.delay_ms.load(std::sync::atomic::Ordering::SeqCst);
+        if ms > 0 {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
+        let expires = time::OffsetDateTime::now_utc() + Duration::from_secs(3600);
+        Ok(azure_core::auth::AccessToken::new(
+            self.token.clone(),
+            expires,
+        ))
+    }
+    async fn clear_cache(&self) -> azure_core::Result<()> {
+        Ok(())
+    }
+}
+
 pub struct Cluster {
     pub _emulator: EmulatorHandle,
     /// Whether the node groups are agent pools.
@@ -48,6 +73,7 @@ pub struct Cluster {
     pub reconciler: Arc<Reconciler>,
     pub stop: CancellationToken,
     pub tasks: Vec<tokio::task::JoinHandle<()>>,
+    token_delay: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Cluster {
@@ -156,7 +182,24 @@ impl Cluster {
         tweak(&mut s);
         let settings = Arc::new(s);
         let metrics = Arc::new(Metrics::new());
-        let arm = arm_client(&emulator, &state, "controller", metrics.clone());
+        let token_delay = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let arm = Arc::new(vmss_capacity_controller::azure::ArmClient::new(
+            vmss_capacity_controller::azure::arm::ArmTarget {
+                endpoint: url::Url::parse(&emulator.base_url()).unwrap(),
+                subscription: SUB.into(),
+                resource_group: RG.into(),
+            },
+            Arc::new(DelayedToken {
+                token: state.issue_token("controller"),
+                delay_ms: token_delay.clone(),
+            }),
+            vmss_capacity_controller::azure::arm::http_client(
+                Duration::from_secs(10),
+                emulator.ca_pem().as_deref().map(str::as_bytes),
+            )
+            .unwrap(),
+            metrics.clone(),
+        ));
         let demand = Arc::new(PodDemand::default());
         let file = kube::config::Kubeconfig::from_yaml(&emulator.kubeconfig().expect("kubeconfig"))
             .expect("kubeconfig parses");
@@ -243,7 +286,16 @@ impl Cluster {
             reconciler,
             stop,
             tasks,
+            token_delay,
         }
+    }
+
+    /// Makes every token fetch of the controller take `d` (a slow token endpoint).
+    pub fn set_token_delay(&self, d: Duration) {
+        self.token_delay.store(
+            u64::try_from(d.as_millis()).unwrap_or(u64::MAX),
+            std::sync::atomic::Ordering::SeqCst,
+        );
     }
 
     /// A pending pod the scheduler found no room for.

@@ -80,6 +80,8 @@ pub struct KubeState {
     /// Resources (plurals) whose LIST and WATCH answer 403, as after an RBAC change; open
     /// watches of them end when they join the set.
     forbidden: Arc<tokio::sync::watch::Sender<std::collections::HashSet<String>>>,
+    /// Added to every Kubernetes answer, in milliseconds (an API server queueing requests).
+    latency_ms: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// One WATCH request the Kubernetes side answered (see [`KubeState::watch_starts`]).
@@ -130,6 +132,7 @@ impl KubeState {
             unavailable: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             watch_log: Arc::new(parking_lot::Mutex::new(Vec::new())),
             forbidden: Arc::new(tokio::sync::watch::Sender::new(Default::default())),
+            latency_ms: Arc::new(std::sync::atomic::AtomicU64::new(0)),
         }
     }
 
@@ -163,6 +166,19 @@ impl KubeState {
 
     pub(crate) fn reads_forbidden(&self, plural: &str) -> bool {
         self.forbidden.borrow().contains(plural)
+    }
+
+    /// Delays every Kubernetes answer by `d` (tokio clock), as an API server whose priority and
+    /// fairness queues hold requests; `Duration::ZERO` turns it off.
+    pub fn set_latency(&self, d: Duration) {
+        let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        self.latency_ms
+            .store(ms, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The delay of [`KubeState::set_latency`].
+    pub fn latency(&self) -> Duration {
+        Duration::from_millis(self.latency_ms.load(std::sync::atomic::Ordering::SeqCst))
     }
 
     /// Whether the fault switch of [`KubeState::set_unavailable`] is on.
