@@ -7,6 +7,7 @@
 //! capacity and tag writes, ARM faults on PUT, GET and instance deletes, the Kubernetes API
 //! going away for a while, a group whose new instances stop registering as Nodes for up to 25
 //! minutes, a watch refused by RBAC (403 on pods, nodes or budgets, the open watch cut), a
+//! watch that stays connected but delivers nothing (pods or nodes), a
 //! Kubernetes API answering slowly (priority and fairness queues), a slow token endpoint,
 //! deletes whose answer is lost, and waits. Checked after every schedule:
 //!
@@ -126,6 +127,11 @@ enum Step {
         resource: &'static str,
         secs: u64,
     },
+    /// A resource's watches stay connected but deliver nothing for a while.
+    WatchStalled {
+        resource: &'static str,
+        secs: u64,
+    },
     /// Every Kubernetes answer takes `ms` for a while.
     SlowKube {
         ms: u64,
@@ -236,7 +242,11 @@ impl Schedule {
                     resource: ["pods", "nodes", "poddisruptionbudgets"][rng.gen_range(0..3)],
                     secs: rng.gen_range(10..=600),
                 },
-                88..=89 => Step::SlowKube {
+                88 => Step::WatchStalled {
+                    resource: ["pods", "nodes"][rng.gen_range(0..2)],
+                    secs: rng.gen_range(30..=900),
+                },
+                89 => Step::SlowKube {
                     ms: rng.gen_range(500..=8_000),
                     secs: rng.gen_range(10..=300),
                 },
@@ -393,6 +403,12 @@ fn rival_tags(state: &EmulatorState, pools: bool, group: &str, key: &str, value:
 
 /// Runs one schedule; `Err` names the first broken invariant.
 async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, String> {
+    if let Ok(filter) = std::env::var("RELIABILITY_POD_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_test_writer()
+            .try_init();
+    }
     let seeds: Vec<Seed> = GROUPS
         .iter()
         .zip(&schedule.bounds)
@@ -498,6 +514,11 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
                 tokio::time::sleep(Duration::from_secs(*secs)).await;
                 c.kube.forbid_reads(resource, false);
             }
+            Step::WatchStalled { resource, secs } => {
+                c.kube.stall_watches(resource, true);
+                tokio::time::sleep(Duration::from_secs(*secs)).await;
+                c.kube.stall_watches(resource, false);
+            }
             Step::SlowKube { ms, secs } => {
                 c.kube.set_latency(Duration::from_millis(*ms));
                 tokio::time::sleep(Duration::from_secs(*secs)).await;
@@ -549,6 +570,43 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
                 break Ok(());
             }
             if tokio::time::Instant::now() >= deadline {
+                if std::env::var("RELIABILITY_POD_TRACE").is_ok() {
+                    let mut text = Vec::new();
+                    let encoder = prometheus::TextEncoder::new();
+                    prometheus::Encoder::encode(
+                        &encoder,
+                        &c.metrics.registry().gather(),
+                        &mut text,
+                    )
+                    .ok();
+                    for n in c.kube.list_all("v1", "nodes", None) {
+                        eprintln!(
+                            "node {} unschedulable={} taints={} ready={}",
+                            n["metadata"]["name"],
+                            n["spec"]["unschedulable"],
+                            n["spec"]["taints"],
+                            n["status"]["conditions"]
+                        );
+                    }
+                    for p in c.kube.list_all("v1", "pods", Some("default")) {
+                        if p["status"]["phase"] == "Pending" {
+                            eprintln!(
+                                "pending {} {}",
+                                p["metadata"]["name"], p["status"]["conditions"]
+                            );
+                        }
+                    }
+                    for line in String::from_utf8_lossy(&text).lines().filter(|l| {
+                        l.contains("unfit")
+                            || l.contains("unschedulable")
+                            || l.contains("halted")
+                            || l.contains("healthy")
+                            || l.contains("held")
+                            || l.contains("failed_scale")
+                    }) {
+                        eprintln!("{line}");
+                    }
+                }
                 break Err(format!(
                     "not settled {} min after the last step: {running} of {want} pods running, idle nodes above min: {idle:?}, groups with instances but no nodes: {unregistered:?}, capacities {:?}",
                     SETTLE.as_secs() / 60,

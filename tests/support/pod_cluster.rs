@@ -37,11 +37,19 @@ pub enum Groups<'a> {
     Pools(Vec<AgentPoolSeed>),
 }
 
-/// The emulator's token, each fetch taking as long as `delay_ms` says (tokio clock).
-#[derive(Debug)]
+/// The emulator's token, re-issued every half hour (the paused-clock schedules run for hours,
+/// past a token's lifetime, as a real credential refreshes), each fetch taking as long as
+/// `delay_ms` says (tokio clock).
 struct DelayedToken {
-    token: String,
+    state: EmulatorState,
+    token: parking_lot::Mutex<Option<(String, tokio::time::Instant)>>,
     delay_ms: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl std::fmt::Debug for DelayedToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DelayedToken").finish_non_exhaustive()
+    }
 }
 
 #[async_trait::async_trait]
@@ -51,11 +59,19 @@ impl azure_core::auth::TokenCredential for DelayedToken {
         if ms > 0 {
             tokio::time::sleep(Duration::from_millis(ms)).await;
         }
+        let token = {
+            let mut slot = self.token.lock();
+            match slot.as_ref() {
+                Some((t, at)) if at.elapsed() < Duration::from_secs(30 * 60) => t.clone(),
+                _ => {
+                    let t = self.state.issue_token("controller");
+                    *slot = Some((t.clone(), tokio::time::Instant::now()));
+                    t
+                }
+            }
+        };
         let expires = time::OffsetDateTime::now_utc() + Duration::from_secs(3600);
-        Ok(azure_core::auth::AccessToken::new(
-            self.token.clone(),
-            expires,
-        ))
+        Ok(azure_core::auth::AccessToken::new(token, expires))
     }
     async fn clear_cache(&self) -> azure_core::Result<()> {
         Ok(())
@@ -190,7 +206,8 @@ impl Cluster {
                 resource_group: RG.into(),
             },
             Arc::new(DelayedToken {
-                token: state.issue_token("controller"),
+                state: state.clone(),
+                token: parking_lot::Mutex::new(None),
                 delay_ms: token_delay.clone(),
             }),
             vmss_capacity_controller::azure::arm::http_client(

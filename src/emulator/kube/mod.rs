@@ -80,6 +80,8 @@ pub struct KubeState {
     /// Resources (plurals) whose LIST and WATCH answer 403, as after an RBAC change; open
     /// watches of them end when they join the set.
     forbidden: Arc<tokio::sync::watch::Sender<std::collections::HashSet<String>>>,
+    /// Resources (plurals) whose watches deliver nothing, not even bookmarks, while in the set.
+    stalled: Arc<tokio::sync::watch::Sender<std::collections::HashSet<String>>>,
     /// Added to every Kubernetes answer, in milliseconds (an API server queueing requests).
     latency_ms: Arc<std::sync::atomic::AtomicU64>,
 }
@@ -133,6 +135,7 @@ impl KubeState {
             watch_log: Arc::new(parking_lot::Mutex::new(Vec::new())),
             forbidden: Arc::new(tokio::sync::watch::Sender::new(Default::default())),
             latency_ms: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            stalled: Arc::new(tokio::sync::watch::Sender::new(Default::default())),
         }
     }
 
@@ -166,6 +169,20 @@ impl KubeState {
 
     pub(crate) fn reads_forbidden(&self, plural: &str) -> bool {
         self.forbidden.borrow().contains(plural)
+    }
+
+    /// The silent-stream fault: while on for `plural`, its watches (open and new) stay connected
+    /// but deliver nothing, not even bookmarks, as a stuck proxy or an overloaded server would;
+    /// what changed meanwhile arrives when it is turned off (or the client reconnects). LIST
+    /// answers as usual.
+    pub fn stall_watches(&self, plural: &str, on: bool) {
+        self.stalled.send_modify(|set| {
+            if on {
+                set.insert(plural.to_string());
+            } else {
+                set.remove(plural);
+            }
+        });
     }
 
     /// Delays every Kubernetes answer by `d` (tokio clock), as an API server whose priority and

@@ -211,6 +211,7 @@ fn collection(
                         timeout,
                         bookmark_interval: kube.bookmark_interval,
                         cut: Some(kube.forbidden.subscribe()),
+                        stall: Some(kube.stalled.subscribe()),
                     },
                 ));
             }

@@ -35,6 +35,8 @@ pub struct WatchRequest {
     pub bookmark_interval: Duration,
     /// The resources whose reads are forbidden: the watch ends when its own joins them.
     pub cut: Option<tokio::sync::watch::Receiver<std::collections::HashSet<String>>>,
+    /// The resources whose watches are stalled: nothing is sent while its own is among them.
+    pub stall: Option<tokio::sync::watch::Receiver<std::collections::HashSet<String>>>,
 }
 
 fn line(event: &str, object: &Value) -> Bytes {
@@ -127,7 +129,17 @@ pub fn start(store: &parking_lot::Mutex<Store>, req: WatchRequest) -> Response {
         let mut ticker = tokio::time::interval(req.bookmark_interval);
         ticker.tick().await;
         let mut cut = req.cut.clone();
+        let mut stall = req.stall.clone();
         loop {
+            if let Some(s) = stall.as_mut() {
+                // Stalled: send nothing until the fault ends or the client leaves.
+                while s.borrow_and_update().contains(req.rt.plural) {
+                    tokio::select! {
+                        _ = tx.closed() => return,
+                        changed = s.changed() => if changed.is_err() { break },
+                    }
+                }
+            }
             let forbidden = async {
                 match cut.as_mut() {
                     Some(c) => {
