@@ -349,6 +349,8 @@ pub struct Replica {
     metrics: Arc<Metrics>,
     reconciler: Arc<Reconciler>,
     election: Option<Arc<crate::kube::lease::LeaderElection>>,
+    /// `run --dry-run`: no write of any kind.
+    dry_run: bool,
     identity: Option<String>,
     kube_client: Option<kube::Client>,
     /// Stops the Event poster and the status writer.
@@ -384,28 +386,37 @@ impl Replica {
             // One identity for the Lease, the Events and the Azure calls' User-Agent.
             arm.set_instance(id);
         }
-        let election = leader_election(&settings, kube_side.as_ref());
-        let mut builder =
-            Reconciler::builder(settings.clone(), arm, metrics.clone()).dry_run(options.dry_run);
+        // A dry run writes nothing anywhere: it takes no Lease (every dry-running replica plans
+        // on its own), posts no Event (it logs them) and writes no status ConfigMap; the
+        // reconciler holds its Azure writes and scale-down only says what it would remove.
+        let election = if options.dry_run {
+            if kube_side.is_some() && settings.kubernetes.leader_election.enabled {
+                tracing::info!("dry run: no Lease is taken; Events are logged, not posted, and no status is written");
+            }
+            None
+        } else {
+            leader_election(&settings, kube_side.as_ref())
+        };
+        let events: Arc<dyn crate::notify::EventSink> = match &kube_side {
+            _ if options.dry_run => Arc::new(crate::notify::LogEvents),
+            Some(k) => k.recorder.clone(),
+            None => Arc::new(crate::notify::NoEvents),
+        };
+        let mut builder = Reconciler::builder(settings.clone(), arm, metrics.clone())
+            .dry_run(options.dry_run)
+            .events(events.clone());
         if let Some(e) = &election {
             builder = builder.fence(e.leadership());
-        }
-        if let Some(k) = &kube_side {
-            builder = builder.events(k.recorder.clone());
         }
         let pod_demand = crate::pod_demand::demand_source(&settings);
         if let Some(d) = &pod_demand {
             builder = builder.demand(d.clone());
         }
-        let events: Arc<dyn crate::notify::EventSink> = match &kube_side {
-            Some(k) => k.recorder.clone(),
-            None => Arc::new(crate::notify::NoEvents),
-        };
         let reconciler = Arc::new(builder.build());
         let kube_client = kube_side.as_ref().map(|k| k.client.clone());
         // Events and the status ConfigMap: background tasks owned here, stopped by `kube_stop`.
         let kube_stop = CancellationToken::new();
-        let kube_tasks = kube_side.map(|k| {
+        let kube_tasks = kube_side.filter(|_| !options.dry_run).map(|k| {
             let fence: Arc<dyn crate::fence::WriteFence> = match &election {
                 Some(e) => e.leadership(),
                 None => Arc::new(crate::fence::Unfenced),
@@ -423,6 +434,7 @@ impl Replica {
             metrics,
             reconciler,
             election,
+            dry_run: options.dry_run,
             identity,
             kube_client,
             kube_stop,
@@ -507,6 +519,7 @@ impl Replica {
             metrics,
             reconciler,
             election,
+            dry_run,
             kube_client,
             kube_stop,
             kube_tasks,
@@ -557,6 +570,7 @@ impl Replica {
                     metrics.clone(),
                     events,
                 )
+                .dry_run(dry_run)
                 .run(shutdown.clone()),
             )),
             _ => None,

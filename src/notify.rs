@@ -119,6 +119,16 @@ impl EventSink for NoEvents {
     fn record(&self, _event: ControllerEvent) {}
 }
 
+/// Logs every event instead of posting it (`run --dry-run`: no write of any kind).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LogEvents;
+
+impl EventSink for LogEvents {
+    fn record(&self, event: ControllerEvent) {
+        tracing::info!(?event, "dry run: would post an Event");
+    }
+}
+
 /// The last capacity write of a group.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -107,6 +107,10 @@ pub struct ScaleDownLoop {
     cleaned: bool,
     /// Why scale-down is halted now, if it is (logged once per halt).
     halted: Option<String>,
+    /// `run --dry-run`: decide and log what would be removed, write nothing.
+    dry_run: bool,
+    /// Dry run: what was already logged as "would remove" (logged once while it stays so).
+    would: HashSet<String>,
     tasks: JoinSet<()>,
 }
 
@@ -204,8 +208,17 @@ impl ScaleDownLoop {
             grew_at: HashMap::new(),
             cleaned: false,
             halted: None,
+            dry_run: false,
+            would: HashSet::new(),
             tasks: JoinSet::new(),
         }
+    }
+
+    /// `run --dry-run`: the loop decides as usual and logs which nodes and unregistered
+    /// instances it would remove, but taints, cordons, evicts, untaints and deletes nothing.
+    pub fn dry_run(mut self, on: bool) -> Self {
+        self.dry_run = on;
+        self
     }
 
     /// Runs until `shutdown`; then stops removals at their next wait (they untaint their
@@ -240,13 +253,18 @@ impl ScaleDownLoop {
         if !self.healthy() {
             return;
         }
-        let retry: Vec<String> = s.flight.lock().untaint.iter().cloned().collect();
-        for node in retry {
-            if s.untaint(&node).await {
-                s.flight.lock().untaint.remove(&node);
+        if self.dry_run {
+            // Leftover taints are another run's business: a dry run removes none.
+            self.cleaned = true;
+        } else {
+            let retry: Vec<String> = s.flight.lock().untaint.iter().cloned().collect();
+            for node in retry {
+                if s.untaint(&node).await {
+                    s.flight.lock().untaint.remove(&node);
+                }
             }
+            s.settle_unknown().await;
         }
-        s.settle_unknown().await;
 
         let now = Instant::now();
         let settings = &s.settings.scale_down;
@@ -325,10 +343,26 @@ impl ScaleDownLoop {
             debug!(?waiting, "unneeded nodes waiting");
         }
         let budget = (settings.max_scale_down_per_pass as usize).saturating_sub(chosen.len());
+        if self.dry_run {
+            let (since, unregistered) = (&self.since, &self.unregistered_since);
+            self.would.retain(|n| {
+                since.contains_key(n)
+                    || unregistered
+                        .keys()
+                        .any(|(g, i)| n.strip_prefix(g.as_str()) == Some(&format!("/{i}")))
+            });
+        }
         self.remove_unregistered(&groups, &down, &nodes, &busy, budget, now);
         for i in chosen {
             let u = &candidates.unneeded[i];
             let group = groups[u.group].clone();
+            if self.dry_run {
+                // It stays unneeded (and chosen) pass after pass: said once.
+                if self.would.insert(u.node.clone()) {
+                    info!(node = %u.node, scale_set = %group.name, instance = %u.instance_id, pods = u.pods.len(), "dry run: would remove an unneeded node (taint, drain, delete)");
+                }
+                continue;
+            }
             let removal = Removal {
                 node: u.node.clone(),
                 victim: Victim {
@@ -453,6 +487,12 @@ impl ScaleDownLoop {
             }
             started += 1;
             let group = groups[u.group].clone();
+            if self.dry_run {
+                if self.would.insert(slot_name.clone()) {
+                    info!(scale_set = %group.name, instance = %u.instance_id, machine = %u.machine, "dry run: would delete an instance that never registered as a node within maxNodeProvisionTime");
+                }
+                continue;
+            }
             let victim = Victim {
                 instance_id: u.instance_id.clone(),
                 node_name: u.machine.clone(),

@@ -84,6 +84,8 @@ pub struct KubeState {
     stalled: Arc<tokio::sync::watch::Sender<std::collections::HashSet<String>>>,
     /// Added to every Kubernetes answer, in milliseconds (an API server queueing requests).
     latency_ms: Arc<std::sync::atomic::AtomicU64>,
+    /// Every write request that reached the API (method and path), oldest first.
+    write_log: Arc<parking_lot::Mutex<Vec<(String, String)>>>,
 }
 
 /// One WATCH request the Kubernetes side answered (see [`KubeState::watch_starts`]).
@@ -136,7 +138,15 @@ impl KubeState {
             forbidden: Arc::new(tokio::sync::watch::Sender::new(Default::default())),
             latency_ms: Arc::new(std::sync::atomic::AtomicU64::new(0)),
             stalled: Arc::new(tokio::sync::watch::Sender::new(Default::default())),
+            write_log: Arc::new(parking_lot::Mutex::new(Vec::new())),
         }
+    }
+
+    /// Every write request a client sent through the API (POST, PUT, PATCH, DELETE), as
+    /// `(method, path)`, oldest first, whatever its answer. Writes made in process (the cluster
+    /// simulation, tests' own `create`) are not requests and are not listed.
+    pub fn write_requests(&self) -> Vec<(String, String)> {
+        self.write_log.lock().clone()
     }
 
     /// The bearer token the API accepts.
@@ -397,6 +407,11 @@ fn error_response(e: KubeError) -> Response {
 /// Answers one request on a Kubernetes path.
 pub(crate) fn handle(kube: &KubeState, parts: &Parts, body: &[u8]) -> Response {
     let path = parts.uri.path().trim_end_matches('/');
+    if !matches!(parts.method.as_str(), "GET" | "HEAD" | "OPTIONS") {
+        kube.write_log
+            .lock()
+            .push((parts.method.to_string(), path.to_string()));
+    }
     if kube.unavailable() {
         return error_response(status::unavailable());
     }
