@@ -162,3 +162,22 @@ fn an_unknown_key_in_the_section_is_an_error() {
         "{ps:?}"
     );
 }
+
+#[test]
+fn a_lease_duration_that_is_not_whole_seconds_is_refused_at_its_path() {
+    // The Lease stores leaseDurationSeconds: 15.5 s would be read back as 15 by a standby.
+    let ps = problems("kubernetes: {leaderElection: {leaseDuration: 15500ms}}\n");
+    assert!(
+        has(
+            &ps,
+            "kubernetes.leaderElection.leaseDuration",
+            "whole seconds"
+        ),
+        "{ps:?}"
+    );
+    let ok = load_with("kubernetes: {leaderElection: {leaseDuration: 16s}}\n", &[]).unwrap();
+    assert_eq!(
+        ok.kubernetes.leader_election.lease_duration,
+        Duration::from_secs(16)
+    );
+}

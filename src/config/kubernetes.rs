@@ -193,6 +193,16 @@ fn leader_election(raw: RawLeaderElection, problems: &mut Problems) -> LeaderEle
         "retryPeriod",
         problems,
     );
+    // The Lease stores whole seconds: a standby reading `leaseDurationSeconds` must never count
+    // a shorter lease than the leader's fence assumes.
+    if lease_duration.subsec_nanos() != 0 {
+        problems.push(
+            "kubernetes.leaderElection.leaseDuration",
+            format!(
+                "must be whole seconds (the Lease stores leaseDurationSeconds), got {lease_duration:?}"
+            ),
+        );
+    }
     // client-go's rules: a leader must give up before its lease can expire, and try more than
     // once (with 20 % jitter) before it gives up.
     if renew_deadline >= lease_duration {

@@ -181,8 +181,11 @@ fn now_micro() -> MicroTime {
     MicroTime(k8s_openapi::jiff::Timestamp::now())
 }
 
+/// `leaseDurationSeconds`: rounded up, so a standby never counts a shorter lease than the
+/// leader's fence assumes (configuration allows whole seconds only; this is the backstop).
 fn secs(d: Duration) -> i32 {
-    i32::try_from(d.as_secs().max(1)).unwrap_or(i32::MAX)
+    let whole = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    i32::try_from(whole.max(1)).unwrap_or(i32::MAX)
 }
 
 impl LeaderElection {
@@ -292,8 +295,15 @@ impl LeaderElection {
         result
     }
 
-    async fn attempt(&self, now: Instant) -> Result<bool, LeaseError> {
-        let Some(current) = self.store.get().await? else {
+    /// `sent`: when this attempt started (a renewal of ours counts from then: the leader's fence
+    /// must close early rather than late). A version held by another replica is dated by when its
+    /// GET *answered*, as client-go dates it: a GET queued for seconds (API priority and
+    /// fairness) may show a renewal made long after it was sent, and dating that by the send
+    /// would expire the other leader's lease early, while its fence is still open.
+    async fn attempt(&self, sent: Instant) -> Result<bool, LeaseError> {
+        let current = self.store.get().await?;
+        let now = Instant::now();
+        let Some(current) = current else {
             let lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(self.config.name.clone()),
@@ -303,7 +313,7 @@ impl LeaderElection {
             };
             return match self.store.create(&lease).await {
                 Ok(created) => {
-                    self.observed_at(&created.metadata.resource_version, now);
+                    self.observed_at(&created.metadata.resource_version, sent);
                     Ok(true)
                 }
                 Err(LeaseError::AlreadyExists) => Ok(false),
@@ -331,7 +341,7 @@ impl LeaderElection {
         next.spec = Some(self.spec(Some(&spec)));
         match self.store.replace(&next).await {
             Ok(written) => {
-                self.observed_at(&written.metadata.resource_version, now);
+                self.observed_at(&written.metadata.resource_version, sent);
                 Ok(true)
             }
             // Someone else wrote the Lease between our read and our update: they won.
@@ -474,6 +484,77 @@ pub(crate) mod tests {
             *slot = Some(stored.clone());
             Ok(stored)
         }
+    }
+
+    /// [`MemoryLeases`] behind an API server whose GETs wait `delay` in a queue before they are
+    /// served (the answer shows the Lease as it is when served, not when sent).
+    struct QueuedGets {
+        inner: Arc<MemoryLeases>,
+        delay: Mutex<Duration>,
+    }
+
+    #[async_trait::async_trait]
+    impl LeaseStore for QueuedGets {
+        async fn get(&self) -> Result<Option<Lease>, LeaseError> {
+            let delay = *self.delay.lock();
+            tokio::time::sleep(delay).await;
+            self.inner.get().await
+        }
+        async fn create(&self, lease: &Lease) -> Result<Lease, LeaseError> {
+            self.inner.create(lease).await
+        }
+        async fn replace(&self, lease: &Lease) -> Result<Lease, LeaseError> {
+            self.inner.replace(lease).await
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_standby_whose_get_was_queued_dates_the_lease_by_the_answer_and_never_takes_over_while_the_leaders_fence_is_open(
+    ) {
+        let store = Arc::new(MemoryLeases::default());
+        let a = candidate(&store, "a");
+        let slow = Arc::new(QueuedGets {
+            inner: store.clone(),
+            delay: Mutex::new(Duration::from_secs(5)),
+        });
+        let b = Arc::new(LeaderElection::new(
+            candidate(&store, "b").config.clone(),
+            slow.clone(),
+            Arc::new(NoEvents),
+        ));
+        assert_eq!(a.try_acquire_or_renew().await, Ok(true));
+        // b's GET is sent now and served in 5 s; a renews just before it is served, then
+        // freezes (no more renewals).
+        let asking = {
+            let b = b.clone();
+            tokio::spawn(async move { b.try_acquire_or_renew().await })
+        };
+        tokio::time::sleep(Duration::from_millis(4900)).await;
+        assert_eq!(a.try_acquire_or_renew().await, Ok(true));
+        // The last moment a write of a's may still be on the wire: its fence's deadline.
+        let fence_open_until =
+            Instant::now() + a.leadership().valid_for().expect("a leader's validity");
+        assert_eq!(asking.await.unwrap(), Ok(false), "a renewed: b must wait");
+        *slow.delay.lock() = Duration::ZERO;
+        let taken_at = loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if b.try_acquire_or_renew().await == Ok(true) {
+                break Instant::now();
+            }
+            assert!(Instant::now() < fence_open_until + Duration::from_secs(60));
+        };
+        assert!(
+            taken_at >= fence_open_until,
+            "b took over {:?} before a's fence closed",
+            fence_open_until - taken_at
+        );
+    }
+
+    #[test]
+    fn lease_duration_seconds_are_rounded_up_never_down() {
+        assert_eq!(secs(Duration::from_millis(15_500)), 16);
+        assert_eq!(secs(Duration::from_secs(15)), 15);
+        assert_eq!(secs(Duration::from_millis(200)), 1);
     }
 
     fn candidate(store: &Arc<MemoryLeases>, id: &str) -> LeaderElection {
