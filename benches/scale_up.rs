@@ -257,6 +257,7 @@ fn main() {
             size: Some(NODES_PER_GROUP as i64),
             deleting: 0,
             recently_grown: false,
+            refused: None,
         })
         .collect();
     let busy = std::collections::HashSet::new();

@@ -306,20 +306,28 @@ impl ScaleUpLoop {
         let mut inputs = Vec::with_capacity(groups.len());
         for (g, cached) in groups.iter().zip(&cached) {
             let capacity = self.reconciler.target_size(&g.name);
-            let unhealthy = statuses.get(&g.name).and_then(|s| {
-                if s.cooldown_until.is_some() {
-                    Some(WhyNot {
-                        label: "quota",
-                        text: "cooling down after a quota refusal (OperationNotAllowed)".into(),
-                    })
-                } else if s.backoff_until.is_some() {
-                    Some(WhyNot {
-                        label: "backoff",
-                        text: "backed off after errors".into(),
-                    })
-                } else {
-                    None
-                }
+            let refused = self.reconciler.write_refusal(g).map(|reason| WhyNot {
+                label: "refused",
+                text: format!(
+                    "not written by this controller ({reason}: AKS's own autoscaler scales this pool)"
+                ),
+            });
+            let unhealthy = refused.or_else(|| {
+                statuses.get(&g.name).and_then(|s| {
+                    if s.cooldown_until.is_some() {
+                        Some(WhyNot {
+                            label: "quota",
+                            text: "cooling down after a quota refusal (OperationNotAllowed)".into(),
+                        })
+                    } else if s.backoff_until.is_some() {
+                        Some(WhyNot {
+                            label: "backoff",
+                            text: "backed off after errors".into(),
+                        })
+                    } else {
+                        None
+                    }
+                })
             });
             inputs.push(GroupInput {
                 name: g.name.clone(),

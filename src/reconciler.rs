@@ -344,6 +344,17 @@ impl Reconciler {
         self.inner.wake.notify_one();
     }
 
+    /// Why this controller will not write `group` as last read (an agent pool that AKS's own
+    /// autoscaler scales: `aks_autoscaler`), if it will not. Such a group is out of both
+    /// decisions: scale-up does not pick it, scale-down drains none of its nodes.
+    pub fn write_refusal(&self, group: &NodeGroupSpec) -> Option<&'static str> {
+        let cached = self.inner.scale_sets.get(&group.name)?;
+        self.inner
+            .resources
+            .for_group(group)
+            .write_refusal(&cached.scale_set)
+    }
+
     /// Records why scale-down is halted (`None`: it is not), shown in [`Reconciler::status`].
     pub fn set_scale_down_halted(&self, why: Option<String>) {
         *self.inner.scale_down_halted.lock() = why;

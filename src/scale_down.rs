@@ -297,6 +297,7 @@ impl ScaleDownLoop {
                     .grew_at
                     .get(&g.name)
                     .is_some_and(|t| now.duration_since(*t) < settings.delay_after_add),
+                refused: s.reconciler.write_refusal(g),
             });
         }
         if !self.cleaned {

@@ -1,14 +1,16 @@
 //! Scale-down's safety when its view of the cluster is wrong, or its delete's outcome unknown
 //! (issue 21, items 1 and 3), end to end on the emulator's cluster simulation: a watch refused by
-//! RBAC, a delete whose answer is lost. Real time with short waits; every wait is bounded.
+//! RBAC, a delete whose answer is lost; and a group it may not write (item 6). Real time with short waits; every wait is bounded.
 
 mod support;
 
 use std::time::Duration;
-use support::pod_cluster::Cluster;
+use support::pod_cluster::{Cluster, Groups};
 use support::*;
 use vmss_capacity_controller::config::Settings;
+use vmss_capacity_controller::emulator::arm::AgentPoolSeed;
 use vmss_capacity_controller::emulator::sim::PodTemplate;
+use vmss_capacity_controller::emulator::sim::SimSettings;
 use vmss_capacity_controller::emulator::FaultKind;
 use vmss_capacity_controller::kube::nodes::TO_BE_DELETED_TAINT;
 use vmss_capacity_controller::metrics::Metrics;
@@ -214,5 +216,97 @@ async fn a_delete_whose_answer_is_lost_keeps_the_node_tainted_until_a_fresh_list
         "an unknown outcome is not a failure that untaints"
     );
     assert!(c._emulator.pods_lost_with_nodes().is_empty());
+    c.stop().await;
+}
+
+fn autoscaled_pool(name: &str, count: i64, size: &str) -> AgentPoolSeed {
+    let mut p = AgentPoolSeed::new(name, count).vm_size(size);
+    p.enable_auto_scaling = true;
+    p.min_count = Some(0);
+    p.max_count = Some(5);
+    p
+}
+
+async fn pools(seeds: Vec<AgentPoolSeed>) -> Cluster {
+    let sim = SimSettings {
+        boot_delay: Duration::from_millis(200),
+        tick: Duration::from_millis(20),
+    };
+    Cluster::start_simulated_groups(Groups::Pools(seeds), 5, sim, |s| fast(s, 0)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_empty_nodes_of_a_pool_aks_autoscales_are_never_tainted_or_drained() {
+    // `auto` is scaled by AKS's own autoscaler: every delete of ours would be refused, after
+    // the taint and the drain. Its two nodes are empty; `free`'s one node too.
+    let c = pools(vec![
+        autoscaled_pool("auto", 2, SIZE),
+        AgentPoolSeed::new("free", 1).vm_size(SIZE),
+    ])
+    .await;
+    ready(&c, 4).await;
+    let auto_nodes = c.nodes_of("auto");
+    assert_eq!(auto_nodes.len(), 2);
+    // Several passes past unneededTime and the taint delay: `free` shrinks, `auto` is untouched.
+    assert!(
+        eventually(Duration::from_secs(15), || c.capacity("free") == 0).await,
+        "the empty node of the pool this controller does scale was not removed"
+    );
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let touched: Vec<_> = c
+        .kube
+        .write_requests()
+        .into_iter()
+        .filter(|(_, path)| {
+            auto_nodes
+                .iter()
+                .any(|n| path.ends_with(&format!("/nodes/{n}")))
+        })
+        .collect();
+    assert_eq!(
+        touched,
+        vec![],
+        "nodes of the AKS-autoscaled pool were written"
+    );
+    assert_eq!(c.capacity("auto"), 2);
+    assert_eq!(
+        c.metrics
+            .failed_scale_downs_total
+            .with_label_values(&["auto", "refused"])
+            .get(),
+        0,
+        "a removal of an AKS-autoscaled node was started"
+    );
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_up_passes_over_a_pool_aks_autoscales_for_one_it_may_write() {
+    // From zero, `auto`'s smaller VM would waste less (least-waste picks it), but AKS's own
+    // autoscaler scales it: the pending pods must go to `free`.
+    let c = pools(vec![
+        autoscaled_pool("auto", 0, SIZE),
+        AgentPoolSeed::new("free", 1).vm_size("Standard_D4s_v3"),
+    ])
+    .await;
+    ready(&c, 2).await;
+    c.kube
+        .create_replica_set("default", "web", 4, &PodTemplate::new("1500m", "1Gi"))
+        .expect("replica set");
+    assert!(
+        eventually(Duration::from_secs(20), || c.capacity("free") >= 2).await,
+        "the pending pods never got a node of the pool this controller scales (free = {}, auto = {})",
+        c.capacity("free"),
+        c.capacity("auto")
+    );
+    assert_eq!(c.capacity("auto"), 0);
+    assert_eq!(
+        c.metrics
+            .writes_held_total
+            .with_label_values(&["auto", "aks_autoscaler"])
+            .get(),
+        0,
+        "a scale-up of the AKS-autoscaled pool was planned"
+    );
     c.stop().await;
 }

@@ -40,6 +40,10 @@ pub struct DownGroup {
     pub deleting: u32,
     /// Whether the group grew within `delayAfterAdd`.
     pub recently_grown: bool,
+    /// Why this controller does not write the group, if it does not (an agent pool that AKS's
+    /// own autoscaler scales): none of its nodes or instances is a candidate, since the delete
+    /// would be refused after the drain. Its nodes are still room for other nodes' pods.
+    pub refused: Option<&'static str>,
 }
 
 /// What one pass looks at.
@@ -117,7 +121,10 @@ pub fn unneeded(input: &DownInput) -> Candidates {
             continue;
         }
         let state = NodeState::from_node(node, by_node.get(n).unwrap_or(&none));
-        if let Some(group) = index.group_of(node) {
+        if let Some(group) = index
+            .group_of(node)
+            .filter(|g| input.groups[*g].refused.is_none())
+        {
             let id = node
                 .provider_id
                 .as_deref()
@@ -262,6 +269,9 @@ pub fn unregistered(
     }
     let mut out = Vec::new();
     for (g, list) in instances.iter().enumerate().take(groups.len()) {
+        if groups[g].refused.is_some() {
+            continue;
+        }
         for i in list.iter().flat_map(|l| l.iter()) {
             let deleting = i
                 .provisioning_state
@@ -408,6 +418,7 @@ mod tests {
             size,
             deleting: 0,
             recently_grown: false,
+            refused: None,
         }
     }
 
