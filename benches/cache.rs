@@ -37,6 +37,7 @@ fn scale_set(i: usize) -> ScaleSet {
         provisioning_state: Some("Succeeded".into()),
         extended_location: None,
         agent_pool: None,
+        vm_profile: Default::default(),
     }
 }
 

@@ -43,6 +43,21 @@ pub struct ScaleSet {
     pub extended_location: Option<serde_json::Value>,
     /// For an AKS agent pool: what the pool read showed (`None` for a scale set).
     pub agent_pool: Option<Arc<AgentPoolFacts>>,
+    /// What the VM profile says about the nodes it makes (scale-from-zero templates).
+    pub vm_profile: VmProfile,
+}
+
+/// What a node group's VM profile says about its future nodes: a scale set's
+/// `virtualMachineProfile`, an agent pool's `osType`, `osDiskSizeGB` and `kubeletDiskType`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct VmProfile {
+    /// Windows nodes (`osProfile.windowsConfiguration`, `osDisk.osType` or the pool's `osType`).
+    pub windows: bool,
+    /// The OS disk's size in GiB, when the resource sets it (`0` and absent: Azure's default).
+    pub os_disk_gib: Option<u32>,
+    /// The kubelet's disk is the VM's temporary disk (a pool's `kubeletDiskType: Temporary`),
+    /// not the OS disk.
+    pub kubelet_on_temp_disk: bool,
 }
 
 /// What an agent-pool read showed beyond the fields all node groups share. The pool PUT
@@ -335,6 +350,7 @@ pub(crate) mod tests {
             provisioning_state: Some("Succeeded".into()),
             extended_location: None,
             agent_pool: None,
+            vm_profile: VmProfile::default(),
         }
     }
 

@@ -576,6 +576,7 @@ fn shape_of<'a>(g: &'a NodeGroupSpec, ss: &'a crate::cache::ScaleSet) -> GroupSh
             .and_then(|p| p.max_pods)
             .and_then(|m| u32::try_from(m).ok()),
         aks_pool: pool.is_some(),
+        profile: ss.vm_profile,
     }
 }
 

@@ -411,6 +411,16 @@ pub fn pool_from_json(
             })
             .unwrap_or_default()
     };
+    let vm_profile = crate::cache::VmProfile {
+        windows: str_prop("osType").is_some_and(|t| t.eq_ignore_ascii_case("windows")),
+        os_disk_gib: props
+            .get("osDiskSizeGB")
+            .and_then(Value::as_u64)
+            .and_then(|g| u32::try_from(g).ok())
+            .filter(|g| *g > 0),
+        kubelet_on_temp_disk: str_prop("kubeletDiskType")
+            .is_some_and(|t| t.eq_ignore_ascii_case("temporary")),
+    };
     let facts = AgentPoolFacts {
         cluster: cluster.to_string(),
         enable_auto_scaling: props
@@ -442,6 +452,7 @@ pub fn pool_from_json(
         provisioning_state: str_prop("provisioningState"),
         extended_location: None,
         agent_pool: Some(Arc::new(facts)),
+        vm_profile,
     })
 }
 
@@ -506,6 +517,22 @@ mod tests {
         assert_eq!(f.node_labels.get("a").map(String::as_str), Some("b"));
         assert_eq!(f.node_taints, vec!["k=v:NoSchedule".to_string()]);
         assert_eq!(p.tags.get("min").map(String::as_str), Some("1"));
+        assert_eq!(p.vm_profile, crate::cache::VmProfile::default());
+    }
+
+    #[test]
+    fn a_windows_pool_with_its_kubelet_on_the_temporary_disk_reads_so() {
+        let p = read(json!({"name": "win", "properties": {
+            "count": 0, "vmSize": "Standard_D8ds_v5", "osType": "Windows", "osDiskSizeGB": 0,
+            "kubeletDiskType": "Temporary"}}));
+        assert_eq!(
+            p.vm_profile,
+            crate::cache::VmProfile {
+                windows: true,
+                os_disk_gib: None,
+                kubelet_on_temp_disk: true,
+            }
+        );
     }
 
     #[test]

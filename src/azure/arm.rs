@@ -1312,6 +1312,28 @@ pub fn scale_set_from_model(
         _ => BTreeMap::new(),
     };
     let sku = vmss.sku.unwrap_or_default();
+    let vm_profile = vmss
+        .properties
+        .as_ref()
+        .and_then(|p| p.virtual_machine_profile.as_ref())
+        .map(|p| {
+            let os_disk = p.storage_profile.as_ref().and_then(|s| s.os_disk.as_ref());
+            crate::cache::VmProfile {
+                windows: p
+                    .os_profile
+                    .as_ref()
+                    .is_some_and(|o| o.windows_configuration.is_some())
+                    || os_disk
+                        .and_then(|d| d.os_type.as_ref())
+                        .is_some_and(|t| format!("{t:?}").eq_ignore_ascii_case("windows")),
+                os_disk_gib: os_disk
+                    .and_then(|d| d.disk_size_gb)
+                    .and_then(|g| u32::try_from(g).ok())
+                    .filter(|g| *g > 0),
+                kubelet_on_temp_disk: false,
+            }
+        })
+        .unwrap_or_default();
     if let Some(c) = sku.capacity {
         if c < 0 {
             return Err(format!("scale set {name} has negative capacity {c}"));
@@ -1330,6 +1352,7 @@ pub fn scale_set_from_model(
             .extended_location
             .and_then(|e| serde_json::to_value(e).ok()),
         agent_pool: None,
+        vm_profile,
     })
 }
 
@@ -1350,6 +1373,7 @@ mod tests {
             provisioning_state: Some("Succeeded".into()),
             extended_location: None,
             agent_pool: None,
+            vm_profile: Default::default(),
         };
         let json = serde_json::to_value(sparse_capacity_body(&current, 5)).unwrap();
         assert_eq!(
@@ -1367,6 +1391,28 @@ mod tests {
         let s = scale_set_from_model(model, Some("\"2\"".into())).unwrap();
         assert_eq!(s.etag.as_deref(), Some("\"2\""));
         assert_eq!(s.capacity, Some(2));
+    }
+
+    #[test]
+    fn the_vm_profile_says_windows_and_the_os_disk_size_for_scale_from_zero() {
+        let model: models::VirtualMachineScaleSet = serde_json::from_value(serde_json::json!({
+            "name": "win", "location": "x", "sku": {"capacity": 0},
+            "properties": {"virtualMachineProfile": {
+                "osProfile": {"computerNamePrefix": "akswin", "windowsConfiguration": {}},
+                "storageProfile": {"osDisk": {"createOption": "FromImage", "diskSizeGB": 64}}}}
+        }))
+        .unwrap();
+        let s = scale_set_from_model(model, None).unwrap();
+        assert!(s.vm_profile.windows);
+        assert_eq!(s.vm_profile.os_disk_gib, Some(64));
+        let linux: models::VirtualMachineScaleSet = serde_json::from_value(
+            serde_json::json!({"name": "a", "location": "x", "sku": {"capacity": 1}}),
+        )
+        .unwrap();
+        assert_eq!(
+            scale_set_from_model(linux, None).unwrap().vm_profile,
+            crate::cache::VmProfile::default()
+        );
     }
 
     #[test]

@@ -4,12 +4,14 @@
 //! else, to scale from zero, from the VM size (a built-in table of common Azure sizes, minus the
 //! kubelet and system reservations AKS documents) plus cluster-autoscaler's template tags on a
 //! scale set (`k8s.io_cluster-autoscaler_node-template_label_*`, `..._taint_*`,
-//! `..._resources_*`) or an agent pool's `nodeLabels`, `nodeTaints` and `maxPods`. Then what the
+//! `..._resources_*`) or an agent pool's `nodeLabels`, `nodeTaints` and `maxPods`; its
+//! `ephemeral-storage` from the kubelet's disk and its `kubernetes.io/os` from the VM profile. Then what the
 //! cluster's DaemonSets would place on the new node is taken off. Pure code.
 
 use super::fit::{NodeState, Resources, HOSTNAME};
 use super::quantity;
 use super::record::{NodeRecord, PodRecord};
+use crate::cache::VmProfile;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Pod, Taint};
 use std::collections::BTreeMap;
@@ -24,55 +26,65 @@ pub struct VmSize {
     pub memory_mib: u64,
     /// NVIDIA GPUs.
     pub gpu: u32,
+    /// The temporary (resource) disk in GiB; 0 for sizes without one (the v5 `s` sizes).
+    pub temp_disk_gib: u32,
 }
+
+/// AKS's default OS disk size when the pool or scale set does not set one (`osDiskSizeGB: 0`).
+pub const AKS_DEFAULT_OS_DISK_GIB: u32 = 128;
+
+/// The share of the kubelet's disk kept free by AKS's hard eviction threshold
+/// (`nodefs.available<10%`), which the kubelet takes off allocatable `ephemeral-storage`.
+const NODEFS_EVICTION_PERCENT: i128 = 10;
 
 const GIB: u64 = 1024;
 
 /// Common Azure sizes (Azure's size pages). Matching ignores case and a missing `Standard_`.
-const SIZES: &[(&str, u32, u64, u32)] = &[
-    ("Standard_B2s", 2, 4 * GIB, 0),
-    ("Standard_B2ms", 2, 8 * GIB, 0),
-    ("Standard_B4ms", 4, 16 * GIB, 0),
-    ("Standard_DS2_v2", 2, 7 * GIB, 0),
-    ("Standard_DS3_v2", 4, 14 * GIB, 0),
-    ("Standard_DS4_v2", 8, 28 * GIB, 0),
-    ("Standard_D2s_v3", 2, 8 * GIB, 0),
-    ("Standard_D4s_v3", 4, 16 * GIB, 0),
-    ("Standard_D8s_v3", 8, 32 * GIB, 0),
-    ("Standard_D16s_v3", 16, 64 * GIB, 0),
-    ("Standard_D32s_v3", 32, 128 * GIB, 0),
-    ("Standard_D2s_v5", 2, 8 * GIB, 0),
-    ("Standard_D4s_v5", 4, 16 * GIB, 0),
-    ("Standard_D8s_v5", 8, 32 * GIB, 0),
-    ("Standard_D16s_v5", 16, 64 * GIB, 0),
-    ("Standard_D32s_v5", 32, 128 * GIB, 0),
-    ("Standard_D2ds_v5", 2, 8 * GIB, 0),
-    ("Standard_D4ds_v5", 4, 16 * GIB, 0),
-    ("Standard_D8ds_v5", 8, 32 * GIB, 0),
-    ("Standard_D4as_v5", 4, 16 * GIB, 0),
-    ("Standard_D8as_v5", 8, 32 * GIB, 0),
-    ("Standard_E2s_v3", 2, 16 * GIB, 0),
-    ("Standard_E4s_v3", 4, 32 * GIB, 0),
-    ("Standard_E8s_v3", 8, 64 * GIB, 0),
-    ("Standard_E16s_v3", 16, 128 * GIB, 0),
-    ("Standard_E2s_v5", 2, 16 * GIB, 0),
-    ("Standard_E4s_v5", 4, 32 * GIB, 0),
-    ("Standard_E8s_v5", 8, 64 * GIB, 0),
-    ("Standard_E16s_v5", 16, 128 * GIB, 0),
-    ("Standard_E32s_v5", 32, 256 * GIB, 0),
-    ("Standard_F2s_v2", 2, 4 * GIB, 0),
-    ("Standard_F4s_v2", 4, 8 * GIB, 0),
-    ("Standard_F8s_v2", 8, 16 * GIB, 0),
-    ("Standard_F16s_v2", 16, 32 * GIB, 0),
-    ("Standard_NC6s_v3", 6, 112 * GIB, 1),
-    ("Standard_NC12s_v3", 12, 224 * GIB, 2),
-    ("Standard_NC24s_v3", 24, 448 * GIB, 4),
-    ("Standard_NC4as_T4_v3", 4, 28 * GIB, 1),
-    ("Standard_NC8as_T4_v3", 8, 56 * GIB, 1),
-    ("Standard_NC16as_T4_v3", 16, 110 * GIB, 1),
-    ("Standard_NC64as_T4_v3", 64, 440 * GIB, 4),
-    ("Standard_NC24ads_A100_v4", 24, 220 * GIB, 1),
-    ("Standard_ND96asr_v4", 96, 900 * GIB, 8),
+/// Columns: name, vCPUs, memory (MiB), NVIDIA GPUs, temporary disk (GiB; 0: none).
+const SIZES: &[(&str, u32, u64, u32, u32)] = &[
+    ("Standard_B2s", 2, 4 * GIB, 0, 8),
+    ("Standard_B2ms", 2, 8 * GIB, 0, 16),
+    ("Standard_B4ms", 4, 16 * GIB, 0, 32),
+    ("Standard_DS2_v2", 2, 7 * GIB, 0, 14),
+    ("Standard_DS3_v2", 4, 14 * GIB, 0, 28),
+    ("Standard_DS4_v2", 8, 28 * GIB, 0, 56),
+    ("Standard_D2s_v3", 2, 8 * GIB, 0, 16),
+    ("Standard_D4s_v3", 4, 16 * GIB, 0, 32),
+    ("Standard_D8s_v3", 8, 32 * GIB, 0, 64),
+    ("Standard_D16s_v3", 16, 64 * GIB, 0, 128),
+    ("Standard_D32s_v3", 32, 128 * GIB, 0, 256),
+    ("Standard_D2s_v5", 2, 8 * GIB, 0, 0),
+    ("Standard_D4s_v5", 4, 16 * GIB, 0, 0),
+    ("Standard_D8s_v5", 8, 32 * GIB, 0, 0),
+    ("Standard_D16s_v5", 16, 64 * GIB, 0, 0),
+    ("Standard_D32s_v5", 32, 128 * GIB, 0, 0),
+    ("Standard_D2ds_v5", 2, 8 * GIB, 0, 75),
+    ("Standard_D4ds_v5", 4, 16 * GIB, 0, 150),
+    ("Standard_D8ds_v5", 8, 32 * GIB, 0, 300),
+    ("Standard_D4as_v5", 4, 16 * GIB, 0, 0),
+    ("Standard_D8as_v5", 8, 32 * GIB, 0, 0),
+    ("Standard_E2s_v3", 2, 16 * GIB, 0, 32),
+    ("Standard_E4s_v3", 4, 32 * GIB, 0, 64),
+    ("Standard_E8s_v3", 8, 64 * GIB, 0, 128),
+    ("Standard_E16s_v3", 16, 128 * GIB, 0, 256),
+    ("Standard_E2s_v5", 2, 16 * GIB, 0, 0),
+    ("Standard_E4s_v5", 4, 32 * GIB, 0, 0),
+    ("Standard_E8s_v5", 8, 64 * GIB, 0, 0),
+    ("Standard_E16s_v5", 16, 128 * GIB, 0, 0),
+    ("Standard_E32s_v5", 32, 256 * GIB, 0, 0),
+    ("Standard_F2s_v2", 2, 4 * GIB, 0, 16),
+    ("Standard_F4s_v2", 4, 8 * GIB, 0, 32),
+    ("Standard_F8s_v2", 8, 16 * GIB, 0, 64),
+    ("Standard_F16s_v2", 16, 32 * GIB, 0, 128),
+    ("Standard_NC6s_v3", 6, 112 * GIB, 1, 736),
+    ("Standard_NC12s_v3", 12, 224 * GIB, 2, 1474),
+    ("Standard_NC24s_v3", 24, 448 * GIB, 4, 2948),
+    ("Standard_NC4as_T4_v3", 4, 28 * GIB, 1, 180),
+    ("Standard_NC8as_T4_v3", 8, 56 * GIB, 1, 360),
+    ("Standard_NC16as_T4_v3", 16, 110 * GIB, 1, 360),
+    ("Standard_NC64as_T4_v3", 64, 440 * GIB, 4, 2880),
+    ("Standard_NC24ads_A100_v4", 24, 220 * GIB, 1, 64),
+    ("Standard_ND96asr_v4", 96, 900 * GIB, 8, 6000),
 ];
 
 /// The size named `name`, if the table has it.
@@ -82,10 +94,11 @@ pub fn vm_size(name: &str) -> Option<VmSize> {
     SIZES
         .iter()
         .find(|(n, ..)| n.to_ascii_lowercase().strip_prefix("standard_") == Some(want))
-        .map(|&(_, vcpu, memory_mib, gpu)| VmSize {
+        .map(|&(_, vcpu, memory_mib, gpu, temp_disk_gib)| VmSize {
             vcpu,
             memory_mib,
             gpu,
+            temp_disk_gib,
         })
 }
 
@@ -163,6 +176,22 @@ pub struct GroupShape<'a> {
     pub max_pods: Option<u32>,
     /// Whether it is an AKS agent pool (adds `kubernetes.azure.com/agentpool`).
     pub aks_pool: bool,
+    /// OS, OS disk and kubelet disk of its VMs.
+    pub profile: VmProfile,
+}
+
+/// Allocatable `ephemeral-storage` of a new node, in bytes: the kubelet's disk (the OS disk as
+/// set, else AKS's default; the temporary disk with `kubeletDiskType: Temporary`) less AKS's
+/// `nodefs.available<10%` hard eviction threshold. (cluster-autoscaler's Azure template takes
+/// the OS disk's `diskSizeGB` whole.)
+pub fn ephemeral_storage_bytes(size: &VmSize, profile: &VmProfile) -> i128 {
+    let gib = if profile.kubelet_on_temp_disk && size.temp_disk_gib > 0 {
+        size.temp_disk_gib
+    } else {
+        profile.os_disk_gib.unwrap_or(AKS_DEFAULT_OS_DISK_GIB)
+    };
+    let bytes = i128::from(gib) << 30;
+    bytes - bytes * NODEFS_EVICTION_PERCENT / 100
 }
 
 /// A template from the VM size and the group's tags or pool properties.
@@ -181,13 +210,25 @@ pub fn from_shape(shape: &GroupShape) -> Result<NodeState, TemplateError> {
             (i128::from(size.memory_mib) * 1024 * 1024 - mem_reserved) * 1000,
         ),
         ("pods".to_string(), i128::from(max_pods) * 1000),
+        (
+            "ephemeral-storage".to_string(),
+            ephemeral_storage_bytes(&size, &shape.profile) * 1000,
+        ),
     ]);
     if size.gpu > 0 {
         alloc.insert("nvidia.com/gpu".into(), i128::from(size.gpu) * 1000);
     }
     let name = format!("template-{}", shape.name);
     let mut labels = BTreeMap::from([
-        ("kubernetes.io/os".to_string(), "linux".to_string()),
+        (
+            "kubernetes.io/os".to_string(),
+            if shape.profile.windows {
+                "windows"
+            } else {
+                "linux"
+            }
+            .to_string(),
+        ),
         ("kubernetes.io/arch".to_string(), "amd64".to_string()),
         (
             "node.kubernetes.io/instance-type".to_string(),
@@ -432,5 +473,122 @@ mod tests {
             "only the DaemonSet that would run counts"
         );
         assert_eq!(t.free("pods"), 109 * 1000);
+    }
+
+    fn pod(requests: serde_json::Value, selector: serde_json::Value) -> Arc<PodRecord> {
+        Arc::new(PodRecord::of(
+            serde_json::from_value(json!({
+                "metadata": {"name": "p", "namespace": "default"},
+                "spec": {"nodeSelector": selector, "containers": [
+                    {"name": "c", "resources": {"requests": requests}}]}
+            }))
+            .unwrap(),
+        ))
+    }
+
+    #[test]
+    fn a_pod_asking_for_ephemeral_storage_fits_a_template_built_from_zero() {
+        // A LimitRange default gives every container an ephemeral-storage request.
+        let t = from_shape(&GroupShape {
+            name: "g",
+            vm_size: "Standard_D4s_v5",
+            ..Default::default()
+        })
+        .unwrap();
+        let asks = pod(
+            json!({"cpu": "500m", "ephemeral-storage": "2Gi"}),
+            json!({}),
+        );
+        assert_eq!(t.fits(&asks), Ok(()));
+        // AKS's default 128 GiB OS disk less the 10 % hard eviction threshold.
+        let disk = 128_i128 << 30;
+        let allocatable = disk - disk / 10;
+        assert_eq!(t.allocatable["ephemeral-storage"], allocatable * 1000);
+        let too_much = pod(json!({"ephemeral-storage": "120Gi"}), json!({}));
+        assert!(t.fits(&too_much).is_err(), "115.2 GiB allocatable");
+    }
+
+    #[test]
+    fn the_kubelets_disk_is_the_os_disk_as_set_or_the_temporary_disk_when_the_pool_says_so() {
+        let d8ds = vm_size("Standard_D8ds_v5").unwrap();
+        let os = |gib: Option<u32>, temp: bool| {
+            ephemeral_storage_bytes(
+                &d8ds,
+                &VmProfile {
+                    os_disk_gib: gib,
+                    kubelet_on_temp_disk: temp,
+                    ..Default::default()
+                },
+            ) >> 30
+        };
+        assert_eq!(os(Some(30), false), 27);
+        assert_eq!(os(None, false), 115);
+        assert_eq!(os(Some(30), true), 270, "the 300 GiB temporary disk");
+        // A size without a temporary disk keeps the OS disk.
+        let d8s = vm_size("Standard_D8s_v5").unwrap();
+        assert_eq!(
+            ephemeral_storage_bytes(
+                &d8s,
+                &VmProfile {
+                    os_disk_gib: Some(64),
+                    kubelet_on_temp_disk: true,
+                    ..Default::default()
+                }
+            ) >> 30,
+            57
+        );
+    }
+
+    #[test]
+    fn a_windows_pool_builds_a_windows_template_that_linux_pods_do_not_fit() {
+        let windows = from_shape(&GroupShape {
+            name: "win",
+            vm_size: "Standard_D4s_v5",
+            aks_pool: true,
+            profile: VmProfile {
+                windows: true,
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(windows.labels["kubernetes.io/os"], "windows");
+        let linux_pod = pod(json!({"cpu": "100m"}), json!({"kubernetes.io/os": "linux"}));
+        assert!(windows.fits(&linux_pod).is_err());
+        let windows_pod = pod(
+            json!({"cpu": "100m"}),
+            json!({"kubernetes.io/os": "windows"}),
+        );
+        assert_eq!(windows.fits(&windows_pod), Ok(()));
+    }
+
+    #[test]
+    fn daemonsets_ephemeral_storage_is_taken_off_the_template() {
+        let mut t = from_shape(&GroupShape {
+            name: "g",
+            vm_size: "Standard_D4s_v5",
+            profile: VmProfile {
+                os_disk_gib: Some(30),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+        .unwrap();
+        let before = t.free("ephemeral-storage");
+        let ds: Arc<DaemonSet> = Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": "logs", "namespace": "kube-system"},
+                "spec": {"selector": {"matchLabels": {"app": "logs"}}, "template": {
+                    "metadata": {"labels": {"app": "logs"}},
+                    "spec": {"containers": [{"name": "c", "resources": {"requests":
+                        {"cpu": "50m", "ephemeral-storage": "5Gi"}}}]}}},
+            }))
+            .unwrap(),
+        );
+        subtract_daemonsets(&mut t, &daemonset_pods(&[ds]));
+        assert_eq!(before - t.free("ephemeral-storage"), (5_i128 << 30) * 1000);
+        // 27 GiB allocatable, 5 taken by the DaemonSet: a pod asking for 23 GiB does not fit.
+        let big = pod(json!({"ephemeral-storage": "23Gi"}), json!({}));
+        assert!(t.fits(&big).is_err());
     }
 }
