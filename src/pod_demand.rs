@@ -230,6 +230,17 @@ impl ScaleUpLoop {
             if !self.cluster.synced() {
                 continue;
             }
+            if !self.reconciler.may_write() {
+                // A standby decides nothing and tells no pod anything: the leader does. What it
+                // has seen is forgotten, so on taking over it starts from the pods as they are.
+                if last_pods.take().is_some() {
+                    self.seen.clear();
+                    self.told.clear();
+                    self.batcher.close();
+                    self.demand.publish(Default::default());
+                }
+                continue;
+            }
             let now = Instant::now();
             let pods = self.cluster.pods.snapshot();
             if last_pods.as_ref().is_none_or(|p| !Arc::ptr_eq(p, &pods)) {

@@ -258,3 +258,50 @@ async fn nodes_that_take_a_minute_to_boot_are_not_asked_for_twice_and_leave_when
     assert!(c.state.lost_updates().is_empty());
     c.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_neither_decides_scale_ups_nor_tells_pods_and_the_leader_it_becomes_does() {
+    let c = Cluster::start(&[("general", "Standard_D4s_v5", 0, &[])], 10).await;
+    c.set_leader(false);
+    let decisions = || {
+        ["batch", "recheck"]
+            .iter()
+            .map(|t| {
+                c.metrics
+                    .scale_up_decisions_total
+                    .with_label_values(&[t])
+                    .get()
+            })
+            .sum::<u64>()
+    };
+    let before = decisions();
+    c.pending("waits", "1", "1Gi", json!({}));
+    c.pending("too-big", "64", "1Gi", json!({}));
+    // Well past the batch window (0.8 s idle).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(decisions(), before, "a standby decided");
+    assert!(c.events("TriggeredScaleUp").await.is_empty());
+    assert!(c.events("NotTriggerScaleUp").await.is_empty());
+    assert_eq!(
+        c.metrics
+            .scaled_up_nodes_total
+            .with_label_values(&["general"])
+            .get(),
+        0
+    );
+    // It takes the Lease over: the pods are news to it, decided and told.
+    c.set_leader(true);
+    assert!(
+        eventually(Duration::from_secs(10), || c.capacity("general") == 1).await,
+        "the new leader never scaled up"
+    );
+    assert!(
+        eventually_async(|| async {
+            c.events("TriggeredScaleUp").await.len() == 1
+                && c.events("NotTriggerScaleUp").await.len() == 1
+        })
+        .await,
+        "the new leader told each pod once"
+    );
+    c.stop().await;
+}

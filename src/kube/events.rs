@@ -168,7 +168,7 @@ impl EventRecorder {
             metrics: metrics.clone(),
             status_uid: status_uid.clone(),
             series: HashMap::new(),
-            buckets: HashMap::new(),
+            spam: SpamFilter::default(),
             last_nanos: 0,
         };
         (
@@ -390,6 +390,57 @@ struct Bucket {
     last: Instant,
 }
 
+/// client-go's spam filter: a token bucket per (source, object) key, [`SPAM_BURST`] deep,
+/// refilled one token per [`SPAM_REFILL`]. At most [`CACHE_ENTRIES`] buckets are kept, as
+/// client-go's LRU keeps them: a bucket that has refilled completely is the same as none and is
+/// dropped first, then the least recently used. (Every pod that ever got a `NotTriggerScaleUp`
+/// would otherwise keep a bucket for the process's lifetime.)
+#[derive(Debug, Default)]
+struct SpamFilter {
+    buckets: HashMap<String, Bucket>,
+}
+
+impl SpamFilter {
+    fn allow(&mut self, key: String, now: Instant) -> bool {
+        if !self.buckets.contains_key(&key) && self.buckets.len() >= CACHE_ENTRIES {
+            self.prune(now);
+        }
+        let bucket = self.buckets.entry(key).or_insert(Bucket {
+            tokens: SPAM_BURST,
+            last: now,
+        });
+        bucket.tokens = Self::refilled(bucket, now);
+        bucket.last = now;
+        if bucket.tokens < 1.0 {
+            return false;
+        }
+        bucket.tokens -= 1.0;
+        true
+    }
+
+    fn refilled(bucket: &Bucket, now: Instant) -> f64 {
+        let refill =
+            now.saturating_duration_since(bucket.last).as_secs_f64() / SPAM_REFILL.as_secs_f64();
+        (bucket.tokens + refill).min(SPAM_BURST)
+    }
+
+    fn prune(&mut self, now: Instant) {
+        self.buckets
+            .retain(|_, b| Self::refilled(b, now) < SPAM_BURST);
+        if self.buckets.len() >= CACHE_ENTRIES {
+            // Still full of live buckets: forget the least recently used quarter.
+            let mut lasts: Vec<Instant> = self.buckets.values().map(|b| b.last).collect();
+            lasts.sort_unstable();
+            let cut = lasts[lasts.len() / 4];
+            self.buckets.retain(|_, b| b.last > cut);
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.buckets.len()
+    }
+}
+
 /// Drains the recorder's queue and makes the API calls: create, series patch, rate limit.
 pub struct EventPoster {
     rx: mpsc::Receiver<ControllerEvent>,
@@ -399,7 +450,7 @@ pub struct EventPoster {
     status_uid: Arc<Mutex<Option<String>>>,
     series: HashMap<SeriesKey, Posted>,
     /// Spam filter per (source, object) key.
-    buckets: HashMap<String, Bucket>,
+    spam: SpamFilter,
     last_nanos: i128,
 }
 
@@ -477,19 +528,7 @@ impl EventPoster {
             regarding.api_version.as_deref().unwrap_or(""),
         ]
         .join("/");
-        let bucket = self.buckets.entry(key).or_insert(Bucket {
-            tokens: SPAM_BURST,
-            last: now,
-        });
-        let refilled =
-            now.saturating_duration_since(bucket.last).as_secs_f64() / SPAM_REFILL.as_secs_f64();
-        bucket.tokens = (bucket.tokens + refilled).min(SPAM_BURST);
-        bucket.last = now;
-        if bucket.tokens < 1.0 {
-            return false;
-        }
-        bucket.tokens -= 1.0;
-        true
+        self.spam.allow(key, now)
     }
 
     fn dropped(&self, why: &str) {
@@ -719,6 +758,50 @@ mod tests {
         assert_eq!(shape(&c("retried_ok")).map(|s| s.type_), Some(NORMAL));
         assert_eq!(shape(&c("gave_up")).map(|s| s.type_), Some(WARNING));
         assert_eq!(shape(&c("gone")).map(|s| s.type_), Some(WARNING));
+    }
+
+    #[test]
+    fn the_spam_filter_keeps_a_bounded_number_of_buckets_and_still_limits_the_busy_object() {
+        let mut f = SpamFilter::default();
+        let t0 = Instant::now();
+        // One object exhausts its burst...
+        for _ in 0..SPAM_BURST as usize {
+            assert!(f.allow("busy".into(), t0));
+        }
+        assert!(!f.allow("busy".into(), t0));
+        // ...then 20,000 pods get one Event each, over a day.
+        for i in 0..20_000u64 {
+            let at = t0 + Duration::from_secs(i * 4);
+            assert!(f.allow(format!("pod-{i}"), at));
+            assert!(f.len() <= CACHE_ENTRIES, "{} buckets", f.len());
+        }
+        // A bucket forgotten had refilled: forgetting it changed nothing.
+        let later = t0 + Duration::from_secs(20_000 * 4);
+        assert!(f.allow("busy".into(), later));
+    }
+
+    #[test]
+    fn a_bucket_still_refilling_is_kept_while_full_ones_are_dropped() {
+        let mut f = SpamFilter::default();
+        let t0 = Instant::now();
+        for _ in 0..SPAM_BURST as usize {
+            f.allow("busy".into(), t0);
+        }
+        for i in 0..CACHE_ENTRIES - 1 {
+            f.allow(format!("pod-{i}"), t0 + SPAM_REFILL * 2);
+        }
+        assert_eq!(f.len(), CACHE_ENTRIES);
+        // Pruning now: every one-Event pod bucket has refilled; "busy" (3 of 25) has not.
+        let now = t0 + SPAM_REFILL * 3;
+        assert!(f.allow("one-more".into(), now));
+        assert_eq!(f.len(), 2, "busy and one-more");
+        for _ in 0..3 {
+            assert!(f.allow("busy".into(), now));
+        }
+        assert!(
+            !f.allow("busy".into(), now),
+            "still limited after the pruning"
+        );
     }
 
     #[test]

@@ -78,6 +78,20 @@ impl azure_core::auth::TokenCredential for DelayedToken {
     }
 }
 
+/// The Lease as a switch: `leader` false holds every write as a standby's would be held.
+#[derive(Debug)]
+struct Switch(Arc<std::sync::atomic::AtomicBool>);
+
+impl vmss_capacity_controller::fence::WriteFence for Switch {
+    fn check(&self) -> Result<(), vmss_capacity_controller::fence::FenceHold> {
+        if self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err(vmss_capacity_controller::fence::FenceHold::NotLeader)
+        }
+    }
+}
+
 pub struct Cluster {
     pub _emulator: EmulatorHandle,
     /// Whether the node groups are agent pools.
@@ -90,6 +104,7 @@ pub struct Cluster {
     pub stop: CancellationToken,
     pub tasks: Vec<tokio::task::JoinHandle<()>>,
     token_delay: Arc<std::sync::atomic::AtomicU64>,
+    leader: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Cluster {
@@ -238,8 +253,10 @@ impl Cluster {
             10_000,
         );
         let recorder = Arc::new(recorder);
+        let leader = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let reconciler = Arc::new(
             Reconciler::builder(settings.clone(), arm, metrics.clone())
+                .fence(Arc::new(Switch(leader.clone())))
                 .demand(demand.clone())
                 .events(recorder.clone())
                 .build(),
@@ -304,7 +321,13 @@ impl Cluster {
             stop,
             tasks,
             token_delay,
+            leader,
         }
+    }
+
+    /// Whether this replica leads (`false`: a standby, every write held by the fence).
+    pub fn set_leader(&self, on: bool) {
+        self.leader.store(on, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Makes every token fetch of the controller take `d` (a slow token endpoint).
