@@ -436,6 +436,7 @@ impl SpamFilter {
         }
     }
 
+    #[cfg(test)]
     fn len(&self) -> usize {
         self.buckets.len()
     }
