@@ -40,52 +40,87 @@ pub fn parse(text: &str) -> Result<Milli, QuantityError> {
         return Err(err("no number"));
     }
     let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
-    // The number as digits × 10^-scale.
+    // Trailing zeros of the fraction say nothing.
+    let frac_part = frac_part.trim_end_matches('0');
+    // The number as digits × 10^-scale. Fraction digits past what an i128 holds only matter
+    // for rounding up: they are kept as `sticky` (whether any of them is not zero).
     let mut mantissa: i128 = 0;
-    for d in int_part.bytes().chain(frac_part.bytes()) {
+    let mut scale: i32 = 0;
+    let mut sticky = false;
+    for d in int_part.bytes() {
         mantissa = mantissa
             .checked_mul(10)
             .and_then(|m| m.checked_add(i128::from(d - b'0')))
             .ok_or_else(|| err("too large"))?;
     }
-    let scale = frac_part.len() as i32;
-    // value = mantissa × 10^-scale × multiplier; result = ceil(value × 1000).
-    let (num, den): (i128, i128) = match suffix {
-        "" => (1, 1),
-        "n" => (1, 1_000_000_000),
-        "u" => (1, 1_000_000),
-        "m" => (1, 1_000),
-        "k" => (1_000, 1),
-        "M" => (1_000_000, 1),
-        "G" => (1_000_000_000, 1),
-        "T" => (1_000_000_000_000, 1),
-        "P" => (1_000_000_000_000_000, 1),
-        "E" => (1_000_000_000_000_000_000, 1),
-        "Ki" => (1 << 10, 1),
-        "Mi" => (1 << 20, 1),
-        "Gi" => (1 << 30, 1),
-        "Ti" => (1 << 40, 1),
-        "Pi" => (1 << 50, 1),
-        "Ei" => (1 << 60, 1),
+    for d in frac_part.bytes() {
+        match mantissa
+            .checked_mul(10)
+            .and_then(|m| m.checked_add(i128::from(d - b'0')))
+        {
+            Some(m) if !sticky => {
+                mantissa = m;
+                scale += 1;
+            }
+            _ => sticky |= d != b'0',
+        }
+    }
+    // value × 1000 = mantissa × 10^(3 + ten - scale) × 2^two, rounded up.
+    let (ten, two): (i32, u32) = match suffix {
+        "" => (0, 0),
+        "n" => (-9, 0),
+        "u" => (-6, 0),
+        "m" => (-3, 0),
+        "k" => (3, 0),
+        "M" => (6, 0),
+        "G" => (9, 0),
+        "T" => (12, 0),
+        "P" => (15, 0),
+        "E" => (18, 0),
+        "Ki" => (0, 10),
+        "Mi" => (0, 20),
+        "Gi" => (0, 30),
+        "Ti" => (0, 40),
+        "Pi" => (0, 50),
+        "Ei" => (0, 60),
         exp if exp.starts_with(['e', 'E']) => {
             let e: i32 = exp[1..].parse().map_err(|_| err("bad exponent"))?;
             if !(-18..=18).contains(&e) {
                 return Err(err("exponent out of range"));
             }
-            if e >= 0 {
-                (10i128.pow(e as u32), 1)
-            } else {
-                (1, 10i128.pow((-e) as u32))
-            }
+            (e, 0)
         }
         _ => return Err(err("unknown suffix")),
     };
-    let num = mantissa
-        .checked_mul(num)
-        .and_then(|v| v.checked_mul(1000))
+    let mut m = mantissa
+        .checked_mul(1i128 << two)
         .ok_or_else(|| err("too large"))?;
-    let den = den * 10i128.pow(scale as u32);
-    let value = num / den + i128::from(num % den != 0);
+    if two > 0 && sticky {
+        // Dropped digits times a binary multiplier could change the rounding: too precise to
+        // be exact, as no real quantity is.
+        return Err(err("too many digits"));
+    }
+    let p = 3 + ten - scale;
+    let value = if p >= 0 {
+        if sticky {
+            // Only reachable with p >= 0 when dropped digits are below a milli-unit anyway.
+            return Err(err("too many digits"));
+        }
+        10i128
+            .checked_pow(p as u32)
+            .and_then(|f| m.checked_mul(f))
+            .ok_or_else(|| err("too large"))?
+    } else {
+        let mut q = -p;
+        // 10^38 is the largest power of ten an i128 holds.
+        while q > 38 {
+            sticky |= m % 10 != 0;
+            m /= 10;
+            q -= 1;
+        }
+        let d = 10i128.pow(q as u32);
+        m / d + i128::from(m % d != 0 || sticky)
+    };
     Ok(if negative { -value } else { value })
 }
 
@@ -124,11 +159,44 @@ mod tests {
     }
 
     #[test]
+    fn forty_decimal_places_round_up_instead_of_overflowing() {
+        // 10^39 does not fit an i128: these panicked (debug) or wrapped (release).
+        let tiny = format!("0.{}1", "0".repeat(40));
+        assert_eq!(parse(&tiny), Ok(1));
+        let one = format!("1.{}", "0".repeat(45));
+        assert_eq!(parse(&one), Ok(1_000));
+        let just_over = format!("1.{}1", "0".repeat(45));
+        assert_eq!(parse(&just_over), Ok(1_001));
+        assert_eq!(parse(&format!("{tiny}n")), Ok(1));
+        assert_eq!(parse(&format!("0.{}", "9".repeat(60))), Ok(1_000));
+        assert_eq!(
+            parse(&format!("2.{}Gi", "0".repeat(50))),
+            Ok((2_i128 << 30) * 1000)
+        );
+        assert!(parse(&format!("1.{}1Ki", "0".repeat(50))).is_err());
+    }
+
+    #[test]
     fn malformed_quantities_are_errors_that_name_the_text() {
         for text in ["", "m", "1.2.3", "1Xi", "abc", "1e99", "."] {
             let e = parse(text).unwrap_err();
             assert_eq!(e.text, text);
             assert!(e.to_string().contains("invalid quantity"));
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_digits_and_suffix_parse_or_fail_without_a_panic(
+            int in "[0-9]{0,45}",
+            frac in proptest::option::of("[0-9]{0,80}"),
+            suffix in "(|n|u|m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei|e-18|e18|E3)",
+        ) {
+            let text = match frac {
+                Some(f) => format!("{int}.{f}{suffix}"),
+                None => format!("{int}{suffix}"),
+            };
+            let _ = parse(&text);
         }
     }
 }
