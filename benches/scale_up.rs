@@ -211,6 +211,7 @@ fn main() {
                 ..GroupShape::default()
             }),
             unhealthy: None,
+            failed: Vec::new(),
         })
         .collect();
     let input = ScaleUpInput {

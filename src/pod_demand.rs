@@ -348,6 +348,21 @@ impl ScaleUpLoop {
                 capacity,
                 shape: cached.as_ref().map(|c| shape_of(g, &c.scale_set)),
                 unhealthy,
+                failed: self
+                    .reconciler
+                    .instances()
+                    .get(&g.name)
+                    .map(|list| {
+                        list.iter()
+                            .filter(|i| {
+                                i.provisioning_state
+                                    .as_deref()
+                                    .is_some_and(|p| p.eq_ignore_ascii_case("Failed"))
+                            })
+                            .map(|i| i.instance_id.clone())
+                            .collect()
+                    })
+                    .unwrap_or_default(),
             });
         }
         // Requested nodes that never register: the group is failing until one does.

@@ -60,6 +60,9 @@ pub struct GroupInput<'a> {
     pub shape: Option<GroupShape<'a>>,
     /// Why the group is not to be grown now (failing to provision, quota cool-down), if so.
     pub unhealthy: Option<WhyNot>,
+    /// Instance ids Azure lists in the `Failed` provisioning state: counted in the capacity,
+    /// but no node is coming from them (unless one already registered).
+    pub failed: Vec<String>,
 }
 
 /// Everything one decision looks at.
@@ -254,11 +257,24 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
     // Registered but still booting: on their way, like nodes not registered yet.
     let mut starting = vec![0u32; groups.len()];
     let mut live_template: Vec<Option<&NodeRecord>> = vec![None; groups.len()];
+    // `Failed` instances without a Node: part of the capacity, never coming.
+    let mut failed: Vec<u32> = groups
+        .iter()
+        .map(|g| u32::try_from(g.failed.len()).unwrap_or(u32::MAX))
+        .collect();
     for node in &input.nodes {
         let Some(i) = index.group_of(node) else {
             continue;
         };
         registered[i] += 1;
+        let id = node
+            .provider_id
+            .as_deref()
+            .and_then(parse_provider_id)
+            .map(|(_, _, id)| id);
+        if id.is_some_and(|id| groups[i].failed.iter().any(|f| f == id)) {
+            failed[i] = failed[i].saturating_sub(1);
+        }
         if is_starting(node, input.now, input.node_startup) {
             starting[i] += 1;
         } else if live_template[i].is_none() && is_ready(node) && schedulable(node) {
@@ -324,11 +340,13 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
         let (Some(capacity), Ok(template), None) = (g.capacity, &templates[i], &g.unhealthy) else {
             continue;
         };
-        // Requested and not registered, plus registered and still booting.
+        // Requested and not registered, plus registered and still booting; not the instances
+        // Azure gave up on.
         let settled = registered[i].saturating_sub(starting[i]);
         let upcoming = u32::try_from(capacity.max(0))
             .unwrap_or(u32::MAX)
-            .saturating_sub(settled);
+            .saturating_sub(settled)
+            .saturating_sub(failed[i]);
         for k in 0..upcoming {
             let mut n = template.clone();
             n.name = format!("{}-upcoming-{k}", g.name);
@@ -508,6 +526,7 @@ mod tests {
                 ..GroupShape::default()
             }),
             unhealthy: None,
+            failed: Vec::new(),
         }
     }
 
@@ -605,6 +624,27 @@ mod tests {
         ));
         assert!(plan.targets.is_empty(), "{plan:?}");
         assert_eq!(plan.already_provided.len(), 2);
+    }
+
+    #[test]
+    fn an_instance_azure_lists_as_failed_is_not_room_on_its_way() {
+        // Two pods of 3 cpus, one per D4s_v5. Capacity 2, nothing registered yet, but instance
+        // 1 is `Failed`: only instance 0 is coming, so one more node is asked for.
+        let pods: Vec<_> = (0..2)
+            .map(|i| pending(&format!("p{i}"), "3", "1Gi", json!({})))
+            .collect();
+        let mut g = group("general", "Standard_D4s_v5", 2, 10);
+        g.failed = vec!["1".into()];
+        let p = plan(&input(vec![g.clone()], vec![], pods.clone()));
+        assert_eq!(p.targets.get("general"), Some(&3), "{p:?}");
+        assert_eq!(p.already_provided.len(), 1);
+        // A Failed instance that did register (its broken node is there) is counted once, as
+        // that node: instance 0 is still coming.
+        let mut registered = (*node("general-1", "general", 1, "4", "16Gi", json!([]))).clone();
+        registered.ready = false;
+        let p = plan(&input(vec![g], vec![Arc::new(registered)], pods));
+        assert_eq!(p.targets.get("general"), Some(&3), "{p:?}");
+        assert_eq!(p.already_provided.len(), 1);
     }
 
     /// `node` NotReady, created `age` before now.
