@@ -1,8 +1,9 @@
 //! Which pods ask for capacity, and when a burst of them is complete enough to plan for.
 //!
 //! A pod is pending for scale-up when the scheduler said so (`PodScheduled=False`, reason
-//! `Unschedulable`), it is not bound to a node, it is not a DaemonSet's (a new node brings its own),
-//! and its priority is at or above `expendablePodsPriorityCutoff` (cluster-autoscaler's -10).
+//! `Unschedulable`), it is not bound to a node, it has no `nominatedNodeName` (the scheduler is
+//! preempting pods there for it), it is not a DaemonSet's (a new node brings its own), and its
+//! priority is at or above `expendablePodsPriorityCutoff` (cluster-autoscaler's -10).
 //! A burst is batched as Karpenter batches it: the batch closes after 1 s without a new pending
 //! pod, or 10 s after it opened, so 1,000 new pods make one plan, not 1,000. Pure code: the
 //! caller passes the time.
@@ -22,6 +23,9 @@ pub const BATCH_MAX: Duration = Duration::from_secs(10);
 pub fn wants_capacity(pod: &PodRecord, priority_cutoff: i32) -> bool {
     pod.unschedulable
         && !pod.is_bound()
+        // Waiting for a preemption on its nominated node: room is being made for it
+        // (cluster-autoscaler's "waiting for lower priority pods preemption").
+        && pod.nominated_node.is_none()
         && !pod.is_daemonset_pod()
         && pod.priority() >= priority_cutoff
 }
@@ -138,6 +142,16 @@ mod tests {
             !wants_capacity(&fresh, -10),
             "not yet looked at by the scheduler"
         );
+    }
+
+    #[test]
+    fn a_pod_waiting_for_a_preemption_on_its_nominated_node_asks_for_no_capacity() {
+        let nominated = pod(json!({
+            "metadata": {"name": "important"}, "spec": {"containers": [], "priority": 1000},
+            "status": {"phase": "Pending", "nominatedNodeName": "node-3", "conditions": [
+                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}}));
+        assert_eq!(nominated.nominated_node.as_deref(), Some("node-3"));
+        assert!(!wants_capacity(&nominated, -10));
     }
 
     #[tokio::test(start_paused = true)]

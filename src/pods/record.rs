@@ -81,6 +81,9 @@ pub struct PodRecord {
     pub phase: Option<String>,
     /// The scheduler found no node for it (`PodScheduled=False`, reason `Unschedulable`).
     pub unschedulable: bool,
+    /// `status.nominatedNodeName`: the scheduler is preempting lower-priority pods on that node
+    /// to make room for it.
+    pub nominated_node: Option<String>,
     /// Its spec and fit facts (shared with the pods that have the same).
     pub shape: Arc<PodShape>,
 }
@@ -394,16 +397,17 @@ impl Interner {
             });
         let mut annotations = m.annotations.unwrap_or_default();
         annotations.retain(|k, _| kept_annotation(k));
-        let (phase, unschedulable) = match status {
+        let (phase, unschedulable, nominated_node) = match status {
             Some(s) => {
                 let unschedulable = s.conditions.iter().flatten().any(|c| {
                     c.type_ == "PodScheduled"
                         && c.status == "False"
                         && c.reason.as_deref() == Some("Unschedulable")
                 });
-                (s.phase, unschedulable)
+                let nominated = s.nominated_node_name.filter(|n| !n.is_empty());
+                (s.phase, unschedulable, nominated)
             }
-            None => (None, false),
+            None => (None, false, None),
         };
         self.maybe_sweep();
         PodRecord {
@@ -417,6 +421,7 @@ impl Interner {
             node_name,
             phase,
             unschedulable,
+            nominated_node,
             shape,
         }
     }

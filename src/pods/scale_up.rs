@@ -295,7 +295,8 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
     }
     let mut pending: Vec<Arc<PodRecord>> = Vec::new();
     for pod in &input.pods {
-        match pod.node_name.as_deref() {
+        // A pod nominated to a node (a preemption under way) takes its room there, as it will.
+        match pod.node_name.as_deref().or(pod.nominated_node.as_deref()) {
             Some(n) => {
                 if let Some(i) = room_of.get(n) {
                     room[*i].place(pod.clone());
@@ -624,6 +625,27 @@ mod tests {
         ));
         assert!(plan.targets.is_empty(), "{plan:?}");
         assert_eq!(plan.already_provided.len(), 2);
+    }
+
+    #[test]
+    fn a_pod_nominated_to_a_node_takes_its_room_there_and_triggers_nothing() {
+        // One Ready D4s_v5-like node with 4 cpus free. A 3-cpu pod nominated to it (preempting
+        // there) and a 3-cpu pod pending: the nominated one will take the node, so the other
+        // needs a new node; the nominated one asks for none.
+        let n = node("general-0", "general", 0, "4", "16Gi", json!([]));
+        let mut nominated = (*pending("nominated", "3", "1Gi", json!({}))).clone();
+        nominated.nominated_node = Some("general-0".into());
+        let p = plan(&input(
+            vec![group("general", "Standard_D4s_v5", 1, 10)],
+            vec![n],
+            vec![Arc::new(nominated), pending("other", "3", "1Gi", json!({}))],
+        ));
+        assert_eq!(p.targets.get("general"), Some(&2), "{p:?}");
+        assert_eq!(
+            p.pending, 1,
+            "the nominated pod is not pending for scale-up"
+        );
+        assert!(!p.triggered.contains_key("default/nominated"));
     }
 
     #[test]
