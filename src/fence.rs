@@ -54,7 +54,7 @@ pub fn last_check() -> Result<Option<Duration>, FenceHold> {
 pub struct FencedAtSend(pub FenceHold);
 
 /// Why a write was not sent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FenceHold {
     /// Another replica holds the Lease (or nobody does and we have not acquired it).
     NotLeader,

@@ -16,6 +16,7 @@
 //! | [`planner`] | pure capacity planning: bounds, schedules, scale-down steps, coalescing |
 //! | [`reconciler`] | the loop, the ETag protocol and the per-class error policy |
 //! | [`fence`] | the last check before every Azure write (leader election's fencing) |
+//! | [`hold`] | why a write was not sent: one closed set of reasons (metric label, Event, status, delete refusal) |
 //! | [`notify`] | events and per-group status the reconciler reports (Kubernetes Events, status ConfigMap) |
 //! | [`metrics`] | the Prometheus registry and every metric the daemon exports |
 //! | [`http`] | `/metrics`, `/healthz`, `/readyz` |
@@ -25,8 +26,10 @@
 //! | [`kube`] | the Kubernetes side: client, Lease leader election, reflectors of nodes and pods (as records), PDBs, DaemonSets |
 //! | [`emulator`] | feature `emulator` (default): ARM (scale sets, AKS, identity, throttling, faults) and Kubernetes API emulators, separate rooms |
 //! | [`demo`] | feature `emulator`: the zero-setup showcase: emulator, rival writer, controller, summary |
+//! | [`app`] | one controller replica wired from its settings (`run` builds one, the demo two) |
 //! | [`cli`] | subcommands and their implementations; `main.rs` only dispatches |
 
+pub mod app;
 pub mod azure;
 pub mod cache;
 pub mod cli;
@@ -36,9 +39,11 @@ pub mod demo;
 #[cfg(feature = "emulator")]
 pub mod emulator;
 pub mod fence;
+pub mod hold;
 pub mod http;
 pub mod kube;
 pub mod metrics;
+pub mod node_groups;
 pub mod notify;
 pub mod planner;
 pub mod pod_demand;

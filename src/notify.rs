@@ -5,6 +5,7 @@
 //! The reconciler depends only on the [`EventSink`] trait, so it knows nothing of Kubernetes and
 //! runs unchanged without it ([`NoEvents`]).
 
+use crate::hold::HoldReason;
 use serde::Serialize;
 
 /// A moment worth an Event. `group` is the node-group name (the `scale_set` metric label).
@@ -45,8 +46,8 @@ pub enum ControllerEvent {
     WriteHeld {
         /// Node group.
         group: String,
-        /// The `writes_held_total` reason label.
-        reason: &'static str,
+        /// Why (its label is the `writes_held_total` reason).
+        reason: HoldReason,
     },
     /// A pending pod made a node group grow (cluster-autoscaler's `TriggeredScaleUp`).
     PodTriggeredScaleUp {

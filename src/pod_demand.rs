@@ -11,13 +11,13 @@
 //! down after a quota refusal, is left out of the next decisions so planning moves to another
 //! group that fits.
 
-use crate::config::{DemandKind, NodeGroupKind, NodeGroupSpec, Settings};
+use crate::config::{DemandKind, NodeGroupSpec, Settings};
 use crate::kube::reflect::ClusterView;
 use crate::metrics::Metrics;
 use crate::notify::{ControllerEvent, EventSink, ObjectRef};
 use crate::planner::{ConfiguredDemand, Demand, DemandSource, Reason};
 use crate::pods::pending::{wants_capacity, Batcher};
-use crate::pods::record::{NodeRecord, PodRecord};
+use crate::pods::record::PodRecord;
 use crate::pods::scale_up::{self, Backing, GroupInput, ScaleUpInput, ScaleUpPlan, WhyNot};
 use crate::pods::template::GroupShape;
 use crate::reconciler::Reconciler;
@@ -366,7 +366,10 @@ impl ScaleUpLoop {
             });
         }
         // Requested nodes that never register: the group is failing until one does.
-        let registered = registered_per_group(&nodes, &inputs);
+        let registered = crate::node_groups::registered_per_group(
+            &nodes,
+            inputs.iter().map(|g| (g.name.as_str(), &g.backing)),
+        );
         let limit = self.settings.pod_demand.max_node_provision_time;
         for g in &mut inputs {
             let got = registered.get(&g.name).copied().unwrap_or(0);
@@ -427,7 +430,7 @@ impl ScaleUpLoop {
     }
 
     fn backing(&self, g: &NodeGroupSpec) -> Backing {
-        backing(&self.settings, g)
+        crate::node_groups::backing(&self.settings, g)
     }
 
     /// Metrics, logs and pod Events for one decision.
@@ -545,22 +548,6 @@ impl ScaleUpLoop {
     }
 }
 
-/// How `g`'s nodes are recognised.
-pub(crate) fn backing(settings: &Settings, g: &NodeGroupSpec) -> Backing {
-    match &g.kind {
-        NodeGroupKind::Vmss => Backing::ScaleSet {
-            resource_group: g
-                .resource_group
-                .clone()
-                .unwrap_or_else(|| settings.azure.resource_group.clone()),
-            name: g.name.clone(),
-        },
-        NodeGroupKind::AksAgentPool { .. } => Backing::AgentPool {
-            pool: g.name.clone(),
-        },
-    }
-}
-
 /// The Event reference of `pod`.
 pub(crate) fn pod_ref(pod: &PodRecord) -> ObjectRef {
     ObjectRef {
@@ -570,17 +557,6 @@ pub(crate) fn pod_ref(pod: &PodRecord) -> ObjectRef {
         name: pod.name.clone(),
         uid: pod.uid.clone(),
     }
-}
-
-fn registered_per_group(nodes: &[Arc<NodeRecord>], groups: &[GroupInput]) -> HashMap<String, u32> {
-    let index = scale_up::GroupIndex::of_backings(groups.iter().map(|g| &g.backing));
-    let mut out = HashMap::new();
-    for n in nodes {
-        if let Some(i) = index.group_of(n) {
-            *out.entry(groups[i].name.clone()).or_default() += 1;
-        }
-    }
-    out
 }
 
 /// What a group says of its future nodes: the scale set's SKU and tags, or the pool's VM size,
@@ -668,7 +644,7 @@ mod tests {
     fn group(desired: Option<u32>) -> NodeGroupSpec {
         NodeGroupSpec {
             name: "general".into(),
-            kind: NodeGroupKind::Vmss,
+            kind: crate::config::NodeGroupKind::Vmss,
             resource_group: None,
             min_size: 0,
             max_size: 10,

@@ -16,6 +16,7 @@ use crate::azure::arm::OperationStatus;
 use crate::azure::{ArmClient, ArmError, DeleteAccepted, Precondition, PutAccepted};
 use crate::cache::{Instance, ScaleSet};
 use crate::config::{NodeGroupKind, NodeGroupSpec, Settings};
+use crate::hold::WriteRefusal;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -70,9 +71,8 @@ pub trait CapacityResource: Send + Sync + std::fmt::Debug {
     /// The VM instances behind the resource.
     async fn list_instances(&self, name: &str) -> Result<Vec<Instance>, ArmError>;
 
-    /// Why this resource, as read, must never be written by this controller (the label of
-    /// `writes_held_total{reason}`), if it must not.
-    fn write_refusal(&self, _current: &ScaleSet) -> Option<&'static str> {
+    /// Why this resource, as read, must never be written by this controller, if it must not.
+    fn write_refusal(&self, _current: &ScaleSet) -> Option<WriteRefusal> {
         None
     }
 
@@ -124,9 +124,6 @@ impl CapacityResource for ArmClient {
     }
 }
 
-/// An agent pool with AKS's own autoscaler on is scaled by AKS: writing its count would fight it.
-pub const AKS_AUTOSCALER_HOLD: &str = "aks_autoscaler";
-
 #[async_trait::async_trait]
 impl CapacityResource for AgentPools {
     fn kind(&self) -> &'static str {
@@ -168,12 +165,14 @@ impl CapacityResource for AgentPools {
         AgentPools::list_instances(self, name).await
     }
 
-    fn write_refusal(&self, current: &ScaleSet) -> Option<&'static str> {
+    fn write_refusal(&self, current: &ScaleSet) -> Option<WriteRefusal> {
+        // An agent pool with AKS's own autoscaler on is scaled by AKS: writing its count would
+        // fight it.
         current
             .agent_pool
             .as_ref()
             .is_some_and(|p| p.enable_auto_scaling)
-            .then_some(AKS_AUTOSCALER_HOLD)
+            .then_some(WriteRefusal::AksAutoscaler)
     }
 
     fn capacity_floor(&self, current: &ScaleSet) -> u32 {
@@ -233,6 +232,18 @@ impl Resources {
             scale_sets: arm,
             pools,
             default_resource_group,
+        }
+    }
+
+    /// Every node group backed by `resource`, whatever its kind (the reconciler's unit tests).
+    #[cfg(test)]
+    pub(crate) fn only(resource: Arc<dyn CapacityResource>) -> Self {
+        Self {
+            scale_sets: resource,
+            list_scale_sets: true,
+            pools: BTreeMap::new(),
+            discovery: None,
+            default_resource_group: String::new(),
         }
     }
 

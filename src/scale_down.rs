@@ -32,12 +32,12 @@ use crate::config::{NodeGroupKind, NodeGroupSpec, Settings};
 use crate::kube::nodes::{has_our_taint_record, EvictOutcome, NodeActions, NodeWriteError};
 use crate::kube::reflect::ClusterView;
 use crate::metrics::Metrics;
+use crate::node_groups::{backing, is_ready, parse_provider_id, schedulable, GroupIndex};
 use crate::notify::{ControllerEvent, EventSink, ObjectRef};
-use crate::pod_demand::{backing, pod_ref};
+use crate::pod_demand::pod_ref;
 use crate::pods::fit::NodeState;
 use crate::pods::record::{NodeRecord, PodRecord};
 use crate::pods::scale_down::removable;
-use crate::pods::scale_up::{is_ready, parse_provider_id, schedulable, GroupIndex};
 use crate::pods::unneeded::{self, Candidates, DownGroup, DownInput, Limits};
 use crate::reconciler::{DeleteEnd, DeleteKind, LastLook, Reconciler};
 use crate::resource::Victim;
@@ -364,6 +364,12 @@ impl ScaleDownLoop {
                 }
                 continue;
             }
+            // A delete that would be held (a backoff, the write budget) is not started: no node
+            // is tainted and drained for it. The node stays unneeded and is chosen again later.
+            if let Some(hold) = s.reconciler.delete_hold(&group) {
+                debug!(node = %u.node, scale_set = %group.name, %hold, "unneeded node not removed yet: its delete would be held");
+                continue;
+            }
             let removal = Removal {
                 node: u.node.clone(),
                 victim: Victim {
@@ -492,6 +498,10 @@ impl ScaleDownLoop {
                 if self.would.insert(slot_name.clone()) {
                     info!(scale_set = %group.name, instance = %u.instance_id, machine = %u.machine, "dry run: would delete an instance that never registered as a node within maxNodeProvisionTime");
                 }
+                continue;
+            }
+            if let Some(hold) = s.reconciler.delete_hold(&group) {
+                debug!(scale_set = %group.name, instance = %u.instance_id, %hold, "unregistered instance not deleted yet: its delete would be held");
                 continue;
             }
             let victim = Victim {
@@ -639,7 +649,7 @@ impl Shared {
                 info!(scale_set = name, instance = %victim.instance_id, "an instance that never registered was deleted");
             }
             DeleteEnd::Refused(why) => {
-                info!(scale_set = name, instance = %victim.instance_id, why, "an unregistered instance was not deleted");
+                info!(scale_set = name, instance = %victim.instance_id, %why, "an unregistered instance was not deleted");
                 self.metrics
                     .failed_scale_downs_total
                     .with_label_values(&[name, "refused"])

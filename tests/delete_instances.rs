@@ -436,7 +436,7 @@ async fn a_delete_that_waited_behind_another_looks_at_its_node_once_its_turn_cam
 
 #[tokio::test]
 async fn a_failed_instance_at_the_floor_is_replaced_and_a_merely_unneeded_one_is_not() {
-    use vmss_capacity_controller::reconciler::{DeleteEnd, DeleteKind, NoLastLook};
+    use vmss_capacity_controller::reconciler::{DeleteEnd, DeleteKind, DeleteRefusal, NoLastLook};
     let h = Harness::new(&[("pool-a", 3)], vec![group("pool-a", 3, 10, None)], |_| {}).await;
     let g = h.settings.node_groups[0].clone();
     let victim = |id: u64| Victim {
@@ -447,7 +447,7 @@ async fn a_failed_instance_at_the_floor_is_replaced_and_a_merely_unneeded_one_is
         h.reconciler
             .delete_instance(&g, victim(0), DeleteKind::Unneeded, &NoLastLook)
             .await,
-        DeleteEnd::Refused("min_size")
+        DeleteEnd::Refused(DeleteRefusal::BelowFloor)
     );
     assert_eq!(
         h.reconciler
@@ -461,7 +461,7 @@ async fn a_failed_instance_at_the_floor_is_replaced_and_a_merely_unneeded_one_is
         h.reconciler
             .delete_instance(&g, victim(1), DeleteKind::Replace, &NoLastLook)
             .await,
-        DeleteEnd::Refused("min_size")
+        DeleteEnd::Refused(DeleteRefusal::BelowFloor)
     );
     // The next pass writes the size back up to the floor, under If-Match.
     h.reconciler.run_once().await.expect("pass");

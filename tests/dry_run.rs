@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use support::*;
 use tokio_util::sync::CancellationToken;
-use vmss_capacity_controller::cli::{Replica, ReplicaOptions};
+use vmss_capacity_controller::app::{Replica, ReplicaOptions};
 use vmss_capacity_controller::config::{
     AuthSettings, DemandKind, KubernetesSettings, SecretSource,
 };

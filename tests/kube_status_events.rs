@@ -289,7 +289,9 @@ fn recorder_config() -> RecorderConfig {
 fn held(group: &str) -> ControllerEvent {
     ControllerEvent::WriteHeld {
         group: group.into(),
-        reason: "lease_stale",
+        reason: vmss_capacity_controller::hold::HoldReason::Fenced(
+            vmss_capacity_controller::fence::FenceHold::RenewalStale,
+        ),
     }
 }
 

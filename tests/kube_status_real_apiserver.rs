@@ -222,7 +222,9 @@ async fn on_a_real_api_server_a_repeated_event_is_one_event_whose_series_counts_
     );
     let held = || ControllerEvent::WriteHeld {
         group: "pool-a".into(),
-        reason: "lease_stale",
+        reason: vmss_capacity_controller::hold::HoldReason::Fenced(
+            vmss_capacity_controller::fence::FenceHold::RenewalStale,
+        ),
     };
     for _ in 0..3 {
         poster.post(held()).await;

@@ -501,3 +501,9 @@ fn azure_settings(
         ca_bundle_file: ya.ca_bundle_file,
     })
 }
+
+/// A human duration given as a command-line argument (`30s`, `1m30s`, `500ms`), with examples
+/// in the error.
+pub fn parse_duration_arg(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (examples: 30s, 1m30s, 500ms)"))
+}

@@ -12,7 +12,7 @@
 //! every pool's ETag), and the summary says how many 412s followed a cluster-level write.
 //!
 //! `--kubernetes` (composable with both) turns on the emulator's Kubernetes API and runs two
-//! replicas in the process, each wired exactly as `run` wires one ([`crate::cli::Replica`]: its
+//! replicas in the process, each wired exactly as `run` wires one ([`crate::app::Replica`]: its
 //! own service principal, so the emulator's request log tells their Azure calls apart, its own
 //! candidacy on the Lease, Events recorder, status writer and fenced reconciler), with short
 //! Lease settings. Halfway the leader is stopped as on SIGTERM (it releases the Lease) and the
@@ -22,9 +22,9 @@
 
 pub mod pods;
 
+use crate::app::{ExitCode, Replica, ReplicaOptions};
 use crate::azure::arm::{http_client, ArmTarget};
 use crate::azure::{credentials, ArmClient};
-use crate::cli::{DemoArgs, ExitCode, Replica, ReplicaOptions};
 use crate::config::{
     AuthSettings, AzureSettings, ConflictStrategy, KubernetesSettings, NodeGroupKind,
     NodeGroupSpec, Schedule, SecretSource, Settings, WriteBudget,
@@ -291,6 +291,43 @@ impl Drop for Stage {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// `demo` flags.
+#[derive(Debug, clap::Args)]
+#[cfg(feature = "emulator")]
+pub struct DemoArgs {
+    /// How long the scenario runs.
+    #[arg(long, default_value = "40s", value_parser = crate::config::parse_duration_arg)]
+    pub duration: Duration,
+    /// Blind writes (no If-Match): shows the lost updates that ETags prevent.
+    #[arg(long)]
+    pub no_etag: bool,
+    /// Number of scale sets (agent pools with `--aks`).
+    #[arg(long, default_value_t = 4)]
+    pub scale_sets: usize,
+    /// How often the rival writer changes a scale set.
+    #[arg(long, default_value = "700ms", value_parser = crate::config::parse_duration_arg)]
+    pub rival_interval: Duration,
+    /// Seed for the rival writer's choices (same seed, same scenario).
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// Only the summary, no live progress.
+    #[arg(long)]
+    pub quiet: bool,
+    /// The same showcase on the agent pools of one AKS managed cluster, with a rival making
+    /// pool-level and cluster-level writes.
+    #[arg(long)]
+    pub aks: bool,
+    /// Two controller replicas electing a leader on the emulator's Kubernetes API (a Lease); the
+    /// leader stops halfway and the standby takes over; then the status ConfigMap and the Events.
+    #[arg(long)]
+    pub kubernetes: bool,
+    /// Pod-driven demand on a simulated cluster (instances become Nodes, a scheduler binds pods):
+    /// bursts of pending pods over three node groups (general, memory, a tainted GPU group from
+    /// zero), then a shrink, with the rival writer still at work.
+    #[arg(long, conflicts_with_all = ["aks", "kubernetes"])]
+    pub pods: bool,
 }
 
 /// `demo`: the single controller, or with `--kubernetes` two replicas electing a leader.

@@ -356,7 +356,7 @@ fn milli(v: Option<&Value>) -> i128 {
 fn group_of_node(node: &Value) -> Option<String> {
     node.pointer("/spec/providerID")
         .and_then(Value::as_str)
-        .and_then(crate::pods::scale_up::parse_provider_id)
+        .and_then(crate::node_groups::parse_provider_id)
         .map(|(_, vmss, _)| vmss.to_string())
 }
 

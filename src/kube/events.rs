@@ -25,6 +25,8 @@
 //! A standby holding writes because it does not lead (`WriteHeld{reason: not_leader}`) is doing
 //! its job, not news: no Event (the leader's Events tell the story).
 
+use crate::fence::FenceHold;
+use crate::hold::HoldReason;
 use crate::metrics::Metrics;
 use crate::notify::{ControllerEvent, EventSink, ObjectRef};
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -297,7 +299,10 @@ fn shape(event: &ControllerEvent) -> Option<Shape> {
                 opt(*capacity)
             ),
         ),
-        ControllerEvent::WriteHeld { reason, .. } if *reason == "not_leader" => return None,
+        ControllerEvent::WriteHeld {
+            reason: HoldReason::Fenced(FenceHold::NotLeader),
+            ..
+        } => return None,
         ControllerEvent::WriteHeld { group, reason } => {
             let mut s = group_shape(
                 WARNING,
@@ -743,8 +748,8 @@ mod tests {
             group: "g".into(),
             reason,
         };
-        assert_eq!(shape(&held("not_leader")), None);
-        let s = shape(&held("lease_stale")).expect("an Event");
+        assert_eq!(shape(&held(HoldReason::Fenced(FenceHold::NotLeader))), None);
+        let s = shape(&held(HoldReason::Fenced(FenceHold::RenewalStale))).expect("an Event");
         assert_eq!((s.type_, s.reason), (WARNING, "WriteHeld"));
     }
 

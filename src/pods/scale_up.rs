@@ -18,30 +18,12 @@ use super::record::PodRecord;
 use super::template::{
     daemonset_pods, from_live_node, from_shape, subtract_daemonsets, GroupShape,
 };
+pub use crate::node_groups::Backing;
+use crate::node_groups::{is_ready, is_starting, parse_provider_id, schedulable, GroupIndex};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::jiff::Timestamp;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
-
-/// The label AKS puts on every node of an agent pool.
-pub const AGENTPOOL_LABEL: &str = "kubernetes.azure.com/agentpool";
-
-/// What backs a node group, for matching nodes to it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Backing {
-    /// A scale set in this resource group: nodes match by `spec.providerID`.
-    ScaleSet {
-        /// Resource group (compared case-insensitively, as ARM does).
-        resource_group: String,
-        /// Scale-set name (compared case-insensitively).
-        name: String,
-    },
-    /// An AKS agent pool: nodes match by the `kubernetes.azure.com/agentpool` label.
-    AgentPool {
-        /// Pool name.
-        pool: String,
-    },
-}
 
 /// One node group as the scale-up sees it.
 #[derive(Debug, Clone)]
@@ -105,8 +87,6 @@ pub struct ScaleUpPlan {
     pub unfit: BTreeMap<String, Vec<(String, WhyNot)>>,
     /// Pods whose constraints this planner does not simulate: reported, never planned for.
     pub not_simulated: BTreeMap<String, String>,
-    /// Nodes of each group registered in the cluster.
-    pub registered: BTreeMap<String, u32>,
 }
 
 /// Why a group does not take a pod.
@@ -133,117 +113,9 @@ impl std::fmt::Display for WhyNot {
     }
 }
 
-/// The scale-set name in an Azure provider ID
-/// (`azure:///subscriptions/<s>/resourceGroups/<rg>/providers/Microsoft.Compute/virtualMachineScaleSets/<vmss>/virtualMachines/<id>`),
-/// with its resource group and instance id.
-pub fn parse_provider_id(id: &str) -> Option<(&str, &str, &str)> {
-    let rest = id.strip_prefix("azure://")?.trim_start_matches('/');
-    let mut rg = None;
-    let mut vmss = None;
-    let mut vm = None;
-    let mut parts = rest.split('/');
-    while let Some(key) = parts.next() {
-        let slot = if key.eq_ignore_ascii_case("resourceGroups") {
-            &mut rg
-        } else if key.eq_ignore_ascii_case("virtualMachineScaleSets") {
-            &mut vmss
-        } else if key.eq_ignore_ascii_case("virtualMachines") {
-            &mut vm
-        } else {
-            continue;
-        };
-        *slot = parts.next().filter(|v| !v.is_empty());
-    }
-    Some((rg?, vmss?, vm?))
-}
-
-/// Finds a node's group: scale sets by `resource group/name` in lower case, pools by name.
-pub(crate) struct GroupIndex {
-    scale_sets: rustc_hash::FxHashMap<String, usize>,
-    pools: rustc_hash::FxHashMap<String, usize>,
-}
-
-/// `rg/name`, lower case: the scale-set key of a [`GroupIndex`], built into `buf`.
-fn scale_set_key<'b>(buf: &'b mut String, rg: &str, name: &str) -> &'b str {
-    buf.clear();
-    buf.push_str(rg);
-    buf.push('/');
-    buf.push_str(name);
-    buf.make_ascii_lowercase();
-    buf
-}
-
-impl GroupIndex {
-    fn new(groups: &[GroupInput]) -> Self {
-        Self::of_backings(groups.iter().map(|g| &g.backing))
-    }
-
-    /// The index of groups backed by `backings`, in that order.
-    pub(crate) fn of_backings<'b>(backings: impl IntoIterator<Item = &'b Backing>) -> Self {
-        let mut scale_sets = rustc_hash::FxHashMap::default();
-        let mut pools = rustc_hash::FxHashMap::default();
-        for (i, backing) in backings.into_iter().enumerate() {
-            match backing {
-                Backing::ScaleSet {
-                    resource_group,
-                    name,
-                } => {
-                    let mut key = String::new();
-                    scale_set_key(&mut key, resource_group, name);
-                    scale_sets.entry(key).or_insert(i);
-                }
-                Backing::AgentPool { pool } => {
-                    pools.entry(pool.clone()).or_insert(i);
-                }
-            }
-        }
-        Self { scale_sets, pools }
-    }
-
-    pub(crate) fn group_of(&self, node: &NodeRecord) -> Option<usize> {
-        let by_id = node
-            .provider_id
-            .as_deref()
-            .filter(|_| !self.scale_sets.is_empty())
-            .and_then(parse_provider_id)
-            .and_then(|(rg, vmss, _)| {
-                let mut buf = String::with_capacity(rg.len() + vmss.len() + 1);
-                self.scale_sets
-                    .get(scale_set_key(&mut buf, rg, vmss))
-                    .copied()
-            });
-        by_id.or_else(|| {
-            let pool = node.labels.get(AGENTPOOL_LABEL)?;
-            self.pools.get(pool).copied()
-        })
-    }
-}
-
 /// Which group (index into `groups`) a node belongs to, if any.
 pub fn group_of(node: &NodeRecord, groups: &[GroupInput]) -> Option<usize> {
-    GroupIndex::new(groups).group_of(node)
-}
-
-pub(crate) fn is_ready(node: &NodeRecord) -> bool {
-    node.ready
-}
-
-/// A registered node still booting: not Ready, and created less than `window` before `now`
-/// (cluster-autoscaler's "not started" nodes). It offers no room yet but is on its way, so it
-/// counts as upcoming; an older node that is not Ready is broken, not coming.
-pub(crate) fn is_starting(node: &NodeRecord, now: Timestamp, window: std::time::Duration) -> bool {
-    if node.ready {
-        return false;
-    }
-    let Some(created) = node.created else {
-        return false;
-    };
-    let age = now.duration_since(created);
-    age.is_negative() || age.unsigned_abs() < window
-}
-
-pub(crate) fn schedulable(node: &NodeRecord) -> bool {
-    !node.unschedulable
+    GroupIndex::of_backings(groups.iter().map(|g| &g.backing)).group_of(node)
 }
 
 /// The decision for the pods pending now.
@@ -252,7 +124,7 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
     let groups = &input.groups;
 
     // Nodes per group, and the live state of every Ready schedulable node.
-    let index = GroupIndex::new(groups);
+    let index = GroupIndex::of_backings(groups.iter().map(|g| &g.backing));
     let mut registered = vec![0u32; groups.len()];
     // Registered but still booting: on their way, like nodes not registered yet.
     let mut starting = vec![0u32; groups.len()];
@@ -279,11 +151,6 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
             starting[i] += 1;
         } else if live_template[i].is_none() && is_ready(node) && schedulable(node) {
             live_template[i] = Some(node);
-        }
-    }
-    for (i, n) in registered.iter().enumerate() {
-        if *n > 0 {
-            out.registered.insert(groups[i].name.clone(), *n);
         }
     }
     // Pending pods, and pods bound to a Ready schedulable node placed on that node's state.
@@ -463,6 +330,7 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::node_groups::AGENTPOOL_LABEL;
     use serde_json::json;
 
     const SUB: &str = "00000000-0000-0000-0000-000000000000";

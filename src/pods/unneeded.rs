@@ -14,8 +14,8 @@
 use super::fit::NodeState;
 use super::record::{NodeRecord, PodRecord};
 use super::scale_down::{pods_to_move, removable, utilization, Blocker};
-use super::scale_up::{is_ready, parse_provider_id, schedulable, Backing, GroupIndex};
 use crate::cache::Instance;
+use crate::node_groups::{is_ready, parse_provider_id, schedulable, Backing, GroupIndex};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -43,7 +43,7 @@ pub struct DownGroup {
     /// Why this controller does not write the group, if it does not (an agent pool that AKS's
     /// own autoscaler scales): none of its nodes or instances is a candidate, since the delete
     /// would be refused after the drain. Its nodes are still room for other nodes' pods.
-    pub refused: Option<&'static str>,
+    pub refused: Option<crate::hold::WriteRefusal>,
 }
 
 /// What one pass looks at.

@@ -9,8 +9,10 @@
 //! ignores it the fresh read and the instance check are the guard. A delete names one instance
 //! and lowers the capacity by one relative to whatever it is then, so it cannot overwrite another
 //! writer's capacity; a 412 still invalidates the size and instance caches and the checks run
-//! again on a fresh read, once. The fence is asked immediately before the request leaves and its
-//! permit is held until Azure answers. The size is never lowered here: it is re-read after Azure
+//! again on a fresh read, once. The delete leaves through the guarded send ([`super::send`]), as
+//! a capacity write does: the fence asked immediately before the request leaves and its permit
+//! held until Azure answers, the group's write budget spent, a backoff waited out (a quota
+//! cool-down is not: removing an instance frees quota). The size is never lowered here: it is re-read after Azure
 //! confirmed the operation (#7432: sizes dropped after deletes that failed).
 //!
 //! Deletes go one at a time; a delete that waited behind another runs its caller's
@@ -20,12 +22,15 @@
 //! caller must not give the node back to the scheduler until a fresh instance list shows the VM
 //! still there and `Succeeded`.
 
-use super::{Inner, Reconciler, LRO_DEADLINE, LRO_MIN_POLL};
-use crate::azure::arm::OperationStatus;
-use crate::azure::{ArmError, Precondition};
+use super::operation::OperationEnd;
+use super::send::{Sent, WriteKind};
+use super::{Inner, Reconciler};
+use crate::azure::ArmError;
 use crate::config::NodeGroupSpec;
+use crate::hold::HoldReason;
 use crate::planner::Demand;
 use crate::resource::Victim;
+use std::fmt;
 use std::sync::Arc;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
@@ -35,8 +40,8 @@ use tracing::{debug, info, warn};
 pub enum DeleteEnd {
     /// Azure confirmed the operation; the cached size was replaced by a fresh read.
     Deleted,
-    /// Not sent (a guard), with a short reason: the node stays.
-    Refused(&'static str),
+    /// Not sent (a guard), and why: the node stays.
+    Refused(DeleteRefusal),
     /// Not sent: the caller's [`LastLook`] stopped it, with its reason.
     Stopped(String),
     /// Sent, and Azure refused it or its operation failed; caches invalidated.
@@ -45,6 +50,43 @@ pub enum DeleteEnd {
     /// operation could not be followed to its end); caches invalidated. The instance may be
     /// going away: its node must stay tainted until a fresh list says otherwise.
     Unknown(String),
+}
+
+/// Why a delete was not sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteRefusal {
+    /// A hold every write is subject to (the fence, backoff, budget, dry run, ...).
+    Held(HoldReason),
+    /// The resource no longer exists.
+    Gone,
+    /// Its capacity could not be read fresh.
+    UnknownSize,
+    /// The delete would take the group below its floor.
+    BelowFloor,
+    /// The instance is no longer listed.
+    InstanceGone,
+    /// The instances could not be listed fresh.
+    UnknownInstances,
+}
+
+impl DeleteRefusal {
+    /// A short label (logs, the scale-down Event's text).
+    pub fn label(self) -> &'static str {
+        match self {
+            DeleteRefusal::Held(reason) => reason.metric_label(),
+            DeleteRefusal::Gone => "gone",
+            DeleteRefusal::UnknownSize => "unknown_size",
+            DeleteRefusal::BelowFloor => "min_size",
+            DeleteRefusal::InstanceGone => "instance_gone",
+            DeleteRefusal::UnknownInstances => "unknown_instances",
+        }
+    }
+}
+
+impl fmt::Display for DeleteRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.label())
+    }
 }
 
 /// Why an instance is deleted, which decides the floor it is held to.
@@ -76,14 +118,6 @@ impl LastLook for NoLastLook {
     async fn check(&self) -> Result<(), String> {
         Ok(())
     }
-}
-
-/// How following a delete's operation ended, when not in success.
-enum Followed {
-    /// The operation ended `Failed` or `Canceled`.
-    Failed(String),
-    /// Its end could not be learnt (polls kept failing, or it ran past the deadline).
-    Unknown(String),
 }
 
 impl Reconciler {
@@ -130,6 +164,13 @@ impl Reconciler {
         self.inner.floor(group)
     }
 
+    /// Why a delete in `group` would be held now (the fence, a backoff, the write budget, a dry
+    /// run), spending nothing: scale-down asks before it taints and drains a node, so no node is
+    /// drained for a delete that would not be sent.
+    pub fn delete_hold(&self, group: &NodeGroupSpec) -> Option<HoldReason> {
+        self.inner.early_hold(&group.name, WriteKind::Delete)
+    }
+
     /// Whether this replica may write now (the leader, with a fresh renewal).
     pub fn may_write(&self) -> bool {
         self.inner.fence.check().is_ok()
@@ -157,28 +198,32 @@ impl Inner {
         last_look: &dyn LastLook,
     ) -> DeleteEnd {
         let name = group.name.as_str();
-        if self.dry_run {
-            info!(scale_set = name, node = %victim.node_name, "dry run: would delete the instance");
-            return DeleteEnd::Refused("dry_run");
+        // Held before any read is spent on it (asked again right before the send).
+        if let Some(reason) = self.early_hold(name, WriteKind::Delete) {
+            if reason == HoldReason::DryRun {
+                info!(scale_set = name, node = %victim.node_name, "dry run: would delete the instance");
+            }
+            self.record_hold(name, WriteKind::Delete, reason);
+            return DeleteEnd::Refused(DeleteRefusal::Held(reason));
         }
         let _one_at_a_time = self.deletes.lock().await;
         let resource = self.resources.for_group(group);
         for attempt in 0..2 {
             // Never from an unknown or cached size.
-            let fresh = match self.fresh_read(group, "scale_down").await {
+            let fresh = match self
+                .fresh_read(group, resource.as_ref(), "scale_down")
+                .await
+            {
                 Ok(Some(f)) => f,
-                Ok(None) => return DeleteEnd::Refused("gone"),
+                Ok(None) => return DeleteEnd::Refused(DeleteRefusal::Gone),
                 Err(e) => {
                     warn!(scale_set = name, error = %e, "scale-down: the size could not be read; nothing deleted");
-                    return DeleteEnd::Refused("unknown_size");
+                    return DeleteEnd::Refused(DeleteRefusal::UnknownSize);
                 }
             };
             let Some(capacity) = fresh.capacity else {
-                return DeleteEnd::Refused("unknown_size");
+                return DeleteEnd::Refused(DeleteRefusal::UnknownSize);
             };
-            if let Some(reason) = resource.write_refusal(&fresh) {
-                return DeleteEnd::Refused(reason);
-            }
             let floor = self.floor(group).max(resource.capacity_floor(&fresh));
             // A replacement may take the group one below its floor for as long as the write
             // back up takes: the instance it removes holds no node.
@@ -188,7 +233,7 @@ impl Inner {
             };
             if capacity - 1 < lowest.max(0) {
                 info!(scale_set = name, capacity, floor, node = %victim.node_name, "scale-down refused: the group would go below its floor");
-                return DeleteEnd::Refused("min_size");
+                return DeleteEnd::Refused(DeleteRefusal::BelowFloor);
             }
             // The instance must still be there, on a fresh list.
             self.instances.invalidate(name);
@@ -196,63 +241,71 @@ impl Inner {
                 Ok(list) if list.iter().any(|i| i.instance_id == victim.instance_id) => {}
                 Ok(_) => {
                     info!(scale_set = name, instance = %victim.instance_id, "scale-down: the instance is no longer listed; nothing deleted");
-                    return DeleteEnd::Refused("instance_gone");
+                    return DeleteEnd::Refused(DeleteRefusal::InstanceGone);
                 }
                 Err(e) => {
                     warn!(scale_set = name, error = %e, "scale-down: the instances could not be listed; nothing deleted");
-                    return DeleteEnd::Refused("unknown_instances");
+                    return DeleteEnd::Refused(DeleteRefusal::UnknownInstances);
                 }
             }
-            let precondition = if self.settings.enable_vmss_etag {
-                match &fresh.etag {
-                    Some(e) => Precondition::IfMatch(e.clone()),
-                    None => return DeleteEnd::Refused("no_etag"),
-                }
-            } else {
-                Precondition::None
-            };
             if let Err(why) = last_look.check().await {
                 info!(scale_set = name, node = %victim.node_name, %why, "scale-down stopped by the last look before the delete");
                 return DeleteEnd::Stopped(why);
             }
-            let permit = match self.admitted_with_token(name).await {
-                Ok(p) => p,
-                Err(label) => return DeleteEnd::Refused(label),
-            };
-            info!(scale_set = name, node = %victim.node_name, instance = %victim.instance_id, capacity, if_match = ?precondition.if_match(), "deleting the instance");
+            info!(scale_set = name, node = %victim.node_name, instance = %victim.instance_id, capacity, etag = ?fresh.etag, "deleting the instance");
             let sent = self
-                .send_fenced(resource.delete_instances(
+                .guarded_send(
+                    group,
+                    resource.as_ref(),
                     &fresh,
-                    std::slice::from_ref(&victim),
-                    &precondition,
-                ))
+                    WriteKind::Delete,
+                    |precondition| {
+                        let (resource, fresh, victim) = (&resource, &fresh, &victim);
+                        async move {
+                            resource
+                                .delete_instances(
+                                    fresh,
+                                    std::slice::from_ref(victim),
+                                    &precondition,
+                                )
+                                .await
+                        }
+                    },
+                )
                 .await;
-            drop(permit);
-            match sent {
+            let result = match sent {
+                Sent::Held(reason) => return DeleteEnd::Refused(DeleteRefusal::Held(reason)),
+                Sent::Answered(_, result) => result,
+            };
+            match result {
                 Ok(accepted) => {
                     self.metrics
                         .instance_deletes_total
                         .with_label_values(&[name, "accepted"])
                         .inc();
+                    self.with_state(name, |s| {
+                        s.backoff_attempts = 0;
+                        s.backoff_until = None;
+                    });
                     let end = match accepted.async_operation {
                         Some(url) => {
-                            self.follow(resource.as_ref(), &url, accepted.retry_after)
+                            self.follow_operation(resource.as_ref(), &url, accepted.retry_after)
                                 .await
                         }
-                        None => Ok(()),
+                        None => OperationEnd::Succeeded,
                     };
                     return match end {
-                        Ok(()) => {
+                        OperationEnd::Succeeded => {
                             self.adopt_after_delete(resource.as_ref(), name, capacity - 1)
                                 .await;
                             DeleteEnd::Deleted
                         }
-                        Err(Followed::Failed(why)) => {
+                        OperationEnd::Failed(why) => {
                             warn!(scale_set = name, node = %victim.node_name, %why, "instance deletion failed: caches invalidated, the size is re-read");
                             self.operation_failed(name);
                             DeleteEnd::Failed(why)
                         }
-                        Err(Followed::Unknown(why)) => {
+                        OperationEnd::Unknown(why) => {
                             warn!(scale_set = name, node = %victim.node_name, %why, "instance deletion: outcome unknown; caches invalidated");
                             self.operation_failed(name);
                             DeleteEnd::Unknown(why)
@@ -273,14 +326,6 @@ impl Inner {
                         "412 twice: another writer keeps changing the resource".into(),
                     );
                 }
-                Err(ArmError::Fenced { hold, .. }) => {
-                    // The fence closed between admission and the bytes leaving: nothing was sent.
-                    self.metrics
-                        .writes_held_total
-                        .with_label_values(&[name, hold.metric_label()])
-                        .inc();
-                    return DeleteEnd::Refused(hold.metric_label());
-                }
                 Err(e @ ArmError::Ambiguous { .. }) => {
                     self.metrics
                         .instance_deletes_total
@@ -288,6 +333,7 @@ impl Inner {
                         .inc();
                     warn!(scale_set = name, node = %victim.node_name, error = %e, "instance delete sent, answer lost: outcome unknown");
                     self.operation_failed(name);
+                    self.backoff(name);
                     return DeleteEnd::Unknown(e.to_string());
                 }
                 Err(e) => {
@@ -297,63 +343,15 @@ impl Inner {
                         .inc();
                     warn!(scale_set = name, node = %victim.node_name, error = %e, "instance delete refused");
                     self.operation_failed(name);
+                    // A failing resource (5xx, transport) is backed off for every write to it.
+                    if e.is_retryable() {
+                        self.backoff(name);
+                    }
                     return DeleteEnd::Failed(e.to_string());
                 }
             }
         }
         DeleteEnd::Failed("412 twice".into())
-    }
-
-    /// Polls the delete's operation until it ends (the caller waits: a scale-down is not done
-    /// until Azure says so).
-    async fn follow(
-        &self,
-        resource: &dyn crate::resource::CapacityResource,
-        url: &str,
-        hint: Option<std::time::Duration>,
-    ) -> Result<(), Followed> {
-        let interval = hint.unwrap_or(LRO_MIN_POLL).max(LRO_MIN_POLL);
-        let deadline = Instant::now() + LRO_DEADLINE;
-        let mut errors = 0u32;
-        loop {
-            tokio::time::sleep(interval).await;
-            if Instant::now() > deadline {
-                self.metrics.lro_total.with_label_values(&["timeout"]).inc();
-                return Err(Followed::Unknown(
-                    "the operation did not end in time".into(),
-                ));
-            }
-            match resource.poll_operation(url).await {
-                Ok(OperationStatus::InProgress) => {}
-                Ok(OperationStatus::Succeeded) => {
-                    self.metrics
-                        .lro_total
-                        .with_label_values(&["succeeded"])
-                        .inc();
-                    return Ok(());
-                }
-                Ok(OperationStatus::Failed(code)) => {
-                    self.metrics.lro_total.with_label_values(&["failed"]).inc();
-                    return Err(Followed::Failed(code));
-                }
-                Ok(OperationStatus::Canceled) => {
-                    self.metrics.lro_total.with_label_values(&["failed"]).inc();
-                    return Err(Followed::Failed("Canceled".into()));
-                }
-                Err(ArmError::Throttled { retry_after, .. }) => {
-                    tokio::time::sleep(retry_after).await
-                }
-                Err(e) => {
-                    errors += 1;
-                    if errors >= 5 {
-                        self.metrics.lro_total.with_label_values(&["error"]).inc();
-                        return Err(Followed::Unknown(format!(
-                            "the operation could not be polled: {e}"
-                        )));
-                    }
-                }
-            }
-        }
     }
 
     /// After a confirmed delete: the size and ETag come from a fresh read; our own new ETag is

@@ -324,7 +324,7 @@ pub fn capacity_puts_by(log: &[RequestRecord], writer: &str) -> Vec<RequestRecor
 }
 
 /// A controller whose credential goes through the emulator's token endpoint: client
-/// `client_id` with `secret` read from a file, built by the real `cli::arm_client` path (which
+/// `client_id` with `secret` read from a file, built by the real `app::arm_client` path (which
 /// counts `credential_errors_total`).
 pub struct SecretController {
     pub reconciler: Reconciler,
@@ -359,7 +359,7 @@ impl Harness {
         tweak(&mut s);
         let settings = Arc::new(s);
         let metrics = Arc::new(Metrics::new());
-        let arm = vmss_capacity_controller::cli::arm_client(&settings, metrics.clone())
+        let arm = vmss_capacity_controller::app::arm_client(&settings, metrics.clone())
             .expect("ARM client with a file secret");
         let reconciler = Reconciler::builder(settings.clone(), arm, metrics.clone()).build();
         SecretController {

@@ -20,11 +20,11 @@
 //!   409 `OperationNotAllowed` cools the node group down; 5xx and transport errors back it off
 //!   exponentially with jitter; a per-scale-set token bucket keeps writes within Azure's limits.
 
-use crate::azure::arm::OperationStatus;
 use crate::azure::{ArmClient, ArmError, Precondition, PutAccepted};
 use crate::cache::{InstanceCache, ScaleSet, ScaleSetCache, SizeCache};
 use crate::config::{ConflictStrategy, NodeGroupSpec, Settings};
-use crate::fence::{Unfenced, WriteFence, WritePermit};
+use crate::fence::{Unfenced, WriteFence};
+use crate::hold::{HoldReason, WriteRefusal};
 use crate::metrics::Metrics;
 use crate::notify::{
     ConflictRecord, ControllerEvent, EventSink, GroupStatus, NoEvents, WriteRecord,
@@ -44,7 +44,15 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 mod delete;
-pub use delete::{DeleteEnd, DeleteKind, LastLook, NoLastLook};
+mod operation;
+mod send;
+
+pub use delete::{DeleteEnd, DeleteKind, DeleteRefusal, LastLook, NoLastLook};
+use operation::OperationEnd;
+use send::{Sent, WriteKind};
+
+#[cfg(test)]
+mod tests;
 
 /// First backoff after a 5xx or transport error; doubles per failure.
 const BACKOFF_BASE: Duration = Duration::from_secs(2);
@@ -119,7 +127,7 @@ struct GroupState {
     backoff_attempts: u32,
     budget: TokenBucket,
     /// The refusal last logged (logged again only when it changes).
-    refusal: Option<&'static str>,
+    refusal: Option<WriteRefusal>,
     /// What the last plan wanted for the group (the status snapshot).
     target: Option<i64>,
     /// The last write sent and its result (the status snapshot).
@@ -129,7 +137,7 @@ struct GroupState {
     /// Foreign writes seen (the status snapshot).
     foreign_writes: u64,
     /// Why the last planned write was not sent; cleared when a write is sent or none is planned.
-    held: Option<&'static str>,
+    held: Option<HoldReason>,
 }
 
 /// Liveness and readiness, read by `/healthz` and `/readyz`.
@@ -174,9 +182,17 @@ pub struct ReconcilerBuilder {
     dry_run: bool,
     fence: Arc<dyn WriteFence>,
     events: Arc<dyn EventSink>,
+    resources: Option<Resources>,
 }
 
 impl ReconcilerBuilder {
+    /// Replaces the resources the groups are backed by (unit tests: a fake resource).
+    #[cfg(test)]
+    pub(crate) fn resources(mut self, resources: Resources) -> Self {
+        self.resources = Some(resources);
+        self
+    }
+
     /// The check made immediately before every Azure write (default: none, every write may go).
     /// With leader election it is the Lease: only the leader, freshly renewed, writes.
     pub fn fence(mut self, fence: Arc<dyn WriteFence>) -> Self {
@@ -234,7 +250,9 @@ impl ReconcilerBuilder {
                 fence: self.fence,
                 events: self.events,
                 started: Instant::now(),
-                resources: Resources::new(&settings, self.arm.clone()),
+                resources: self
+                    .resources
+                    .unwrap_or_else(|| Resources::new(&settings, self.arm.clone())),
                 arm: self.arm,
                 settings,
                 metrics: self.metrics,
@@ -308,6 +326,7 @@ impl Reconciler {
             dry_run: false,
             fence: Arc::new(Unfenced),
             events: Arc::new(NoEvents),
+            resources: None,
         }
     }
 
@@ -347,7 +366,7 @@ impl Reconciler {
     /// Why this controller will not write `group` as last read (an agent pool that AKS's own
     /// autoscaler scales: `aks_autoscaler`), if it will not. Such a group is out of both
     /// decisions: scale-up does not pick it, scale-down drains none of its nodes.
-    pub fn write_refusal(&self, group: &NodeGroupSpec) -> Option<&'static str> {
+    pub fn write_refusal(&self, group: &NodeGroupSpec) -> Option<WriteRefusal> {
         let cached = self.inner.scale_sets.get(&group.name)?;
         self.inner
             .resources
@@ -473,7 +492,9 @@ impl Inner {
                     foreign_writes: s.map_or(0, |s| s.foreign_writes),
                     backoff_until: until(s.and_then(|s| s.backoff_until)),
                     cooldown_until: until(s.and_then(|s| s.cooldown_until)),
-                    held: s.and_then(|s| s.held.or(s.refusal)).map(str::to_string),
+                    held: s
+                        .and_then(|s| s.held.or(s.refusal.map(HoldReason::Refused)))
+                        .map(|r| r.metric_label().to_string()),
                     scale_down_halted: halted.clone(),
                 }
             })
@@ -723,7 +744,7 @@ impl Inner {
             merged.iter().map(|s| (s.name.as_str(), s)).collect();
         for g in self.groups().iter() {
             if let Some(entry) = by_name.get(g.name.as_str()) {
-                self.refused(g, &self.resources.for_group(g), entry);
+                self.refused(g, self.resources.for_group(g).as_ref(), entry);
             }
         }
         self.scale_sets.replace_all(merged, sent_at);
@@ -922,94 +943,24 @@ impl Inner {
         }
     }
 
-    /// Everything that stops a write before it is sent. Returns the reason label if held.
-    fn hold_reason(&self, name: &str) -> Option<&'static str> {
-        let now = Instant::now();
-        let budget = self.settings.write_budget;
-        self.with_state(name, |s| {
-            if s.cooldown_until.is_some_and(|t| t > now) {
-                return Some("cooldown");
-            }
-            if s.backoff_until.is_some_and(|t| t > now) {
-                return Some("backoff");
-            }
-            let elapsed = now.saturating_duration_since(s.budget.last).as_secs_f64();
-            s.budget.tokens =
-                (s.budget.tokens + elapsed * budget.per_minute / 60.0).min(f64::from(budget.burst));
-            s.budget.last = now;
-            if s.budget.tokens < 1.0 {
-                return Some("budget");
-            }
-            None
-        })
-    }
-
     /// Whether the resource, as read, refuses our write (an agent pool under AKS's own
     /// autoscaler); logs when the refusal starts or changes.
     fn refused(
         &self,
         group: &NodeGroupSpec,
-        resource: &Arc<dyn CapacityResource>,
+        resource: &dyn CapacityResource,
         current: &ScaleSet,
-    ) -> Option<&'static str> {
+    ) -> Option<WriteRefusal> {
         let reason = resource.write_refusal(current);
         let changed = self.with_state(&group.name, |s| {
             std::mem::replace(&mut s.refusal, reason) != reason
         });
         if changed {
             if let Some(reason) = reason {
-                warn!(scale_set = %group.name, kind = group.kind.as_str(), reason, "not writing: AKS's own autoscaler scales this agent pool (enableAutoScaling: true); turn it off to let this controller manage the pool");
+                warn!(scale_set = %group.name, kind = group.kind.as_str(), %reason, "not writing: AKS's own autoscaler scales this agent pool (enableAutoScaling: true); turn it off to let this controller manage the pool");
             }
         }
         reason
-    }
-
-    fn spend_budget(&self, name: &str) {
-        self.with_state(name, |s| s.budget.tokens -= 1.0);
-    }
-
-    fn held(&self, name: &str, reason: &'static str) -> (WriteEnd, bool) {
-        self.with_state(name, |s| s.held = Some(reason));
-        self.metrics
-            .writes_held_total
-            .with_label_values(&[name, reason])
-            .inc();
-        self.events.record(ControllerEvent::WriteHeld {
-            group: name.to_string(),
-            reason,
-        });
-        (WriteEnd::Held, false)
-    }
-
-    /// The fence, asked immediately before a write leaves the process: a replica that is not
-    /// the leader, or whose last renewal is older than the renew deadline, sends nothing.
-    fn fenced(&self, name: &str) -> Option<&'static str> {
-        let hold = self.fence.check().err()?;
-        debug!(scale_set = name, %hold, "write fenced");
-        Some(hold.metric_label())
-    }
-
-    /// [`fenced`](Self::fenced), with the permit to hold while the write is out. The token the
-    /// write needs is fetched first: a token endpoint that is slow (up to the request timeout)
-    /// must delay the admission, not the send after it.
-    async fn admitted_with_token(&self, name: &str) -> Result<WritePermit, &'static str> {
-        if let Err(e) = self.arm.ready_token().await {
-            warn!(scale_set = name, error = %e, "no token for the write: not sent");
-            return Err("credential");
-        }
-        self.fence.admit().map_err(|hold| {
-            debug!(scale_set = name, %hold, "write fenced");
-            hold.metric_label()
-        })
-    }
-
-    /// Sends one write's request with the fence asked once more immediately before its bytes
-    /// leave, and its answer awaited no longer than the lease stays valid (see [`crate::fence`]).
-    async fn send_fenced<T>(
-        &self,
-        send: impl std::future::Future<Output = Result<T, ArmError>>,
-    ) -> Result<T, ArmError> {
-        crate::fence::sending(self.fence.clone(), send).await
     }
 
     /// One planned write through the ETag protocol. Returns how it ended and whether a 412 was met.
@@ -1019,23 +970,31 @@ impl Inner {
         change: CapacityChange,
     ) -> (WriteEnd, bool) {
         let name = group.name.as_str();
-        if let Some(reason) = self.fenced(name).or_else(|| self.hold_reason(name)) {
-            debug!(scale_set = name, reason, "write held");
-            return self.held(name, reason);
-        }
         let resource = self.resources.for_group(group);
+        let cached = self.scale_sets.get(name).map(|c| c.scale_set.clone());
+        // Held before any read is spent on it.
+        let early = cached
+            .as_ref()
+            .and_then(|c| self.refused(group, resource.as_ref(), c))
+            .map(HoldReason::Refused)
+            .or_else(|| self.early_hold(name, WriteKind::Capacity));
+        if let Some(reason) = early {
+            if reason == HoldReason::DryRun {
+                info!(scale_set = name, from = ?cached.as_ref().and_then(|c| c.capacity), to = change.to, reason = %change.reason, "dry run: would write capacity");
+            }
+            self.record_hold(name, WriteKind::Capacity, reason);
+            return (WriteEnd::Held, false);
+        }
         let etag_on = self.settings.enable_vmss_etag;
         let stale = self.with_state(name, |s| s.stale);
-        let mut current = self.scale_sets.get(name).map(|c| c.scale_set.clone());
+        let mut current = cached;
         let mut target = change.to;
         let needs_get = stale
             || current.is_none()
             || (etag_on && current.as_ref().is_some_and(|c| c.etag.is_none()));
         if needs_get {
-            match self
-                .fresh_read(group, if stale { "stale" } else { "no_etag" })
-                .await
-            {
+            let why = if stale { "stale" } else { "no_etag" };
+            match self.fresh_read(group, resource.as_ref(), why).await {
                 Ok(Some(fresh)) => {
                     self.with_state(name, |s| s.stale = false);
                     match fresh.capacity.and_then(|c| {
@@ -1058,50 +1017,36 @@ impl Inner {
         let Some(current) = current else {
             return (WriteEnd::Failed, false);
         };
-        if let Some(reason) = self.refused(group, &resource, &current) {
-            return self.held(name, reason);
-        }
-        let precondition = if etag_on {
-            match &current.etag {
-                Some(e) => Precondition::IfMatch(e.clone()),
-                None => {
-                    warn!(
-                        scale_set = name,
-                        "no ETag even after a fresh GET: not writing blind"
-                    );
-                    return self.held(name, "no_etag");
-                }
-            }
-        } else {
-            Precondition::None
+        let (precondition, result) = match self
+            .guarded_send(
+                group,
+                resource.as_ref(),
+                &current,
+                WriteKind::Capacity,
+                |precondition| {
+                    let (resource, current) = (&resource, &current);
+                    async move {
+                        resource
+                            .write_capacity(current, target, &precondition)
+                            .await
+                    }
+                },
+            )
+            .await
+        {
+            Sent::Held(_) => return (WriteEnd::Held, false),
+            Sent::Answered(precondition, result) => (precondition, result),
         };
-        if self.dry_run {
-            info!(scale_set = name, from = ?current.capacity, to = target, reason = %change.reason, "dry run: would write capacity");
-            return self.held(name, "dry_run");
-        }
-        // The reads above may have taken a while: ask again, as late as possible, and hold the
-        // permit until the response is in.
-        let permit = match self.admitted_with_token(name).await {
-            Ok(p) => p,
-            Err(reason) => return self.held(name, reason),
-        };
-        self.spend_budget(name);
-        let result = self
-            .send_fenced(resource.write_capacity(&current, target, &precondition))
-            .await;
-        drop(permit);
-        if let Err(ArmError::Fenced { hold, .. }) = &result {
-            return self.held(name, hold.metric_label());
-        }
         self.record_write(name, current.capacity, target, write_result(&result));
         match result {
             Ok(acc) => {
-                self.write_ok(group, &current, target, &precondition, acc);
+                self.write_ok(group, &resource, &current, target, &precondition, acc);
                 (WriteEnd::Written, false)
             }
-            Err(ArmError::PreconditionFailed { .. }) => {
-                (self.conflict(group, target, &precondition).await, true)
-            }
+            Err(ArmError::PreconditionFailed { .. }) => (
+                self.conflict(group, &resource, target, &precondition).await,
+                true,
+            ),
             Err(e) => (self.write_error(name, &e), false),
         }
     }
@@ -1110,6 +1055,7 @@ impl Inner {
     async fn fresh_read(
         &self,
         group: &NodeGroupSpec,
+        resource: &dyn CapacityResource,
         reason: &str,
     ) -> Result<Option<ScaleSet>, ArmError> {
         let name = group.name.as_str();
@@ -1119,7 +1065,7 @@ impl Inner {
             reason,
             "GET fresh"
         );
-        match self.resources.for_group(group).get(name).await? {
+        match resource.get(name).await? {
             Some(fresh) => {
                 self.observe(&fresh);
                 let now = Instant::now();
@@ -1149,6 +1095,7 @@ impl Inner {
     fn write_ok(
         self: &Arc<Self>,
         group: &NodeGroupSpec,
+        resource: &Arc<dyn CapacityResource>,
         sent_from: &ScaleSet,
         target: i64,
         precondition: &Precondition,
@@ -1208,7 +1155,7 @@ impl Inner {
             etag: etag.clone(),
         });
         if let Some(url) = acc.async_operation {
-            self.track_operation(group, url, acc.retry_after, target, etag);
+            self.track_operation(name, resource.clone(), url, acc.retry_after, target, etag);
         }
     }
 
@@ -1216,6 +1163,7 @@ impl Inner {
     async fn conflict(
         self: &Arc<Self>,
         group: &NodeGroupSpec,
+        resource: &Arc<dyn CapacityResource>,
         attempted: i64,
         sent: &Precondition,
     ) -> WriteEnd {
@@ -1258,7 +1206,10 @@ impl Inner {
             outcome("gave_up");
             return WriteEnd::GaveUp;
         }
-        let fresh = match self.fresh_read(group, "precondition_failed").await {
+        let fresh = match self
+            .fresh_read(group, resource.as_ref(), "precondition_failed")
+            .await
+        {
             Ok(Some(f)) => f,
             Ok(None) => {
                 outcome("gone");
@@ -1302,53 +1253,30 @@ impl Inner {
             outcome("skipped");
             return WriteEnd::Satisfied;
         };
-        let Some(etag) = fresh.etag.clone() else {
-            warn!(
-                scale_set = name,
-                "fresh GET returned no ETag: not writing blind"
-            );
-            outcome("gave_up");
-            self.metrics
-                .writes_held_total
-                .with_label_values(&[name, "no_etag"])
-                .inc();
-            return WriteEnd::GaveUp;
-        };
-        let resource = self.resources.for_group(group);
-        let refused = self.refused(group, &resource, &fresh);
-        let held_retry = |reason: &'static str| {
-            outcome("gave_up");
-            self.with_state(name, |s| s.held = Some(reason));
-            self.metrics
-                .writes_held_total
-                .with_label_values(&[name, reason])
-                .inc();
-            WriteEnd::Held
-        };
-        let admitted = match refused
-            .or_else(|| self.fenced(name))
-            .or_else(|| self.hold_reason(name))
+        // The retry is a write like the first: the same guards, the same record of a hold.
+        let (precondition, result) = match self
+            .guarded_send(
+                group,
+                resource.as_ref(),
+                &fresh,
+                WriteKind::Capacity,
+                |precondition| {
+                    let fresh = &fresh;
+                    async move { resource.write_capacity(fresh, next, &precondition).await }
+                },
+            )
+            .await
         {
-            Some(reason) => Err(reason),
-            None => self.admitted_with_token(name).await,
+            Sent::Held(_) => {
+                outcome("gave_up");
+                return WriteEnd::Held;
+            }
+            Sent::Answered(precondition, result) => (precondition, result),
         };
-        let permit = match admitted {
-            Ok(p) => p,
-            Err(reason) => return held_retry(reason),
-        };
-        self.spend_budget(name);
-        let precondition = Precondition::IfMatch(etag);
-        let result = self
-            .send_fenced(resource.write_capacity(&fresh, next, &precondition))
-            .await;
-        drop(permit);
-        if let Err(ArmError::Fenced { hold, .. }) = &result {
-            return held_retry(hold.metric_label());
-        }
         self.record_write(name, fresh.capacity, next, write_result(&result));
         match result {
             Ok(acc) => {
-                self.write_ok(group, &fresh, next, &precondition, acc);
+                self.write_ok(group, resource, &fresh, next, &precondition, acc);
                 outcome("retried_ok");
                 WriteEnd::Written
             }
@@ -1450,47 +1378,24 @@ impl Inner {
         });
     }
 
-    /// Polls the write's `Azure-AsyncOperation` in the background; adopts the final ETag on
-    /// success, invalidates caches on failure.
+    /// Follows the write's `Azure-AsyncOperation` in the background; adopts the final ETag on
+    /// success, invalidates caches otherwise.
     fn track_operation(
         self: &Arc<Self>,
-        group: &NodeGroupSpec,
+        name: &str,
+        resource: Arc<dyn CapacityResource>,
         url: String,
         hint: Option<Duration>,
         written: i64,
         adopted: Option<String>,
     ) {
         let this = self.clone();
-        let resource = self.resources.for_group(group);
-        let name = group.name.clone();
-        let interval = hint.unwrap_or(LRO_MIN_POLL).max(LRO_MIN_POLL);
+        let name = name.to_string();
         let mut tasks = self.lro_tasks.lock();
         // Reap finished trackers so the set does not grow.
         while tasks.try_join_next().is_some() {}
         tasks.spawn(async move {
-            let deadline = Instant::now() + LRO_DEADLINE;
-            let mut errors = 0u32;
-            let end = loop {
-                tokio::time::sleep(interval).await;
-                if Instant::now() > deadline {
-                    break OperationEnd::Timeout;
-                }
-                match resource.poll_operation(&url).await {
-                    Ok(OperationStatus::InProgress) => {}
-                    Ok(OperationStatus::Succeeded) => break OperationEnd::Succeeded,
-                    Ok(OperationStatus::Failed(code)) => break OperationEnd::Failed(code),
-                    Ok(OperationStatus::Canceled) => break OperationEnd::Failed("Canceled".into()),
-                    Err(ArmError::Throttled { retry_after, .. }) => {
-                        tokio::time::sleep(retry_after).await
-                    }
-                    Err(e) => {
-                        errors += 1;
-                        if errors >= 5 {
-                            break OperationEnd::Error(e.to_string());
-                        }
-                    }
-                }
-            };
+            let end = this.follow_operation(resource.as_ref(), &url, hint).await;
             this.operation_ended(resource.as_ref(), &name, end, written, adopted)
                 .await;
         });
@@ -1506,10 +1411,6 @@ impl Inner {
     ) {
         match end {
             OperationEnd::Succeeded => {
-                self.metrics
-                    .lro_total
-                    .with_label_values(&["succeeded"])
-                    .inc();
                 // Adopt the final ETag (ARM may change it when provisioning completes). If the
                 // entry moved on meanwhile (a newer write or read), the newer state wins.
                 let Ok(Some(fresh)) = resource.get(name).await else {
@@ -1527,22 +1428,15 @@ impl Inner {
                 debug!(scale_set = name, "operation succeeded; final ETag adopted");
             }
             OperationEnd::Failed(code) => {
-                self.metrics.lro_total.with_label_values(&["failed"]).inc();
                 warn!(scale_set = name, %code, "capacity operation failed: caches invalidated, re-reading before the next write");
                 self.operation_failed(name);
             }
-            OperationEnd::Timeout => {
-                self.metrics.lro_total.with_label_values(&["timeout"]).inc();
-                self.operation_failed(name);
-            }
-            OperationEnd::Error(e) => {
-                self.metrics.lro_total.with_label_values(&["error"]).inc();
-                warn!(scale_set = name, error = %e, "could not follow the capacity operation");
+            OperationEnd::Unknown(why) => {
+                warn!(scale_set = name, %why, "could not follow the capacity operation to its end: caches invalidated, re-reading before the next write");
                 self.operation_failed(name);
             }
         }
     }
-
     fn operation_failed(&self, name: &str) {
         self.sizes.invalidate(name);
         self.instances.invalidate(name);
@@ -1556,13 +1450,6 @@ impl Inner {
             .inc();
         self.with_state(name, |s| s.stale = true);
     }
-}
-
-enum OperationEnd {
-    Succeeded,
-    Failed(String),
-    Timeout,
-    Error(String),
 }
 
 /// The `capacity_writes_total` result label of a write's answer.

@@ -1,0 +1,557 @@
+//! The application: one controller replica wired from its settings (ARM client, reconciler,
+//! and with `kubernetes.enabled` the Kubernetes client, Events, leader election, the status
+//! writer, the reflectors and the scale-up and scale-down loops). The CLI's `run` builds one;
+//! `demo --kubernetes` builds two in one process; neither wiring lives in the CLI.
+
+use crate::azure::arm::{http_client, ArmTarget};
+use crate::azure::{credentials, ArmClient};
+use crate::config::{self, Settings};
+use crate::metrics::Metrics;
+use crate::reconciler::Reconciler;
+use anyhow::{bail, Context};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// A process exit code chosen by a subcommand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitCode(pub u8);
+
+/// Builds the ARM client (HTTP client, credential) for `settings`.
+pub fn arm_client(settings: &Settings, metrics: Arc<Metrics>) -> anyhow::Result<Arc<ArmClient>> {
+    let extra_root = match &settings.azure.ca_bundle_file {
+        Some(p) => Some(
+            std::fs::read(p)
+                .with_context(|| format!("reading azure.caBundleFile {}", p.display()))?,
+        ),
+        None => None,
+    };
+    let http = http_client(settings.request_timeout, extra_root.as_deref())
+        .context("building the HTTP client")?;
+    let m = metrics.clone();
+    let hook: credentials::MetricsHook = Arc::new(move |kind: &'static str, ok: bool| {
+        if !ok {
+            m.credential_errors_total.with_label_values(&[kind]).inc();
+        }
+    });
+    let credential = credentials::build_credential(&settings.azure, http.clone(), Some(hook))
+        .context("building the Azure credential")?;
+    let target = ArmTarget {
+        endpoint: settings.azure.resource_manager_endpoint.clone(),
+        subscription: settings.azure.subscription_id.clone(),
+        resource_group: settings.azure.resource_group.clone(),
+    };
+    Ok(Arc::new(ArmClient::new(target, credential, http, metrics)))
+}
+
+/// How a [`Replica`] is built beyond its settings.
+#[derive(Debug, Clone, Default)]
+pub struct ReplicaOptions {
+    /// Plan and log, never write (`run --dry-run`).
+    pub dry_run: bool,
+    /// The Lease and Events identity; `None`: the pod name plus a random suffix
+    /// ([`crate::kube::identity`]).
+    pub identity: Option<String>,
+}
+
+/// One controller replica wired as `run` wires it: its ARM client, and with
+/// `kubernetes.enabled` its Kubernetes client, Events recorder and poster, leader election on
+/// the Lease (the fence of every Azure write), status writer and reflectors. `run` builds one;
+/// `demo --kubernetes` builds two in one process.
+pub struct Replica {
+    settings: Arc<Settings>,
+    metrics: Arc<Metrics>,
+    reconciler: Arc<Reconciler>,
+    election: Option<Arc<crate::kube::lease::LeaderElection>>,
+    /// `run --dry-run`: no write of any kind.
+    dry_run: bool,
+    identity: Option<String>,
+    kube_client: Option<kube::Client>,
+    /// Stops the Event poster and the status writer.
+    kube_stop: CancellationToken,
+    kube_tasks: Option<KubeTasks>,
+    /// `demand: pods`: what the scale-up loop publishes to (the reconciler's demand source).
+    pod_demand: Option<Arc<crate::pod_demand::PodDemand>>,
+    events: Arc<dyn crate::notify::EventSink>,
+}
+
+impl std::fmt::Debug for Replica {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica")
+            .field("identity", &self.identity)
+            .field("election", &self.election)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Replica {
+    /// Builds the replica and starts its Event poster and status writer (they write only while
+    /// the fence lets this replica write). Nothing reconciles until [`Replica::serve`] or
+    /// [`Replica::once`].
+    pub async fn build(
+        settings: Arc<Settings>,
+        metrics: Arc<Metrics>,
+        options: ReplicaOptions,
+    ) -> anyhow::Result<Self> {
+        let arm = arm_client(&settings, metrics.clone())?;
+        let kube_side = kube_side(&settings, metrics.clone(), options.identity).await?;
+        let identity = kube_side.as_ref().map(|k| k.identity.clone());
+        if let Some(id) = &identity {
+            // One identity for the Lease, the Events and the Azure calls' User-Agent.
+            arm.set_instance(id);
+        }
+        // A dry run writes nothing anywhere: it takes no Lease (every dry-running replica plans
+        // on its own), posts no Event (it logs them) and writes no status ConfigMap; the
+        // reconciler holds its Azure writes and scale-down only says what it would remove.
+        let election = if options.dry_run {
+            if kube_side.is_some() && settings.kubernetes.leader_election.enabled {
+                tracing::info!("dry run: no Lease is taken; Events are logged, not posted, and no status is written");
+            }
+            None
+        } else {
+            leader_election(&settings, kube_side.as_ref())
+        };
+        let events: Arc<dyn crate::notify::EventSink> = match &kube_side {
+            _ if options.dry_run => Arc::new(crate::notify::LogEvents),
+            Some(k) => k.recorder.clone(),
+            None => Arc::new(crate::notify::NoEvents),
+        };
+        let mut builder = Reconciler::builder(settings.clone(), arm, metrics.clone())
+            .dry_run(options.dry_run)
+            .events(events.clone());
+        if let Some(e) = &election {
+            builder = builder.fence(e.leadership());
+        }
+        let pod_demand = crate::pod_demand::demand_source(&settings);
+        if let Some(d) = &pod_demand {
+            builder = builder.demand(d.clone());
+        }
+        let reconciler = Arc::new(builder.build());
+        let kube_client = kube_side.as_ref().map(|k| k.client.clone());
+        // Events and the status ConfigMap: background tasks owned here, stopped by `kube_stop`.
+        let kube_stop = CancellationToken::new();
+        let kube_tasks = kube_side.filter(|_| !options.dry_run).map(|k| {
+            let fence: Arc<dyn crate::fence::WriteFence> = match &election {
+                Some(e) => e.leadership(),
+                None => Arc::new(crate::fence::Unfenced),
+            };
+            k.spawn(
+                &settings,
+                reconciler.clone(),
+                fence,
+                metrics.clone(),
+                kube_stop.clone(),
+            )
+        });
+        Ok(Self {
+            settings,
+            metrics,
+            reconciler,
+            election,
+            dry_run: options.dry_run,
+            identity,
+            kube_client,
+            kube_stop,
+            kube_tasks,
+            pod_demand,
+            events,
+        })
+    }
+
+    /// The reconciler (its caches, its status).
+    pub fn reconciler(&self) -> Arc<Reconciler> {
+        self.reconciler.clone()
+    }
+
+    /// The metrics this replica counts in.
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.metrics.clone()
+    }
+
+    /// Whether this replica leads, when leader election is on (the fence of its Azure writes).
+    pub fn leadership(&self) -> Option<Arc<crate::kube::lease::Leadership>> {
+        self.election.as_ref().map(|e| e.leadership())
+    }
+
+    /// The Lease and Events identity, when `kubernetes.enabled`.
+    pub fn identity(&self) -> Option<&str> {
+        self.identity.as_deref()
+    }
+
+    /// `run --once`: one Lease attempt, one pass, the status written, the Lease released.
+    pub async fn once(self) -> ExitCode {
+        let Replica {
+            reconciler,
+            election,
+            kube_stop,
+            kube_tasks,
+            ..
+        } = self;
+        if let Some(e) = &election {
+            // One attempt: a pass by a replica that does not get the Lease writes nothing.
+            if let Err(err) = e.try_acquire_or_renew().await {
+                tracing::warn!(error = %err, "lease attempt failed: this pass will not write");
+            }
+        }
+        let pass = reconciler.run_once().await;
+        if let Some(tasks) = &kube_tasks {
+            // The leader of this one pass says what it did before it lets go of the Lease.
+            tasks.write_status_now(&reconciler).await;
+        }
+        if let Some(e) = &election {
+            e.release().await;
+        }
+        stop_kube_tasks(kube_stop, kube_tasks).await;
+        match pass {
+            Ok(report) => {
+                tracing::info!(
+                    planned = report.planned,
+                    written = report.written,
+                    conflicts = report.conflicts,
+                    held = report.held,
+                    "pass complete"
+                );
+                ExitCode(0)
+            }
+            Err(e) => {
+                tracing::error!(error = %e, cause = ?std::error::Error::source(&e).map(|s| s.to_string()), "pass failed");
+                ExitCode(1)
+            }
+        }
+    }
+
+    /// The daemon: reflectors, `/metrics` (when `metricsListen`), the elector, the reconcile
+    /// loop, until `shutdown` is cancelled or `signal` completes (SIGTERM in `run`). On the way
+    /// out the elector releases the Lease and the Kubernetes tasks stop.
+    pub async fn serve(
+        self,
+        shutdown: CancellationToken,
+        signal: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let Replica {
+            settings,
+            metrics,
+            reconciler,
+            election,
+            dry_run,
+            kube_client,
+            kube_stop,
+            kube_tasks,
+            pod_demand,
+            events,
+            ..
+        } = self;
+        // The reflectors start before the loop so their first full lists overlap the first
+        // scale-set refresh; /readyz waits for both.
+        let node_actions: Option<Arc<dyn crate::kube::nodes::NodeActions>> = kube_client
+            .as_ref()
+            .filter(|_| settings.scale_down.enabled)
+            .map(|c| {
+                Arc::new(crate::kube::nodes::KubeNodeActions::new(c.clone()))
+                    as Arc<dyn crate::kube::nodes::NodeActions>
+            });
+        let (cluster, reflectors) = match kube_client {
+            Some(client) => {
+                let (view, tasks) =
+                    crate::kube::reflect::start(client, metrics.clone(), shutdown.clone()).await;
+                (Some(view), tasks)
+            }
+            None => (None, Vec::new()),
+        };
+        // `demand: pods`: batches pending pods into scale-up decisions for the reconciler.
+        let scale_up_task = match (pod_demand, &cluster) {
+            (Some(demand), Some(view)) => Some(tokio::spawn(
+                crate::pod_demand::ScaleUpLoop::new(
+                    settings.clone(),
+                    demand,
+                    reconciler.clone(),
+                    view.clone(),
+                    metrics.clone(),
+                    events.clone(),
+                )
+                .run(shutdown.clone()),
+            )),
+            _ => None,
+        };
+        // `scaleDown.enabled`: removes unneeded nodes, one instance at a time through Azure.
+        let scale_down_task = match (node_actions, &cluster) {
+            (Some(actions), Some(view)) => Some(tokio::spawn(
+                crate::scale_down::ScaleDownLoop::new(
+                    settings.clone(),
+                    reconciler.clone(),
+                    view.clone(),
+                    actions,
+                    metrics.clone(),
+                    events,
+                )
+                .dry_run(dry_run)
+                .run(shutdown.clone()),
+            )),
+            _ => None,
+        };
+        let mut http_task = None;
+        if let Some(addr) = settings.metrics_listen {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let task = tokio::spawn(crate::http::serve(
+                addr,
+                metrics.clone(),
+                reconciler.clone(),
+                crate::http::Readiness {
+                    election: election.as_ref().map(|e| e.leadership()),
+                    cluster: cluster.clone(),
+                },
+                shutdown.clone(),
+                tx,
+            ));
+            match rx.await {
+                Ok(bound) => tracing::info!(%bound, "serving /metrics, /healthz, /readyz"),
+                Err(_) => {
+                    let err = task
+                        .await
+                        .map_err(anyhow::Error::from)
+                        .and_then(|r| r.map_err(anyhow::Error::from));
+                    bail!("cannot listen on {addr}: {err:?}");
+                }
+            }
+            http_task = Some(task);
+        }
+        let signals = shutdown.clone();
+        let signal_task = tokio::spawn(async move {
+            tokio::select! {
+                _ = signal => {
+                    tracing::info!("signal received: shutting down");
+                    signals.cancel();
+                }
+                _ = signals.cancelled() => {}
+            }
+        });
+        // The elector releases the Lease as soon as shutdown starts: the fence then holds any
+        // write the last pass has not sent yet, and a standby takes over within a retry period.
+        let election_task = election.map(|e| {
+            let leadership = e.leadership();
+            let stop = shutdown.clone();
+            let gauges = tokio::spawn(publish_leadership(
+                leadership,
+                metrics.clone(),
+                stop.clone(),
+            ));
+            (tokio::spawn(async move { e.run(stop).await }), gauges)
+        });
+        reconciler.run(shutdown.clone()).await;
+        shutdown.cancel();
+        let _ = signal_task.await;
+        if let Some((elector, gauges)) = election_task {
+            let _ = elector.await;
+            let _ = gauges.await;
+        }
+        if let Some(task) = scale_up_task {
+            let _ = task.await;
+        }
+        if let Some(task) = scale_down_task {
+            let _ = task.await;
+        }
+        for task in reflectors {
+            let _ = task.await;
+        }
+        stop_kube_tasks(kube_stop, kube_tasks).await;
+        if let Some(task) = http_task {
+            let _ = task.await;
+        }
+        Ok(())
+    }
+}
+
+/// What `run` needs of Kubernetes when `kubernetes.enabled`: the client, this replica's
+/// identity, and the Events recorder with its poster.
+struct KubeSide {
+    client: kube::Client,
+    identity: String,
+    recorder: Arc<crate::kube::events::EventRecorder>,
+    poster: crate::kube::events::EventPoster,
+}
+
+async fn kube_side(
+    settings: &Settings,
+    metrics: Arc<Metrics>,
+    identity: Option<String>,
+) -> anyhow::Result<Option<KubeSide>> {
+    use crate::kube::events::{EventRecorder, KubeEvents, RecorderConfig, QUEUE_CAPACITY};
+    let k = &settings.kubernetes;
+    if !k.enabled {
+        return Ok(None);
+    }
+    let client = kube_client(k).await?;
+    let identity = identity.unwrap_or_else(crate::kube::identity);
+    let (recorder, poster) = EventRecorder::new(
+        RecorderConfig {
+            namespace: k.namespace.clone(),
+            identity: identity.clone(),
+            status_config_map: k.status_config_map.clone(),
+            lease: k
+                .leader_election
+                .enabled
+                .then(|| k.leader_election.lease_name.clone()),
+        },
+        Arc::new(KubeEvents::new(client.clone())),
+        metrics,
+        QUEUE_CAPACITY,
+    );
+    Ok(Some(KubeSide {
+        client,
+        identity,
+        recorder: Arc::new(recorder),
+        poster,
+    }))
+}
+
+/// The Event poster and the status writer, running.
+struct KubeTasks {
+    poster: tokio::task::JoinHandle<()>,
+    status: tokio::task::JoinHandle<()>,
+    writer: Arc<crate::kube::status::StatusWriter>,
+    fence: Arc<dyn crate::fence::WriteFence>,
+}
+
+impl KubeTasks {
+    /// One status write now, if this replica may write.
+    async fn write_status_now(&self, reconciler: &Reconciler) {
+        if self.fence.check().is_ok() {
+            if let Err(e) = self.writer.write(reconciler.status()).await {
+                tracing::warn!(error = %e, "could not write the status ConfigMap");
+            }
+        }
+    }
+}
+
+impl KubeSide {
+    /// Spawns the Event poster and the status writer (every `scanInterval`, while `fence` lets
+    /// this replica write).
+    fn spawn(
+        self,
+        settings: &Settings,
+        reconciler: Arc<Reconciler>,
+        fence: Arc<dyn crate::fence::WriteFence>,
+        metrics: Arc<Metrics>,
+        stop: CancellationToken,
+    ) -> KubeTasks {
+        let k = &settings.kubernetes;
+        let writer = Arc::new(
+            crate::kube::status::StatusWriter::new(
+                Arc::new(crate::kube::status::KubeConfigMaps::new(
+                    self.client,
+                    &k.namespace,
+                    &k.status_config_map,
+                )),
+                &k.status_config_map,
+                &self.identity,
+            )
+            .metrics(metrics),
+        );
+        let recorder = self.recorder.clone();
+        let status = tokio::spawn(writer.clone().run(
+            move || reconciler.status(),
+            fence.clone(),
+            settings.scan_interval,
+            move |cm| recorder.set_status_uid(cm.metadata.uid.clone()),
+            stop.clone(),
+        ));
+        KubeTasks {
+            poster: tokio::spawn(self.poster.run(stop)),
+            status,
+            writer,
+            fence,
+        }
+    }
+}
+
+/// Stops the Kubernetes tasks; the poster gets a few seconds to post what is queued (the
+/// leadership hand-over), so an unreachable API server cannot hold the shutdown.
+async fn stop_kube_tasks(stop: CancellationToken, tasks: Option<KubeTasks>) {
+    stop.cancel();
+    let Some(tasks) = tasks else {
+        return;
+    };
+    for mut task in [tasks.status, tasks.poster] {
+        if tokio::time::timeout(Duration::from_secs(5), &mut task)
+            .await
+            .is_err()
+        {
+            task.abort();
+        }
+    }
+}
+
+/// The Lease candidate when `kubernetes.enabled` and `kubernetes.leaderElection.enabled`,
+/// reporting to the Events recorder.
+fn leader_election(
+    settings: &Settings,
+    kube_side: Option<&KubeSide>,
+) -> Option<Arc<crate::kube::lease::LeaderElection>> {
+    let k = &settings.kubernetes;
+    let side = kube_side.filter(|_| k.enabled && k.leader_election.enabled)?;
+    let le = &k.leader_election;
+    let identity = side.identity.clone();
+    tracing::info!(lease = %le.lease_name, namespace = %k.namespace, %identity, "leader election on");
+    let store = crate::kube::KubeLeases::new(side.client.clone(), &k.namespace, &le.lease_name);
+    Some(Arc::new(crate::kube::lease::LeaderElection::new(
+        crate::kube::lease::LeaseConfig {
+            name: le.lease_name.clone(),
+            identity,
+            lease_duration: le.lease_duration,
+            renew_deadline: le.renew_deadline,
+            retry_period: le.retry_period,
+        },
+        Arc::new(store),
+        side.recorder.clone(),
+    )))
+}
+
+/// The Kubernetes client the standard way: `kubernetes.kubeconfig`, else the in-cluster service
+/// account, else `KUBECONFIG` / `~/.kube/config`.
+async fn kube_client(k: &config::KubernetesSettings) -> anyhow::Result<kube::Client> {
+    let config = match &k.kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .with_context(|| format!("kubernetes.kubeconfig: reading {}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &kube::config::KubeConfigOptions::default())
+                .await
+                .with_context(|| format!("kubernetes.kubeconfig: {}", path.display()))?
+        }
+        None => kube::Config::infer()
+            .await
+            .context("kubernetes: no in-cluster service account and no usable KUBECONFIG")?,
+    };
+    // No retries inside the client: each caller has its own policy (the elector its retry
+    // period, the watches their backoff, the status writer the next pass), and kube-rs's default
+    // retry of 503s could hold one call for minutes after the API server returns.
+    let mut config = config;
+    config.default_retry = false;
+    kube::Client::try_from(config).context("kubernetes: building the client")
+}
+
+/// Keeps `leader` (1 only while the fence lets writes go) and `leader_transitions_total` current.
+async fn publish_leadership(
+    leadership: Arc<crate::kube::lease::Leadership>,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) {
+    use crate::fence::WriteFence;
+    let mut counted = 0;
+    loop {
+        metrics
+            .leader
+            .set(if leadership.check().is_ok() { 1.0 } else { 0.0 });
+        let t = leadership.transitions();
+        if t > counted {
+            metrics
+                .leader_transitions_total
+                .inc_by((t - counted) as f64);
+            counted = t;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            _ = stop.cancelled() => break,
+        }
+    }
+    metrics.leader.set(0.0);
+}

@@ -1,0 +1,186 @@
+//! The guarded send: the one way a write to Azure leaves this process, whether it is a capacity
+//! write, its retry after a 412, or an instance delete.
+//!
+//! In this order, each of these is a reason ([`HoldReason`]) the write is not sent:
+//!
+//! 1. the resource as read refuses to be written by this controller (an agent pool AKS's own
+//!    autoscaler scales); logged when the refusal starts or changes;
+//! 2. optimistic concurrency is on and the read carries no ETag: never written blind;
+//! 3. `--dry-run`;
+//! 4. the group's holds ([`Inner::early_hold`]): the fence, a cool-down, a backoff, the budget;
+//! 5. no token could be fetched: the token is fetched *before* the fence admits, so a slow
+//!    token endpoint delays the admission, not the send after it;
+//! 6. the fence does not admit; its permit is then held until Azure answers.
+//!
+//! Then one budget token is spent and the request goes inside [`crate::fence::sending`], where
+//! the HTTP layer asks the fence once more immediately before the bytes leave (a request stopped
+//! there was never sent: it is held too).
+//!
+//! Which holds apply to which write is decided here, once (the three hand-written copies this
+//! replaced had drifted apart):
+//!
+//! - **fence, backoff, budget: every write.** A delete is a write to the same resource; Azure
+//!   counts it against the same per-scale-set write limits, so it spends the group's budget, and
+//!   a resource that is failing with 5xx (backoff) is not sent a delete either. A delete's own
+//!   5xx or transport error backs the group off like a capacity write's.
+//! - **cool-down: capacity writes only.** The cool-down follows a quota or
+//!   `OperationNotAllowed` refusal of a write that grows the group; it says nothing about
+//!   removing one instance, which frees quota.
+//! - **A held retry is a held write**: the 412 retry's hold records the metric, the status and
+//!   the `WriteHeld` Event like the first attempt's (it used to count the metric only).
+//! - **Deletes record the metric only**: the scale-down loop posts its own Event on the node and
+//!   the status's `held` describes planned capacity writes.
+
+use super::Inner;
+use crate::azure::{ArmError, Precondition};
+use crate::cache::ScaleSet;
+use crate::config::NodeGroupSpec;
+use crate::fence::WritePermit;
+use crate::hold::HoldReason;
+use crate::notify::ControllerEvent;
+use crate::resource::CapacityResource;
+use std::future::Future;
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+/// What a write is, which decides the holds that apply to it (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum WriteKind {
+    /// A capacity write or its retry after a 412.
+    Capacity,
+    /// An instance delete (scale-down).
+    Delete,
+}
+
+/// How a guarded send ended.
+#[derive(Debug)]
+pub(super) enum Sent<T> {
+    /// The request went out under this precondition; Azure's answer (or the transport's error).
+    Answered(Precondition, Result<T, ArmError>),
+    /// Nothing was sent, for this reason (already counted and recorded).
+    Held(HoldReason),
+}
+
+impl Inner {
+    /// The group's holds: the fence (asked without a permit: cheap), a cool-down (capacity
+    /// writes), a backoff, the budget (refilled and peeked, not spent), and `--dry-run`. Asked
+    /// before a write spends any read on itself, and again by [`Inner::guarded_send`]. Records
+    /// nothing.
+    pub(super) fn early_hold(&self, name: &str, kind: WriteKind) -> Option<HoldReason> {
+        if self.dry_run {
+            return Some(HoldReason::DryRun);
+        }
+        if let Err(hold) = self.fence.check() {
+            return Some(HoldReason::Fenced(hold));
+        }
+        let now = Instant::now();
+        let budget = self.settings.write_budget;
+        self.with_state(name, |s| {
+            if kind == WriteKind::Capacity && s.cooldown_until.is_some_and(|t| t > now) {
+                return Some(HoldReason::Cooldown);
+            }
+            if s.backoff_until.is_some_and(|t| t > now) {
+                return Some(HoldReason::Backoff);
+            }
+            let elapsed = now.saturating_duration_since(s.budget.last).as_secs_f64();
+            s.budget.tokens =
+                (s.budget.tokens + elapsed * budget.per_minute / 60.0).min(f64::from(budget.burst));
+            s.budget.last = now;
+            (s.budget.tokens < 1.0).then_some(HoldReason::Budget)
+        })
+    }
+
+    /// Sends one write to `current` (the resource as just read) through every guard (see the
+    /// module documentation). `send` builds the request from the precondition the guard chose.
+    /// A hold is recorded ([`Inner::record_hold`]) before this returns it.
+    pub(super) async fn guarded_send<T, F, Fut>(
+        &self,
+        group: &NodeGroupSpec,
+        resource: &dyn CapacityResource,
+        current: &ScaleSet,
+        kind: WriteKind,
+        send: F,
+    ) -> Sent<T>
+    where
+        F: FnOnce(Precondition) -> Fut,
+        Fut: Future<Output = Result<T, ArmError>>,
+    {
+        let name = group.name.as_str();
+        let admitted = match self.admit(group, resource, current, kind).await {
+            Ok(a) => a,
+            Err(reason) => {
+                self.record_hold(name, kind, reason);
+                return Sent::Held(reason);
+            }
+        };
+        let (precondition, permit) = admitted;
+        self.with_state(name, |s| s.budget.tokens -= 1.0);
+        let result = crate::fence::sending(self.fence.clone(), send(precondition.clone())).await;
+        drop(permit);
+        match result {
+            Err(ArmError::Fenced { hold, .. }) => {
+                let reason = HoldReason::Fenced(hold);
+                self.record_hold(name, kind, reason);
+                Sent::Held(reason)
+            }
+            answered => Sent::Answered(precondition, answered),
+        }
+    }
+
+    /// Steps 1 to 6 of the module documentation: the precondition to send under and the fence's
+    /// permit, or why the write is not sent.
+    async fn admit(
+        &self,
+        group: &NodeGroupSpec,
+        resource: &dyn CapacityResource,
+        current: &ScaleSet,
+        kind: WriteKind,
+    ) -> Result<(Precondition, WritePermit), HoldReason> {
+        let name = group.name.as_str();
+        if let Some(why) = self.refused(group, resource, current) {
+            return Err(HoldReason::Refused(why));
+        }
+        let precondition = if self.settings.enable_vmss_etag {
+            match &current.etag {
+                Some(e) => Precondition::IfMatch(e.clone()),
+                None => {
+                    warn!(
+                        scale_set = name,
+                        "no ETag even after a fresh read: not writing blind"
+                    );
+                    return Err(HoldReason::NoEtag);
+                }
+            }
+        } else {
+            Precondition::None
+        };
+        if let Some(reason) = self.early_hold(name, kind) {
+            return Err(reason);
+        }
+        if let Err(e) = self.arm.ready_token().await {
+            warn!(scale_set = name, error = %e, "no token for the write: not sent");
+            return Err(HoldReason::Credential);
+        }
+        // The token fetch may have taken a while: the fence is asked as late as possible, and
+        // its permit held until the response is in.
+        let permit = self.fence.admit().map_err(HoldReason::Fenced)?;
+        Ok((precondition, permit))
+    }
+
+    /// Counts a write not sent (`writes_held_total`); a capacity write's hold is also the
+    /// status's `held` and a `WriteHeld` Event.
+    pub(super) fn record_hold(&self, name: &str, kind: WriteKind, reason: HoldReason) {
+        debug!(scale_set = name, ?kind, %reason, "write held");
+        self.metrics
+            .writes_held_total
+            .with_label_values(&[name, reason.metric_label()])
+            .inc();
+        if kind == WriteKind::Capacity {
+            self.with_state(name, |s| s.held = Some(reason));
+            self.events.record(ControllerEvent::WriteHeld {
+                group: name.to_string(),
+                reason,
+            });
+        }
+    }
+}
