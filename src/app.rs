@@ -71,7 +71,7 @@ pub struct Replica {
     kube_stop: CancellationToken,
     kube_tasks: Option<KubeTasks>,
     /// `demand: pods`: what the scale-up loop publishes to (the reconciler's demand source).
-    pod_demand: Option<Arc<crate::pod_demand::PodDemand>>,
+    pod_demand: Option<Arc<crate::autoscale::scale_up::PodDemand>>,
     events: Arc<dyn crate::notify::EventSink>,
 }
 
@@ -122,7 +122,7 @@ impl Replica {
         if let Some(e) = &election {
             builder = builder.fence(e.leadership());
         }
-        let pod_demand = crate::pod_demand::demand_source(&settings);
+        let pod_demand = crate::autoscale::scale_up::demand_source(&settings);
         if let Some(d) = &pod_demand {
             builder = builder.demand(d.clone());
         }
@@ -261,7 +261,7 @@ impl Replica {
         // `demand: pods`: batches pending pods into scale-up decisions for the reconciler.
         let scale_up_task = match (pod_demand, &cluster) {
             (Some(demand), Some(view)) => Some(tokio::spawn(
-                crate::pod_demand::ScaleUpLoop::new(
+                crate::autoscale::scale_up::ScaleUpLoop::new(
                     settings.clone(),
                     demand,
                     reconciler.clone(),
@@ -276,7 +276,7 @@ impl Replica {
         // `scaleDown.enabled`: removes unneeded nodes, one instance at a time through Azure.
         let scale_down_task = match (node_actions, &cluster) {
             (Some(actions), Some(view)) => Some(tokio::spawn(
-                crate::scale_down::ScaleDownLoop::new(
+                crate::autoscale::scale_down::ScaleDownLoop::new(
                     settings.clone(),
                     reconciler.clone(),
                     view.clone(),

@@ -14,6 +14,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+#[cfg(feature = "emulator")]
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 

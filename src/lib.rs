@@ -14,15 +14,15 @@
 //! | [`resource`] | what a node group's backing resource can do: one trait, implemented by scale sets and agent pools |
 //! | [`cache`] | the copy-on-write scale-set cache, the size cache, the instance cache |
 //! | [`planner`] | pure capacity planning: bounds, schedules, scale-down steps, coalescing |
-//! | [`reconciler`] | the loop, the ETag protocol and the per-class error policy |
+//! | [`node_groups`] | the read side: groups (configured, discovered), the caches, sizes, floors, refusals, which nodes are whose |
+//! | [`reconciler`] | the write side: the loop, the ETag protocol, the one guarded send, the per-class error policy |
 //! | [`fence`] | the last check before every Azure write (leader election's fencing) |
 //! | [`hold`] | why a write was not sent: one closed set of reasons (metric label, Event, status, delete refusal) |
 //! | [`notify`] | events and per-group status the reconciler reports (Kubernetes Events, status ConfigMap) |
 //! | [`metrics`] | the Prometheus registry and every metric the daemon exports |
 //! | [`http`] | `/metrics`, `/healthz`, `/readyz` |
 //! | [`pods`] | pod-driven demand's pure parts: pods and nodes as records, quantities, fit, templates, bin packing, expanders, the scale-up decision, one scale-down pass (which nodes go, which instances never registered) |
-//! | [`pod_demand`] | `demand: pods`: batching pending pods, one scale-up decision per batch, the reconciler's demand source |
-//! | [`scale_down`] | removing unneeded nodes: taint, re-check, drain through evictions, delete exactly that instance |
+//! | [`autoscale`] | `demand: pods`'s loops: [`autoscale::scale_up`] (batching pending pods, one decision per batch, the reconciler's demand source) and [`autoscale::scale_down`] (taint, re-check, drain through evictions, delete exactly that instance) |
 //! | [`kube`] | the Kubernetes side: client, Lease leader election, reflectors of nodes and pods (as records), PDBs, DaemonSets |
 //! | [`emulator`] | feature `emulator` (default): ARM (scale sets, AKS, identity, throttling, faults) and Kubernetes API emulators, separate rooms |
 //! | [`demo`] | feature `emulator`: the zero-setup showcase: emulator, rival writer, controller, summary |
@@ -30,6 +30,7 @@
 //! | [`cli`] | subcommands and their implementations; `main.rs` only dispatches |
 
 pub mod app;
+pub mod autoscale;
 pub mod azure;
 pub mod cache;
 pub mod cli;
@@ -46,8 +47,6 @@ pub mod metrics;
 pub mod node_groups;
 pub mod notify;
 pub mod planner;
-pub mod pod_demand;
 pub mod pods;
 pub mod reconciler;
 pub mod resource;
-pub mod scale_down;

@@ -155,7 +155,7 @@ async fn workload_identity_uses_the_rotated_token_file_for_the_next_token() {
     s.reconciler.run_once().await.unwrap();
     // AKS rotates the projected token while the daemon runs.
     std::fs::write(&token_file, "projected-sa-token-two-longer").unwrap();
-    s.reconciler.scale_sets().invalidate_all();
+    s.reconciler.node_groups().scale_sets().invalidate_all();
     s.reconciler.run_once().await.unwrap();
     let seen = s.emulator.state().federated_assertions_seen();
     assert_eq!(
@@ -263,7 +263,7 @@ async fn a_token_arm_calls_expired_is_dropped_and_replaced_on_the_next_pass() {
     .await;
     s.reconciler.run_once().await.unwrap();
     tokio::time::advance(Duration::from_secs(2 * 3600)).await;
-    s.reconciler.scale_sets().invalidate_all();
+    s.reconciler.node_groups().scale_sets().invalidate_all();
     let err = s.reconciler.run_once().await.unwrap_err();
     let chain = error_chain(&err);
     assert!(chain.contains("401"), "{chain}");

@@ -198,7 +198,7 @@ async fn agent_pools_tagged_for_discovery_become_node_groups_with_bounds_from_th
     h.rival_write("np2", None, Some(tags("0", "1")), "terraform")
         .await;
     h.reconciler.run_once().await.expect("discovery pass");
-    let groups = h.reconciler.groups();
+    let groups = h.reconciler.node_groups().groups();
     let mut names: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
     names.sort();
     assert_eq!(names, ["np1", "np2"], "only the tagged pools");

@@ -188,7 +188,7 @@ async fn the_metrics_endpoint_exports_every_documented_name() {
     h.state
         .rival_set_capacity(SUB, RG, "pool-a", 4, "rival")
         .unwrap();
-    h.reconciler.scale_sets().invalidate_all();
+    h.reconciler.node_groups().scale_sets().invalidate_all();
     h.state.inject_fault(fault(
         "PUT",
         "pool-a",

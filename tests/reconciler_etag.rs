@@ -110,7 +110,7 @@ async fn with_the_flag_on_a_write_carries_the_cached_etag_exactly(kind: Kind) {
         listed_etag,
         "a successful write changes the ETag"
     );
-    let cached = h.reconciler.scale_sets().get("pool-a").unwrap();
+    let cached = h.reconciler.node_groups().scale_sets().get("pool-a").unwrap();
     assert_eq!(
         cached.scale_set.etag.as_deref(),
         Some(h.etag_now("pool-a").await.as_str()),
@@ -249,13 +249,13 @@ async fn the_final_etag_lands_on_the_refreshed_cache_entry(kind: Kind) {
     h.rival_write("pool-a", Some(6), None, "rival").await;
     knob.0.store(4, Ordering::SeqCst);
     h.reconciler.run_once().await.unwrap();
-    let cached = h.reconciler.scale_sets().get("pool-a").unwrap();
+    let cached = h.reconciler.node_groups().scale_sets().get("pool-a").unwrap();
     assert_eq!(
         cached.scale_set.etag.as_deref(),
         Some(h.etag_now("pool-a").await.as_str())
     );
     assert_eq!(cached.scale_set.capacity, Some(4));
-    assert_eq!(h.reconciler.target_size("pool-a"), Some(4));
+    assert_eq!(h.reconciler.node_groups().target_size("pool-a"), Some(4));
 }
 }
 
@@ -272,7 +272,7 @@ async fn the_retry_is_skipped_when_the_fresh_capacity_already_satisfies_the_plan
         1
     );
     assert_eq!(
-        h.reconciler.target_size("pool-a"),
+        h.reconciler.node_groups().target_size("pool-a"),
         Some(4),
         "a skip publishes the fresh capacity"
     );
@@ -292,7 +292,7 @@ async fn a_skip_publishes_the_fresh_capacity_not_the_stale_one(kind: Kind) {
     h.rival_write("pool-a", Some(9), None, "rival").await;
     knob.0.store(9, Ordering::SeqCst);
     h.reconciler.run_once().await.unwrap();
-    assert_eq!(h.reconciler.target_size("pool-a"), Some(9));
+    assert_eq!(h.reconciler.node_groups().target_size("pool-a"), Some(9));
     assert_eq!(
         h.counter(&h.metrics.etag_conflicts_total, &[("outcome", "skipped")]),
         1
@@ -318,7 +318,7 @@ async fn a_persistent_412_makes_target_size_pick_up_an_out_of_band_capacity(kind
         1
     );
     assert_eq!(
-        h.reconciler.target_size("pool-a"),
+        h.reconciler.node_groups().target_size("pool-a"),
         Some(5),
         "TargetSize shows the out-of-band capacity"
     );
@@ -337,7 +337,7 @@ async fn a_412_leaves_no_optimistic_size_behind(kind: Kind) {
     let _ = h.reconciler.run_once().await;
     assert_eq!(h.capacity_now("pool-a").await, 3);
     assert_eq!(
-        h.reconciler.target_size("pool-a"),
+        h.reconciler.node_groups().target_size("pool-a"),
         Some(3),
         "the attempted 8 was never published"
     );
@@ -349,7 +349,7 @@ for_each_kind! {
 async fn a_412_invalidates_the_instance_and_size_caches(kind: Kind) {
     let (h, knob) = knob_harness(kind, |_| {}).await;
     assert!(
-        h.reconciler.instances().get("pool-a").is_some(),
+        h.reconciler.node_groups().instances().get("pool-a").is_some(),
         "the first pass listed instances"
     );
     h.rival_write("pool-a", Some(5), None, "rival").await;
@@ -428,7 +428,7 @@ async fn completing_the_long_running_operation_adopts_the_final_etag(kind: Kind)
         h.counter(&h.metrics.lro_total, &[("status", "succeeded")]),
         1
     );
-    let cached = h.reconciler.scale_sets().get("pool-a").unwrap();
+    let cached = h.reconciler.node_groups().scale_sets().get("pool-a").unwrap();
     assert_eq!(
         cached.scale_set.etag.as_deref(),
         Some(h.etag_now("pool-a").await.as_str())
@@ -493,7 +493,7 @@ async fn a_scale_set_deleted_between_read_and_write_is_never_recreated(kind: Kin
         1
     );
     assert!(
-        h.reconciler.scale_sets().get("pool-a").is_none(),
+        h.reconciler.node_groups().scale_sets().get("pool-a").is_none(),
         "dropped from the cache"
     );
     let _ = h.reconciler.run_once().await;
@@ -547,7 +547,7 @@ async fn a_write_whose_connection_drops_after_commit_is_not_resent_blindly(kind:
         1,
         "one read resolved the ambiguity"
     );
-    assert_eq!(h.reconciler.target_size("pool-a"), Some(6));
+    assert_eq!(h.reconciler.node_groups().target_size("pool-a"), Some(6));
 }
 }
 
@@ -587,7 +587,7 @@ async fn concurrent_readers_never_block_or_see_a_torn_cache_while_writers_run(ki
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let readers: Vec<_> = (0..2)
         .map(|_| {
-            let cache = h.reconciler.scale_sets().snapshot();
+            let cache = h.reconciler.node_groups().scale_sets().snapshot();
             let stop = stop.clone();
             std::thread::spawn(move || {
                 let mut reads = 0u64;
@@ -603,7 +603,7 @@ async fn concurrent_readers_never_block_or_see_a_torn_cache_while_writers_run(ki
         .collect();
     for _ in 0..3 {
         h.reconciler.run_once().await.unwrap();
-        let snap = h.reconciler.scale_sets().snapshot();
+        let snap = h.reconciler.node_groups().scale_sets().snapshot();
         assert_eq!(snap.len(), 40, "every snapshot is whole");
     }
     stop.store(true, Ordering::Relaxed);

@@ -126,7 +126,7 @@ async fn a_held_write_says_why_in_the_snapshot_and_a_pass_without_a_write_clears
     assert_eq!(pool_a(&h).last_write, None, "nothing was sent");
     // The plan is satisfied by somebody else: nothing to write, nothing held.
     h.rival_write("pool-a", Some(6), None, "rival").await;
-    h.reconciler.scale_sets().invalidate_all();
+    h.reconciler.node_groups().scale_sets().invalidate_all();
     h.reconciler.run_once().await.expect("pass");
     assert_eq!(pool_a(&h).held, None);
 }

@@ -281,7 +281,12 @@ async fn a_truncated_put_answer_is_the_committed_write_it_is_and_is_not_resent()
     h.reconciler.run_once().await.unwrap();
     assert_eq!(h.puts().len(), 1, "no resend");
     assert_eq!(h.capacity("pool-a"), 4);
-    let cached = h.reconciler.scale_sets().get("pool-a").unwrap();
+    let cached = h
+        .reconciler
+        .node_groups()
+        .scale_sets()
+        .get("pool-a")
+        .unwrap();
     assert_eq!(
         cached.scale_set.etag.as_deref(),
         Some(h.etag("pool-a").as_str()),

@@ -345,7 +345,7 @@ async fn run_schedule(
                     let Some(server) = server_capacity(&state, kind, &name) else {
                         continue;
                     };
-                    let cached = reconciler.target_size(&name);
+                    let cached = reconciler.node_groups().target_size(&name);
                     if cached != Some(server) {
                         return Err(format!(
                             "step {i}: after a 412 on {name} the size cache says {cached:?}, the server {server}"
@@ -440,7 +440,7 @@ async fn run_schedule(
         }
     }
     tokio::time::advance(SETTLE).await;
-    reconciler.scale_sets().invalidate_all();
+    reconciler.node_groups().scale_sets().invalidate_all();
     reconciler.run_once().await.map_err(|e| {
         format!(
             "the pass after the quiet period failed: {e}: {:?}",
@@ -458,7 +458,7 @@ async fn run_schedule(
                 g.name
             ));
         }
-        let cached = reconciler.target_size(&g.name);
+        let cached = reconciler.node_groups().target_size(&g.name);
         if cached != Some(server) {
             let why = if check_later.contains(&g.name) {
                 "after a 412 and one refresh"

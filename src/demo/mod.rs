@@ -400,7 +400,7 @@ async fn single(args: &DemoArgs) -> anyhow::Result<()> {
     let _ = rival.await;
     let _ = controller.await;
     // Settle: re-read everything once the rival is quiet and let the plan converge.
-    reconciler.scale_sets().invalidate_all();
+    reconciler.node_groups().scale_sets().invalidate_all();
     for _ in 0..3 {
         let _ = reconciler.run_once().await;
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -1140,7 +1140,11 @@ pub async fn kubernetes(args: &DemoArgs) -> anyhow::Result<KubernetesReport> {
     rival_stop.cancel();
     let _ = rival.await;
     if let Some(leader) = replicas.iter().find(|r| r.leads()) {
-        leader.reconciler.scale_sets().invalidate_all();
+        leader
+            .reconciler
+            .node_groups()
+            .scale_sets()
+            .invalidate_all();
     }
     tokio::time::sleep(SETTLE).await;
     let stopped = time::OffsetDateTime::now_utc();

@@ -50,6 +50,8 @@ pub struct Reflected<K> {
     snapshot: RwLock<Arc<Objects<K>>>,
     synced: AtomicBool,
     failing: parking_lot::Mutex<Option<Failing>>,
+    /// Counts publications: loops wait on it instead of polling ([`Reflected::changes`]).
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 /// A watch that failed and has not completed a list since.
@@ -81,6 +83,7 @@ impl<K> Default for Reflected<K> {
             snapshot: RwLock::new(Arc::new(HashMap::new())),
             synced: AtomicBool::new(false),
             failing: parking_lot::Mutex::new(None),
+            changes: tokio::sync::watch::Sender::new(0),
         }
     }
 }
@@ -101,11 +104,17 @@ impl<K> Reflected<K> {
         self.failing.lock().clone()
     }
 
+    /// Told every time a new snapshot is published (a change seen by the watch, a full list).
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
     fn publish(&self, objects: Objects<K>, synced: bool) {
         *self.snapshot.write() = Arc::new(objects);
         if synced {
             self.synced.store(true, Ordering::Release);
         }
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// Records a watch error; the first one after a completed list starts the failing time.
@@ -164,6 +173,16 @@ impl ClusterView {
         v
     }
 
+    /// Told whenever any kind publishes a new snapshot.
+    pub fn changes(&self) -> ClusterChanges {
+        ClusterChanges([
+            self.nodes.changes(),
+            self.pods.changes(),
+            self.pdbs.changes(),
+            self.daemonsets.changes(),
+        ])
+    }
+
     /// The kinds not listed yet.
     pub fn unsynced(&self) -> Vec<&'static str> {
         [
@@ -176,6 +195,25 @@ impl ClusterView {
         .filter(|(_, ok)| !ok)
         .map(|(kind, _)| kind)
         .collect()
+    }
+}
+
+/// Publications of every kind of a [`ClusterView`], to wait on.
+#[derive(Debug)]
+pub struct ClusterChanges([tokio::sync::watch::Receiver<u64>; 4]);
+
+impl ClusterChanges {
+    /// Returns once any kind published a snapshot not seen through this value yet (at once if
+    /// one was published since the last call); never, once every reflector is gone.
+    pub async fn changed(&mut self) {
+        let [a, b, c, d] = &mut self.0;
+        tokio::select! {
+            Ok(()) = a.changed() => {}
+            Ok(()) = b.changed() => {}
+            Ok(()) = c.changed() => {}
+            Ok(()) = d.changed() => {}
+            else => std::future::pending::<()>().await,
+        }
     }
 }
 

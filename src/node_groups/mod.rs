@@ -1,171 +1,346 @@
-//! Node groups as the read side: what backs each group and which nodes are its own.
+//! Node groups as the read side: which groups there are (configured and discovered), what
+//! Azure last said of each (the scale-set cache, sizes, instances), their floors, the refusal a
+//! read carries, and which nodes are whose ([`GroupIndex`]).
 //!
-//! Both loops and the reconciler ask here, so the rule that puts a node in a group exists once
-//! (cluster-autoscaler's `NodeGroupForNode`): a scale set's nodes by `spec.providerID`
-//! (resource group and scale-set name, case-insensitive as ARM compares them), an AKS agent
-//! pool's nodes by the `kubernetes.azure.com/agentpool` label. Pure code: no I/O, no clock.
+//! Both loops and the reconciler read node groups here; nothing here writes to Azure. What only
+//! writing needs (in flight, the write budget, backoff, cool-down, the last ETag this replica
+//! produced) stays with the reconciler, which updates these caches from its own reads and
+//! writes.
 
+mod matching;
+
+pub use matching::{
+    backing, is_ready, is_starting, parse_provider_id, registered_per_group, schedulable, Backing,
+    GroupIndex, AGENTPOOL_LABEL,
+};
+
+use crate::azure::ArmError;
+use crate::cache::{InstanceCache, ScaleSet, ScaleSetCache, SizeCache};
 use crate::config::{NodeGroupKind, NodeGroupSpec, Settings};
-use crate::pods::record::NodeRecord;
-use k8s_openapi::jiff::Timestamp;
-use std::collections::HashMap;
+use crate::hold::WriteRefusal;
+use crate::metrics::Metrics;
+use crate::planner::{Demand, DemandSource};
+use crate::resource::{CapacityResource, Resources};
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
+use time::OffsetDateTime;
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
 
-/// The label AKS puts on every node of an agent pool.
-pub const AGENTPOOL_LABEL: &str = "kubernetes.azure.com/agentpool";
+/// Instance lists per refresh at most (the rest wait for later passes).
+const INSTANCE_LISTS_PER_PASS: usize = 32;
 
-/// What backs a node group, for matching nodes to it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Backing {
-    /// A scale set in this resource group: nodes match by `spec.providerID`.
-    ScaleSet {
-        /// Resource group (compared case-insensitively, as ARM does).
-        resource_group: String,
-        /// Scale-set name (compared case-insensitively).
-        name: String,
-    },
-    /// An AKS agent pool: nodes match by the `kubernetes.azure.com/agentpool` label.
-    AgentPool {
-        /// Pool name.
-        pool: String,
-    },
+/// Wall clock for the planner (schedules). Replaceable in tests.
+pub type WallClock = Arc<dyn Fn() -> OffsetDateTime + Send + Sync>;
+
+/// What one full LIST of every source returned.
+#[derive(Debug)]
+pub struct Listing {
+    /// Every resource listed, each from the source that backs its group.
+    pub listed: Vec<ScaleSet>,
+    /// When the first LIST was sent: the data is at least this fresh.
+    sent_at: Instant,
+    /// The scale-set LIST (auto-discovery of scale sets reads its tags).
+    scale_sets: Option<Vec<ScaleSet>>,
+    /// The LIST of `autoDiscovery.aksCluster`'s pools.
+    pools: Option<Vec<ScaleSet>>,
 }
 
-/// How `g`'s nodes are recognised.
-pub fn backing(settings: &Settings, g: &NodeGroupSpec) -> Backing {
-    match &g.kind {
-        NodeGroupKind::Vmss => Backing::ScaleSet {
-            resource_group: g
-                .resource_group
-                .clone()
-                .unwrap_or_else(|| settings.azure.resource_group.clone()),
-            name: g.name.clone(),
-        },
-        NodeGroupKind::AksAgentPool { .. } => Backing::AgentPool {
-            pool: g.name.clone(),
-        },
+/// The node groups under management and what Azure last said of them.
+pub struct NodeGroups {
+    settings: Arc<Settings>,
+    resources: Resources,
+    metrics: Arc<Metrics>,
+    demand: Arc<dyn DemandSource>,
+    clock: WallClock,
+    groups: Mutex<Arc<Vec<NodeGroupSpec>>>,
+    scale_sets: ScaleSetCache,
+    sizes: SizeCache,
+    instances: InstanceCache,
+}
+
+impl std::fmt::Debug for NodeGroups {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeGroups")
+            .field("resources", &self.resources)
+            .field("groups", &self.groups.lock().len())
+            .finish_non_exhaustive()
     }
 }
 
-/// The scale-set name in an Azure provider ID
-/// (`azure:///subscriptions/<s>/resourceGroups/<rg>/providers/Microsoft.Compute/virtualMachineScaleSets/<vmss>/virtualMachines/<id>`),
-/// with its resource group and instance id.
-pub fn parse_provider_id(id: &str) -> Option<(&str, &str, &str)> {
-    let rest = id.strip_prefix("azure://")?.trim_start_matches('/');
-    let mut rg = None;
-    let mut vmss = None;
-    let mut vm = None;
-    let mut parts = rest.split('/');
-    while let Some(key) = parts.next() {
-        let slot = if key.eq_ignore_ascii_case("resourceGroups") {
-            &mut rg
-        } else if key.eq_ignore_ascii_case("virtualMachineScaleSets") {
-            &mut vmss
-        } else if key.eq_ignore_ascii_case("virtualMachines") {
-            &mut vm
-        } else {
-            continue;
+impl NodeGroups {
+    /// The configured groups of `settings`, read through `resources`; `demand` and `clock` give
+    /// the configured demand that floors a group.
+    pub fn new(
+        settings: Arc<Settings>,
+        resources: Resources,
+        metrics: Arc<Metrics>,
+        demand: Arc<dyn DemandSource>,
+        clock: WallClock,
+    ) -> Self {
+        Self {
+            groups: Mutex::new(Arc::new(settings.node_groups.clone())),
+            scale_sets: ScaleSetCache::new(),
+            sizes: SizeCache::new(settings.vmss_cache_ttl),
+            instances: InstanceCache::new(
+                settings.instance_cache_ttl,
+                settings.instance_cache_jitter,
+            ),
+            settings,
+            resources,
+            metrics,
+            demand,
+            clock,
+        }
+    }
+
+    /// The wall clock the decisions read (schedules, node ages): one clock, replaceable in tests.
+    pub fn now(&self) -> OffsetDateTime {
+        (self.clock)()
+    }
+
+    /// The node groups under management (configured plus discovered).
+    pub fn groups(&self) -> Arc<Vec<NodeGroupSpec>> {
+        self.groups.lock().clone()
+    }
+
+    /// The resource backing `group`.
+    pub fn resource(&self, group: &NodeGroupSpec) -> Arc<dyn CapacityResource> {
+        self.resources.for_group(group)
+    }
+
+    /// The scale-set cache (copy-on-write; readers never wait).
+    pub fn scale_sets(&self) -> &ScaleSetCache {
+        &self.scale_sets
+    }
+
+    /// The size cache.
+    pub fn sizes(&self) -> &SizeCache {
+        &self.sizes
+    }
+
+    /// The instance cache.
+    pub fn instances(&self) -> &InstanceCache {
+        &self.instances
+    }
+
+    /// cluster-autoscaler's `TargetSize`: the size the planner would use now, `None` if unknown.
+    pub fn target_size(&self, name: &str) -> Option<i64> {
+        self.sizes
+            .target_size(name, &self.scale_sets, Instant::now())
+    }
+
+    /// Why this controller will not write `group` as last read (an agent pool that AKS's own
+    /// autoscaler scales), if it will not. Such a group is out of both decisions: scale-up does
+    /// not pick it, scale-down drains none of its nodes.
+    pub fn write_refusal(&self, group: &NodeGroupSpec) -> Option<WriteRefusal> {
+        let cached = self.scale_sets.get(&group.name)?;
+        self.resource(group).write_refusal(&cached.scale_set)
+    }
+
+    /// The lowest size `group` may be taken down to: its `minSize`, the configured demand
+    /// (schedules, `desiredCapacity`) as a floor, and the resource's own floor as last read (a
+    /// System pool keeps one node).
+    pub fn floor(&self, group: &NodeGroupSpec) -> u32 {
+        let demanded = match self.demand.demand(group, self.now()).0 {
+            Demand::Exact(n) | Demand::AtLeast(n) => u32::try_from(n.max(0)).unwrap_or(u32::MAX),
+            Demand::Hold => 0,
         };
-        *slot = parts.next().filter(|v| !v.is_empty());
+        let resource = match self.scale_sets.get(&group.name) {
+            Some(c) => self.resource(group).capacity_floor(&c.scale_set),
+            None => 0,
+        };
+        group.min_size.max(demanded).max(resource)
     }
-    Some((rg?, vmss?, vm?))
-}
 
-/// Finds a node's group: scale sets by `resource group/name` in lower case, pools by name.
-pub struct GroupIndex {
-    scale_sets: rustc_hash::FxHashMap<String, usize>,
-    pools: rustc_hash::FxHashMap<String, usize>,
-}
+    /// `groups` with each resource's own floor applied to `min` (a System pool keeps one node);
+    /// shared when no floor binds.
+    pub fn with_floors(&self, groups: Arc<Vec<NodeGroupSpec>>) -> Arc<Vec<NodeGroupSpec>> {
+        let snapshot = self.scale_sets.snapshot();
+        let floor = |g: &NodeGroupSpec| {
+            snapshot
+                .get(&g.name)
+                .map(|e| self.resource(g).capacity_floor(&e.scale_set))
+                .unwrap_or(0)
+        };
+        if groups.iter().all(|g| floor(g) <= g.min_size) {
+            return groups;
+        }
+        Arc::new(
+            groups
+                .iter()
+                .map(|g| {
+                    let f = floor(g);
+                    let mut g = g.clone();
+                    if f > g.min_size {
+                        g.min_size = f;
+                        g.max_size = g.max_size.max(f);
+                    }
+                    g
+                })
+                .collect(),
+        )
+    }
 
-/// `rg/name`, lower case: the scale-set key of a [`GroupIndex`], built into `buf`.
-fn scale_set_key<'b>(buf: &'b mut String, rg: &str, name: &str) -> &'b str {
-    buf.clear();
-    buf.push_str(rg);
-    buf.push('/');
-    buf.push_str(name);
-    buf.make_ascii_lowercase();
-    buf
-}
+    /// A fresh list of `group`'s instances (never the cache): the provisioning state of
+    /// `instance_id`, `Ok(None)` when it is not listed (deleted).
+    pub async fn instance_state(
+        &self,
+        group: &NodeGroupSpec,
+        instance_id: &str,
+    ) -> Result<Option<String>, ArmError> {
+        self.instances.invalidate(&group.name);
+        let list = self.resource(group).list_instances(&group.name).await?;
+        Ok(list
+            .into_iter()
+            .find(|i| i.instance_id == instance_id)
+            .map(|i| i.provisioning_state.unwrap_or_default()))
+    }
 
-impl GroupIndex {
-    /// The index of groups backed by `backings`, in that order.
-    pub fn of_backings<'b>(backings: impl IntoIterator<Item = &'b Backing>) -> Self {
-        let mut scale_sets = rustc_hash::FxHashMap::default();
-        let mut pools = rustc_hash::FxHashMap::default();
-        for (i, backing) in backings.into_iter().enumerate() {
-            match backing {
-                Backing::ScaleSet {
-                    resource_group,
-                    name,
-                } => {
-                    let mut key = String::new();
-                    scale_set_key(&mut key, resource_group, name);
-                    scale_sets.entry(key).or_insert(i);
-                }
-                Backing::AgentPool { pool } => {
-                    pools.entry(pool.clone()).or_insert(i);
+    /// One LIST per source (the scale sets of the resource group, the pools of each managed
+    /// cluster). A managed group's entry comes only from the source that backs it, so a scale
+    /// set and a pool of the same name never overwrite each other. Changes nothing yet: see
+    /// [`NodeGroups::adopt`].
+    pub async fn list(&self) -> Result<Listing, ArmError> {
+        // The data is at least as fresh as the moment the LIST was sent: age counts from then.
+        let sent_at = Instant::now();
+        let mut listing = Listing {
+            listed: Vec::new(),
+            sent_at,
+            scale_sets: None,
+            pools: None,
+        };
+        let discovery_pools = self.resources.discovery_pools();
+        let groups = self.groups();
+        for source in self.resources.sources() {
+            let listed = source.list().await?;
+            let foreign_kind = |n: &str| {
+                groups
+                    .iter()
+                    .any(|g| g.name == n && !self.resources.serves(&source, g))
+            };
+            let listed: Vec<ScaleSet> = listed
+                .into_iter()
+                .filter(|s| !foreign_kind(&s.name))
+                .collect();
+            if source.kind() == NodeGroupKind::Vmss.as_str() {
+                listing.scale_sets = Some(listed.clone());
+            }
+            if discovery_pools
+                .as_ref()
+                .is_some_and(|d| Arc::ptr_eq(d, &source))
+            {
+                listing.pools = Some(listed.clone());
+            }
+            listing.listed.extend(listed);
+        }
+        Ok(listing)
+    }
+
+    /// Makes `listing` the view: the groups auto-discovery finds in it, the whole scale-set
+    /// cache replaced, sizes following the fresh LIST. Returns the names listed.
+    pub fn adopt(&self, listing: Listing) -> HashSet<String> {
+        let present: HashSet<String> = listing.listed.iter().map(|s| s.name.clone()).collect();
+        self.update_groups(listing.scale_sets.as_deref(), listing.pools.as_deref());
+        self.scale_sets.replace_all(listing.listed, listing.sent_at);
+        // Sizes follow the fresh LIST at once; our own published sizes are older than it.
+        for g in self.groups().iter() {
+            self.sizes.invalidate(&g.name);
+            if !present.contains(&g.name) {
+                warn!(scale_set = %g.name, kind = g.kind.as_str(), "configured node group not found: no writes until it exists");
+            }
+        }
+        present
+    }
+
+    /// Configured groups plus those discovered from tags.
+    /// `scale_sets` is the scale-set LIST, `pools` the LIST of `autoDiscovery.aksCluster`'s pools.
+    fn update_groups(&self, scale_sets: Option<&[ScaleSet]>, pools: Option<&[ScaleSet]>) {
+        let Some(auto) = &self.settings.auto_discovery else {
+            return;
+        };
+        let tagged = |listed: &[ScaleSet]| -> Vec<(String, BTreeMap<String, String>)> {
+            listed
+                .iter()
+                .map(|s| (s.name.clone(), s.tags.clone()))
+                .collect()
+        };
+        let mut discovered = Vec::new();
+        let mut skipped = Vec::new();
+        if let Some(listed) = scale_sets {
+            let (found, skip) = crate::config::discover_node_groups(auto, &tagged(listed));
+            discovered.extend(found);
+            skipped.extend(skip);
+        }
+        if let (Some(listed), Some(cluster)) = (pools, auto.aks_cluster.as_deref()) {
+            let (found, skip) = crate::config::discover_pools(
+                auto,
+                cluster,
+                auto.aks_resource_group.as_deref(),
+                &tagged(listed),
+            );
+            discovered.extend(found);
+            skipped.extend(skip);
+        }
+        for (name, reason) in &skipped {
+            debug!(scale_set = %name, %reason, "auto-discovery skipped");
+        }
+        let mut groups = self.settings.node_groups.clone();
+        let mut taken: HashSet<String> = groups.iter().map(|g| g.name.clone()).collect();
+        for g in discovered {
+            // Configured groups win; of two discovered resources with one name, the first.
+            if taken.insert(g.name.clone()) {
+                groups.push(g);
+            } else {
+                debug!(scale_set = %g.name, kind = g.kind.as_str(), "auto-discovery skipped: the name is already a node group");
+            }
+        }
+        let mut current = self.groups.lock();
+        if **current != groups {
+            info!(groups = ?groups.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(), "node groups changed");
+            *current = Arc::new(groups);
+        }
+    }
+
+    /// Lists instances of groups whose instance-cache entry expired or was invalidated: at most
+    /// 32 per call, a few at a time, so a large fleet spreads the cost.
+    pub async fn refresh_instances(&self, groups: &[NodeGroupSpec]) {
+        if self.settings.instance_cache_ttl.is_zero() {
+            return;
+        }
+        let due: Vec<NodeGroupSpec> = groups
+            .iter()
+            .filter(|g| {
+                self.instances.get(&g.name).is_none() && self.scale_sets.get(&g.name).is_some()
+            })
+            .take(INSTANCE_LISTS_PER_PASS)
+            .cloned()
+            .collect();
+        for chunk in due.chunks(4) {
+            let mut lists = JoinSet::new();
+            for group in chunk {
+                let (resource, name) = (self.resource(group), group.name.clone());
+                lists.spawn(async move {
+                    let result = resource.list_instances(&name).await;
+                    (name, result)
+                });
+            }
+            while let Some(Ok((name, result))) = lists.join_next().await {
+                match result {
+                    Ok(list) => {
+                        self.metrics
+                            .scale_set_instances
+                            .with_label_values(&[&name])
+                            .set(list.len() as i64);
+                        self.instances.insert(&name, list);
+                    }
+                    Err(e) => {
+                        debug!(scale_set = %name, error = %e, "instance list failed; keeping the last one")
+                    }
                 }
             }
         }
-        Self { scale_sets, pools }
     }
-
-    /// The index of `node`'s group, if it is in one.
-    pub fn group_of(&self, node: &NodeRecord) -> Option<usize> {
-        let by_id = node
-            .provider_id
-            .as_deref()
-            .filter(|_| !self.scale_sets.is_empty())
-            .and_then(parse_provider_id)
-            .and_then(|(rg, vmss, _)| {
-                let mut buf = String::with_capacity(rg.len() + vmss.len() + 1);
-                self.scale_sets
-                    .get(scale_set_key(&mut buf, rg, vmss))
-                    .copied()
-            });
-        by_id.or_else(|| {
-            let pool = node.labels.get(AGENTPOOL_LABEL)?;
-            self.pools.get(pool).copied()
-        })
-    }
-}
-
-/// Registered nodes per group: `groups` as (name, backing), in index order.
-pub fn registered_per_group<'g>(
-    nodes: &[Arc<NodeRecord>],
-    groups: impl IntoIterator<Item = (&'g str, &'g Backing)> + Clone,
-) -> HashMap<String, u32> {
-    let index = GroupIndex::of_backings(groups.clone().into_iter().map(|(_, b)| b));
-    let names: Vec<&str> = groups.into_iter().map(|(n, _)| n).collect();
-    let mut out = HashMap::new();
-    for n in nodes {
-        if let Some(i) = index.group_of(n) {
-            *out.entry(names[i].to_string()).or_default() += 1;
-        }
-    }
-    out
-}
-
-/// A Ready node.
-pub fn is_ready(node: &NodeRecord) -> bool {
-    node.ready
-}
-
-/// A registered node still booting: not Ready, and created less than `window` before `now`
-/// (cluster-autoscaler's "not started" nodes). It offers no room yet but is on its way, so it
-/// counts as upcoming; an older node that is not Ready is broken, not coming.
-pub fn is_starting(node: &NodeRecord, now: Timestamp, window: std::time::Duration) -> bool {
-    if node.ready {
-        return false;
-    }
-    let Some(created) = node.created else {
-        return false;
-    };
-    let age = now.duration_since(created);
-    age.is_negative() || age.unsigned_abs() < window
-}
-
-/// Not cordoned.
-pub fn schedulable(node: &NodeRecord) -> bool {
-    !node.unschedulable
 }

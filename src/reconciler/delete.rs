@@ -28,7 +28,6 @@ use super::{Inner, Reconciler};
 use crate::azure::ArmError;
 use crate::config::NodeGroupSpec;
 use crate::hold::HoldReason;
-use crate::planner::Demand;
 use crate::resource::Victim;
 use std::fmt;
 use std::sync::Arc;
@@ -142,28 +141,6 @@ impl Reconciler {
         end
     }
 
-    /// A fresh list of `group`'s instances (never the cache): the provisioning state of
-    /// `instance_id`, `Ok(None)` when it is not listed (deleted).
-    pub async fn instance_state(
-        &self,
-        group: &NodeGroupSpec,
-        instance_id: &str,
-    ) -> Result<Option<String>, ArmError> {
-        let resource = self.inner.resources.for_group(group);
-        self.inner.instances.invalidate(&group.name);
-        let list = resource.list_instances(&group.name).await?;
-        Ok(list
-            .into_iter()
-            .find(|i| i.instance_id == instance_id)
-            .map(|i| i.provisioning_state.unwrap_or_default()))
-    }
-
-    /// The lowest size `group` may be taken down to: its `minSize`, and the configured demand
-    /// (schedules, `desiredCapacity`) as a floor.
-    pub fn floor(&self, group: &NodeGroupSpec) -> u32 {
-        self.inner.floor(group)
-    }
-
     /// Why a delete in `group` would be held now (the fence, a backoff, the write budget, a dry
     /// run), spending nothing: scale-down asks before it taints and drains a node, so no node is
     /// drained for a delete that would not be sent.
@@ -178,18 +155,6 @@ impl Reconciler {
 }
 
 impl Inner {
-    fn floor(&self, group: &NodeGroupSpec) -> u32 {
-        let demanded = match self.demand.demand(group, (self.clock)()).0 {
-            Demand::Exact(n) | Demand::AtLeast(n) => u32::try_from(n.max(0)).unwrap_or(u32::MAX),
-            Demand::Hold => 0,
-        };
-        let resource = match self.scale_sets.get(&group.name) {
-            Some(c) => self.resources.for_group(group).capacity_floor(&c.scale_set),
-            None => 0,
-        };
-        group.min_size.max(demanded).max(resource)
-    }
-
     async fn delete_instance(
         self: Arc<Self>,
         group: &NodeGroupSpec,
@@ -207,7 +172,7 @@ impl Inner {
             return DeleteEnd::Refused(DeleteRefusal::Held(reason));
         }
         let _one_at_a_time = self.deletes.lock().await;
-        let resource = self.resources.for_group(group);
+        let resource = self.node_groups.resource(group);
         for attempt in 0..2 {
             // Never from an unknown or cached size.
             let fresh = match self
@@ -224,7 +189,10 @@ impl Inner {
             let Some(capacity) = fresh.capacity else {
                 return DeleteEnd::Refused(DeleteRefusal::UnknownSize);
             };
-            let floor = self.floor(group).max(resource.capacity_floor(&fresh));
+            let floor = self
+                .node_groups
+                .floor(group)
+                .max(resource.capacity_floor(&fresh));
             // A replacement may take the group one below its floor for as long as the write
             // back up takes: the instance it removes holds no node.
             let lowest = match kind {
@@ -236,7 +204,7 @@ impl Inner {
                 return DeleteEnd::Refused(DeleteRefusal::BelowFloor);
             }
             // The instance must still be there, on a fresh list.
-            self.instances.invalidate(name);
+            self.node_groups.instances().invalidate(name);
             match resource.list_instances(name).await {
                 Ok(list) if list.iter().any(|i| i.instance_id == victim.instance_id) => {}
                 Ok(_) => {
@@ -283,10 +251,7 @@ impl Inner {
                         .instance_deletes_total
                         .with_label_values(&[name, "accepted"])
                         .inc();
-                    self.with_state(name, |s| {
-                        s.backoff_attempts = 0;
-                        s.backoff_until = None;
-                    });
+                    self.clear_backoff(name);
                     let end = match accepted.async_operation {
                         Some(url) => {
                             self.follow_operation(resource.as_ref(), &url, accepted.retry_after)
@@ -362,8 +327,8 @@ impl Inner {
         name: &str,
         expected: i64,
     ) {
-        self.sizes.invalidate(name);
-        self.instances.invalidate(name);
+        self.node_groups.sizes().invalidate(name);
+        self.node_groups.instances().invalidate(name);
         match resource.get(name).await {
             Ok(Some(fresh)) => {
                 if fresh.capacity == Some(expected) {
@@ -373,9 +338,9 @@ impl Inner {
                 }
                 let now = Instant::now();
                 if let Some(c) = fresh.capacity {
-                    self.sizes.publish(name, c, now);
+                    self.node_groups.sizes().publish(name, c, now);
                 }
-                self.scale_sets.upsert(fresh, now);
+                self.node_groups.scale_sets().upsert(fresh, now);
                 debug!(scale_set = name, "instance deleted; size re-read");
             }
             _ => self.with_state(name, |s| s.stale = true),

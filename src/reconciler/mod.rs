@@ -21,11 +21,12 @@
 //!   exponentially with jitter; a per-scale-set token bucket keeps writes within Azure's limits.
 
 use crate::azure::{ArmClient, ArmError, Precondition, PutAccepted};
-use crate::cache::{InstanceCache, ScaleSet, ScaleSetCache, SizeCache};
+use crate::cache::ScaleSet;
 use crate::config::{ConflictStrategy, NodeGroupSpec, Settings};
 use crate::fence::{Unfenced, WriteFence};
 use crate::hold::{HoldReason, WriteRefusal};
 use crate::metrics::Metrics;
+use crate::node_groups::NodeGroups;
 use crate::notify::{
     ConflictRecord, ControllerEvent, EventSink, GroupStatus, NoEvents, WriteRecord,
 };
@@ -62,11 +63,7 @@ const BACKOFF_CAP: Duration = Duration::from_secs(300);
 const LRO_DEADLINE: Duration = Duration::from_secs(30 * 60);
 /// Shortest interval between two polls of one operation.
 const LRO_MIN_POLL: Duration = Duration::from_secs(1);
-/// Instance lists per pass at most (the rest wait for later passes).
-const INSTANCE_LISTS_PER_PASS: usize = 32;
-
-/// Wall clock for the planner (schedules). Replaceable in tests.
-pub type WallClock = Arc<dyn Fn() -> OffsetDateTime + Send + Sync>;
+pub use crate::node_groups::WallClock;
 
 /// Why a reconcile pass failed as a whole.
 #[derive(Debug, thiserror::Error)]
@@ -227,14 +224,19 @@ impl ReconcilerBuilder {
     /// The reconciler.
     pub fn build(self) -> Reconciler {
         let settings = self.settings;
-        let groups = Arc::new(settings.node_groups.clone());
+        let resources = self
+            .resources
+            .unwrap_or_else(|| Resources::new(&settings, self.arm.clone()));
+        let node_groups = Arc::new(NodeGroups::new(
+            settings.clone(),
+            resources,
+            self.metrics.clone(),
+            self.demand.clone(),
+            self.clock.clone(),
+        ));
         Reconciler {
             inner: Arc::new(Inner {
-                sizes: SizeCache::new(settings.vmss_cache_ttl),
-                instances: InstanceCache::new(
-                    settings.instance_cache_ttl,
-                    settings.instance_cache_jitter,
-                ),
+                node_groups,
                 write_slots: Arc::new(Semaphore::new(settings.max_concurrent_writes.max(1))),
                 health: Health::new(settings.scan_interval),
                 wake: tokio::sync::Notify::new(),
@@ -242,17 +244,12 @@ impl ReconcilerBuilder {
                 scale_down_halted: Mutex::new(None),
                 demand: self.demand,
                 clock: self.clock,
-                scale_sets: ScaleSetCache::new(),
-                groups: Mutex::new(groups),
                 state: Mutex::new(HashMap::new()),
                 lro_tasks: Mutex::new(JoinSet::new()),
                 dry_run: self.dry_run,
                 fence: self.fence,
                 events: self.events,
                 started: Instant::now(),
-                resources: self
-                    .resources
-                    .unwrap_or_else(|| Resources::new(&settings, self.arm.clone())),
                 arm: self.arm,
                 settings,
                 metrics: self.metrics,
@@ -269,16 +266,13 @@ pub struct Reconciler {
 
 struct Inner {
     settings: Arc<Settings>,
-    resources: Resources,
+    /// The read side: groups, caches, floors.
+    node_groups: Arc<NodeGroups>,
     /// The client the resources write through: its token is fetched before a write is admitted.
     arm: Arc<ArmClient>,
     metrics: Arc<Metrics>,
     demand: Arc<dyn DemandSource>,
     clock: WallClock,
-    scale_sets: ScaleSetCache,
-    sizes: SizeCache,
-    instances: InstanceCache,
-    groups: Mutex<Arc<Vec<NodeGroupSpec>>>,
     state: Mutex<HashMap<String, GroupState>>,
     write_slots: Arc<Semaphore>,
     lro_tasks: Mutex<JoinSet<()>>,
@@ -298,7 +292,7 @@ struct Inner {
 impl std::fmt::Debug for Reconciler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Reconciler")
-            .field("resources", &self.inner.resources)
+            .field("node_groups", &self.inner.node_groups)
             .finish_non_exhaustive()
     }
 }
@@ -342,19 +336,9 @@ impl Reconciler {
         tasks.len()
     }
 
-    /// The scale-set cache (read-only use: tests, `get`, the demo).
-    pub fn scale_sets(&self) -> &ScaleSetCache {
-        &self.inner.scale_sets
-    }
-
-    /// The instance cache.
-    pub fn instances(&self) -> &InstanceCache {
-        &self.inner.instances
-    }
-
-    /// The node groups under management (configured plus discovered).
-    pub fn groups(&self) -> Arc<Vec<NodeGroupSpec>> {
-        self.inner.groups()
+    /// The node groups and what Azure last said of them (the read side).
+    pub fn node_groups(&self) -> &Arc<NodeGroups> {
+        &self.inner.node_groups
     }
 
     /// Starts the next pass now instead of after the scan interval (at most one pass is
@@ -363,15 +347,19 @@ impl Reconciler {
         self.inner.wake.notify_one();
     }
 
-    /// Why this controller will not write `group` as last read (an agent pool that AKS's own
-    /// autoscaler scales: `aks_autoscaler`), if it will not. Such a group is out of both
-    /// decisions: scale-up does not pick it, scale-down drains none of its nodes.
-    pub fn write_refusal(&self, group: &NodeGroupSpec) -> Option<WriteRefusal> {
-        let cached = self.inner.scale_sets.get(&group.name)?;
-        self.inner
-            .resources
-            .for_group(group)
-            .write_refusal(&cached.scale_set)
+    /// Why capacity writes to `name` wait now for a reason of the group's own (a quota
+    /// cool-down, a backoff after errors), if they do: scale-up passes over such a group.
+    pub fn group_hold(&self, name: &str) -> Option<HoldReason> {
+        let now = Instant::now();
+        let state = self.inner.state.lock();
+        let s = state.get(name)?;
+        if s.cooldown_until.is_some_and(|t| t > now) {
+            Some(HoldReason::Cooldown)
+        } else if s.backoff_until.is_some_and(|t| t > now) {
+            Some(HoldReason::Backoff)
+        } else {
+            None
+        }
     }
 
     /// Records why scale-down is halted (`None`: it is not), shown in [`Reconciler::status`].
@@ -382,21 +370,14 @@ impl Reconciler {
     /// Forgets `group`'s size and instances (a delete was seen to have happened after its
     /// outcome was unknown): the next read is fresh, and the entry is re-read before a write.
     pub fn invalidate_size(&self, group: &str) {
-        self.inner.sizes.invalidate(group);
-        self.inner.instances.invalidate(group);
+        self.inner.node_groups.sizes().invalidate(group);
+        self.inner.node_groups.instances().invalidate(group);
         self.inner.with_state(group, |s| s.stale = true);
     }
 
     /// When the process started (for liveness).
     pub fn started(&self) -> Instant {
         self.inner.started
-    }
-
-    /// cluster-autoscaler's `TargetSize`: the size the planner would use now, `None` if unknown.
-    pub fn target_size(&self, name: &str) -> Option<i64> {
-        self.inner
-            .sizes
-            .target_size(name, &self.inner.scale_sets, Instant::now())
     }
 
     /// Each node group as the reconciler sees it now (what the leader writes to the status
@@ -458,7 +439,7 @@ impl Reconciler {
 
 impl Inner {
     fn groups(&self) -> Arc<Vec<NodeGroupSpec>> {
-        self.groups.lock().clone()
+        self.node_groups.groups()
     }
 
     fn status(&self) -> Vec<GroupStatus> {
@@ -469,7 +450,7 @@ impl Inner {
             t.filter(|t| *t > now)
                 .map(|t| rfc3339(wall + t.saturating_duration_since(now)))
         };
-        let snapshot = self.scale_sets.snapshot();
+        let snapshot = self.node_groups.scale_sets().snapshot();
         let halted = self.scale_down_halted.lock().clone();
         let state = self.state.lock();
         self.groups()
@@ -548,19 +529,18 @@ impl Inner {
         // than the first one after it: one LIST per TTL, not one per TTL + scanInterval.
         let ttl = self.settings.vmss_cache_ttl;
         let due_at = ttl.saturating_sub((self.settings.scan_interval / 2).min(ttl / 2));
-        if self.scale_sets.refresh_due(due_at, Instant::now()) {
+        if self
+            .node_groups
+            .scale_sets()
+            .refresh_due(due_at, Instant::now())
+        {
             self.refresh_all().await.map_err(ReconcileError::Refresh)?;
         }
-        let groups = self.with_floors(self.groups());
+        let groups = self.node_groups.with_floors(self.groups());
         let now = Instant::now();
         let observed: HashMap<String, Option<i64>> = groups
             .iter()
-            .map(|g| {
-                (
-                    g.name.clone(),
-                    self.sizes.target_size(&g.name, &self.scale_sets, now),
-                )
-            })
+            .map(|g| (g.name.clone(), self.node_groups.target_size(&g.name)))
             .collect();
         let in_flight: HashSet<String> = self
             .state
@@ -618,7 +598,7 @@ impl Inner {
             }
         }
         // After the writes, so listing instances never delays a capacity change.
-        self.refresh_instances(&groups).await;
+        self.node_groups.refresh_instances(&groups).await;
         if report.failed > 0 {
             return Err(ReconcileError::Writes {
                 failed: report.failed,
@@ -701,58 +681,19 @@ impl Inner {
         }
     }
 
-    /// One LIST per source (the scale sets of the resource group, the pools of each managed
-    /// cluster); replaces the whole cache. A managed group's entry comes only from the source
-    /// that backs it, so a scale set and a pool of the same name never overwrite each other.
+    /// One LIST per source, through the node groups; every ETag seen is observed (foreign
+    /// writes), refusals are said at once, and the listing becomes the cached view.
     async fn refresh_all(&self) -> Result<(), ArmError> {
-        // The data is at least as fresh as the moment the LIST was sent: age counts from then.
-        let sent_at = Instant::now();
-        let mut merged: Vec<ScaleSet> = Vec::new();
-        let mut scale_sets_listed = None;
-        let mut pools_listed = None;
-        let discovery_pools = self.resources.discovery_pools();
-        for source in self.resources.sources() {
-            let listed = source.list().await?;
-            let groups = self.groups();
-            let foreign_kind = |n: &str| {
-                groups
-                    .iter()
-                    .any(|g| g.name == n && !self.resources.serves(&source, g))
-            };
-            let listed: Vec<ScaleSet> = listed
-                .into_iter()
-                .filter(|s| !foreign_kind(&s.name))
-                .collect();
-            if source.kind() == crate::config::NodeGroupKind::Vmss.as_str() {
-                scale_sets_listed = Some(listed.clone());
-            }
-            if discovery_pools
-                .as_ref()
-                .is_some_and(|d| Arc::ptr_eq(d, &source))
-            {
-                pools_listed = Some(listed.clone());
-            }
-            merged.extend(listed);
-        }
-        for s in &merged {
+        let listing = self.node_groups.list().await?;
+        for s in &listing.listed {
             self.observe(s);
         }
-        let present: HashSet<String> = merged.iter().map(|s| s.name.clone()).collect();
-        self.update_groups(scale_sets_listed.as_deref(), pools_listed.as_deref());
+        let present = self.node_groups.adopt(listing);
         // Say at once (not only when a write is planned) which groups will never be written.
-        let by_name: HashMap<&str, &ScaleSet> =
-            merged.iter().map(|s| (s.name.as_str(), s)).collect();
+        let snapshot = self.node_groups.scale_sets().snapshot();
         for g in self.groups().iter() {
-            if let Some(entry) = by_name.get(g.name.as_str()) {
-                self.refused(g, self.resources.for_group(g).as_ref(), entry);
-            }
-        }
-        self.scale_sets.replace_all(merged, sent_at);
-        // Sizes follow the fresh LIST at once; our own published sizes are older than it.
-        for g in self.groups().iter() {
-            self.sizes.invalidate(&g.name);
-            if !present.contains(&g.name) {
-                warn!(scale_set = %g.name, kind = g.kind.as_str(), "configured node group not found: no writes until it exists");
+            if let Some(entry) = snapshot.get(&g.name) {
+                self.refused(g, self.node_groups.resource(g).as_ref(), &entry.scale_set);
             }
         }
         if !self.health.ready.swap(true, Ordering::AcqRel) {
@@ -762,125 +703,6 @@ impl Inner {
             );
         }
         Ok(())
-    }
-
-    /// `groups` with each resource's own floor applied to `min` (a System pool keeps one node);
-    /// shared when no floor binds.
-    fn with_floors(&self, groups: Arc<Vec<NodeGroupSpec>>) -> Arc<Vec<NodeGroupSpec>> {
-        let snapshot = self.scale_sets.snapshot();
-        let floor = |g: &NodeGroupSpec| {
-            snapshot
-                .get(&g.name)
-                .map(|e| self.resources.for_group(g).capacity_floor(&e.scale_set))
-                .unwrap_or(0)
-        };
-        if groups.iter().all(|g| floor(g) <= g.min_size) {
-            return groups;
-        }
-        Arc::new(
-            groups
-                .iter()
-                .map(|g| {
-                    let f = floor(g);
-                    let mut g = g.clone();
-                    if f > g.min_size {
-                        g.min_size = f;
-                        g.max_size = g.max_size.max(f);
-                    }
-                    g
-                })
-                .collect(),
-        )
-    }
-
-    /// Configured groups plus those discovered from tags.
-    /// `scale_sets` is the scale-set LIST, `pools` the LIST of `autoDiscovery.aksCluster`'s pools.
-    fn update_groups(&self, scale_sets: Option<&[ScaleSet]>, pools: Option<&[ScaleSet]>) {
-        let Some(auto) = &self.settings.auto_discovery else {
-            return;
-        };
-        let tagged =
-            |listed: &[ScaleSet]| -> Vec<(String, std::collections::BTreeMap<String, String>)> {
-                listed
-                    .iter()
-                    .map(|s| (s.name.clone(), s.tags.clone()))
-                    .collect()
-            };
-        let mut discovered = Vec::new();
-        let mut skipped = Vec::new();
-        if let Some(listed) = scale_sets {
-            let (found, skip) = crate::config::discover_node_groups(auto, &tagged(listed));
-            discovered.extend(found);
-            skipped.extend(skip);
-        }
-        if let (Some(listed), Some(cluster)) = (pools, auto.aks_cluster.as_deref()) {
-            let (found, skip) = crate::config::discover_pools(
-                auto,
-                cluster,
-                auto.aks_resource_group.as_deref(),
-                &tagged(listed),
-            );
-            discovered.extend(found);
-            skipped.extend(skip);
-        }
-        for (name, reason) in &skipped {
-            debug!(scale_set = %name, %reason, "auto-discovery skipped");
-        }
-        let mut groups = self.settings.node_groups.clone();
-        let mut taken: HashSet<String> = groups.iter().map(|g| g.name.clone()).collect();
-        for g in discovered {
-            // Configured groups win; of two discovered resources with one name, the first.
-            if taken.insert(g.name.clone()) {
-                groups.push(g);
-            } else {
-                debug!(scale_set = %g.name, kind = g.kind.as_str(), "auto-discovery skipped: the name is already a node group");
-            }
-        }
-        let mut current = self.groups.lock();
-        if **current != groups {
-            info!(groups = ?groups.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(), "node groups changed");
-            *current = Arc::new(groups);
-        }
-    }
-
-    /// Lists instances of groups whose instance-cache entry expired or was invalidated: at most
-    /// [`INSTANCE_LISTS_PER_PASS`] per pass, a few at a time, so a large fleet spreads the cost.
-    async fn refresh_instances(&self, groups: &[NodeGroupSpec]) {
-        if self.settings.instance_cache_ttl.is_zero() {
-            return;
-        }
-        let due: Vec<NodeGroupSpec> = groups
-            .iter()
-            .filter(|g| {
-                self.instances.get(&g.name).is_none() && self.scale_sets.get(&g.name).is_some()
-            })
-            .take(INSTANCE_LISTS_PER_PASS)
-            .cloned()
-            .collect();
-        for chunk in due.chunks(4) {
-            let mut lists = JoinSet::new();
-            for group in chunk {
-                let (resource, name) = (self.resources.for_group(group), group.name.clone());
-                lists.spawn(async move {
-                    let result = resource.list_instances(&name).await;
-                    (name, result)
-                });
-            }
-            while let Some(Ok((name, result))) = lists.join_next().await {
-                match result {
-                    Ok(list) => {
-                        self.metrics
-                            .scale_set_instances
-                            .with_label_values(&[&name])
-                            .set(list.len() as i64);
-                        self.instances.insert(&name, list);
-                    }
-                    Err(e) => {
-                        debug!(scale_set = %name, error = %e, "instance list failed; keeping the last one")
-                    }
-                }
-            }
-        }
     }
 
     fn publish_gauges(
@@ -895,7 +717,7 @@ impl Inner {
             .map(|(n, _, d)| (n.as_str(), *d))
             .chain(changes.iter().map(|c| (c.scale_set.as_str(), Some(c.to))))
             .collect();
-        let snapshot = self.scale_sets.snapshot();
+        let snapshot = self.node_groups.scale_sets().snapshot();
         for g in groups {
             let name = g.name.as_str();
             self.metrics
@@ -970,8 +792,12 @@ impl Inner {
         change: CapacityChange,
     ) -> (WriteEnd, bool) {
         let name = group.name.as_str();
-        let resource = self.resources.for_group(group);
-        let cached = self.scale_sets.get(name).map(|c| c.scale_set.clone());
+        let resource = self.node_groups.resource(group);
+        let cached = self
+            .node_groups
+            .scale_sets()
+            .get(name)
+            .map(|c| c.scale_set.clone());
         // Held before any read is spent on it.
         let early = cached
             .as_ref()
@@ -1069,9 +895,9 @@ impl Inner {
             Some(fresh) => {
                 self.observe(&fresh);
                 let now = Instant::now();
-                self.scale_sets.upsert(fresh.clone(), now);
+                self.node_groups.scale_sets().upsert(fresh.clone(), now);
                 if let Some(c) = fresh.capacity {
-                    self.sizes.publish(name, c, now);
+                    self.node_groups.sizes().publish(name, c, now);
                 }
                 Ok(Some(fresh))
             }
@@ -1080,8 +906,8 @@ impl Inner {
     }
 
     fn invalidate_after_conflict(&self, name: &str) {
-        self.sizes.invalidate(name);
-        self.instances.invalidate(name);
+        self.node_groups.sizes().invalidate(name);
+        self.node_groups.instances().invalidate(name);
         self.metrics
             .cache_invalidations_total
             .with_label_values(&["size", "precondition_failed"])
@@ -1118,18 +944,15 @@ impl Inner {
         if entry.location.is_empty() {
             entry.location = sent_from.location.clone();
         }
-        self.scale_sets.upsert(entry, now);
-        self.sizes.publish(name, target, now);
-        self.instances.invalidate(name);
+        self.node_groups.scale_sets().upsert(entry, now);
+        self.node_groups.sizes().publish(name, target, now);
+        self.node_groups.instances().invalidate(name);
         self.metrics
             .cache_invalidations_total
             .with_label_values(&["instance", "own_write"])
             .inc();
-        self.with_state(name, |s| {
-            s.known_etag = etag.clone();
-            s.backoff_attempts = 0;
-            s.backoff_until = None;
-        });
+        self.with_state(name, |s| s.known_etag = etag.clone());
+        self.clear_backoff(name);
         self.metrics
             .capacity_writes_total
             .with_label_values(&[name, "ok"])
@@ -1198,7 +1021,7 @@ impl Inner {
         };
         let strategy = self.settings.conflict_strategy;
         if strategy == ConflictStrategy::NextLoop {
-            self.scale_sets.invalidate_all();
+            self.node_groups.scale_sets().invalidate_all();
             self.metrics
                 .cache_invalidations_total
                 .with_label_values(&["scale_set", "precondition_failed"])
@@ -1312,9 +1135,9 @@ impl Inner {
             scale_set = name,
             "scale set is gone (404): dropped from the cache, not re-created"
         );
-        self.scale_sets.remove(name);
-        self.sizes.remove(name);
-        self.instances.invalidate(name);
+        self.node_groups.scale_sets().remove(name);
+        self.node_groups.sizes().remove(name);
+        self.node_groups.instances().invalidate(name);
         self.metrics
             .cache_invalidations_total
             .with_label_values(&["scale_set", "gone"])
@@ -1350,7 +1173,7 @@ impl Inner {
             }
             ArmError::Ambiguous { .. } => {
                 self.with_state(name, |s| s.stale = true);
-                self.sizes.invalidate(name);
+                self.node_groups.sizes().invalidate(name);
                 self.metrics
                     .cache_invalidations_total
                     .with_label_values(&["size", "ambiguous_write"])
@@ -1367,6 +1190,14 @@ impl Inner {
                 WriteEnd::Failed
             }
         }
+    }
+
+    /// A write to `name` succeeded: its backoff ends and starts from the base again.
+    fn clear_backoff(&self, name: &str) {
+        self.with_state(name, |s| {
+            s.backoff_attempts = 0;
+            s.backoff_until = None;
+        });
     }
 
     fn backoff(&self, name: &str) {
@@ -1424,7 +1255,7 @@ impl Inner {
                     self.observe(&fresh);
                 }
                 let now = Instant::now();
-                self.scale_sets.upsert(fresh, now);
+                self.node_groups.scale_sets().upsert(fresh, now);
                 debug!(scale_set = name, "operation succeeded; final ETag adopted");
             }
             OperationEnd::Failed(code) => {
@@ -1438,8 +1269,8 @@ impl Inner {
         }
     }
     fn operation_failed(&self, name: &str) {
-        self.sizes.invalidate(name);
-        self.instances.invalidate(name);
+        self.node_groups.sizes().invalidate(name);
+        self.node_groups.instances().invalidate(name);
         self.metrics
             .cache_invalidations_total
             .with_label_values(&["size", "operation_failed"])

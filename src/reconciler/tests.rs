@@ -320,19 +320,24 @@ struct Harness {
     metrics: Arc<Metrics>,
 }
 
-fn harness(fake: Arc<Fake>, settings: Arc<Settings>) -> Harness {
-    let metrics = Arc::new(Metrics::new());
+/// A client that is never sent anything (the fake is the resource): only its token is asked.
+fn arm_client(metrics: &Arc<Metrics>) -> Arc<ArmClient> {
     let target = ArmTarget {
         endpoint: url::Url::parse("http://127.0.0.1:9").unwrap(),
         subscription: "sub".into(),
         resource_group: "rg".into(),
     };
-    let arm = Arc::new(ArmClient::new(
+    Arc::new(ArmClient::new(
         target,
         Arc::new(FixedToken),
         reqwest::Client::new(),
         metrics.clone(),
-    ));
+    ))
+}
+
+fn harness(fake: Arc<Fake>, settings: Arc<Settings>) -> Harness {
+    let metrics = Arc::new(Metrics::new());
+    let arm = arm_client(&metrics);
     let fence = TestFence::new();
     let events = Arc::new(Recorded::default());
     let reconciler = Reconciler::builder(settings, arm, metrics.clone())
@@ -351,7 +356,7 @@ fn harness(fake: Arc<Fake>, settings: Arc<Settings>) -> Harness {
 
 impl Harness {
     fn group(&self) -> NodeGroupSpec {
-        self.reconciler.groups()[0].clone()
+        self.reconciler.node_groups().groups()[0].clone()
     }
 
     /// A capacity write of `to` through the guarded send, from a fresh read of the fake.
@@ -533,24 +538,14 @@ async fn a_retry_after_a_412_that_is_held_is_told_like_any_held_write() {
 async fn a_dry_run_sends_no_write_and_no_delete_and_counts_them_held() {
     let fake = Fake::new(1);
     let metrics = Arc::new(Metrics::new());
-    let target = ArmTarget {
-        endpoint: url::Url::parse("http://127.0.0.1:9").unwrap(),
-        subscription: "sub".into(),
-        resource_group: "rg".into(),
-    };
-    let arm = Arc::new(ArmClient::new(
-        target,
-        Arc::new(FixedToken),
-        reqwest::Client::new(),
-        metrics.clone(),
-    ));
+    let arm = arm_client(&metrics);
     let reconciler = Reconciler::builder(settings(Some(3), ""), arm, metrics.clone())
         .resources(Resources::only(fake.clone()))
         .dry_run(true)
         .build();
     let report = reconciler.run_once().await.expect("a pass");
     assert_eq!((report.planned, report.held), (1, 1));
-    let group = reconciler.groups()[0].clone();
+    let group = reconciler.node_groups().groups()[0].clone();
     let victim = Victim {
         instance_id: "0".into(),
         node_name: format!("{GROUP}000000"),

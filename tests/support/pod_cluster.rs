@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+use vmss_capacity_controller::autoscale::scale_down::ScaleDownLoop;
+use vmss_capacity_controller::autoscale::scale_up::{PodDemand, ScaleUpLoop};
 use vmss_capacity_controller::config::{DemandKind, Settings};
 use vmss_capacity_controller::emulator::arm::{AgentPoolSeed, ClusterSeed};
 use vmss_capacity_controller::emulator::kube::KubeState;
@@ -19,9 +21,7 @@ use vmss_capacity_controller::emulator::{
 use vmss_capacity_controller::kube::events::{EventRecorder, KubeEvents, RecorderConfig};
 use vmss_capacity_controller::kube::nodes::KubeNodeActions;
 use vmss_capacity_controller::metrics::Metrics;
-use vmss_capacity_controller::pod_demand::{PodDemand, ScaleUpLoop};
 use vmss_capacity_controller::reconciler::Reconciler;
-use vmss_capacity_controller::scale_down::ScaleDownLoop;
 
 pub const GPU_TAINT_TAG: &str = "k8s.io_cluster-autoscaler_node-template_taint_sku";
 
@@ -304,9 +304,11 @@ impl Cluster {
         // The first pass has read every scale set.
         let r = reconciler.clone();
         assert!(
-            eventually(Duration::from_secs(10), || names
-                .iter()
-                .all(|n| r.scale_sets().get(n).is_some()))
+            eventually(Duration::from_secs(10), || names.iter().all(|n| r
+                .node_groups()
+                .scale_sets()
+                .get(n)
+                .is_some()))
             .await,
             "the first pass never read the scale sets"
         );

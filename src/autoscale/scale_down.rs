@@ -27,14 +27,16 @@
 //! view may miss new pods or new nodes, so scale-down and the deletion of unregistered instances
 //! halt (`scale_down_halted{reason="watch_failing"}`) until every watch has listed afresh.
 
+use crate::autoscale::scale_up::pod_ref;
 use crate::cache::Instance;
 use crate::config::{NodeGroupKind, NodeGroupSpec, Settings};
 use crate::kube::nodes::{has_our_taint_record, EvictOutcome, NodeActions, NodeWriteError};
 use crate::kube::reflect::ClusterView;
 use crate::metrics::Metrics;
-use crate::node_groups::{backing, is_ready, parse_provider_id, schedulable, GroupIndex};
+use crate::node_groups::{
+    backing, is_ready, parse_provider_id, schedulable, GroupIndex, NodeGroups,
+};
 use crate::notify::{ControllerEvent, EventSink, ObjectRef};
-use crate::pod_demand::pod_ref;
 use crate::pods::fit::NodeState;
 use crate::pods::record::{NodeRecord, PodRecord};
 use crate::pods::scale_down::removable;
@@ -87,6 +89,8 @@ struct Unknown {
 /// What each removal task needs.
 struct Shared {
     settings: Arc<Settings>,
+    /// The read side: groups, sizes, floors, instances.
+    groups: Arc<NodeGroups>,
     reconciler: Arc<Reconciler>,
     cluster: Arc<ClusterView>,
     actions: Arc<dyn NodeActions>,
@@ -195,6 +199,7 @@ impl ScaleDownLoop {
         Self {
             shared: Arc::new(Shared {
                 settings,
+                groups: reconciler.node_groups().clone(),
                 reconciler,
                 cluster,
                 actions,
@@ -268,7 +273,7 @@ impl ScaleDownLoop {
 
         let now = Instant::now();
         let settings = &s.settings.scale_down;
-        let groups = s.reconciler.groups();
+        let groups = s.groups.groups();
         let nodes: Vec<Arc<NodeRecord>> = s.cluster.nodes.snapshot().values().cloned().collect();
         let pods: Vec<Arc<PodRecord>> = s.cluster.pods.snapshot().values().cloned().collect();
         let pdbs: Vec<_> = s.cluster.pdbs.snapshot().values().cloned().collect();
@@ -278,7 +283,7 @@ impl ScaleDownLoop {
         };
         let mut down = Vec::with_capacity(groups.len());
         for g in groups.iter() {
-            let size = s.reconciler.target_size(&g.name);
+            let size = s.groups.target_size(&g.name);
             if let (Some(now_size), Some(prev)) = (size, self.sizes_seen.get(&g.name)) {
                 if now_size > *prev {
                     self.grew_at.insert(g.name.clone(), now);
@@ -290,14 +295,14 @@ impl ScaleDownLoop {
             down.push(DownGroup {
                 name: g.name.clone(),
                 backing: backing(&s.settings, g),
-                floor: s.reconciler.floor(g),
+                floor: s.groups.floor(g),
                 size,
                 deleting: deleting.get(&g.name).copied().unwrap_or(0),
                 recently_grown: self
                     .grew_at
                     .get(&g.name)
                     .is_some_and(|t| now.duration_since(*t) < settings.delay_after_add),
-                refused: s.reconciler.write_refusal(g),
+                refused: s.groups.write_refusal(g),
             });
         }
         if !self.cleaned {
@@ -457,7 +462,7 @@ impl ScaleDownLoop {
         let s = self.shared.clone();
         let instances: Vec<_> = groups
             .iter()
-            .map(|g| s.reconciler.instances().get(&g.name))
+            .map(|g| s.groups.instances().get(&g.name))
             .collect();
         let missing = unneeded::unregistered(down, &instances, nodes);
         let key =
@@ -562,7 +567,7 @@ impl ScaleDownLoop {
         let s = &self.shared;
         let busy = s.flight.lock().busy.clone();
         let index = GroupIndex::of_backings(groups.iter().map(|g| &g.backing));
-        let all = s.reconciler.groups();
+        let all = s.groups.groups();
         let view = s.cluster.nodes.snapshot();
         let mut removed = 0;
         let mut first_error = None;
@@ -577,7 +582,7 @@ impl ScaleDownLoop {
                 Some((spec.clone(), id.to_string()))
             });
             if let Some((group, instance)) = mine {
-                match s.reconciler.instance_state(&group, &instance).await {
+                match s.groups.instance_state(&group, &instance).await {
                     Ok(Some(state)) if state.eq_ignore_ascii_case("Succeeded") => {}
                     Ok(state) => {
                         info!(%node, scale_set = %group.name, state = ?state, "a leftover tainted node's VM is not Succeeded (being deleted?): it keeps the taint");
@@ -706,7 +711,7 @@ impl Shared {
         for (slot, u) in open {
             let name = u.group.name.as_str();
             let settled = match self
-                .reconciler
+                .groups
                 .instance_state(&u.group, &u.victim.instance_id)
                 .await
             {

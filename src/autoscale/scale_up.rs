@@ -12,6 +12,7 @@
 //! group that fits.
 
 use crate::config::{DemandKind, NodeGroupSpec, Settings};
+use crate::hold::HoldReason;
 use crate::kube::reflect::ClusterView;
 use crate::metrics::Metrics;
 use crate::notify::{ControllerEvent, EventSink, ObjectRef};
@@ -31,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 /// How often the loop looks at the reflected pods (a new snapshot is only read when it changed).
-pub const TICK: Duration = Duration::from_millis(100);
+pub const STANDBY_LOOK: Duration = Duration::from_millis(500);
 
 /// Per node group, the capacity pending pods need at least, from the last decision; plus the
 /// configured schedules and `desiredCapacity` as a floor.
@@ -172,6 +173,8 @@ impl ProvisionWatch {
 pub struct ScaleUpLoop {
     settings: Arc<Settings>,
     demand: Arc<PodDemand>,
+    /// The read side: groups, sizes, instances, refusals.
+    groups: Arc<crate::node_groups::NodeGroups>,
     reconciler: Arc<Reconciler>,
     cluster: Arc<ClusterView>,
     metrics: Arc<Metrics>,
@@ -203,6 +206,7 @@ impl ScaleUpLoop {
         Self {
             settings,
             demand,
+            groups: reconciler.node_groups().clone(),
             reconciler,
             cluster,
             metrics,
@@ -216,17 +220,27 @@ impl ScaleUpLoop {
         }
     }
 
-    /// Runs until `shutdown`.
+    /// Runs until `shutdown`. Woken by the cluster changing (any reflector publishing), by the
+    /// batch's deadline, and by the re-check due a scan interval after the last decision; a
+    /// standby looks again every [`STANDBY_LOOK`] for the leadership it may gain.
     pub async fn run(mut self, shutdown: CancellationToken) {
-        let mut tick = tokio::time::interval(TICK);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut changes = self.cluster.changes();
         let mut last_pods: Option<Arc<crate::kube::reflect::Objects<PodRecord>>> = None;
         let mut pending_now = 0usize;
+        let mut wake_at: Option<Instant> = None;
         loop {
+            let sleep = async {
+                match wake_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
-                _ = tick.tick() => {}
+                _ = changes.changed() => {}
+                _ = sleep => {}
                 _ = shutdown.cancelled() => return,
             }
+            wake_at = None;
             if !self.cluster.synced() {
                 continue;
             }
@@ -239,6 +253,7 @@ impl ScaleUpLoop {
                     self.batcher.close();
                     self.demand.publish(Default::default());
                 }
+                wake_at = Some(Instant::now() + STANDBY_LOOK);
                 continue;
             }
             let now = Instant::now();
@@ -247,13 +262,14 @@ impl ScaleUpLoop {
                 pending_now = self.note_pending(&pods, now);
                 last_pods = Some(pods);
             }
+            let recheck_at = self
+                .last_decision
+                .map_or(now, |t| t + self.settings.scan_interval);
             let trigger = if self.batcher.ready(now) {
                 Some("batch")
             } else if self.batcher.deadline().is_none()
                 && (pending_now > 0 || !self.demand.targets().is_empty())
-                && self
-                    .last_decision
-                    .is_none_or(|t| now.duration_since(t) >= self.settings.scan_interval)
+                && now >= recheck_at
             {
                 // Pods still pending (nodes on their way, or a group failing), or targets to
                 // clear once nothing is pending: look again every scan interval.
@@ -265,6 +281,15 @@ impl ScaleUpLoop {
                 self.batcher.close();
                 self.decide(trigger, now);
             }
+            // The next moment that needs a look without any change in the cluster.
+            wake_at = match self.batcher.deadline() {
+                Some(deadline) => Some(deadline),
+                None if pending_now > 0 || !self.demand.targets().is_empty() => Some(
+                    self.last_decision
+                        .map_or(now, |t| t + self.settings.scan_interval),
+                ),
+                None => None,
+            };
         }
     }
 
@@ -294,13 +319,9 @@ impl ScaleUpLoop {
 
     /// One decision: plan, publish, wake the reconciler, tell metrics, logs and pods.
     fn decide(&mut self, trigger: &'static str, now: Instant) {
-        let groups = self.reconciler.groups();
-        let statuses: HashMap<String, crate::notify::GroupStatus> = self
-            .reconciler
-            .status()
-            .into_iter()
-            .map(|s| (s.name.clone(), s))
-            .collect();
+        let groups = self.groups.groups();
+        // The decision's one wall clock (node ages, schedules), read once.
+        let wall = self.groups.now();
         let nodes: Vec<_> = self.cluster.nodes.snapshot().values().cloned().collect();
         let pods: Vec<_> = self.cluster.pods.snapshot().values().cloned().collect();
         let daemonsets: Vec<_> = self
@@ -312,33 +333,27 @@ impl ScaleUpLoop {
             .collect();
         let cached: Vec<_> = groups
             .iter()
-            .map(|g| self.reconciler.scale_sets().get(&g.name))
+            .map(|g| self.groups.scale_sets().get(&g.name))
             .collect();
         let mut inputs = Vec::with_capacity(groups.len());
         for (g, cached) in groups.iter().zip(&cached) {
-            let capacity = self.reconciler.target_size(&g.name);
-            let refused = self.reconciler.write_refusal(g).map(|reason| WhyNot {
+            let capacity = self.groups.target_size(&g.name);
+            let refused = self.groups.write_refusal(g).map(|reason| WhyNot {
                 label: "refused",
                 text: format!(
                     "not written by this controller ({reason}: AKS's own autoscaler scales this pool)"
                 ),
             });
-            let unhealthy = refused.or_else(|| {
-                statuses.get(&g.name).and_then(|s| {
-                    if s.cooldown_until.is_some() {
-                        Some(WhyNot {
-                            label: "quota",
-                            text: "cooling down after a quota refusal (OperationNotAllowed)".into(),
-                        })
-                    } else if s.backoff_until.is_some() {
-                        Some(WhyNot {
-                            label: "backoff",
-                            text: "backed off after errors".into(),
-                        })
-                    } else {
-                        None
-                    }
-                })
+            let unhealthy = refused.or_else(|| match self.reconciler.group_hold(&g.name)? {
+                HoldReason::Cooldown => Some(WhyNot {
+                    label: "quota",
+                    text: "cooling down after a quota refusal (OperationNotAllowed)".into(),
+                }),
+                HoldReason::Backoff => Some(WhyNot {
+                    label: "backoff",
+                    text: "backed off after errors".into(),
+                }),
+                _ => None,
             });
             inputs.push(GroupInput {
                 name: g.name.clone(),
@@ -349,7 +364,7 @@ impl ScaleUpLoop {
                 shape: cached.as_ref().map(|c| shape_of(g, &c.scale_set)),
                 unhealthy,
                 failed: self
-                    .reconciler
+                    .groups
                     .instances()
                     .get(&g.name)
                     .map(|list| {
@@ -408,7 +423,8 @@ impl ScaleUpLoop {
             priority_cutoff: self.settings.pod_demand.priority_cutoff,
             seed: self.decisions,
             // Nodes' creation times are wall-clock times: so is this.
-            now: k8s_openapi::jiff::Timestamp::now(),
+            now: k8s_openapi::jiff::Timestamp::from_nanosecond(wall.unix_timestamp_nanos())
+                .unwrap_or_default(),
             node_startup: limit,
         };
         let started = std::time::Instant::now();

@@ -1,0 +1,169 @@
+//! Which nodes are a group's own (cluster-autoscaler's `NodeGroupForNode`), written once for
+//! both loops: a scale set's nodes by `spec.providerID` (resource group and scale-set name,
+//! case-insensitive as ARM compares them), an AKS agent pool's nodes by the
+//! `kubernetes.azure.com/agentpool` label. Pure code: no I/O, no clock.
+
+use crate::config::{NodeGroupKind, NodeGroupSpec, Settings};
+use crate::pods::record::NodeRecord;
+use k8s_openapi::jiff::Timestamp;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// The label AKS puts on every node of an agent pool.
+pub const AGENTPOOL_LABEL: &str = "kubernetes.azure.com/agentpool";
+
+/// What backs a node group, for matching nodes to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backing {
+    /// A scale set in this resource group: nodes match by `spec.providerID`.
+    ScaleSet {
+        /// Resource group (compared case-insensitively, as ARM does).
+        resource_group: String,
+        /// Scale-set name (compared case-insensitively).
+        name: String,
+    },
+    /// An AKS agent pool: nodes match by the `kubernetes.azure.com/agentpool` label.
+    AgentPool {
+        /// Pool name.
+        pool: String,
+    },
+}
+
+/// How `g`'s nodes are recognised.
+pub fn backing(settings: &Settings, g: &NodeGroupSpec) -> Backing {
+    match &g.kind {
+        NodeGroupKind::Vmss => Backing::ScaleSet {
+            resource_group: g
+                .resource_group
+                .clone()
+                .unwrap_or_else(|| settings.azure.resource_group.clone()),
+            name: g.name.clone(),
+        },
+        NodeGroupKind::AksAgentPool { .. } => Backing::AgentPool {
+            pool: g.name.clone(),
+        },
+    }
+}
+
+/// The scale-set name in an Azure provider ID
+/// (`azure:///subscriptions/<s>/resourceGroups/<rg>/providers/Microsoft.Compute/virtualMachineScaleSets/<vmss>/virtualMachines/<id>`),
+/// with its resource group and instance id.
+pub fn parse_provider_id(id: &str) -> Option<(&str, &str, &str)> {
+    let rest = id.strip_prefix("azure://")?.trim_start_matches('/');
+    let mut rg = None;
+    let mut vmss = None;
+    let mut vm = None;
+    let mut parts = rest.split('/');
+    while let Some(key) = parts.next() {
+        let slot = if key.eq_ignore_ascii_case("resourceGroups") {
+            &mut rg
+        } else if key.eq_ignore_ascii_case("virtualMachineScaleSets") {
+            &mut vmss
+        } else if key.eq_ignore_ascii_case("virtualMachines") {
+            &mut vm
+        } else {
+            continue;
+        };
+        *slot = parts.next().filter(|v| !v.is_empty());
+    }
+    Some((rg?, vmss?, vm?))
+}
+
+/// Finds a node's group: scale sets by `resource group/name` in lower case, pools by name.
+pub struct GroupIndex {
+    scale_sets: rustc_hash::FxHashMap<String, usize>,
+    pools: rustc_hash::FxHashMap<String, usize>,
+}
+
+/// `rg/name`, lower case: the scale-set key of a [`GroupIndex`], built into `buf`.
+fn scale_set_key<'b>(buf: &'b mut String, rg: &str, name: &str) -> &'b str {
+    buf.clear();
+    buf.push_str(rg);
+    buf.push('/');
+    buf.push_str(name);
+    buf.make_ascii_lowercase();
+    buf
+}
+
+impl GroupIndex {
+    /// The index of groups backed by `backings`, in that order.
+    pub fn of_backings<'b>(backings: impl IntoIterator<Item = &'b Backing>) -> Self {
+        let mut scale_sets = rustc_hash::FxHashMap::default();
+        let mut pools = rustc_hash::FxHashMap::default();
+        for (i, backing) in backings.into_iter().enumerate() {
+            match backing {
+                Backing::ScaleSet {
+                    resource_group,
+                    name,
+                } => {
+                    let mut key = String::new();
+                    scale_set_key(&mut key, resource_group, name);
+                    scale_sets.entry(key).or_insert(i);
+                }
+                Backing::AgentPool { pool } => {
+                    pools.entry(pool.clone()).or_insert(i);
+                }
+            }
+        }
+        Self { scale_sets, pools }
+    }
+
+    /// The index of `node`'s group, if it is in one.
+    pub fn group_of(&self, node: &NodeRecord) -> Option<usize> {
+        let by_id = node
+            .provider_id
+            .as_deref()
+            .filter(|_| !self.scale_sets.is_empty())
+            .and_then(parse_provider_id)
+            .and_then(|(rg, vmss, _)| {
+                let mut buf = String::with_capacity(rg.len() + vmss.len() + 1);
+                self.scale_sets
+                    .get(scale_set_key(&mut buf, rg, vmss))
+                    .copied()
+            });
+        by_id.or_else(|| {
+            let pool = node.labels.get(AGENTPOOL_LABEL)?;
+            self.pools.get(pool).copied()
+        })
+    }
+}
+
+/// Registered nodes per group: `groups` as (name, backing), in index order.
+pub fn registered_per_group<'g>(
+    nodes: &[Arc<NodeRecord>],
+    groups: impl IntoIterator<Item = (&'g str, &'g Backing)> + Clone,
+) -> HashMap<String, u32> {
+    let index = GroupIndex::of_backings(groups.clone().into_iter().map(|(_, b)| b));
+    let names: Vec<&str> = groups.into_iter().map(|(n, _)| n).collect();
+    let mut out = HashMap::new();
+    for n in nodes {
+        if let Some(i) = index.group_of(n) {
+            *out.entry(names[i].to_string()).or_default() += 1;
+        }
+    }
+    out
+}
+
+/// A Ready node.
+pub fn is_ready(node: &NodeRecord) -> bool {
+    node.ready
+}
+
+/// A registered node still booting: not Ready, and created less than `window` before `now`
+/// (cluster-autoscaler's "not started" nodes). It offers no room yet but is on its way, so it
+/// counts as upcoming; an older node that is not Ready is broken, not coming.
+pub fn is_starting(node: &NodeRecord, now: Timestamp, window: std::time::Duration) -> bool {
+    if node.ready {
+        return false;
+    }
+    let Some(created) = node.created else {
+        return false;
+    };
+    let age = now.duration_since(created);
+    age.is_negative() || age.unsigned_abs() < window
+}
+
+/// Not cordoned.
+pub fn schedulable(node: &NodeRecord) -> bool {
+    !node.unschedulable
+}
