@@ -15,6 +15,7 @@ use crate::config::{DemandKind, NodeGroupSpec, Settings};
 use crate::hold::HoldReason;
 use crate::kube::reflect::ClusterView;
 use crate::metrics::Metrics;
+use crate::node_groups::Unhealthy;
 use crate::notify::{ControllerEvent, EventSink, ObjectRef};
 use crate::planner::{ConfiguredDemand, Demand, DemandSource, Reason};
 use crate::pods::pending::{wants_capacity, Batcher};
@@ -338,23 +339,16 @@ impl ScaleUpLoop {
         let mut inputs = Vec::with_capacity(groups.len());
         for (g, cached) in groups.iter().zip(&cached) {
             let capacity = self.groups.target_size(&g.name);
-            let refused = self.groups.write_refusal(g).map(|reason| WhyNot {
-                label: "refused",
-                text: format!(
-                    "not written by this controller ({reason}: AKS's own autoscaler scales this pool)"
-                ),
-            });
-            let unhealthy = refused.or_else(|| match self.reconciler.group_hold(&g.name)? {
-                HoldReason::Cooldown => Some(WhyNot {
-                    label: "quota",
-                    text: "cooling down after a quota refusal (OperationNotAllowed)".into(),
-                }),
-                HoldReason::Backoff => Some(WhyNot {
-                    label: "backoff",
-                    text: "backed off after errors".into(),
-                }),
-                _ => None,
-            });
+            let unhealthy = self
+                .groups
+                .write_refusal(g)
+                .map(Unhealthy::Refused)
+                .or_else(|| match self.reconciler.group_hold(&g.name)? {
+                    HoldReason::Cooldown => Some(Unhealthy::QuotaCooldown),
+                    HoldReason::Backoff => Some(Unhealthy::WriteBackoff),
+                    _ => None,
+                })
+                .map(why_not);
             inputs.push(GroupInput {
                 name: g.name.clone(),
                 backing: self.backing(g),
@@ -403,14 +397,10 @@ impl ScaleUpLoop {
                     .inc();
             }
             if g.unhealthy.is_none() {
-                g.unhealthy = Some(WhyNot {
-                    label: "provision_timeout",
-                    text: format!(
-                        "requested nodes did not register within maxNodeProvisionTime ({}s): backed off for {}s more",
-                        limit.as_secs(),
-                        backoff.as_secs()
-                    ),
-                });
+                g.unhealthy = Some(why_not(Unhealthy::ProvisionTimeout {
+                    limit,
+                    left: backoff,
+                }));
             }
         }
         self.decisions += 1;
@@ -561,6 +551,14 @@ impl ScaleUpLoop {
             );
         }
         self.told = told_now;
+    }
+}
+
+/// What the scale-up decision says of a group out of it.
+fn why_not(u: Unhealthy) -> WhyNot {
+    WhyNot {
+        label: u.label(),
+        text: u.to_string(),
     }
 }
 

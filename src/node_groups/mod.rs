@@ -1,6 +1,7 @@
 //! Node groups as the read side: which groups there are (configured and discovered), what
 //! Azure last said of each (the scale-set cache, sizes, instances), their floors, the refusal a
-//! read carries, and which nodes are whose ([`GroupIndex`]).
+//! read carries, why a group is out of scale-up ([`Unhealthy`]), and which nodes are whose
+//! ([`GroupIndex`]).
 //!
 //! Both loops and the reconciler read node groups here; nothing here writes to Azure. What only
 //! writing needs (in flight, the write budget, backoff, cool-down, the last ETag this replica
@@ -34,6 +35,59 @@ const INSTANCE_LISTS_PER_PASS: usize = 32;
 
 /// Wall clock for the planner (schedules). Replaceable in tests.
 pub type WallClock = Arc<dyn Fn() -> OffsetDateTime + Send + Sync>;
+
+/// Why a node group is out of scale-up now: its health, one closed set. The scale-up decision
+/// passes over such a group and tells pending pods why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unhealthy {
+    /// This controller must not write the group (an agent pool AKS's own autoscaler scales).
+    Refused(WriteRefusal),
+    /// Cooling down after Azure refused a write for quota (`OperationNotAllowed`).
+    QuotaCooldown,
+    /// Backing off after write errors (5xx, transport).
+    WriteBackoff,
+    /// Requested nodes did not register within `maxNodeProvisionTime` (`limit`): backed off
+    /// for `left` more.
+    ProvisionTimeout {
+        /// `maxNodeProvisionTime`.
+        limit: std::time::Duration,
+        /// How long the group stays out.
+        left: std::time::Duration,
+    },
+}
+
+impl Unhealthy {
+    /// The `reason` label (metrics, the pods' Events).
+    pub fn label(&self) -> &'static str {
+        match self {
+            Unhealthy::Refused(_) => "refused",
+            Unhealthy::QuotaCooldown => "quota",
+            Unhealthy::WriteBackoff => "backoff",
+            Unhealthy::ProvisionTimeout { .. } => "provision_timeout",
+        }
+    }
+}
+
+impl std::fmt::Display for Unhealthy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unhealthy::Refused(why) => write!(
+                f,
+                "not written by this controller ({why}: AKS's own autoscaler scales this pool)"
+            ),
+            Unhealthy::QuotaCooldown => {
+                f.write_str("cooling down after a quota refusal (OperationNotAllowed)")
+            }
+            Unhealthy::WriteBackoff => f.write_str("backed off after errors"),
+            Unhealthy::ProvisionTimeout { limit, left } => write!(
+                f,
+                "requested nodes did not register within maxNodeProvisionTime ({}s): backed off for {}s more",
+                limit.as_secs(),
+                left.as_secs()
+            ),
+        }
+    }
+}
 
 /// What one full LIST of every source returned.
 #[derive(Debug)]
