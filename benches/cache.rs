@@ -38,6 +38,7 @@ fn scale_set(i: usize) -> ScaleSet {
         extended_location: None,
         agent_pool: None,
         vm_profile: Default::default(),
+        zones: Vec::new(),
     }
 }
 

@@ -212,6 +212,8 @@ fn main() {
             }),
             unhealthy: None,
             failed: Vec::new(),
+            quota: Vec::new(),
+            vcpus: None,
         })
         .collect();
     let input = ScaleUpInput {
@@ -224,6 +226,7 @@ fn main() {
         seed: 1,
         now: k8s_openapi::jiff::Timestamp::now(),
         node_startup: std::time::Duration::from_secs(900),
+        quota: Vec::new(),
     };
     let first = plan(&input);
     println!(
@@ -269,6 +272,7 @@ fn main() {
         pdbs: &[],
         threshold: 0.5,
         busy: &busy,
+        unready: &busy,
         previously: &busy,
         non_empty_candidates: vmss_capacity_controller::config::DEFAULT_NON_EMPTY_CANDIDATES,
     };

@@ -45,6 +45,22 @@ pub struct ScaleSet {
     pub agent_pool: Option<Arc<AgentPoolFacts>>,
     /// What the VM profile says about the nodes it makes (scale-from-zero templates).
     pub vm_profile: VmProfile,
+    /// Availability zones (a scale set's `zones`, a pool's `availabilityZones`); empty: regional.
+    pub zones: Vec<String>,
+}
+
+impl ScaleSet {
+    /// What the resource asks Azure for (size, zones, priority in its region), when the read
+    /// named a size: the key of unavailable offerings and of quota pools.
+    pub fn offering(&self) -> Option<crate::capacity::Offering> {
+        let size = self.sku_name.as_deref()?;
+        Some(crate::capacity::Offering::new(
+            &self.location,
+            size,
+            &self.zones,
+            self.vm_profile.spot,
+        ))
+    }
 }
 
 /// What a node group's VM profile says about its future nodes: a scale set's
@@ -58,6 +74,9 @@ pub struct VmProfile {
     /// The kubelet's disk is the VM's temporary disk (a pool's `kubeletDiskType: Temporary`),
     /// not the OS disk.
     pub kubelet_on_temp_disk: bool,
+    /// Spot priority (a scale set's `priority: Spot` or `Low`, a pool's
+    /// `scaleSetPriority: Spot`).
+    pub spot: bool,
 }
 
 /// What an agent-pool read showed beyond the fields all node groups share. The pool PUT
@@ -351,6 +370,7 @@ pub(crate) mod tests {
             extended_location: None,
             agent_pool: None,
             vm_profile: VmProfile::default(),
+            zones: Vec::new(),
         }
     }
 

@@ -3,9 +3,11 @@
 //! The same value is the `reason` label of `writes_held_total`, the reason in a `WriteHeld`
 //! Event, the `held` field of the status ConfigMap and the refusal a delete returns, so adding a
 //! reason is one variant here and the compiler finds every place that must say something about
-//! it. A leaf module (it depends only on [`crate::fence`]): the reconciler, the resources and the
-//! notification types all use it without importing each other.
+//! it. A leaf module (it depends only on [`crate::fence`] and [`crate::capacity`]'s failure
+//! classes): the reconciler, the resources and the notification types all use it without
+//! importing each other.
 
+use crate::capacity::AllocationFailure;
 use crate::fence::FenceHold;
 use std::fmt;
 
@@ -40,9 +42,10 @@ pub enum HoldReason {
     Fenced(FenceHold),
     /// No token could be fetched for the write.
     Credential,
-    /// The group is cooling down after Azure refused a write for quota or as not allowed
-    /// (capacity writes only: a quota refusal says nothing about removing an instance).
-    Cooldown,
+    /// Azure refused the group's offering lately (quota, size not available, no capacity) and
+    /// the mark has not run out (capacity writes only: a refused allocation says nothing about
+    /// removing an instance, which frees quota).
+    Unavailable(AllocationFailure),
     /// The group is backing off after a 5xx or transport error on a write to it.
     Backoff,
     /// The group's write budget (`writeBudget`) is spent.
@@ -61,7 +64,7 @@ impl HoldReason {
         match self {
             HoldReason::Fenced(hold) => hold.metric_label(),
             HoldReason::Credential => "credential",
-            HoldReason::Cooldown => "cooldown",
+            HoldReason::Unavailable(_) => "offering_unavailable",
             HoldReason::Backoff => "backoff",
             HoldReason::Budget => "budget",
             HoldReason::Refused(why) => why.label(),
@@ -75,7 +78,7 @@ impl HoldReason {
         HoldReason::Fenced(FenceHold::NotLeader),
         HoldReason::Fenced(FenceHold::RenewalStale),
         HoldReason::Credential,
-        HoldReason::Cooldown,
+        HoldReason::Unavailable(AllocationFailure::Quota),
         HoldReason::Backoff,
         HoldReason::Budget,
         HoldReason::Refused(WriteRefusal::AksAutoscaler),
@@ -116,7 +119,7 @@ mod tests {
                 "not_leader",
                 "lease_stale",
                 "credential",
-                "cooldown",
+                "offering_unavailable",
                 "backoff",
                 "budget",
                 "aks_autoscaler",

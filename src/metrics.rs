@@ -73,7 +73,7 @@ pub struct Metrics {
     /// 1 while a kind's watch is healthy (its last list completed and no error since), else 0.
     pub kube_watch_healthy: IntGaugeVec,
     /// 1 while scale-down (and deleting unregistered instances) is halted, by reason
-    /// (`watch_failing`), else 0.
+    /// (`watch_failing`, `too_many_unready`), else 0.
     pub scale_down_halted: IntGaugeVec,
     /// Writes refused before sending, by scale set and reason (`no_etag`, `budget`, `cooldown`, `backoff`, `gated`).
     pub writes_held_total: IntCounterVec,
@@ -100,8 +100,14 @@ pub struct Metrics {
     /// `capacity_writes_total`).
     pub scaled_up_nodes_total: IntCounterVec,
     /// Scale-ups given up on, by group and reason (`provision_timeout`: requested nodes did not
-    /// register within `maxNodeProvisionTime`).
+    /// register within `maxNodeProvisionTime`; `quota`, `sku_not_available`,
+    /// `allocation_failed`: Azure refused the allocation and the offering was marked
+    /// unavailable).
     pub failed_scale_ups_total: IntCounterVec,
+    /// vCPUs the subscription's quota leaves, by region and usage (a VM family such as
+    /// `standardDSv5Family`, `cores` for the regional total, `lowPriorityCores` for spot), for
+    /// the usages the node groups draw from, as last read.
+    pub quota_remaining_vcpus: IntGaugeVec,
     /// Scale-up decisions made (one per closed batch of pending pods, or a re-check).
     pub scale_up_decisions_total: IntCounterVec,
     /// Time to make one scale-up decision (pure planning, no I/O).
@@ -110,7 +116,7 @@ pub struct Metrics {
     /// `unneeded_nodes_count`, per group).
     pub unneeded_nodes_count: IntGaugeVec,
     /// Nodes removed (their instance deleted and confirmed by Azure), by group and reason
-    /// (`empty`, `underutilized`, `unregistered`: an instance that never became a Node).
+    /// (`empty`, `underutilized`, `unready`, `unregistered`: an instance that never became a Node).
     pub scaled_down_nodes_total: IntCounterVec,
     /// Removals started and not finished, by group and where they stopped (`aborted`: the
     /// re-check after the taint, `drain_failed`, `refused`: the guards before the delete,
@@ -338,10 +344,16 @@ impl Metrics {
                 "Scale-ups given up on, by node group and reason.",
                 &["scale_set", "reason"],
             ),
+            quota_remaining_vcpus: int_gauge(
+                &registry,
+                "quota_remaining_vcpus",
+                "vCPUs the subscription's quota leaves, by region and usage (family, cores, lowPriorityCores), as last read.",
+                &["location", "family"],
+            ),
             scale_up_decisions_total: counter(
                 &registry,
                 "scale_up_decisions_total",
-                "Scale-up decisions, by trigger (batch: a burst of pending pods closed; recheck).",
+                "Scale-up decisions, by trigger (batch: a burst of pending pods closed; recheck; refusal: Azure refused an allocation planned for).",
                 &["trigger"],
             ),
             scale_up_decision_duration_seconds: histogram(

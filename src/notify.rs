@@ -155,6 +155,18 @@ pub struct ConflictRecord {
     pub outcome: String,
 }
 
+/// Why a group's offering is out (status ConfigMap).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnavailableStatus {
+    /// The failure class (`quota`, `sku_not_available`, `allocation_failed`).
+    pub reason: String,
+    /// Until when (RFC 3339) scale-up passes over the group.
+    pub until: String,
+    /// Azure's message.
+    pub message: String,
+}
+
 /// One node group as the reconciler sees it now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -181,8 +193,9 @@ pub struct GroupStatus {
     pub foreign_writes: u64,
     /// Until when (RFC 3339) the group is backed off after errors, if it is.
     pub backoff_until: Option<String>,
-    /// Until when (RFC 3339) the group cools down after a quota refusal, if it does.
-    pub cooldown_until: Option<String>,
+    /// Azure refused the group's offering lately and it is passed over, if it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<UnavailableStatus>,
     /// Why writes are held, if they are (`aks_autoscaler`, `not_leader`, ...).
     pub held: Option<String>,
     /// Why scale-down is halted, if it is (a watch of the cluster failing): cluster-wide, shown

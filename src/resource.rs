@@ -15,6 +15,7 @@ use crate::azure::aks::AgentPools;
 use crate::azure::arm::OperationStatus;
 use crate::azure::{ArmClient, ArmError, DeleteAccepted, Precondition, PutAccepted};
 use crate::cache::{Instance, ScaleSet};
+use crate::capacity::UsageSource;
 use crate::config::{NodeGroupKind, NodeGroupSpec, Settings};
 use crate::hold::WriteRefusal;
 use std::collections::BTreeMap;
@@ -190,6 +191,8 @@ pub struct Resources {
     /// `(resource group, cluster)` of `autoDiscovery.aksCluster`.
     discovery: Option<(String, String)>,
     default_resource_group: String,
+    /// Where the regions' compute usages (vCPU quota) are read; `None`: quota is not read.
+    usages: Option<Arc<dyn UsageSource>>,
 }
 
 impl Resources {
@@ -229,6 +232,7 @@ impl Resources {
         Self {
             discovery,
             list_scale_sets: any_vmss || pools.is_empty(),
+            usages: Some(arm.clone()),
             scale_sets: arm,
             pools,
             default_resource_group,
@@ -244,7 +248,13 @@ impl Resources {
             pools: BTreeMap::new(),
             discovery: None,
             default_resource_group: String::new(),
+            usages: None,
         }
+    }
+
+    /// Where the regions' compute usages are read, if they are.
+    pub fn usages(&self) -> Option<&Arc<dyn UsageSource>> {
+        self.usages.as_ref()
     }
 
     /// The resource backing `group`.

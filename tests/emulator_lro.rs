@@ -180,7 +180,7 @@ async fn an_lro_failed_fault_ends_the_operation_failed_with_an_error() {
     env.handle.state().inject_fault(FaultSpec {
         method: Some("PUT".into()),
         path_contains: Some("/virtualMachineScaleSets/v".into()),
-        kind: FaultKind::LroFailed,
+        kind: FaultKind::LroFailed { code: None },
         count: Some(1),
         probability: None,
         seed: None,

@@ -55,7 +55,7 @@ fn group(name: &str) -> GroupStatus {
         last_conflict: None,
         foreign_writes: 0,
         backoff_until: None,
-        cooldown_until: None,
+        unavailable: None,
         held: None,
         scale_down_halted: None,
     }

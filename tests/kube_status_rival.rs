@@ -73,7 +73,7 @@ fn group(name: &str, target: i64) -> GroupStatus {
         last_conflict: None,
         foreign_writes: 0,
         backoff_until: None,
-        cooldown_until: None,
+        unavailable: None,
         held: None,
         scale_down_halted: None,
     }

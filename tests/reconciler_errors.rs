@@ -1,5 +1,5 @@
 //! The per-class error policy: throttling (`Retry-After`, on tokio's paused clock), quota
-//! cool-down, 5xx backoff, and the metrics contract scraped over HTTP.
+//! offering marked unavailable, 5xx backoff, and the metrics contract scraped over HTTP.
 
 mod support;
 
@@ -99,7 +99,7 @@ async fn a_throttled_read_holds_reads_back_but_not_writes() {
 }
 
 #[tokio::test]
-async fn a_quota_409_cools_the_group_down_and_leaves_the_others_alone() {
+async fn a_quota_409_marks_the_offering_unavailable_and_holds_its_writes_while_the_others_go_on() {
     let h = Harness::new(
         &[("pool-a", 1), ("pool-b", 1)],
         vec![
@@ -133,13 +133,20 @@ async fn a_quota_409_cools_the_group_down_and_leaves_the_others_alone() {
     for _ in 0..3 {
         let _ = h.reconciler.run_once().await;
     }
-    assert_eq!(puts_a(&h), 1, "no further writes during the cool-down");
+    assert_eq!(puts_a(&h), 1, "no further writes while the offering is out");
     assert_eq!(
         h.counter(
             &h.metrics.writes_held_total,
-            &[("scale_set", "pool-a"), ("reason", "cooldown")]
+            &[("scale_set", "pool-a"), ("reason", "offering_unavailable")]
         ),
         3
+    );
+    assert_eq!(
+        h.counter(
+            &h.metrics.failed_scale_ups_total,
+            &[("scale_set", "pool-a"), ("reason", "quota")]
+        ),
+        1
     );
 }
 

@@ -84,7 +84,7 @@ async fn after_a_write_the_snapshot_shows_the_write_its_result_and_the_adopted_e
     assert_eq!((s.target, s.capacity), (Some(6), Some(6)));
     assert_eq!(s.etag.as_deref(), Some(h.etag_now("pool-a").await.as_str()));
     assert_eq!((s.foreign_writes, s.held.clone(), s.last_conflict.clone()), (0, None, None));
-    assert_eq!((s.backoff_until.clone(), s.cooldown_until.clone()), (None, None));
+    assert_eq!((s.backoff_until.clone(), s.unavailable.clone()), (None, None));
 }
 }
 

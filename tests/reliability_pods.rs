@@ -292,7 +292,7 @@ fn random_fault(rng: &mut StdRng) -> (&'static str, FaultKind) {
         ),
         2 => ("PUT", status_kind(409, "OperationNotAllowed", None)),
         3 => ("PUT", FaultKind::DropAfterCommit),
-        4 => ("PUT", FaultKind::LroFailed),
+        4 => ("PUT", FaultKind::LroFailed { code: None }),
         5 => ("PUT", status_kind(412, "PreconditionFailed", None)),
         6 => ("GET", status_kind(503, "ServiceUnavailable", None)),
         7 => ("GET", FaultKind::NoEtag),

@@ -382,3 +382,150 @@ async fn an_instance_that_never_registers_is_deleted_after_max_node_provision_ti
     assert!(c.state.lost_updates().is_empty());
     c.stop().await;
 }
+
+/// Makes `node`'s kubelet stop posting (the emulator's `emulator-not-ready` annotation), or
+/// lets it post again.
+async fn sicken(c: &Cluster, node: &str, sick: bool) {
+    use vmss_capacity_controller::emulator::sim::nodes::NOT_READY_ANNOTATION;
+    let api: kube::Api<Node> = kube::Api::all(c.client.clone());
+    let value = sick.then_some("true");
+    let patch = json!({"metadata": {"annotations": {NOT_READY_ANNOTATION: value}}});
+    api.patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("node annotated");
+}
+
+fn halted(c: &Cluster, reason: &str) -> i64 {
+    c.metrics
+        .scale_down_halted
+        .with_label_values(&[reason])
+        .get()
+}
+
+/// Ready nodes `unneededTime` (an hour) keeps; unready ones go after `unreadyTime` (1 s), past a
+/// startup window of 1 s.
+fn unready_fast(s: &mut Settings, min: u32) {
+    fast(s, min);
+    s.scale_down.unneeded_time = Duration::from_secs(3600);
+    s.scale_down.unready_time = Duration::from_secs(1);
+    s.pod_demand.max_node_provision_time = Duration::from_secs(1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_not_ready_past_the_unready_time_is_drained_and_removed_though_its_pods_keep_it_busy(
+) {
+    let c = Cluster::start_simulated(&[("pool", SIZE, 2, &[])], 5, |s| unready_fast(s, 1)).await;
+    ready(&c, 2).await;
+    // web uses 1.2 of the node's 2 cpus: a Ready node so loaded is never unneeded.
+    c.kube
+        .create_replica_set("default", "web", 1, &PodTemplate::new("1200m", "256Mi"))
+        .expect("replica set");
+    assert!(eventually(Duration::from_secs(10), || node_of(&c, "web").len() == 1).await);
+    let sick = node_of(&c, "web").remove(0);
+    // The other node is kept out of scale-down, so it is a destination for web (an unneeded
+    // node never is: its room may be gone with it).
+    let other = nodes(&c)
+        .into_iter()
+        .find(|n| *n != sick)
+        .expect("two nodes");
+    annotate(&c, &other, Some("true")).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        deletes(&c).is_empty(),
+        "a Ready node went: {:?}",
+        deletes(&c)
+    );
+    sicken(&c, &sick, true).await;
+    assert!(
+        eventually(Duration::from_secs(20), || c.capacity("pool") == 1).await,
+        "the unready node was not removed: capacity {}",
+        c.capacity("pool")
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || count(
+            &c,
+            &c.metrics.scaled_down_nodes_total,
+            &[("reason", "unready")]
+        ) == 1)
+        .await
+    );
+    // Exactly the sick node's instance, and its pod was evicted and runs on the other node.
+    assert!(eventually(Duration::from_secs(5), || !nodes(&c).contains(&sick)).await);
+    let sent = deletes(&c);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert!(sent[0].if_match.is_some());
+    assert_eq!(
+        count(&c, &c.metrics.evicted_pods_total, &[("result", "evicted")]),
+        1
+    );
+    assert!(eventually(Duration::from_secs(10), || node_of(&c, "web") == nodes(&c)).await);
+    assert!(c._emulator.pods_lost_with_nodes().is_empty());
+    assert!(c.state.lost_updates().is_empty());
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_unready_nodes_halt_scale_down_while_scale_up_goes_on() {
+    let c = Cluster::start_simulated(&[("pool", SIZE, 5, &[])], 8, |s| unready_fast(s, 0)).await;
+    let names = ready(&c, 5).await;
+    // 4 of 5 unready: more than okTotalUnreadyCount (3) and than 45 %.
+    for n in &names[1..] {
+        sicken(&c, n, true).await;
+    }
+    assert!(
+        eventually(Duration::from_secs(10), || halted(&c, "too_many_unready")
+            == 1)
+        .await,
+        "scale-down never said it halted"
+    );
+    let why = c.reconciler.status()[0].scale_down_halted.clone();
+    assert!(
+        why.as_deref()
+            .is_some_and(|w| w.contains("4 of 5 nodes are unready")),
+        "the status says why: {why:?}"
+    );
+    // Scale-up goes on: two 1.5-cpu pods, one Ready node with room for one.
+    c.kube
+        .create_replica_set("default", "web", 2, &PodTemplate::new("1500m", "256Mi"))
+        .expect("replica set");
+    assert!(
+        eventually(Duration::from_secs(20), || node_of(&c, "web").len() == 2).await,
+        "web never ran: capacity {}",
+        c.capacity("pool")
+    );
+    assert_eq!(c.capacity("pool"), 6);
+    // Still 4 of 6 unready, each past unreadyTime several times over: none goes.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(deletes(&c).is_empty(), "deleted: {:?}", deletes(&c));
+    assert_eq!(halted(&c, "too_many_unready"), 1);
+
+    // Two recover: 2 unready is within okTotalUnreadyCount, scale-down resumes, and the two
+    // still unready (empty) go; the Ready empty ones stay (unneededTime is an hour).
+    for n in &names[1..3] {
+        sicken(&c, n, false).await;
+    }
+    assert!(
+        eventually(Duration::from_secs(20), || c.capacity("pool") == 4).await,
+        "the unready nodes were not removed: capacity {}",
+        c.capacity("pool")
+    );
+    assert_eq!(halted(&c, "too_many_unready"), 0);
+    assert_eq!(c.reconciler.status()[0].scale_down_halted, None);
+    assert!(
+        eventually(Duration::from_secs(10), || count(
+            &c,
+            &c.metrics.scaled_down_nodes_total,
+            &[("reason", "unready")]
+        ) == 2)
+        .await
+    );
+    let gone: Vec<String> = names[3..].to_vec();
+    assert!(
+        eventually(Duration::from_secs(5), || nodes(&c)
+            .iter()
+            .all(|n| !gone.contains(n)))
+        .await
+    );
+    assert!(c._emulator.pods_lost_with_nodes().is_empty());
+    c.stop().await;
+}

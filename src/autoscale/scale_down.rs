@@ -127,11 +127,15 @@ struct Removal {
     resource_version: String,
     /// Uids of the pods that were to move when it was decided.
     pods: Vec<String>,
+    /// Not Ready past its startup window when it was decided (it waited `unreadyTime`).
+    unready: bool,
 }
 
 impl Removal {
     fn reason(&self) -> &'static str {
-        if self.pods.is_empty() {
+        if self.unready {
+            "unready"
+        } else if self.pods.is_empty() {
             "empty"
         } else {
             "underutilized"
@@ -255,7 +259,25 @@ impl ScaleDownLoop {
             self.cleaned = false;
             return;
         }
-        if !self.healthy() {
+        // Nodes not Ready past their startup window: candidates after `unreadyTime`, never room;
+        // too many of them halt scale-down.
+        let nodes: Vec<Arc<NodeRecord>> = s.cluster.nodes.snapshot().values().cloned().collect();
+        let wall =
+            k8s_openapi::jiff::Timestamp::from_nanosecond(s.groups.now().unix_timestamp_nanos())
+                .unwrap_or_default();
+        let unready = crate::node_groups::unready_nodes(
+            &nodes,
+            wall,
+            s.settings.pod_demand.max_node_provision_time,
+        );
+        let settings = &s.settings.scale_down;
+        let too_many = crate::node_groups::too_many_unready(
+            unready.len(),
+            nodes.len(),
+            settings.ok_total_unready_count,
+            settings.max_total_unready_percentage,
+        );
+        if !self.healthy(too_many) {
             return;
         }
         if self.dry_run {
@@ -272,9 +294,7 @@ impl ScaleDownLoop {
         }
 
         let now = Instant::now();
-        let settings = &s.settings.scale_down;
         let groups = s.groups.groups();
-        let nodes: Vec<Arc<NodeRecord>> = s.cluster.nodes.snapshot().values().cloned().collect();
         let pods: Vec<Arc<PodRecord>> = s.cluster.pods.snapshot().values().cloned().collect();
         let pdbs: Vec<_> = s.cluster.pdbs.snapshot().values().cloned().collect();
         let (busy, deleting, draining) = {
@@ -328,6 +348,7 @@ impl ScaleDownLoop {
             pdbs: &pdbs,
             threshold: settings.utilization_threshold,
             busy: &busy,
+            unready: &unready,
             previously: &self.since.keys().cloned().collect(),
             non_empty_candidates: settings.non_empty_candidates_count,
         });
@@ -340,6 +361,7 @@ impl ScaleDownLoop {
             now,
             Limits {
                 unneeded_time: settings.unneeded_time,
+                unready_time: settings.unready_time,
                 max_empty_bulk_delete: settings.max_empty_bulk_delete,
                 max_per_pass: settings.max_scale_down_per_pass,
                 draining: draining > 0,
@@ -383,6 +405,7 @@ impl ScaleDownLoop {
                 },
                 resource_version: u.resource_version.clone(),
                 pods: u.pods.clone(),
+                unready: u.unready,
                 group,
             };
             let slot = {
@@ -411,29 +434,45 @@ impl ScaleDownLoop {
         }
     }
 
-    /// Whether the cluster view can be trusted to decide from (every watch healthy). While it
-    /// cannot, nothing is unneeded "since" anything: the unneeded time starts over afterwards.
-    fn healthy(&mut self) -> bool {
+    /// Whether the cluster can be scaled down now: every watch healthy (the view can be trusted
+    /// to decide from), and not too many nodes unready (`too_many_unready`, cluster-autoscaler's
+    /// cluster health). While it cannot, nothing is unneeded "since" anything: the unneeded
+    /// time starts over afterwards.
+    fn healthy(&mut self, too_many_unready: Option<String>) -> bool {
         let s = &self.shared;
         let halted = &s.metrics.scale_down_halted;
-        match s.cluster.failing().first() {
+        let why = match s.cluster.failing().first() {
             Some(f) => {
-                let why = f.to_string();
                 if self.halted.is_none() {
                     warn!(kind = f.kind, error = %f.error, "scale-down halted: a watch of the cluster is failing, so the view may miss pods and nodes");
                 }
+                Some(("watch_failing", f.to_string()))
+            }
+            None => too_many_unready.map(|w| {
+                if self.halted.is_none() {
+                    warn!(why = %w, "scale-down halted: too many nodes are unready (scale-up goes on)");
+                }
+                ("too_many_unready", w)
+            }),
+        };
+        for label in ["watch_failing", "too_many_unready"] {
+            let on = why.as_ref().is_some_and(|(l, _)| *l == label);
+            halted.with_label_values(&[label]).set(i64::from(on));
+        }
+        match why {
+            Some((_, why)) => {
                 s.reconciler.set_scale_down_halted(Some(why.clone()));
                 self.halted = Some(why);
-                halted.with_label_values(&["watch_failing"]).set(1);
                 self.since.clear();
                 false
             }
             None => {
                 if self.halted.take().is_some() {
-                    info!("scale-down resumed: every watch of the cluster listed afresh");
+                    info!(
+                        "scale-down resumed: every watch of the cluster healthy, few nodes unready"
+                    );
                     s.reconciler.set_scale_down_halted(None);
                 }
-                halted.with_label_values(&["watch_failing"]).set(0);
                 true
             }
         }
@@ -901,7 +940,12 @@ impl Shared {
             &others,
             |_| false,
             &pdbs,
-            self.settings.scale_down.utilization_threshold,
+            // An unready node's utilisation does not keep it (see `unneeded`).
+            if r.unready {
+                f64::INFINITY
+            } else {
+                self.settings.scale_down.utilization_threshold
+            },
         )
         .map(|_| ())
         .map_err(|b| format!("no longer removable: {b}"))

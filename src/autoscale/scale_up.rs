@@ -226,6 +226,9 @@ impl ScaleUpLoop {
     /// standby looks again every [`STANDBY_LOOK`] for the leadership it may gain.
     pub async fn run(mut self, shutdown: CancellationToken) {
         let mut changes = self.cluster.changes();
+        let mut refusals = self.groups.refusals();
+        // Azure refused an allocation since the last decision: decide again now.
+        let mut refused = false;
         let mut last_pods: Option<Arc<crate::kube::reflect::Objects<PodRecord>>> = None;
         let mut pending_now = 0usize;
         let mut wake_at: Option<Instant> = None;
@@ -238,6 +241,7 @@ impl ScaleUpLoop {
             };
             tokio::select! {
                 _ = changes.changed() => {}
+                Ok(()) = refusals.changed() => refused = true,
                 _ = sleep => {}
                 _ = shutdown.cancelled() => return,
             }
@@ -268,6 +272,9 @@ impl ScaleUpLoop {
                 .map_or(now, |t| t + self.settings.scan_interval);
             let trigger = if self.batcher.ready(now) {
                 Some("batch")
+            } else if refused && pending_now > 0 && self.batcher.deadline().is_none() {
+                // The groups planned for are out: their pods go elsewhere in this decision.
+                Some("refusal")
             } else if self.batcher.deadline().is_none()
                 && (pending_now > 0 || !self.demand.targets().is_empty())
                 && now >= recheck_at
@@ -281,6 +288,7 @@ impl ScaleUpLoop {
             if let Some(trigger) = trigger {
                 self.batcher.close();
                 self.decide(trigger, now);
+                refused = false;
             }
             // The next moment that needs a look without any change in the cluster.
             wake_at = match self.batcher.deadline() {
@@ -336,15 +344,27 @@ impl ScaleUpLoop {
             .iter()
             .map(|g| self.groups.scale_sets().get(&g.name))
             .collect();
+        // The quota pools every group draws from, as last read.
+        let offerings: Vec<_> = cached
+            .iter()
+            .map(|c| c.as_ref().and_then(|c| c.scale_set.offering()))
+            .collect();
+        let (quota, mut group_pools) = self.groups.quota().pools(&offerings);
         let mut inputs = Vec::with_capacity(groups.len());
-        for (g, cached) in groups.iter().zip(&cached) {
+        for ((g, cached), pools) in groups.iter().zip(&cached).zip(group_pools.iter_mut()) {
             let capacity = self.groups.target_size(&g.name);
             let unhealthy = self
                 .groups
                 .write_refusal(g)
                 .map(Unhealthy::Refused)
+                .or_else(|| {
+                    let u = self.groups.unavailable(&g.name)?;
+                    Some(Unhealthy::Unavailable {
+                        failure: u.failure,
+                        left: u.left,
+                    })
+                })
                 .or_else(|| match self.reconciler.group_hold(&g.name)? {
-                    HoldReason::Cooldown => Some(Unhealthy::QuotaCooldown),
                     HoldReason::Backoff => Some(Unhealthy::WriteBackoff),
                     _ => None,
                 })
@@ -356,6 +376,11 @@ impl ScaleUpLoop {
                 max: g.max_size,
                 capacity,
                 shape: cached.as_ref().map(|c| shape_of(g, &c.scale_set)),
+                vcpus: cached
+                    .as_ref()
+                    .and_then(|c| crate::pods::template::vm_size(shape_of(g, &c.scale_set).vm_size))
+                    .map(|s| s.vcpu),
+                quota: std::mem::take(pools),
                 unhealthy,
                 failed: self
                     .groups
@@ -416,6 +441,7 @@ impl ScaleUpLoop {
             now: k8s_openapi::jiff::Timestamp::from_nanosecond(wall.unix_timestamp_nanos())
                 .unwrap_or_default(),
             node_startup: limit,
+            quota,
         };
         let started = std::time::Instant::now();
         let plan = scale_up::plan(&input);
@@ -476,9 +502,14 @@ impl ScaleUpLoop {
                     .with_label_values(&[group])
                     .inc_by((*target - from) as u64);
             }
+            let capped = plan
+                .capped
+                .get(group)
+                .map(|c| format!(", {c}"))
+                .unwrap_or_default();
             grows.push((
                 group.clone(),
-                format!("{group} {from}->{target} (max: {max})"),
+                format!("{group} {from}->{target} (max: {max}{capped})"),
             ));
         }
         if !plan.targets.is_empty() || unfit > 0 || !plan.not_simulated.is_empty() {

@@ -48,6 +48,9 @@ pub struct AgentPools {
     cluster: String,
     /// `(node resource group, pool → backing scale-set name)`, learned on first need.
     backing: Mutex<Option<(String, BTreeMap<String, String>)>>,
+    /// The managed cluster's region, learned with the backing: the pools' region (the pool
+    /// JSON does not carry one), which quota is counted in.
+    location: Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for AgentPools {
@@ -67,6 +70,7 @@ impl AgentPools {
             resource_group: resource_group.to_string(),
             cluster: cluster.to_string(),
             backing: Mutex::new(None),
+            location: Mutex::new(None),
         }
     }
 
@@ -140,7 +144,14 @@ impl AgentPools {
             }
             match page.get("nextLink").and_then(Value::as_str) {
                 Some(next) if !next.is_empty() => url = self.same_host(op, next)?,
-                _ => return Ok(out),
+                _ => {
+                    if let Some(location) = self.location.lock().clone() {
+                        for pool in &mut out {
+                            pool.location.clone_from(&location);
+                        }
+                    }
+                    return Ok(out);
+                }
             }
         }
         Err(ArmError::Decode {
@@ -194,13 +205,17 @@ impl AgentPools {
             Err(e) => return Err(e),
         };
         let value = decode(op, pool, &answer.body)?;
-        pool_from_json(&self.cluster, value, answer.etag)
-            .map(Some)
-            .map_err(|detail| ArmError::Decode {
+        let mut read = pool_from_json(&self.cluster, value, answer.etag).map_err(|detail| {
+            ArmError::Decode {
                 op,
                 scale_set: pool.into(),
                 detail,
-            })
+            }
+        })?;
+        if let Some(location) = self.location.lock().clone() {
+            read.location = location;
+        }
+        Ok(Some(read))
     }
 
     /// PUT the pool as last read with `count` changed, under `precondition`. One request.
@@ -339,6 +354,9 @@ impl AgentPools {
             )
             .await?;
         let cluster: Value = decode(op, &self.cluster, &answer.body)?;
+        if let Some(location) = cluster.get("location").and_then(Value::as_str) {
+            *self.location.lock() = Some(location.to_string());
+        }
         let node_rg = cluster
             .pointer("/properties/nodeResourceGroup")
             .and_then(Value::as_str)
@@ -420,6 +438,7 @@ pub fn pool_from_json(
             .filter(|g| *g > 0),
         kubelet_on_temp_disk: str_prop("kubeletDiskType")
             .is_some_and(|t| t.eq_ignore_ascii_case("temporary")),
+        spot: str_prop("scaleSetPriority").is_some_and(|p| p.eq_ignore_ascii_case("spot")),
     };
     let facts = AgentPoolFacts {
         cluster: cluster.to_string(),
@@ -453,6 +472,15 @@ pub fn pool_from_json(
         extended_location: None,
         agent_pool: Some(Arc::new(facts)),
         vm_profile,
+        zones: props
+            .get("availabilityZones")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|z| z.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default(),
     })
 }
 
@@ -531,8 +559,28 @@ mod tests {
                 windows: true,
                 os_disk_gib: None,
                 kubelet_on_temp_disk: true,
+                spot: false,
             }
         );
+    }
+
+    #[test]
+    fn a_spot_pool_in_zones_reads_as_a_spot_offering_in_those_zones() {
+        let p = read(json!({"name": "spot", "properties": {
+            "count": 0, "vmSize": "Standard_D4s_v5", "scaleSetPriority": "Spot",
+            "scaleSetEvictionPolicy": "Delete", "availabilityZones": ["3", "1"]}}));
+        assert!(p.vm_profile.spot);
+        assert_eq!(p.zones, ["3", "1"]);
+        let mut p = p;
+        p.location = "westeurope".into();
+        let o = p.offering().expect("a size");
+        assert_eq!(
+            (o.spot, o.zones.clone()),
+            (true, vec!["1".to_string(), "3".to_string()])
+        );
+        let regular =
+            read(json!({"name": "r", "properties": {"count": 0, "vmSize": "Standard_D4s_v5"}}));
+        assert!(!regular.vm_profile.spot && regular.zones.is_empty());
     }
 
     #[test]

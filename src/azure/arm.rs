@@ -59,6 +59,8 @@ pub enum ArmOp {
     DeleteInstances,
     /// POST an agent pool's `deleteMachines` action (named machines).
     DeleteMachines,
+    /// LIST a region's compute usages (vCPU quota).
+    ListUsages,
 }
 
 impl ArmOp {
@@ -76,6 +78,7 @@ impl ArmOp {
             ArmOp::GetManagedCluster => "get_managed_cluster",
             ArmOp::DeleteInstances => "delete_instances",
             ArmOp::DeleteMachines => "delete_machines",
+            ArmOp::ListUsages => "list_usages",
         }
     }
 
@@ -190,10 +193,36 @@ pub enum OperationStatus {
     InProgress,
     /// Done.
     Succeeded,
-    /// Failed, with ARM's error code.
-    Failed(String),
+    /// Failed, with ARM's error.
+    Failed(OperationError),
     /// Canceled.
     Canceled,
+}
+
+/// The error an operation ended with (its status body's `error`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OperationError {
+    /// ARM's error code (`AllocationFailed`, ...; `Failed` when the body named none).
+    pub code: String,
+    /// ARM's message (empty when the body had none).
+    pub message: String,
+}
+
+impl OperationError {
+    /// The allocation failure this is, if it is one.
+    pub fn allocation_failure(&self) -> Option<crate::capacity::AllocationFailure> {
+        crate::capacity::AllocationFailure::classify(&self.code, &self.message)
+    }
+}
+
+impl std::fmt::Display for OperationError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.message.is_empty() {
+            f.write_str(&self.code)
+        } else {
+            write!(f, "{}: {}", self.code, self.message)
+        }
+    }
 }
 
 /// Why an ARM call failed. Variants say what the caller does next.
@@ -227,13 +256,16 @@ pub enum ArmError {
         /// The call never left the process.
         local: bool,
     },
-    /// 409 `OperationNotAllowed` and friends: quota or a conflicting operation.
-    #[error("{op} {scale_set}: operation not allowed ({code}): {message}")]
-    Quota {
+    /// Azure would not allocate (a 400 or 409 whose code says so): quota, a size not offered
+    /// here, no capacity ([`AllocationFailure`](crate::capacity::AllocationFailure)).
+    #[error("{op} {scale_set}: {failure} ({code}): {message}")]
+    Allocation {
         /// Operation.
         op: ArmOp,
         /// Scale set.
         scale_set: String,
+        /// The class.
+        failure: crate::capacity::AllocationFailure,
         /// ARM error code.
         code: String,
         /// ARM's message.
@@ -326,7 +358,7 @@ impl ArmError {
         match self {
             ArmError::PreconditionFailed { .. } => "precondition_failed",
             ArmError::Throttled { .. } => "throttled",
-            ArmError::Quota { .. } => "quota",
+            ArmError::Allocation { failure, .. } => failure.label(),
             ArmError::NotFound { .. }
             | ArmError::Unauthorized { .. }
             | ArmError::Http { .. }
@@ -344,11 +376,13 @@ impl ArmError {
             ArmError::Throttled { .. }
             | ArmError::Transport { .. }
             | ArmError::Ambiguous { .. } => true,
-            ArmError::Http { status, .. } => *status >= 500 || *status == 408,
+            // 409: another operation on the resource is in progress (an allocation 409 is
+            // `Allocation`).
+            ArmError::Http { status, .. } => *status >= 500 || *status == 408 || *status == 409,
             ArmError::Credential { .. } | ArmError::Decode { .. } => true,
             ArmError::PreconditionFailed { .. }
             | ArmError::NotFound { .. }
-            | ArmError::Quota { .. }
+            | ArmError::Allocation { .. }
             | ArmError::Unauthorized { .. }
             | ArmError::Fenced { .. } => false,
         }
@@ -730,6 +764,18 @@ impl ArmClient {
     /// Turns a non-2xx answer into the error the reconciler acts on; closes the gate on a 429.
     fn classify_http(&self, op: ArmOp, scale_set: &str, h: ArmHttpError) -> ArmError {
         let scale_set = scale_set.to_string();
+        if matches!(h.status, 400 | 409) {
+            if let Some(failure) = crate::capacity::AllocationFailure::classify(&h.code, &h.message)
+            {
+                return ArmError::Allocation {
+                    op,
+                    scale_set,
+                    failure,
+                    code: h.code,
+                    message: h.message,
+                };
+            }
+        }
         match h.status {
             412 => ArmError::PreconditionFailed {
                 op,
@@ -749,12 +795,6 @@ impl ArmClient {
                     local: false,
                 }
             }
-            409 if h.code == "OperationNotAllowed" || h.code.contains("Quota") => ArmError::Quota {
-                op,
-                scale_set,
-                code: h.code,
-                message: h.message,
-            },
             401 | 403 => ArmError::Unauthorized {
                 op,
                 status: h.status,
@@ -817,6 +857,42 @@ impl ArmClient {
                         })?);
                     }
                 }
+                Err(e) => {
+                    let (err, code) = self.classify(op, "", e);
+                    timer.finish(&code);
+                    self.after_error(&err).await;
+                    return Err(err);
+                }
+            }
+        }
+        timer.finish("200");
+        Ok(out)
+    }
+
+    /// LIST the compute usages of `location` (every page): what the subscription's vCPU quota
+    /// leaves per VM family, in the region, for spot.
+    pub async fn list_usages(
+        &self,
+        location: &str,
+    ) -> Result<Vec<crate::capacity::Usage>, ArmError> {
+        let op = ArmOp::ListUsages;
+        self.gate(op)?;
+        let timer = self.metrics.arm_timer(op.as_str());
+        let mut stream = self
+            .compute
+            .usage_client()
+            .list(location, &self.target.subscription)
+            .into_stream();
+        let mut out = Vec::new();
+        while let Some(page) = stream.next().await {
+            match page {
+                Ok(page) => out.extend(page.value.into_iter().filter_map(|u| {
+                    Some(crate::capacity::Usage {
+                        name: u.name.value?,
+                        current: i64::from(u.current_value),
+                        limit: u.limit,
+                    })
+                })),
                 Err(e) => {
                     let (err, code) = self.classify(op, "", e);
                     timer.finish(&code);
@@ -1241,14 +1317,29 @@ impl ArmClient {
         })?;
         Ok(match s.status.as_str() {
             "Succeeded" => OperationStatus::Succeeded,
-            "Failed" => OperationStatus::Failed(
-                s.error
-                    .and_then(|e| e.get("code").and_then(|c| c.as_str()).map(str::to_string))
-                    .unwrap_or_else(|| "Failed".into()),
-            ),
+            "Failed" => {
+                let text = |k: &str| {
+                    s.error
+                        .as_ref()
+                        .and_then(|e| e.get(k))
+                        .and_then(|c| c.as_str())
+                        .map(str::to_string)
+                };
+                OperationStatus::Failed(OperationError {
+                    code: text("code").unwrap_or_else(|| "Failed".into()),
+                    message: text("message").unwrap_or_default(),
+                })
+            }
             "Canceled" | "Cancelled" => OperationStatus::Canceled,
             _ => OperationStatus::InProgress,
         })
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::capacity::UsageSource for ArmClient {
+    async fn usages(&self, location: &str) -> Result<Vec<crate::capacity::Usage>, ArmError> {
+        self.list_usages(location).await
     }
 }
 
@@ -1331,6 +1422,10 @@ pub fn scale_set_from_model(
                     .and_then(|g| u32::try_from(g).ok())
                     .filter(|g| *g > 0),
                 kubelet_on_temp_disk: false,
+                spot: matches!(
+                    p.priority,
+                    Some(models::Priority::Spot | models::Priority::Low)
+                ),
             }
         })
         .unwrap_or_default();
@@ -1353,6 +1448,7 @@ pub fn scale_set_from_model(
             .and_then(|e| serde_json::to_value(e).ok()),
         agent_pool: None,
         vm_profile,
+        zones: vmss.zones,
     })
 }
 
@@ -1374,6 +1470,7 @@ mod tests {
             extended_location: None,
             agent_pool: None,
             vm_profile: Default::default(),
+            zones: Vec::new(),
         };
         let json = serde_json::to_value(sparse_capacity_body(&current, 5)).unwrap();
         assert_eq!(
@@ -1391,6 +1488,21 @@ mod tests {
         let s = scale_set_from_model(model, Some("\"2\"".into())).unwrap();
         assert_eq!(s.etag.as_deref(), Some("\"2\""));
         assert_eq!(s.capacity, Some(2));
+    }
+
+    #[test]
+    fn a_spot_scale_set_in_zones_reads_as_a_spot_offering_in_those_zones() {
+        let model: models::VirtualMachineScaleSet = serde_json::from_value(serde_json::json!({
+            "name": "spot", "location": "westeurope", "zones": ["2", "1"],
+            "sku": {"name": "Standard_D4s_v5", "capacity": 0},
+            "properties": {"virtualMachineProfile": {"priority": "Spot", "evictionPolicy": "Deallocate"}}
+        }))
+        .unwrap();
+        let s = scale_set_from_model(model, None).unwrap();
+        let o = s.offering().expect("a size");
+        assert!(o.spot);
+        assert_eq!(o.zones, ["1", "2"]);
+        assert_eq!(o.family(), Some("standardDSv5Family"));
     }
 
     #[test]

@@ -164,6 +164,9 @@ pub(super) struct RawScaleDown {
     pub(super) max_pod_eviction_time: Option<HumanDuration>,
     pub(super) max_scale_down_per_pass: Option<u32>,
     pub(super) non_empty_candidates_count: Option<u32>,
+    pub(super) unready_time: Option<HumanDuration>,
+    pub(super) ok_total_unready_count: Option<u32>,
+    pub(super) max_total_unready_percentage: Option<f64>,
 }
 
 /// `kubernetes:`.

@@ -35,6 +35,15 @@ pub struct ScaleDownSettings {
     /// tries every pod against the other nodes' room, so this bounds a pass on a large cluster;
     /// empty nodes need none and are all considered.
     pub non_empty_candidates_count: u32,
+    /// `unreadyTime` (20 min, as `--scale-down-unready-time`): how long a node that is not Ready
+    /// (past its startup window) must stay unneeded before it goes.
+    pub unready_time: Duration,
+    /// `okTotalUnreadyCount` (3, as `--ok-total-unready-count`) and
+    /// `maxTotalUnreadyPercentage` (45, as `--max-total-unready-percentage`): with more unready
+    /// nodes than both, scale-down halts (scale-up goes on).
+    pub ok_total_unready_count: u32,
+    /// See [`ScaleDownSettings::ok_total_unready_count`].
+    pub max_total_unready_percentage: f64,
 }
 
 /// cluster-autoscaler's `--scale-down-unneeded-time`.
@@ -47,6 +56,12 @@ pub const DEFAULT_DELAY_AFTER_TAINT: Duration = Duration::from_secs(5);
 pub const DEFAULT_NON_EMPTY_CANDIDATES: u32 = 30;
 /// cluster-autoscaler's `--max-pod-eviction-time`.
 pub const DEFAULT_MAX_POD_EVICTION_TIME: Duration = Duration::from_secs(2 * 60);
+/// cluster-autoscaler's `--scale-down-unready-time`.
+pub const DEFAULT_UNREADY_TIME: Duration = Duration::from_secs(20 * 60);
+/// cluster-autoscaler's `--ok-total-unready-count`.
+pub const DEFAULT_OK_TOTAL_UNREADY_COUNT: u32 = 3;
+/// cluster-autoscaler's `--max-total-unready-percentage`.
+pub const DEFAULT_MAX_TOTAL_UNREADY_PERCENTAGE: f64 = 45.0;
 
 impl Default for ScaleDownSettings {
     fn default() -> Self {
@@ -60,6 +75,9 @@ impl Default for ScaleDownSettings {
             max_pod_eviction_time: DEFAULT_MAX_POD_EVICTION_TIME,
             max_scale_down_per_pass: 10,
             non_empty_candidates_count: DEFAULT_NON_EMPTY_CANDIDATES,
+            unready_time: DEFAULT_UNREADY_TIME,
+            ok_total_unready_count: DEFAULT_OK_TOTAL_UNREADY_COUNT,
+            max_total_unready_percentage: DEFAULT_MAX_TOTAL_UNREADY_PERCENTAGE,
         }
     }
 }
@@ -144,5 +162,20 @@ pub(super) fn scale_down_settings(
             "scaleDown.nonEmptyCandidatesCount",
             problems,
         ),
+        unready_time: non_negative(raw.unready_time, d.unready_time),
+        ok_total_unready_count: raw
+            .ok_total_unready_count
+            .unwrap_or(d.ok_total_unready_count),
+        max_total_unready_percentage: match raw.max_total_unready_percentage {
+            Some(p) if !(0.0..=100.0).contains(&p) => {
+                problems.push(
+                    "scaleDown.maxTotalUnreadyPercentage",
+                    format!("{p} is not a percentage in [0, 100]"),
+                );
+                d.max_total_unready_percentage
+            }
+            Some(p) => p,
+            None => d.max_total_unready_percentage,
+        },
     }
 }

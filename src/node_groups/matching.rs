@@ -163,6 +163,39 @@ pub fn is_starting(node: &NodeRecord, now: Timestamp, window: std::time::Duratio
     age.is_negative() || age.unsigned_abs() < window
 }
 
+/// Nodes that are not Ready and past their startup window `window` (not booting: broken or
+/// lost), by name: cluster-autoscaler's "unready" nodes.
+pub fn unready_nodes(
+    nodes: &[std::sync::Arc<NodeRecord>],
+    now: Timestamp,
+    window: std::time::Duration,
+) -> std::collections::HashSet<String> {
+    nodes
+        .iter()
+        .filter(|n| !n.ready && !is_starting(n, now, window))
+        .map(|n| n.name.clone())
+        .collect()
+}
+
+/// Why the cluster is too unhealthy to scale down, if it is: cluster-autoscaler's rule, more
+/// than `ok_count` unready nodes *and* more than `max_percent` % of all nodes unready
+/// (`--ok-total-unready-count`, `--max-total-unready-percentage`). Scale-up goes on: pods still
+/// need room, and unready nodes offer none.
+pub fn too_many_unready(
+    unready: usize,
+    total: usize,
+    ok_count: u32,
+    max_percent: f64,
+) -> Option<String> {
+    let over_count = unready > ok_count as usize;
+    let over_share = unready as f64 > max_percent / 100.0 * total as f64;
+    (over_count && over_share).then(|| {
+        format!(
+            "{unready} of {total} nodes are unready: more than okTotalUnreadyCount ({ok_count}) and maxTotalUnreadyPercentage ({max_percent}%)"
+        )
+    })
+}
+
 /// Not cordoned.
 pub fn schedulable(node: &NodeRecord) -> bool {
     !node.unschedulable

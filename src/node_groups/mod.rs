@@ -1,22 +1,26 @@
 //! Node groups as the read side: which groups there are (configured and discovered), what
 //! Azure last said of each (the scale-set cache, sizes, instances), their floors, the refusal a
-//! read carries, why a group is out of scale-up ([`Unhealthy`]), and which nodes are whose
-//! ([`GroupIndex`]).
+//! read carries, Azure's capacity (the vCPU quota as read, the offerings it refused lately:
+//! [`crate::capacity`]), why a group is out of scale-up ([`Unhealthy`]), and which nodes are
+//! whose ([`GroupIndex`]).
 //!
 //! Both loops and the reconciler read node groups here; nothing here writes to Azure. What only
-//! writing needs (in flight, the write budget, backoff, cool-down, the last ETag this replica
+//! writing needs (in flight, the write budget, backoff, the last ETag this replica
 //! produced) stays with the reconciler, which updates these caches from its own reads and
 //! writes.
 
 mod matching;
 
 pub use matching::{
-    backing, is_ready, is_starting, parse_provider_id, registered_per_group, schedulable, Backing,
-    GroupIndex, AGENTPOOL_LABEL,
+    backing, is_ready, is_starting, parse_provider_id, registered_per_group, schedulable,
+    too_many_unready, unready_nodes, Backing, GroupIndex, AGENTPOOL_LABEL,
 };
 
 use crate::azure::ArmError;
 use crate::cache::{InstanceCache, ScaleSet, ScaleSetCache, SizeCache};
+use crate::capacity::{
+    AllocationFailure, Offering, QuotaCache, Unavailable, UnavailableOfferings, Usages,
+};
 use crate::config::{NodeGroupKind, NodeGroupSpec, Settings};
 use crate::hold::WriteRefusal;
 use crate::metrics::Metrics;
@@ -42,8 +46,14 @@ pub type WallClock = Arc<dyn Fn() -> OffsetDateTime + Send + Sync>;
 pub enum Unhealthy {
     /// This controller must not write the group (an agent pool AKS's own autoscaler scales).
     Refused(WriteRefusal),
-    /// Cooling down after Azure refused a write for quota (`OperationNotAllowed`).
-    QuotaCooldown,
+    /// Azure refused its offering lately (quota, size not available, no capacity): out until
+    /// the mark runs out (`left`).
+    Unavailable {
+        /// Why Azure refused.
+        failure: AllocationFailure,
+        /// How long the group stays out.
+        left: std::time::Duration,
+    },
     /// Backing off after write errors (5xx, transport).
     WriteBackoff,
     /// Requested nodes did not register within `maxNodeProvisionTime` (`limit`): backed off
@@ -61,7 +71,7 @@ impl Unhealthy {
     pub fn label(&self) -> &'static str {
         match self {
             Unhealthy::Refused(_) => "refused",
-            Unhealthy::QuotaCooldown => "quota",
+            Unhealthy::Unavailable { failure, .. } => failure.label(),
             Unhealthy::WriteBackoff => "backoff",
             Unhealthy::ProvisionTimeout { .. } => "provision_timeout",
         }
@@ -75,9 +85,11 @@ impl std::fmt::Display for Unhealthy {
                 f,
                 "not written by this controller ({why}: AKS's own autoscaler scales this pool)"
             ),
-            Unhealthy::QuotaCooldown => {
-                f.write_str("cooling down after a quota refusal (OperationNotAllowed)")
-            }
+            Unhealthy::Unavailable { failure, left } => write!(
+                f,
+                "offering unavailable: {failure}; passed over for {}s more",
+                left.as_secs()
+            ),
             Unhealthy::WriteBackoff => f.write_str("backed off after errors"),
             Unhealthy::ProvisionTimeout { limit, left } => write!(
                 f,
@@ -113,6 +125,10 @@ pub struct NodeGroups {
     scale_sets: ScaleSetCache,
     sizes: SizeCache,
     instances: InstanceCache,
+    quota: QuotaCache,
+    offerings: UnavailableOfferings,
+    /// Bumped on every refused allocation: scale-up decides again at once, elsewhere.
+    refusals: tokio::sync::watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for NodeGroups {
@@ -142,6 +158,9 @@ impl NodeGroups {
                 settings.instance_cache_ttl,
                 settings.instance_cache_jitter,
             ),
+            quota: QuotaCache::new(settings.vmss_cache_ttl),
+            offerings: UnavailableOfferings::new(settings.quota_cooldown),
+            refusals: tokio::sync::watch::Sender::new(0),
             settings,
             resources,
             metrics,
@@ -178,6 +197,90 @@ impl NodeGroups {
     /// The instance cache.
     pub fn instances(&self) -> &InstanceCache {
         &self.instances
+    }
+
+    /// The vCPU quota as last read, per region.
+    pub fn quota(&self) -> &QuotaCache {
+        &self.quota
+    }
+
+    /// What `name` asks Azure for (size, zones, priority in its region), as last read.
+    pub fn offering(&self, name: &str) -> Option<Offering> {
+        self.scale_sets.get(name)?.scale_set.offering()
+    }
+
+    /// Why `name`'s offering is out now (Azure refused it lately), if it is.
+    pub fn unavailable(&self, name: &str) -> Option<Unavailable> {
+        self.offerings.check(&self.offering(name)?)
+    }
+
+    /// The offerings out now, for the status: `(what, failure, left)`.
+    pub fn unavailable_offerings(&self) -> Vec<(String, AllocationFailure, std::time::Duration)> {
+        self.offerings.list()
+    }
+
+    /// Azure refused a capacity write to `name` (its answer or its operation's end): marks its
+    /// offering unavailable for the time its cause calls for, and after a quota refusal reads
+    /// the region's usages again on the next pass (Azure's answer is newer than our read).
+    pub fn refused_allocation(&self, name: &str, failure: AllocationFailure, message: &str) {
+        self.metrics
+            .failed_scale_ups_total
+            .with_label_values(&[name, failure.label()])
+            .inc();
+        let Some(offering) = self.offering(name) else {
+            warn!(scale_set = name, reason = failure.label(), %message, "allocation refused, but the group's size is unknown: nothing to mark");
+            return;
+        };
+        let ttl = self.offerings.mark(&offering, failure, message);
+        if failure == AllocationFailure::Quota && !offering.location.is_empty() {
+            self.quota.invalidate(&offering.location);
+        }
+        self.refusals.send_modify(|n| *n += 1);
+        warn!(scale_set = name, %offering, reason = failure.label(), unavailable_secs = ttl.as_secs(), %message, "Azure refused the allocation: offering marked unavailable, scale-up moves to other groups");
+    }
+
+    /// Changes when Azure refuses an allocation ([`NodeGroups::refused_allocation`]): the pods
+    /// that waited for it are to be planned elsewhere now, not after a scan interval.
+    pub fn refusals(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.refusals.subscribe()
+    }
+
+    /// Reads the compute usages of every region a group lives in whose read is due (one LIST
+    /// per region per `vmssCacheTTL`, or at once after a quota refusal); a failed read keeps
+    /// the last one. Sets `quota_remaining_vcpus` for the pools the groups draw from.
+    pub async fn refresh_quota(&self) {
+        let Some(source) = self.resources.usages().cloned() else {
+            return;
+        };
+        let offerings: Vec<Offering> = self
+            .groups()
+            .iter()
+            .filter_map(|g| self.offering(&g.name))
+            .filter(|o| !o.location.is_empty())
+            .collect();
+        let mut locations: Vec<&str> = offerings.iter().map(|o| o.location.as_str()).collect();
+        locations.sort_unstable();
+        locations.dedup();
+        for location in locations {
+            if !self.quota.due(location) {
+                continue;
+            }
+            let sent_at = Instant::now();
+            match source.usages(location).await {
+                Ok(rows) => self.quota.insert(location, Usages::new(&rows, sent_at)),
+                Err(e) => {
+                    self.quota.attempted(location, sent_at);
+                    warn!(%location, error = %e, "compute usages could not be read (the role needs Microsoft.Compute/locations/usages/read at subscription scope): planning with the last read, if any, until the next try in one vmssCacheTTL");
+                }
+            }
+        }
+        let wrapped: Vec<Option<Offering>> = offerings.into_iter().map(Some).collect();
+        for pool in self.quota.pools(&wrapped).0 {
+            self.metrics
+                .quota_remaining_vcpus
+                .with_label_values(&[&pool.location, &pool.name])
+                .set(pool.remaining);
+        }
     }
 
     /// cluster-autoscaler's `TargetSize`: the size the planner would use now, `None` if unknown.

@@ -18,6 +18,7 @@ use super::record::PodRecord;
 use super::template::{
     daemonset_pods, from_live_node, from_shape, subtract_daemonsets, GroupShape,
 };
+pub use crate::capacity::QuotaPool;
 pub use crate::node_groups::Backing;
 use crate::node_groups::{is_ready, is_starting, parse_provider_id, schedulable, GroupIndex};
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -45,6 +46,11 @@ pub struct GroupInput<'a> {
     /// Instance ids Azure lists in the `Failed` provisioning state: counted in the capacity,
     /// but no node is coming from them (unless one already registered).
     pub failed: Vec<String>,
+    /// The quota pools (indices into [`ScaleUpInput::quota`]) a new node of the group draws
+    /// its vCPUs from; empty: not capped by quota (usages unknown).
+    pub quota: Vec<usize>,
+    /// vCPUs of one node (the VM size's), when the size is known.
+    pub vcpus: Option<u32>,
 }
 
 /// Everything one decision looks at.
@@ -70,6 +76,9 @@ pub struct ScaleUpInput<'a> {
     /// How long a registered node may take to turn Ready before it stops counting as upcoming
     /// (`maxNodeProvisionTime`; cluster-autoscaler's `MaxNodeStartupTime` is the same 15 min).
     pub node_startup: std::time::Duration,
+    /// What the subscription's vCPU quota leaves, per pool, as last read. Groups draw on it in
+    /// the order the expander grows them.
+    pub quota: Vec<QuotaPool>,
 }
 
 /// What one decision says.
@@ -87,6 +96,41 @@ pub struct ScaleUpPlan {
     pub unfit: BTreeMap<String, Vec<(String, WhyNot)>>,
     /// Pods whose constraints this planner does not simulate: reported, never planned for.
     pub not_simulated: BTreeMap<String, String>,
+    /// Groups whose growth quota cut short: group → what it got and which pool ran out. The
+    /// pods the cut left over went on to the next group the expander chose.
+    pub capped: BTreeMap<String, QuotaCapped>,
+}
+
+/// A group's growth cut short by quota in one decision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QuotaCapped {
+    /// New nodes the group got.
+    pub nodes: u32,
+    /// The pool that ran out.
+    pub pool: String,
+    /// vCPUs that pool had left before this group drew on it.
+    pub remaining: i64,
+}
+
+impl std::fmt::Display for QuotaCapped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "capped at +{} by quota: {} had {} vCPUs left",
+            self.nodes, self.pool, self.remaining
+        )
+    }
+}
+
+/// How many new nodes of `g` the quota allows, and the pool that allows fewest
+/// (`None`: not capped).
+fn quota_room(g: &GroupInput, pools: &[QuotaPool]) -> Option<(u32, usize)> {
+    let vcpus = i64::from(g.vcpus?.max(1));
+    g.quota
+        .iter()
+        .filter_map(|&p| Some((pools.get(p)?.remaining.max(0) / vcpus, p)))
+        .min_by_key(|(n, _)| *n)
+        .map(|(n, p)| (u32::try_from(n).unwrap_or(u32::MAX), p))
 }
 
 /// Why a group does not take a pod.
@@ -234,10 +278,18 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
     // group's answer; the last round's answers say why the pods left over fit nowhere.
     let mut chosen: HashSet<usize> = HashSet::new();
     let mut answers: Vec<(usize, Result<Estimate, WhyNot>)> = Vec::new();
+    let mut quota = input.quota.clone();
+    // Per group, this round: the max the quota allows when it is below the group's own.
+    let mut quota_max: Vec<Option<(u32, usize)>> = vec![None; groups.len()];
     while !pending.is_empty() {
         answers.clear();
         for (i, g) in groups.iter().enumerate() {
-            let why_not = if chosen.contains(&i) {
+            let why_not = if let Some(c) = out.capped.get(&g.name) {
+                Some(WhyNot::new(
+                    "quota",
+                    format!("already grown in this decision, {c}"),
+                ))
+            } else if chosen.contains(&i) {
                 Some(WhyNot::new(
                     "already_grown",
                     "already grown in this decision",
@@ -261,6 +313,30 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
             };
             let capacity = g.capacity.unwrap_or(0).max(0);
             let capacity = u32::try_from(capacity).unwrap_or(u32::MAX);
+            let mut max = g.max;
+            quota_max[i] = None;
+            if let Some((room, pool)) = quota_room(g, &quota) {
+                let allowed = capacity.saturating_add(room);
+                if allowed < g.max && capacity < g.max {
+                    if room == 0 {
+                        answers.push((
+                            i,
+                            Err(WhyNot::new(
+                                "quota",
+                                format!(
+                                    "no vCPU quota left: {} has {} vCPUs, a node needs {}",
+                                    quota[pool],
+                                    quota[pool].remaining.max(0),
+                                    g.vcpus.unwrap_or(0)
+                                ),
+                            )),
+                        ));
+                        continue;
+                    }
+                    max = allowed;
+                    quota_max[i] = Some((room, pool));
+                }
+            }
             // Upcoming nodes were filled in step 1: the estimate starts from new nodes only.
             let e = estimate_prepared(
                 &GroupCapacity {
@@ -268,7 +344,7 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
                     template: template.clone(),
                     capacity,
                     registered: capacity,
-                    max: g.max,
+                    max,
                 },
                 &pending,
             );
@@ -292,6 +368,24 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
         let capacity = g.capacity.unwrap_or(0).max(0);
         let target = (capacity + i64::from(best.new_nodes)).max(i64::from(g.min));
         out.targets.insert(g.name.clone(), target);
+        if let Some((room, pool)) = quota_max[i] {
+            if best.new_nodes >= room {
+                out.capped.insert(
+                    g.name.clone(),
+                    QuotaCapped {
+                        nodes: best.new_nodes,
+                        pool: quota[pool].to_string(),
+                        remaining: quota[pool].remaining,
+                    },
+                );
+            }
+        }
+        let drawn = i64::from(best.new_nodes) * i64::from(g.vcpus.unwrap_or(0));
+        for &p in &g.quota {
+            if let Some(pool) = quota.get_mut(p) {
+                pool.remaining -= drawn;
+            }
+        }
         let placed: HashSet<&String> = best.placed.iter().collect();
         for p in &best.placed {
             out.triggered.insert(p.clone(), g.name.clone());
@@ -316,7 +410,17 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
                     Err(w) => w.clone(),
                     Ok(_) => match refused.get(p.key.as_str())? {
                         Refusal::DoesNotFit(u) => WhyNot::new(u.label(), u.to_string()),
-                        Refusal::AtMax => WhyNot::new("max_size", Refusal::AtMax.to_string()),
+                        Refusal::AtMax => match quota_max[*i] {
+                            Some((_, pool)) => WhyNot::new(
+                                "quota",
+                                format!(
+                                    "no vCPU quota left for more nodes: {} has {} vCPUs",
+                                    quota[pool],
+                                    quota[pool].remaining.max(0)
+                                ),
+                            ),
+                            None => WhyNot::new("max_size", Refusal::AtMax.to_string()),
+                        },
                     },
                 };
                 Some((groups[*i].name.clone(), w))
@@ -396,6 +500,8 @@ mod tests {
             }),
             unhealthy: None,
             failed: Vec::new(),
+            quota: Vec::new(),
+            vcpus: crate::pods::template::vm_size(vm_size).map(|s| s.vcpu),
         }
     }
 
@@ -414,6 +520,7 @@ mod tests {
             seed: 1,
             now: Timestamp::now(),
             node_startup: std::time::Duration::from_secs(900),
+            quota: Vec::new(),
         }
     }
 
@@ -474,6 +581,89 @@ mod tests {
         let target = plan.targets["general"];
         assert!((3..=5).contains(&target), "target {target}");
         assert!(plan.unfit.is_empty());
+    }
+
+    #[test]
+    fn groups_of_one_family_share_its_quota_and_the_pods_it_cannot_cover_go_to_another_family() {
+        let pods: Vec<_> = (0..30)
+            .map(|i| pending(&format!("p{i}"), "1", "1Gi", json!({})))
+            .collect();
+        let pool = |name: &str, remaining| QuotaPool {
+            location: "westeurope".into(),
+            name: name.into(),
+            remaining,
+        };
+        let with_pools =
+            |g: GroupInput<'static>, pools: Vec<usize>| GroupInput { quota: pools, ..g };
+        let mut input = input(
+            vec![
+                with_pools(group("d4", "Standard_D4s_v5", 0, 20), vec![0, 1]),
+                with_pools(group("d8", "Standard_D8s_v5", 0, 20), vec![0, 1]),
+                with_pools(group("e4", "Standard_E4s_v5", 0, 20), vec![0, 2]),
+            ],
+            vec![],
+            pods,
+        );
+        input.quota = vec![
+            pool("cores", 1000),
+            pool("standardDSv5Family", 12),
+            pool("standardESv5Family", 1000),
+        ];
+        let plan = plan(&input);
+        let nodes = |g: &str| plan.targets.get(g).copied().unwrap_or(0);
+        assert!(
+            nodes("d4") * 4 + nodes("d8") * 8 <= 12,
+            "the DSv5 groups stay within their family's 12 vCPUs together: {:?}",
+            plan.targets
+        );
+        assert!(nodes("d4") + nodes("d8") > 0, "{:?}", plan.targets);
+        assert!(nodes("e4") > 0, "the rest goes to ESv5: {:?}", plan.targets);
+        assert_eq!(plan.triggered.len(), 30, "every pod placed in one decision");
+        assert!(plan.unfit.is_empty());
+        let capped: Vec<&String> = plan.capped.keys().collect();
+        assert!(!capped.is_empty(), "the cut is reported: {:?}", plan.capped);
+        for g in capped {
+            assert_eq!(plan.capped[g].pool, "standardDSv5Family in westeurope");
+        }
+    }
+
+    #[test]
+    fn a_regional_total_caps_every_family_and_spot_draws_only_on_the_spot_total() {
+        let pods: Vec<_> = (0..9)
+            .map(|i| pending(&format!("p{i}"), "1", "1Gi", json!({})))
+            .collect();
+        let mut input = input(
+            vec![GroupInput {
+                quota: vec![0, 1],
+                ..group("d4", "Standard_D4s_v5", 0, 20)
+            }],
+            vec![],
+            pods,
+        );
+        input.quota = vec![
+            QuotaPool {
+                location: "westeurope".into(),
+                name: "cores".into(),
+                remaining: 4,
+            },
+            QuotaPool {
+                location: "westeurope".into(),
+                name: "standardDSv5Family".into(),
+                remaining: 100,
+            },
+        ];
+        let plan = plan(&input);
+        assert_eq!(plan.targets["d4"], 1, "4 regional vCPUs: one node");
+        assert_eq!(plan.triggered.len(), 3);
+        let why = &plan.unfit.values().next().expect("6 pods left")[0].1;
+        assert_eq!(why.label, "quota", "{why}");
+        assert!(why.text.contains("cores in westeurope"), "{why}");
+        // Which pools a spot node draws on is the quota module's rule.
+        let spot = crate::capacity::Offering::new("westeurope", "Standard_D4s_v5", &[], true);
+        assert_eq!(
+            crate::capacity::quota::pools_of(&spot),
+            ["lowPriorityCores"]
+        );
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! kubelet and system reservations AKS documents) plus cluster-autoscaler's template tags on a
 //! scale set (`k8s.io_cluster-autoscaler_node-template_label_*`, `..._taint_*`,
 //! `..._resources_*`) or an agent pool's `nodeLabels`, `nodeTaints` and `maxPods`; its
-//! `ephemeral-storage` from the kubelet's disk and its `kubernetes.io/os` from the VM profile. Then what the
-//! cluster's DaemonSets would place on the new node is taken off. Pure code.
+//! `ephemeral-storage` from the kubelet's disk, its `kubernetes.io/os` from the VM profile, and
+//! for a spot group AKS's `kubernetes.azure.com/scalesetpriority=spot` label and `NoSchedule`
+//! taint. Then what the cluster's DaemonSets would place on the new node is taken off. Pure code.
 
 use super::fit::{NodeState, Resources, HOSTNAME};
 use super::quantity;
@@ -28,6 +29,8 @@ pub struct VmSize {
     pub gpu: u32,
     /// The temporary (resource) disk in GiB; 0 for sizes without one (the v5 `s` sizes).
     pub temp_disk_gib: u32,
+    /// The VM family Azure's vCPU quota counts the size in, e.g. `standardDSv5Family`.
+    pub family: &'static str,
 }
 
 /// AKS's default OS disk size when the pool or scale set does not set one (`osDiskSizeGB: 0`).
@@ -40,51 +43,178 @@ const NODEFS_EVICTION_PERCENT: i128 = 10;
 const GIB: u64 = 1024;
 
 /// Common Azure sizes (Azure's size pages). Matching ignores case and a missing `Standard_`.
-/// Columns: name, vCPUs, memory (MiB), NVIDIA GPUs, temporary disk (GiB; 0: none).
-const SIZES: &[(&str, u32, u64, u32, u32)] = &[
-    ("Standard_B2s", 2, 4 * GIB, 0, 8),
-    ("Standard_B2ms", 2, 8 * GIB, 0, 16),
-    ("Standard_B4ms", 4, 16 * GIB, 0, 32),
-    ("Standard_DS2_v2", 2, 7 * GIB, 0, 14),
-    ("Standard_DS3_v2", 4, 14 * GIB, 0, 28),
-    ("Standard_DS4_v2", 8, 28 * GIB, 0, 56),
-    ("Standard_D2s_v3", 2, 8 * GIB, 0, 16),
-    ("Standard_D4s_v3", 4, 16 * GIB, 0, 32),
-    ("Standard_D8s_v3", 8, 32 * GIB, 0, 64),
-    ("Standard_D16s_v3", 16, 64 * GIB, 0, 128),
-    ("Standard_D32s_v3", 32, 128 * GIB, 0, 256),
-    ("Standard_D2s_v5", 2, 8 * GIB, 0, 0),
-    ("Standard_D4s_v5", 4, 16 * GIB, 0, 0),
-    ("Standard_D8s_v5", 8, 32 * GIB, 0, 0),
-    ("Standard_D16s_v5", 16, 64 * GIB, 0, 0),
-    ("Standard_D32s_v5", 32, 128 * GIB, 0, 0),
-    ("Standard_D2ds_v5", 2, 8 * GIB, 0, 75),
-    ("Standard_D4ds_v5", 4, 16 * GIB, 0, 150),
-    ("Standard_D8ds_v5", 8, 32 * GIB, 0, 300),
-    ("Standard_D4as_v5", 4, 16 * GIB, 0, 0),
-    ("Standard_D8as_v5", 8, 32 * GIB, 0, 0),
-    ("Standard_E2s_v3", 2, 16 * GIB, 0, 32),
-    ("Standard_E4s_v3", 4, 32 * GIB, 0, 64),
-    ("Standard_E8s_v3", 8, 64 * GIB, 0, 128),
-    ("Standard_E16s_v3", 16, 128 * GIB, 0, 256),
-    ("Standard_E2s_v5", 2, 16 * GIB, 0, 0),
-    ("Standard_E4s_v5", 4, 32 * GIB, 0, 0),
-    ("Standard_E8s_v5", 8, 64 * GIB, 0, 0),
-    ("Standard_E16s_v5", 16, 128 * GIB, 0, 0),
-    ("Standard_E32s_v5", 32, 256 * GIB, 0, 0),
-    ("Standard_F2s_v2", 2, 4 * GIB, 0, 16),
-    ("Standard_F4s_v2", 4, 8 * GIB, 0, 32),
-    ("Standard_F8s_v2", 8, 16 * GIB, 0, 64),
-    ("Standard_F16s_v2", 16, 32 * GIB, 0, 128),
-    ("Standard_NC6s_v3", 6, 112 * GIB, 1, 736),
-    ("Standard_NC12s_v3", 12, 224 * GIB, 2, 1474),
-    ("Standard_NC24s_v3", 24, 448 * GIB, 4, 2948),
-    ("Standard_NC4as_T4_v3", 4, 28 * GIB, 1, 180),
-    ("Standard_NC8as_T4_v3", 8, 56 * GIB, 1, 360),
-    ("Standard_NC16as_T4_v3", 16, 110 * GIB, 1, 360),
-    ("Standard_NC64as_T4_v3", 64, 440 * GIB, 4, 2880),
-    ("Standard_NC24ads_A100_v4", 24, 220 * GIB, 1, 64),
-    ("Standard_ND96asr_v4", 96, 900 * GIB, 8, 6000),
+/// Columns: name, vCPUs, memory (MiB), NVIDIA GPUs, temporary disk (GiB; 0: none), the VM
+/// family Azure's quota counts the size in (the compute usages' `name.value`).
+const SIZES: &[(&str, u32, u64, u32, u32, &str)] = &[
+    ("Standard_B2s", 2, 4 * GIB, 0, 8, "standardBSFamily"),
+    ("Standard_B2ms", 2, 8 * GIB, 0, 16, "standardBSFamily"),
+    ("Standard_B4ms", 4, 16 * GIB, 0, 32, "standardBSFamily"),
+    ("Standard_DS2_v2", 2, 7 * GIB, 0, 14, "standardDSv2Family"),
+    ("Standard_DS3_v2", 4, 14 * GIB, 0, 28, "standardDSv2Family"),
+    ("Standard_DS4_v2", 8, 28 * GIB, 0, 56, "standardDSv2Family"),
+    ("Standard_D2s_v3", 2, 8 * GIB, 0, 16, "standardDSv3Family"),
+    ("Standard_D4s_v3", 4, 16 * GIB, 0, 32, "standardDSv3Family"),
+    ("Standard_D8s_v3", 8, 32 * GIB, 0, 64, "standardDSv3Family"),
+    (
+        "Standard_D16s_v3",
+        16,
+        64 * GIB,
+        0,
+        128,
+        "standardDSv3Family",
+    ),
+    (
+        "Standard_D32s_v3",
+        32,
+        128 * GIB,
+        0,
+        256,
+        "standardDSv3Family",
+    ),
+    ("Standard_D2s_v5", 2, 8 * GIB, 0, 0, "standardDSv5Family"),
+    ("Standard_D4s_v5", 4, 16 * GIB, 0, 0, "standardDSv5Family"),
+    ("Standard_D8s_v5", 8, 32 * GIB, 0, 0, "standardDSv5Family"),
+    ("Standard_D16s_v5", 16, 64 * GIB, 0, 0, "standardDSv5Family"),
+    (
+        "Standard_D32s_v5",
+        32,
+        128 * GIB,
+        0,
+        0,
+        "standardDSv5Family",
+    ),
+    ("Standard_D2ds_v5", 2, 8 * GIB, 0, 75, "standardDDSv5Family"),
+    (
+        "Standard_D4ds_v5",
+        4,
+        16 * GIB,
+        0,
+        150,
+        "standardDDSv5Family",
+    ),
+    (
+        "Standard_D8ds_v5",
+        8,
+        32 * GIB,
+        0,
+        300,
+        "standardDDSv5Family",
+    ),
+    ("Standard_D4as_v5", 4, 16 * GIB, 0, 0, "standardDASv5Family"),
+    ("Standard_D8as_v5", 8, 32 * GIB, 0, 0, "standardDASv5Family"),
+    ("Standard_E2s_v3", 2, 16 * GIB, 0, 32, "standardESv3Family"),
+    ("Standard_E4s_v3", 4, 32 * GIB, 0, 64, "standardESv3Family"),
+    ("Standard_E8s_v3", 8, 64 * GIB, 0, 128, "standardESv3Family"),
+    (
+        "Standard_E16s_v3",
+        16,
+        128 * GIB,
+        0,
+        256,
+        "standardESv3Family",
+    ),
+    ("Standard_E2s_v5", 2, 16 * GIB, 0, 0, "standardESv5Family"),
+    ("Standard_E4s_v5", 4, 32 * GIB, 0, 0, "standardESv5Family"),
+    ("Standard_E8s_v5", 8, 64 * GIB, 0, 0, "standardESv5Family"),
+    (
+        "Standard_E16s_v5",
+        16,
+        128 * GIB,
+        0,
+        0,
+        "standardESv5Family",
+    ),
+    (
+        "Standard_E32s_v5",
+        32,
+        256 * GIB,
+        0,
+        0,
+        "standardESv5Family",
+    ),
+    ("Standard_F2s_v2", 2, 4 * GIB, 0, 16, "standardFSv2Family"),
+    ("Standard_F4s_v2", 4, 8 * GIB, 0, 32, "standardFSv2Family"),
+    ("Standard_F8s_v2", 8, 16 * GIB, 0, 64, "standardFSv2Family"),
+    (
+        "Standard_F16s_v2",
+        16,
+        32 * GIB,
+        0,
+        128,
+        "standardFSv2Family",
+    ),
+    (
+        "Standard_NC6s_v3",
+        6,
+        112 * GIB,
+        1,
+        736,
+        "standardNCSv3Family",
+    ),
+    (
+        "Standard_NC12s_v3",
+        12,
+        224 * GIB,
+        2,
+        1474,
+        "standardNCSv3Family",
+    ),
+    (
+        "Standard_NC24s_v3",
+        24,
+        448 * GIB,
+        4,
+        2948,
+        "standardNCSv3Family",
+    ),
+    (
+        "Standard_NC4as_T4_v3",
+        4,
+        28 * GIB,
+        1,
+        180,
+        "standardNCASv3_T4Family",
+    ),
+    (
+        "Standard_NC8as_T4_v3",
+        8,
+        56 * GIB,
+        1,
+        360,
+        "standardNCASv3_T4Family",
+    ),
+    (
+        "Standard_NC16as_T4_v3",
+        16,
+        110 * GIB,
+        1,
+        360,
+        "standardNCASv3_T4Family",
+    ),
+    (
+        "Standard_NC64as_T4_v3",
+        64,
+        440 * GIB,
+        4,
+        2880,
+        "standardNCASv3_T4Family",
+    ),
+    (
+        "Standard_NC24ads_A100_v4",
+        24,
+        220 * GIB,
+        1,
+        64,
+        "standardNCADSA100v4Family",
+    ),
+    (
+        "Standard_ND96asr_v4",
+        96,
+        900 * GIB,
+        8,
+        6000,
+        "standardNDASv4_A100Family",
+    ),
 ];
 
 /// The size named `name`, if the table has it.
@@ -94,12 +224,15 @@ pub fn vm_size(name: &str) -> Option<VmSize> {
     SIZES
         .iter()
         .find(|(n, ..)| n.to_ascii_lowercase().strip_prefix("standard_") == Some(want))
-        .map(|&(_, vcpu, memory_mib, gpu, temp_disk_gib)| VmSize {
-            vcpu,
-            memory_mib,
-            gpu,
-            temp_disk_gib,
-        })
+        .map(
+            |&(_, vcpu, memory_mib, gpu, temp_disk_gib, family)| VmSize {
+                vcpu,
+                memory_mib,
+                gpu,
+                temp_disk_gib,
+                family,
+            },
+        )
 }
 
 /// What AKS reserves on a node ("Resource reservations", AKS 1.29 and later): kube-reserved CPU
@@ -158,6 +291,10 @@ fn parse_taint(key: Option<&str>, text: &str) -> Option<Taint> {
         time_added: None,
     })
 }
+
+/// The label and taint key AKS sets on spot nodes (`kubernetes.azure.com/scalesetpriority=spot`,
+/// the taint with effect `NoSchedule`).
+pub const SPOT_KEY: &str = "kubernetes.azure.com/scalesetpriority";
 
 /// What the group says about its future nodes.
 #[derive(Debug, Clone, Default)]
@@ -263,6 +400,22 @@ pub fn from_shape(shape: &GroupShape) -> Result<NodeState, TemplateError> {
             .iter()
             .filter_map(|t| parse_taint(None, t)),
     );
+    if shape.profile.spot {
+        // AKS puts both on every spot node, whatever the pool's own labels and taints say, so a
+        // pod lands there only if it tolerates eviction.
+        labels.insert(SPOT_KEY.into(), "spot".into());
+        if !taints
+            .iter()
+            .any(|t| t.key == SPOT_KEY && t.effect == "NoSchedule")
+        {
+            taints.push(Taint {
+                key: SPOT_KEY.into(),
+                value: Some("spot".into()),
+                effect: "NoSchedule".into(),
+                time_added: None,
+            });
+        }
+    }
     Ok(NodeState::new(&name, labels, taints, alloc))
 }
 
@@ -409,6 +562,46 @@ mod tests {
             t.allocatable["memory"],
             ((64 * 1024 - 750) as i128) * 1024 * 1024 * 1000
         );
+    }
+
+    #[test]
+    fn a_spot_group_template_carries_aks_spot_label_and_taint_once() {
+        use crate::cache::VmProfile;
+        let spot = VmProfile {
+            spot: true,
+            ..VmProfile::default()
+        };
+        let shape = GroupShape {
+            name: "spot",
+            vm_size: "Standard_D4s_v5",
+            // The pool already names the taint: it is not doubled.
+            node_taints: vec!["kubernetes.azure.com/scalesetpriority=spot:NoSchedule".into()],
+            aks_pool: true,
+            profile: spot,
+            ..GroupShape::default()
+        };
+        let t = from_shape(&shape).expect("template");
+        assert_eq!(t.labels[SPOT_KEY], "spot");
+        assert_eq!(t.taints.len(), 1, "{:?}", t.taints);
+        let t = from_shape(&GroupShape {
+            node_taints: vec![],
+            aks_pool: false,
+            ..shape.clone()
+        })
+        .expect("template");
+        assert_eq!(t.taints.len(), 1);
+        assert_eq!(t.taints[0].key, SPOT_KEY);
+        assert_eq!(t.taints[0].value.as_deref(), Some("spot"));
+        assert_eq!(t.taints[0].effect, "NoSchedule");
+        // A regular group carries neither.
+        let t = from_shape(&GroupShape {
+            profile: VmProfile::default(),
+            node_taints: vec![],
+            ..shape
+        })
+        .expect("template");
+        assert!(!t.labels.contains_key(SPOT_KEY));
+        assert!(t.taints.iter().all(|x| x.key != SPOT_KEY), "{:?}", t.taints);
     }
 
     #[test]

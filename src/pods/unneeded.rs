@@ -61,6 +61,10 @@ pub struct DownInput<'a> {
     pub threshold: f64,
     /// Nodes being removed now: neither candidates nor destinations.
     pub busy: &'a HashSet<String>,
+    /// Nodes not Ready and past their startup window ([`crate::node_groups::unready_nodes`]):
+    /// candidates whatever their utilisation (their pods are served by no one), never a
+    /// destination; they wait `scaleDown.unreadyTime` instead of `unneededTime`.
+    pub unready: &'a HashSet<String>,
     /// Nodes unneeded as of the last pass: their simulation comes first, so a node's unneeded
     /// time is not broken by the bound below.
     pub previously: &'a HashSet<String>,
@@ -83,6 +87,8 @@ pub struct Unneeded {
     pub pods: Vec<String>,
     /// The larger of cpu and memory request utilisation.
     pub utilization: f64,
+    /// Not Ready (past its startup window): it waits `unreadyTime`.
+    pub unready: bool,
 }
 
 impl Unneeded {
@@ -115,10 +121,16 @@ pub fn unneeded(input: &DownInput) -> Candidates {
     // Every Ready, schedulable node that is not being removed: the room pods can move to.
     let mut room: Vec<NodeState> = Vec::new();
     let mut candidates: Vec<Candidate> = Vec::new();
+    // Unready nodes' states sit in `room` for their own simulation, never as a destination.
+    let mut not_room: Vec<usize> = Vec::new();
     for node in input.nodes {
         let n = node.name.as_str();
-        if input.busy.contains(n) || !is_ready(node) || !schedulable(node) {
+        let unready = input.unready.contains(n);
+        if input.busy.contains(n) || !(is_ready(node) || unready) || !schedulable(node) {
             continue;
+        }
+        if unready {
+            not_room.push(room.len());
         }
         let state = NodeState::from_node(node, by_node.get(n).unwrap_or(&none));
         if let Some(group) = index
@@ -138,6 +150,7 @@ pub fn unneeded(input: &DownInput) -> Candidates {
                     at: room.len(),
                     utilization: utilization(&state),
                     before: input.previously.contains(n),
+                    unready,
                 });
             }
         }
@@ -154,6 +167,9 @@ pub fn unneeded(input: &DownInput) -> Candidates {
     let mut pdbs: Vec<Arc<PodDisruptionBudget>> = input.pdbs.to_vec();
     // Nodes found unneeded so far this pass, by index in `room`: no longer destinations.
     let mut gone = vec![false; room.len()];
+    for i in not_room {
+        gone[i] = true;
+    }
     let mut simulated = 0u32;
     for c in candidates {
         let state = &room[c.at];
@@ -161,8 +177,14 @@ pub fn unneeded(input: &DownInput) -> Candidates {
         let moving = pods_to_move(state);
         // As it is now: pods of nodes looked at before may have been placed on it.
         let u = utilization(state);
+        // An unready node's pods are served by no one: its utilisation keeps it nowhere.
+        let threshold = if c.unready {
+            f64::INFINITY
+        } else {
+            input.threshold
+        };
         // Cheap first: a non-empty node at or above the threshold needs no simulation.
-        if !moving.is_empty() && u >= input.threshold {
+        if !moving.is_empty() && u >= threshold {
             out.blocked
                 .insert(n, Blocker::Utilized((u * 100.0).round() as u32));
             continue;
@@ -176,14 +198,7 @@ pub fn unneeded(input: &DownInput) -> Candidates {
             simulated += 1;
         }
         let skip = |i: usize| i == c.at || gone[i];
-        match removable(
-            state,
-            &c.node.annotations,
-            &room,
-            skip,
-            &pdbs,
-            input.threshold,
-        ) {
+        match removable(state, &c.node.annotations, &room, skip, &pdbs, threshold) {
             Err(b) => {
                 out.blocked.insert(n, b);
             }
@@ -216,6 +231,7 @@ pub fn unneeded(input: &DownInput) -> Candidates {
                         .map(|p| p.uid.clone().unwrap_or_else(|| p.key()))
                         .collect(),
                     utilization: u,
+                    unready: c.unready,
                 });
             }
         }
@@ -234,6 +250,8 @@ struct Candidate<'a> {
     utilization: f64,
     /// Unneeded as of the last pass.
     before: bool,
+    /// Not Ready, past its startup window.
+    unready: bool,
 }
 
 /// An instance of a managed group that no Node stands for: requested, and not registered (yet,
@@ -312,6 +330,8 @@ pub fn track(since: &mut HashMap<String, Instant>, candidates: &Candidates, now:
 pub struct Limits {
     /// `scaleDown.unneededTime`.
     pub unneeded_time: Duration,
+    /// `scaleDown.unreadyTime`: how long an unready node must stay unneeded.
+    pub unready_time: Duration,
     /// `scaleDown.maxEmptyBulkDelete`.
     pub max_empty_bulk_delete: u32,
     /// `scaleDown.maxScaleDownPerPass`.
@@ -335,11 +355,16 @@ pub fn select(
     let (mut empty, mut drained) = (0u32, 0u32);
     for (i, u) in candidates.unneeded.iter().enumerate() {
         let g = &groups[u.group];
+        let (wait, label) = if u.unready {
+            (limits.unready_time, "unready_time")
+        } else {
+            (limits.unneeded_time, "unneeded_time")
+        };
         let why = if since
             .get(&u.node)
-            .is_none_or(|t| now.duration_since(*t) < limits.unneeded_time)
+            .is_none_or(|t| now.duration_since(*t) < wait)
         {
-            Some("unneeded_time")
+            Some(label)
         } else if g.recently_grown {
             Some("delay_after_add")
         } else if g.size.is_none() {
@@ -435,6 +460,7 @@ mod tests {
             pdbs,
             threshold: 0.5,
             busy: &HashSet::new(),
+            unready: &HashSet::new(),
             previously: &HashSet::new(),
             non_empty_candidates: 30,
         })
@@ -446,6 +472,7 @@ mod tests {
 
     const LIMITS: Limits = Limits {
         unneeded_time: Duration::from_secs(600),
+        unready_time: Duration::from_secs(1200),
         max_empty_bulk_delete: 10,
         max_per_pass: 10,
         draining: false,
@@ -461,6 +488,72 @@ mod tests {
             provisioning_state: Some(state.into()),
             computer_name: Some(machine.into()),
         }
+    }
+
+    #[test]
+    fn an_unready_node_is_a_candidate_whatever_its_load_never_room_and_waits_the_unready_time() {
+        // `sick` is NotReady with a pod using 3 of 4 cpus (above the threshold: a Ready node so
+        // loaded stays); `ok` has room for that pod. `spare` is Ready and empty, but the
+        // unready node's pod must not be planned onto... itself or another unready node.
+        let mut sick = (*node("sick", "ss", 0, "4")).clone();
+        sick.ready = false;
+        let mut dead = (*node("dead", "ss", 2, "4")).clone();
+        dead.ready = false;
+        let nodes = [Arc::new(sick), node("ok", "ss", 1, "8"), Arc::new(dead)];
+        let pods = [pod("p", "sick", "3"), pod("busy", "ok", "6")];
+        let unready = HashSet::from(["sick".to_string(), "dead".to_string()]);
+        let groups = [group("ss", Some(3), 0)];
+        let none = HashSet::new();
+        let input = |unready| DownInput {
+            groups: &groups,
+            nodes: &nodes,
+            pods: &pods,
+            pdbs: &[],
+            threshold: 0.5,
+            busy: &none,
+            unready,
+            previously: &none,
+            non_empty_candidates: 30,
+        };
+        let c = unneeded(&input(&unready));
+        // `p` (3 cpu) fits on no Ready node (ok has 2 left) and never on `dead`: sick stays;
+        // `dead` is empty: it goes.
+        assert_eq!(names(&c), ["dead"]);
+        assert!(c.unneeded[0].unready);
+        assert!(
+            matches!(c.blocked.get("sick"), Some(Blocker::NoPlaceFor(_))),
+            "{:?}",
+            c.blocked
+        );
+        // Not in the unready set (still booting): neither candidate nor room.
+        let c = unneeded(&input(&none));
+        assert!(names(&c).is_empty(), "{:?}", names(&c));
+        // An unready node waits `unready_time`, not `unneeded_time`.
+        let c = unneeded(&input(&unready));
+        let t0 = Instant::now();
+        let since = all_since(&c, t0);
+        let (chosen, waiting) = select(&c, &groups, &since, t0 + Duration::from_secs(601), LIMITS);
+        assert!(chosen.is_empty());
+        assert_eq!(waiting.get("dead"), Some(&"unready_time"));
+        let (chosen, _) = select(&c, &groups, &since, t0 + Duration::from_secs(1200), LIMITS);
+        assert_eq!(chosen, [0]);
+    }
+
+    #[test]
+    fn too_many_unready_nodes_means_more_than_both_the_count_and_the_share() {
+        use crate::node_groups::too_many_unready;
+        // cluster-autoscaler's defaults: 3 and 45 %.
+        assert!(
+            too_many_unready(3, 4, 3, 45.0).is_none(),
+            "3 is ok whatever the share"
+        );
+        assert!(
+            too_many_unready(4, 100, 3, 45.0).is_none(),
+            "4 of 100 is a small share"
+        );
+        let why = too_many_unready(5, 10, 3, 45.0).expect("5 of 10");
+        assert!(why.contains("5 of 10 nodes are unready"), "{why}");
+        assert!(too_many_unready(0, 0, 3, 45.0).is_none());
     }
 
     #[test]
@@ -515,6 +608,7 @@ mod tests {
             pdbs: &[],
             threshold: 0.5,
             busy: &HashSet::new(),
+            unready: &HashSet::new(),
             previously: &previously,
             non_empty_candidates: 2,
         });
@@ -547,6 +641,7 @@ mod tests {
             pdbs: &[],
             threshold: 0.5,
             busy: &busy,
+            unready: &HashSet::new(),
             previously: &HashSet::new(),
             non_empty_candidates: 30,
         });

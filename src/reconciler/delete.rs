@@ -11,8 +11,8 @@
 //! writer's capacity; a 412 still invalidates the size and instance caches and the checks run
 //! again on a fresh read, once. The delete leaves through the guarded send ([`super::send`]), as
 //! a capacity write does: the fence asked immediately before the request leaves and its permit
-//! held until Azure answers, the group's write budget spent, a backoff waited out (a quota
-//! cool-down is not: removing an instance frees quota). The size is never lowered here: it is re-read after Azure
+//! held until Azure answers, the group's write budget spent, a backoff waited out (an
+//! unavailable offering is not: removing an instance frees quota). The size is never lowered here: it is re-read after Azure
 //! confirmed the operation (#7432: sizes dropped after deletes that failed).
 //!
 //! Deletes go one at a time; a delete that waited behind another runs its caller's
@@ -268,7 +268,7 @@ impl Inner {
                         OperationEnd::Failed(why) => {
                             warn!(scale_set = name, node = %victim.node_name, %why, "instance deletion failed: caches invalidated, the size is re-read");
                             self.operation_failed(name);
-                            DeleteEnd::Failed(why)
+                            DeleteEnd::Failed(why.to_string())
                         }
                         OperationEnd::Unknown(why) => {
                             warn!(scale_set = name, node = %victim.node_name, %why, "instance deletion: outcome unknown; caches invalidated");

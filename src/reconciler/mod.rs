@@ -92,7 +92,7 @@ pub struct PassReport {
     pub conflicts: usize,
     /// Writes that ended in an error.
     pub failed: usize,
-    /// Writes not sent (budget, cooldown, backoff, gate, no ETag, dry run).
+    /// Writes not sent (budget, offering unavailable, backoff, gate, no ETag, dry run).
     pub held: usize,
 }
 
@@ -119,7 +119,6 @@ struct GroupState {
     /// An ambiguous write or a failed operation: GET before the next write.
     stale: bool,
     in_flight: bool,
-    cooldown_until: Option<Instant>,
     backoff_until: Option<Instant>,
     backoff_attempts: u32,
     budget: TokenBucket,
@@ -347,19 +346,18 @@ impl Reconciler {
         self.inner.wake.notify_one();
     }
 
-    /// Why capacity writes to `name` wait now for a reason of the group's own (a quota
-    /// cool-down, a backoff after errors), if they do: scale-up passes over such a group.
+    /// Why capacity writes to `name` wait now for a reason of the group's own (its offering
+    /// unavailable, a backoff after errors), if they do: scale-up passes over such a group.
     pub fn group_hold(&self, name: &str) -> Option<HoldReason> {
+        if let Some(u) = self.inner.node_groups.unavailable(name) {
+            return Some(HoldReason::Unavailable(u.failure));
+        }
         let now = Instant::now();
         let state = self.inner.state.lock();
         let s = state.get(name)?;
-        if s.cooldown_until.is_some_and(|t| t > now) {
-            Some(HoldReason::Cooldown)
-        } else if s.backoff_until.is_some_and(|t| t > now) {
-            Some(HoldReason::Backoff)
-        } else {
-            None
-        }
+        s.backoff_until
+            .is_some_and(|t| t > now)
+            .then_some(HoldReason::Backoff)
     }
 
     /// Records why scale-down is halted (`None`: it is not), shown in [`Reconciler::status`].
@@ -382,7 +380,7 @@ impl Reconciler {
 
     /// Each node group as the reconciler sees it now (what the leader writes to the status
     /// ConfigMap): bounds, the planned target, capacity and ETag, the last write and the last
-    /// 412 with their outcomes, foreign writes, backoff or cool-down, and why writes are held.
+    /// 412 with their outcomes, foreign writes, backoff, an unavailable offering, and why writes are held.
     pub fn status(&self) -> Vec<GroupStatus> {
         self.inner.status()
     }
@@ -472,7 +470,13 @@ impl Inner {
                     last_conflict: s.and_then(|s| s.last_conflict.clone()),
                     foreign_writes: s.map_or(0, |s| s.foreign_writes),
                     backoff_until: until(s.and_then(|s| s.backoff_until)),
-                    cooldown_until: until(s.and_then(|s| s.cooldown_until)),
+                    unavailable: self.node_groups.unavailable(&g.name).map(|u| {
+                        crate::notify::UnavailableStatus {
+                            reason: u.failure.label().to_string(),
+                            until: rfc3339(wall + u.left),
+                            message: u.message,
+                        }
+                    }),
                     held: s
                         .and_then(|s| s.held.or(s.refusal.map(HoldReason::Refused)))
                         .map(|r| r.metric_label().to_string()),
@@ -597,8 +601,9 @@ impl Inner {
                 WriteEnd::Failed | WriteEnd::GaveUp => report.failed += 1,
             }
         }
-        // After the writes, so listing instances never delays a capacity change.
+        // After the writes, so listing instances or usages never delays a capacity change.
         self.node_groups.refresh_instances(&groups).await;
+        self.node_groups.refresh_quota().await;
         if report.failed > 0 {
             return Err(ReconcileError::Writes {
                 failed: report.failed,
@@ -631,7 +636,6 @@ impl Inner {
             known_etag: None,
             stale: false,
             in_flight: false,
-            cooldown_until: None,
             backoff_until: None,
             backoff_attempts: 0,
             refusal: None,
@@ -1165,10 +1169,10 @@ impl Inner {
                 );
                 WriteEnd::Held
             }
-            ArmError::Quota { message, .. } => {
-                let until = Instant::now() + self.settings.quota_cooldown;
-                self.with_state(name, |s| s.cooldown_until = Some(until));
-                warn!(scale_set = name, cooldown_secs = self.settings.quota_cooldown.as_secs(), %message, "quota or operation not allowed: node group cooling down");
+            ArmError::Allocation {
+                failure, message, ..
+            } => {
+                self.node_groups.refused_allocation(name, *failure, message);
                 WriteEnd::Failed
             }
             ArmError::Ambiguous { .. } => {
@@ -1258,8 +1262,12 @@ impl Inner {
                 self.node_groups.scale_sets().upsert(fresh, now);
                 debug!(scale_set = name, "operation succeeded; final ETag adopted");
             }
-            OperationEnd::Failed(code) => {
-                warn!(scale_set = name, %code, "capacity operation failed: caches invalidated, re-reading before the next write");
+            OperationEnd::Failed(error) => {
+                warn!(scale_set = name, %error, "capacity operation failed: caches invalidated, re-reading before the next write");
+                if let Some(failure) = error.allocation_failure() {
+                    self.node_groups
+                        .refused_allocation(name, failure, &error.message);
+                }
                 self.operation_failed(name);
             }
             OperationEnd::Unknown(why) => {

@@ -3,7 +3,7 @@
 //! caller, who is not done until Azure is).
 
 use super::{Inner, LRO_DEADLINE, LRO_MIN_POLL};
-use crate::azure::arm::OperationStatus;
+use crate::azure::arm::{OperationError, OperationStatus};
 use crate::azure::ArmError;
 use crate::resource::CapacityResource;
 use std::time::Duration;
@@ -17,8 +17,8 @@ const POLL_ERRORS_TOLERATED: u32 = 5;
 pub(super) enum OperationEnd {
     /// Azure says it succeeded.
     Succeeded,
-    /// Azure says it failed or was canceled (the code).
-    Failed(String),
+    /// Azure says it failed or was canceled (its error).
+    Failed(OperationError),
     /// Its end could not be learnt: polls kept failing, or it ran past [`LRO_DEADLINE`].
     Unknown(String),
 }
@@ -47,9 +47,13 @@ impl Inner {
             match resource.poll_operation(url).await {
                 Ok(OperationStatus::InProgress) => {}
                 Ok(OperationStatus::Succeeded) => break (OperationEnd::Succeeded, "succeeded"),
-                Ok(OperationStatus::Failed(code)) => break (OperationEnd::Failed(code), "failed"),
+                Ok(OperationStatus::Failed(e)) => break (OperationEnd::Failed(e), "failed"),
                 Ok(OperationStatus::Canceled) => {
-                    break (OperationEnd::Failed("Canceled".into()), "failed")
+                    let canceled = OperationError {
+                        code: "Canceled".into(),
+                        message: String::new(),
+                    };
+                    break (OperationEnd::Failed(canceled), "failed");
                 }
                 Err(ArmError::Throttled { retry_after, .. }) => {
                     tokio::time::sleep(retry_after).await

@@ -7,7 +7,8 @@
 //!    autoscaler scales); logged when the refusal starts or changes;
 //! 2. optimistic concurrency is on and the read carries no ETag: never written blind;
 //! 3. `--dry-run`;
-//! 4. the group's holds ([`Inner::early_hold`]): the fence, a cool-down, a backoff, the budget;
+//! 4. the group's holds ([`Inner::early_hold`]): the fence, an unavailable offering, a backoff,
+//!    the budget;
 //! 5. no token could be fetched: the token is fetched *before* the fence admits, so a slow
 //!    token endpoint delays the admission, not the send after it;
 //! 6. the fence does not admit; its permit is then held until Azure answers.
@@ -23,9 +24,9 @@
 //!   counts it against the same per-scale-set write limits, so it spends the group's budget, and
 //!   a resource that is failing with 5xx (backoff) is not sent a delete either. A delete's own
 //!   5xx or transport error backs the group off like a capacity write's.
-//! - **cool-down: capacity writes only.** The cool-down follows a quota or
-//!   `OperationNotAllowed` refusal of a write that grows the group; it says nothing about
-//!   removing one instance, which frees quota.
+//! - **an unavailable offering: capacity writes only.** The mark follows Azure refusing an
+//!   allocation for the group's offering (quota, size not available, no capacity); it says
+//!   nothing about removing one instance, which frees quota.
 //! - **A held retry is a held write**: the 412 retry's hold records the metric, the status and
 //!   the `WriteHeld` Event like the first attempt's (it used to count the metric only).
 //! - **Deletes record the metric only**: the scale-down loop posts its own Event on the node and
@@ -62,7 +63,7 @@ pub(super) enum Sent<T> {
 }
 
 impl Inner {
-    /// The group's holds: the fence (asked without a permit: cheap), a cool-down (capacity
+    /// The group's holds: the fence (asked without a permit: cheap), an unavailable offering (capacity
     /// writes), a backoff, the budget (refilled and peeked, not spent), and `--dry-run`. Asked
     /// before a write spends any read on itself, and again by [`Inner::guarded_send`]. Records
     /// nothing.
@@ -73,12 +74,14 @@ impl Inner {
         if let Err(hold) = self.fence.check() {
             return Some(HoldReason::Fenced(hold));
         }
+        if kind == WriteKind::Capacity {
+            if let Some(u) = self.node_groups.unavailable(name) {
+                return Some(HoldReason::Unavailable(u.failure));
+            }
+        }
         let now = Instant::now();
         let budget = self.settings.write_budget;
         self.with_state(name, |s| {
-            if kind == WriteKind::Capacity && s.cooldown_until.is_some_and(|t| t > now) {
-                return Some(HoldReason::Cooldown);
-            }
             if s.backoff_until.is_some_and(|t| t > now) {
                 return Some(HoldReason::Backoff);
             }

@@ -7,6 +7,7 @@ use super::*;
 use crate::azure::arm::{ArmOp, ArmTarget, OperationStatus};
 use crate::azure::DeleteAccepted;
 use crate::cache::{Instance, VmProfile};
+use crate::capacity::AllocationFailure;
 use crate::config::ConfigSources;
 use crate::fence::{FenceHold, InFlight, WritePermit};
 use crate::hold::{HoldReason, WriteRefusal};
@@ -73,6 +74,7 @@ impl Fake {
             extended_location: None,
             agent_pool: None,
             vm_profile: VmProfile::default(),
+            zones: Vec::new(),
         }
     }
 
@@ -402,10 +404,6 @@ impl Harness {
             .with_label_values(&[GROUP, reason.metric_label()])
             .get()
     }
-
-    fn set_state(&self, f: impl FnOnce(&mut GroupState)) {
-        self.reconciler.inner.with_state(GROUP, f);
-    }
 }
 
 fn held(reason: HoldReason) -> DeleteEnd {
@@ -446,12 +444,27 @@ async fn a_spent_budget_holds_capacity_writes_and_deletes_alike_until_it_refills
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_quota_cool_down_holds_capacity_writes_but_not_the_delete_that_frees_quota() {
-    let h = harness(Fake::new(3), settings(None, ""));
-    h.set_state(|s| s.cooldown_until = Some(Instant::now() + Duration::from_secs(300)));
-    assert_eq!(h.write(5).await, Err(HoldReason::Cooldown));
+async fn an_offering_azure_refused_holds_capacity_writes_until_its_mark_runs_out_but_not_the_delete_that_frees_quota(
+) {
+    let settings = settings(None, "");
+    let h = harness(Fake::new(3), settings.clone());
+    let groups = h.reconciler.node_groups();
+    groups.scale_sets().upsert(h.fake.read(), Instant::now());
+    groups.refused_allocation(
+        GROUP,
+        AllocationFailure::Quota,
+        "Operation could not be completed as it results in exceeding approved standardDSv5Family Cores quota.",
+    );
+    let quota = HoldReason::Unavailable(AllocationFailure::Quota);
+    assert_eq!(h.write(5).await, Err(quota));
     assert_eq!(h.delete().await, DeleteEnd::Deleted);
     assert!(h.fake.writes().is_empty());
+    assert_eq!(h.held_total(quota), 1);
+    tokio::time::advance(settings.quota_cooldown - Duration::from_secs(1)).await;
+    assert_eq!(h.write(5).await, Err(quota));
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(h.write(5).await, Ok(()));
+    assert_eq!(h.fake.writes(), [5]);
 }
 
 #[tokio::test(start_paused = true)]

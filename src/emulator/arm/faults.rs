@@ -55,8 +55,13 @@ pub enum FaultKind {
     NoEtag,
     /// Delete the target out of band, then handle the request.
     DeleteBeforeHandling,
-    /// The long-running operation started by this write ends `Failed`.
-    LroFailed,
+    /// The long-running operation started by this write ends `Failed`, with ARM error `code`
+    /// (`AllocationFailed`, `ZonalAllocationFailed`, ...; `InternalExecutionError` when `None`).
+    LroFailed {
+        /// The error code the operation reports.
+        #[serde(default)]
+        code: Option<String>,
+    },
     /// Cut the success body in half (malformed JSON).
     Truncate,
 }
@@ -131,6 +136,19 @@ pub(crate) fn take(faults: &mut Vec<ActiveFault>, method: &str, path: &str) -> F
     plan
 }
 
+/// Azure's message for an allocation failure code, if it is one the emulator knows.
+pub(crate) fn code_message(code: &str) -> Option<&'static str> {
+    Some(match code {
+        "SkuNotAvailable" => "The requested VM size for resource 'Following SKUs have failed for Capacity Restrictions' is currently not available in location. Please try another size or deploy to a different location or different zone.",
+        "AllocationFailed" => "Allocation failed. We do not have sufficient capacity for the requested VM size in this region. Read more about improving likelihood of allocation success at http://aka.ms/allocation-guidance",
+        "ZonalAllocationFailed" => "Allocation failed. We do not have sufficient capacity for the requested VM size in this zone. Read more about improving likelihood of allocation success at http://aka.ms/allocation-guidance",
+        "OverconstrainedAllocationRequest" => "Allocation failed. VM(s) with the following constraints cannot be allocated, because the condition is too restrictive. Please remove some constraints and try again.",
+        "OverconstrainedZonalAllocationRequest" => "Allocation failed. VM(s) with the following constraints cannot be allocated, because the condition is too restrictive. Please remove some constraints and try again.",
+        "QuotaExceeded" => "Operation could not be completed as it results in exceeding approved Total Regional Cores quota.",
+        _ => return None,
+    })
+}
+
 /// The ARM error code and message a status fault answers with.
 pub(crate) fn status_error(code: u16, code_name: Option<&str>) -> (String, String) {
     let (default_code, message) = match code {
@@ -149,6 +167,7 @@ pub(crate) fn status_error(code: u16, code_name: Option<&str>) -> (String, Strin
         504 => ("GatewayTimeout", "The gateway timed out."),
         _ => ("Error", "Injected fault."),
     };
+    let message = code_name.and_then(code_message).unwrap_or(message);
     (
         code_name.unwrap_or(default_code).to_string(),
         format!("{message} (injected fault)"),

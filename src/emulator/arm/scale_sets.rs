@@ -27,6 +27,8 @@ pub(crate) struct Ctx {
     pub base: String,
     pub api_version: String,
     pub lro_failed: bool,
+    /// The error the failed operation reports (`LroFailed`'s code), if the fault named one.
+    pub lro_error: Option<(String, String)>,
     pub query: Vec<(String, String)>,
     /// The request's If-Match: a write that names the current ETag proves its writer read it.
     pub if_match: Option<String>,
@@ -194,6 +196,10 @@ enum Route {
         sub: String,
         id: String,
     },
+    Usages {
+        sub: String,
+        location: String,
+    },
 }
 
 impl Route {
@@ -260,6 +266,12 @@ impl Route {
                     pool: s(9),
                 })
             }
+            ["subscriptions", _, "providers", "microsoft.compute", "locations", _, "usages"] => {
+                Some(Route::Usages {
+                    sub: s(1),
+                    location: s(5),
+                })
+            }
             ["subscriptions", _, "providers", _, "locations", _, "operations" | "operationresults" | "operationstatuses", _] => {
                 Some(Route::Operation {
                     sub: s(1),
@@ -280,7 +292,8 @@ impl Route {
             | Route::Pools { sub, .. }
             | Route::Pool { sub, .. }
             | Route::PoolDeleteMachines { sub, .. }
-            | Route::Operation { sub, .. } => sub,
+            | Route::Operation { sub, .. }
+            | Route::Usages { sub, .. } => sub,
         }
     }
 
@@ -299,7 +312,8 @@ impl Route {
             Route::VmssList { .. }
             | Route::VmssVms { .. }
             | Route::Pools { .. }
-            | Route::Operation { .. } => method == "GET",
+            | Route::Operation { .. }
+            | Route::Usages { .. } => method == "GET",
             Route::VmssDeleteInstances { .. } | Route::PoolDeleteMachines { .. } => {
                 method == "POST"
             }
@@ -375,6 +389,7 @@ pub(crate) async fn handle(state: &EmulatorState, parts: &Parts, body: Bytes) ->
         base: request_base(state, parts),
         api_version: String::new(),
         lro_failed: false,
+        lro_error: None,
         query,
         if_match: if_match.clone(),
     };
@@ -578,7 +593,15 @@ async fn process(
                 _ => {}
             }
         }
-        Some(FaultKind::LroFailed) => ctx.lro_failed = true,
+        Some(FaultKind::LroFailed { code }) => {
+            ctx.lro_failed = true;
+            ctx.lro_error = code.clone().map(|c| {
+                let message = faults::code_message(&c)
+                    .unwrap_or("The long-running operation failed (injected fault).")
+                    .to_string();
+                (c, message)
+            });
+        }
         _ => {}
     }
 
@@ -747,6 +770,10 @@ fn execute(
             if_none_match,
         ),
         Route::Operation { id, .. } => operation(d, ctx, id),
+        Route::Usages { sub, location } => {
+            let rows = d.quota.usages(d.scale_sets.values(), sub, location);
+            Reply::json(200, json!({ "value": rows }))
+        }
     }
 }
 
@@ -769,6 +796,9 @@ pub(crate) fn add_lro_headers(
     location: &str,
 ) {
     let id = d.start_operation(s.lro_delay, ctx.lro_failed, ctx.now);
+    if let Some(op) = d.operations.get_mut(&id) {
+        op.error.clone_from(&ctx.lro_error);
+    }
     let loc: String = location
         .chars()
         .filter(|c| !c.is_whitespace())
@@ -1058,6 +1088,22 @@ fn vmss_write(
                     ));
                 }
             }
+            // Quota first: a refused write changes nothing.
+            let growth = parsed.capacity.unwrap_or(ss.capacity) - ss.capacity;
+            let location = ss.location.clone();
+            let sku = parsed
+                .sku_name
+                .clone()
+                .unwrap_or_else(|| ss.sku_name.clone());
+            if let Err(refused) =
+                d.quota
+                    .check_growth(d.scale_sets.values(), sub, &location, &sku, growth)
+            {
+                return refused;
+            }
+            let Some(ss) = d.scale_sets.get_mut(&key) else {
+                return Reply::arm_error(500, "InternalServerError", "scale set vanished");
+            };
             let old_etag = ss.etag();
             let old_cap = ss.capacity;
             let old_tags = ss.tags.clone();
@@ -1268,10 +1314,13 @@ fn operation(d: &mut Data, ctx: &Ctx, id: &str) -> Reply {
         body["endTime"] = Value::String(rfc3339(op.start + op.delay));
     }
     if done && op.failed {
-        body["error"] = json!({
-            "code": "InternalExecutionError",
-            "message": "The long-running operation failed (injected fault)."
+        let (code, message) = op.error.clone().unwrap_or_else(|| {
+            (
+                "InternalExecutionError".into(),
+                "The long-running operation failed (injected fault).".into(),
+            )
         });
+        body["error"] = json!({ "code": code, "message": message });
     }
     let mut reply = Reply::json(200, body);
     if !done {
@@ -1306,6 +1355,7 @@ pub(crate) fn rival_request(
         base: "http://127.0.0.1".into(),
         api_version: "2024-09-01".into(),
         lro_failed: false,
+        lro_error: None,
         query: Vec::new(),
         if_match: if_match.map(str::to_string),
     };

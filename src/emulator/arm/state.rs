@@ -320,6 +320,8 @@ impl ScaleSet {
 pub(crate) struct Operation {
     pub done_at: Instant,
     pub failed: bool,
+    /// The error a failed operation reports: `(code, message)`; `None`: a generic one.
+    pub error: Option<(String, String)>,
     pub start: time::OffsetDateTime,
     pub delay: Duration,
 }
@@ -345,6 +347,7 @@ pub(crate) struct Data {
     pub token_down: bool,
     pub assertions: Vec<String>,
     pub throttle: Throttle,
+    pub quota: super::quota::QuotaTable,
 }
 
 /// Lowercased ARM id of a scale set: the key of the maps and of version tracking.
@@ -473,6 +476,7 @@ impl Data {
         let op = Operation {
             done_at: now + delay,
             failed,
+            error: None,
             start: time::OffsetDateTime::now_utc(),
             delay,
         };
@@ -625,6 +629,14 @@ impl EmulatorState {
     /// stay valid.
     pub fn reset(&self) {
         self.lock().reset();
+    }
+
+    /// Sets the vCPU quota limit of usage `name` (a VM family such as `standardDSv5Family`, or
+    /// `cores` for the regional total) in `sub`'s `location`: writes that would grow past it are
+    /// refused with Azure's 409 `OperationNotAllowed`, and the usages list shows it. Survives
+    /// nothing: [`EmulatorState::reset`] forgets it.
+    pub fn set_quota(&self, sub: &str, location: &str, name: &str, limit: i64) {
+        self.lock().quota.set(sub, location, name, limit);
     }
 
     /// Mints a valid bearer token whose subject (the writer in the log) is `client_id`.

@@ -23,6 +23,11 @@ pub const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
 /// no Node yet get none (a broken image, a bootstrap that fails); Nodes already there stay. For
 /// the controller's "nodes that never come" handling.
 pub const NEVER_REGISTER_TAG: &str = "emulator-never-register";
+/// A fault on a Node: while it carries the annotation `emulator-not-ready: "true"` its kubelet
+/// "stops posting": the Node turns `Ready=False` (with the not-ready taint) and stays so; removing
+/// the annotation lets it turn `Ready` again. For the controller's unready-node handling
+/// (`kubectl annotate node NAME emulator-not-ready=true`).
+pub const NOT_READY_ANNOTATION: &str = "emulator-not-ready";
 /// Tag naming the agent pool of a scale set (AKS sets it on its backing scale sets).
 const POOL_NAME_TAG: &str = "aks-managed-poolName";
 /// cluster-autoscaler's template tags on a scale set.
@@ -348,15 +353,25 @@ pub(crate) fn sync(
             None => {
                 let _ = store.create(nodes_rt, "", node_object(ss, *id, ready));
             }
-            Some(node) if ready && !is_ready(node) => mark_ready(store, node),
-            Some(_) => {}
+            Some(node) => {
+                let sick = node
+                    .pointer("/metadata/annotations")
+                    .and_then(|a| a.get(NOT_READY_ANNOTATION))
+                    .and_then(Value::as_str)
+                    == Some("true");
+                let should = ready && !sick;
+                if should != is_ready(node) && (ready || sick) {
+                    set_ready(store, node, should);
+                }
+            }
         }
     }
     next_boot
 }
 
-/// Flips a booted Node to `Ready`: drops the not-ready taint, then sets the condition.
-fn mark_ready(store: &mut Store, node: &Value) {
+/// Flips a Node's readiness: `Ready` drops the not-ready taint, not `Ready` adds it (as the node
+/// lifecycle controller does), then the condition is set.
+fn set_ready(store: &mut Store, node: &Value, ready: bool) {
     let Some(nodes_rt) = resources::find("", "v1", "nodes") else {
         return;
     };
@@ -371,6 +386,16 @@ fn mark_ready(store: &mut Store, node: &Value) {
     {
         taints.retain(|t| t.get("key").and_then(Value::as_str) != Some(NOT_READY_TAINT));
     }
+    if !ready {
+        let taint = json!({"key": NOT_READY_TAINT, "effect": "NoSchedule"});
+        match spec_write
+            .pointer_mut("/spec/taints")
+            .and_then(Value::as_array_mut)
+        {
+            Some(taints) => taints.push(taint),
+            None => spec_write["spec"]["taints"] = json!([taint]),
+        }
+    }
     let Ok(mut current) = store.update(nodes_rt, "", &name, spec_write, None) else {
         return;
     };
@@ -380,7 +405,13 @@ fn mark_ready(store: &mut Store, node: &Value) {
         .cloned()
         .unwrap_or_default();
     conditions.retain(|c| c.get("type").and_then(Value::as_str) != Some("Ready"));
-    conditions.push(ready_condition(true));
+    let mut condition = ready_condition(ready);
+    if !ready {
+        condition["message"] = json!(format!(
+            "{NOT_READY_ANNOTATION}: the kubelet stopped posting ready status"
+        ));
+    }
+    conditions.push(condition);
     current["status"]["conditions"] = Value::Array(conditions);
     if let Some(m) = current["metadata"].as_object_mut() {
         m.remove("resourceVersion");

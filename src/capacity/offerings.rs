@@ -1,0 +1,384 @@
+//! Allocation failures, classified, and the offerings they make unavailable for a while.
+//!
+//! Azure refuses capacity in a few distinct ways, and each says something different about when
+//! asking again can help. A refusal marks the *offering* it concerns (VM size, zones, priority in
+//! a region; for quota, the whole VM family, since quota is counted per family) unavailable for a
+//! time that fits its cause. Scale-up passes over a group whose offering is marked, in the same
+//! decision, and the write path holds any capacity write to it until the mark runs out: the
+//! next pending pod goes to a place that can answer yes instead of asking the same place again.
+
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How long a `SkuNotAvailable` keeps its offering out: the size is not offered to this
+/// subscription in that region or zone, a restriction that changes rarely (Karpenter's Azure
+/// provider keeps such an offering out for 23 h; so do we).
+pub const SKU_NOT_AVAILABLE_TTL: Duration = Duration::from_secs(23 * 3600);
+
+/// How long a capacity shortage (`AllocationFailed`, `ZonalAllocationFailed`, the
+/// `Overconstrained…` pair) keeps its offering out. Karpenter's Azure provider takes 1 h for
+/// allocation failures and 3 min for the rest; a shortage in one size and zone is not over in
+/// three minutes, and a group that stays out for an hour only costs a fallback that was
+/// planned anyway, so we keep its 1 h.
+pub const NO_CAPACITY_TTL: Duration = Duration::from_secs(3600);
+
+/// Why Azure would not allocate: the failure classes that mark an offering unavailable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AllocationFailure {
+    /// The subscription's vCPU quota does not cover the request (`QuotaExceeded`,
+    /// `OperationNotAllowed` with a quota message): marks the VM family, which quota counts.
+    Quota,
+    /// The size is not offered here to this subscription (`SkuNotAvailable`).
+    SkuNotAvailable,
+    /// Azure has no capacity for the size now (`AllocationFailed`, `ZonalAllocationFailed`,
+    /// `OverconstrainedAllocationRequest`, `OverconstrainedZonalAllocationRequest`).
+    NoCapacity,
+}
+
+impl AllocationFailure {
+    /// Every class, for tests and metrics.
+    pub const ALL: [AllocationFailure; 3] = [
+        AllocationFailure::Quota,
+        AllocationFailure::SkuNotAvailable,
+        AllocationFailure::NoCapacity,
+    ];
+
+    /// The class of an ARM error code and message, if it is an allocation failure. A write's
+    /// synchronous answer and an operation's final error are classified alike.
+    pub fn classify(code: &str, message: &str) -> Option<Self> {
+        let code_lc = code.to_ascii_lowercase();
+        match code_lc.as_str() {
+            "skunotavailable" => Some(AllocationFailure::SkuNotAvailable),
+            "allocationfailed"
+            | "zonalallocationfailed"
+            | "overconstrainedallocationrequest"
+            | "overconstrainedzonalallocationrequest" => Some(AllocationFailure::NoCapacity),
+            c if c.contains("quota") => Some(AllocationFailure::Quota),
+            "operationnotallowed" if message.to_ascii_lowercase().contains("quota") => {
+                Some(AllocationFailure::Quota)
+            }
+            _ => None,
+        }
+    }
+
+    /// The `reason` label (metrics, Events, the status).
+    pub fn label(self) -> &'static str {
+        match self {
+            AllocationFailure::Quota => "quota",
+            AllocationFailure::SkuNotAvailable => "sku_not_available",
+            AllocationFailure::NoCapacity => "allocation_failed",
+        }
+    }
+
+    /// How long the offering stays out. Quota takes `quota_ttl` (`quotaCooldown`): unlike a
+    /// provider that learns quota only by failing, this controller reads the usages and caps
+    /// its plans by them, and a quota refusal also re-reads them, so the mark only has to cover
+    /// the moments until the fresh usages say what is left.
+    pub fn ttl(self, quota_ttl: Duration) -> Duration {
+        match self {
+            AllocationFailure::Quota => quota_ttl,
+            AllocationFailure::SkuNotAvailable => SKU_NOT_AVAILABLE_TTL,
+            AllocationFailure::NoCapacity => NO_CAPACITY_TTL,
+        }
+    }
+}
+
+impl std::fmt::Display for AllocationFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            AllocationFailure::Quota => "vCPU quota exceeded",
+            AllocationFailure::SkuNotAvailable => "VM size not available here",
+            AllocationFailure::NoCapacity => "Azure had no capacity for the VM size",
+        })
+    }
+}
+
+/// What a node group asks Azure for: a VM size with a priority in a region's zones.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Offering {
+    /// Region, lowercase (empty when the read did not say: an agent pool).
+    pub location: String,
+    /// VM size, lowercase.
+    pub vm_size: String,
+    /// Zones, sorted (empty: regional).
+    pub zones: Vec<String>,
+    /// Spot priority.
+    pub spot: bool,
+}
+
+impl Offering {
+    /// The offering of a group in `location` with `vm_size`, `zones` and priority.
+    pub fn new(location: &str, vm_size: &str, zones: &[String], spot: bool) -> Self {
+        let mut zones: Vec<String> = zones.iter().map(|z| z.trim().to_string()).collect();
+        zones.sort();
+        zones.dedup();
+        Self {
+            location: location.trim().to_ascii_lowercase(),
+            vm_size: vm_size.trim().to_ascii_lowercase(),
+            zones,
+            spot,
+        }
+    }
+
+    /// The VM family quota counts this size in (`standardDSv5Family`), if the size table knows it.
+    pub fn family(&self) -> Option<&'static str> {
+        crate::pods::template::vm_size(&self.vm_size).map(|s| s.family)
+    }
+}
+
+impl std::fmt::Display for Offering {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {}{}",
+            self.vm_size,
+            if self.spot { "spot " } else { "" },
+            if self.location.is_empty() {
+                "(region unknown)".to_string()
+            } else {
+                self.location.clone()
+            }
+        )?;
+        if !self.zones.is_empty() {
+            write!(f, " zones {}", self.zones.join(","))?;
+        }
+        Ok(())
+    }
+}
+
+/// What a mark covers: one offering, or (for quota) a family with a priority in a region.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Key {
+    Offering(Offering),
+    Family {
+        location: String,
+        family: String,
+        spot: bool,
+    },
+}
+
+impl Key {
+    fn of(offering: &Offering, failure: AllocationFailure) -> Key {
+        match (failure, offering.family()) {
+            // Quota counts by family (spot: the regional spot quota, keyed alike per family so
+            // another family's spot groups are not blocked by a guess).
+            (AllocationFailure::Quota, Some(family)) => Key::Family {
+                location: offering.location.clone(),
+                family: family.to_ascii_lowercase(),
+                spot: offering.spot,
+            },
+            _ => Key::Offering(offering.clone()),
+        }
+    }
+}
+
+/// Why an offering is out now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unavailable {
+    /// The failure that marked it.
+    pub failure: AllocationFailure,
+    /// How long it stays out.
+    pub left: Duration,
+    /// Azure's message.
+    pub message: String,
+}
+
+impl std::fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "offering unavailable ({}) for {}s more",
+            self.failure,
+            self.left.as_secs()
+        )
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Mark {
+    failure: AllocationFailure,
+    until: Instant,
+    message: String,
+}
+
+/// The offerings Azure refused lately, each until its mark runs out (tokio's clock).
+#[derive(Debug)]
+pub struct UnavailableOfferings {
+    quota_ttl: Duration,
+    marks: Mutex<HashMap<Key, Mark>>,
+}
+
+impl UnavailableOfferings {
+    /// An empty set; quota refusals mark for `quota_ttl` (`quotaCooldown`).
+    pub fn new(quota_ttl: Duration) -> Self {
+        Self {
+            quota_ttl,
+            marks: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Marks what `failure` concerns unavailable from now; returns for how long. A later mark
+    /// never shortens an earlier one.
+    pub fn mark(&self, offering: &Offering, failure: AllocationFailure, message: &str) -> Duration {
+        let ttl = failure.ttl(self.quota_ttl);
+        let until = Instant::now() + ttl;
+        let mut marks = self.marks.lock();
+        let entry = marks.entry(Key::of(offering, failure)).or_insert(Mark {
+            failure,
+            until,
+            message: message.to_string(),
+        });
+        if entry.until <= until {
+            *entry = Mark {
+                failure,
+                until,
+                message: message.to_string(),
+            };
+        }
+        ttl
+    }
+
+    /// Why `offering` is out now, if it is (the mark that lasts longest).
+    pub fn check(&self, offering: &Offering) -> Option<Unavailable> {
+        let now = Instant::now();
+        let mut marks = self.marks.lock();
+        marks.retain(|_, m| m.until > now);
+        let family = offering.family().map(|f| Key::Family {
+            location: offering.location.clone(),
+            family: f.to_ascii_lowercase(),
+            spot: offering.spot,
+        });
+        [Some(Key::Offering(offering.clone())), family]
+            .into_iter()
+            .flatten()
+            .filter_map(|k| marks.get(&k))
+            .max_by_key(|m| m.until)
+            .map(|m| Unavailable {
+                failure: m.failure,
+                left: m.until.saturating_duration_since(now),
+                message: m.message.clone(),
+            })
+    }
+
+    /// Marks in force now: `(what, failure, left)`, for the status.
+    pub fn list(&self) -> Vec<(String, AllocationFailure, Duration)> {
+        let now = Instant::now();
+        let mut marks = self.marks.lock();
+        marks.retain(|_, m| m.until > now);
+        let mut out: Vec<_> = marks
+            .iter()
+            .map(|(k, m)| {
+                let what = match k {
+                    Key::Offering(o) => o.to_string(),
+                    Key::Family {
+                        location,
+                        family,
+                        spot,
+                    } => format!("{family}{} {location}", if *spot { " spot" } else { "" }),
+                };
+                (what, m.failure, m.until.saturating_duration_since(now))
+            })
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn azure_error_codes_fall_into_their_classes() {
+        use AllocationFailure::*;
+        let cases = [
+            ("SkuNotAvailable", "The requested size for resource ... is currently not available in location 'westeurope' zones '1'", Some(SkuNotAvailable)),
+            ("AllocationFailed", "Allocation failed. We do not have sufficient capacity for the requested VM size in this region.", Some(NoCapacity)),
+            ("ZonalAllocationFailed", "Allocation failed. We do not have sufficient capacity for the requested VM size in this zone.", Some(NoCapacity)),
+            ("OverconstrainedAllocationRequest", "Allocation failed. VM(s) with the following constraints cannot be allocated", Some(NoCapacity)),
+            ("OverconstrainedZonalAllocationRequest", "Allocation failed.", Some(NoCapacity)),
+            ("QuotaExceeded", "Operation could not be completed as it results in exceeding approved Total Regional Cores quota.", Some(Quota)),
+            ("OperationNotAllowed", "Operation could not be completed as it results in exceeding approved standardDSv5Family Cores quota. Additional details - Deployment Model: Resource Manager, Location: westeurope, Current Limit: 10, Current Usage: 8, Additional Required: 4", Some(Quota)),
+            ("OperationNotAllowed", "Operation 'PUT' is not allowed on VM scale set 'pool-a' since the scale set is being deleted.", None),
+            ("InternalServerError", "An internal server error occurred.", None),
+            ("Conflict", "Another operation is in progress.", None),
+        ];
+        for (code, message, want) in cases {
+            assert_eq!(
+                AllocationFailure::classify(code, message),
+                want,
+                "{code}: {message}"
+            );
+        }
+    }
+
+    #[test]
+    fn each_class_keeps_its_offering_out_for_a_time_that_fits_its_cause() {
+        let quota = Duration::from_secs(300);
+        assert_eq!(AllocationFailure::Quota.ttl(quota), quota);
+        assert_eq!(
+            AllocationFailure::SkuNotAvailable.ttl(quota),
+            Duration::from_secs(23 * 3600)
+        );
+        assert_eq!(
+            AllocationFailure::NoCapacity.ttl(quota),
+            Duration::from_secs(3600)
+        );
+    }
+
+    fn d2s(zones: &[&str], spot: bool) -> Offering {
+        let zones: Vec<String> = zones.iter().map(|z| z.to_string()).collect();
+        Offering::new("WestEurope", "Standard_D2s_v5", &zones, spot)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_capacity_shortage_marks_only_its_size_zones_and_priority_until_its_time_is_up() {
+        let marks = UnavailableOfferings::new(Duration::from_secs(300));
+        marks.mark(
+            &d2s(&["1"], false),
+            AllocationFailure::NoCapacity,
+            "no room",
+        );
+        let out = marks.check(&d2s(&["1"], false)).unwrap();
+        assert_eq!(out.failure, AllocationFailure::NoCapacity);
+        assert_eq!(out.left, NO_CAPACITY_TTL);
+        assert!(marks.check(&d2s(&["2"], false)).is_none(), "another zone");
+        assert!(marks.check(&d2s(&["1"], true)).is_none(), "spot");
+        let d4 = Offering::new("westeurope", "Standard_D4s_v5", &["1".into()], false);
+        assert!(marks.check(&d4).is_none(), "another size of the family");
+        tokio::time::advance(NO_CAPACITY_TTL - Duration::from_secs(1)).await;
+        assert!(marks.check(&d2s(&["1"], false)).is_some());
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert!(marks.check(&d2s(&["1"], false)).is_none());
+        assert!(marks.list().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_quota_refusal_marks_the_whole_family_of_that_priority_in_that_region() {
+        let marks = UnavailableOfferings::new(Duration::from_secs(300));
+        marks.mark(&d2s(&[], false), AllocationFailure::Quota, "quota");
+        let d8 = Offering::new("westeurope", "Standard_D8s_v5", &["3".into()], false);
+        assert_eq!(
+            marks.check(&d8).map(|u| u.failure),
+            Some(AllocationFailure::Quota)
+        );
+        let e4 = Offering::new("westeurope", "Standard_E4s_v5", &[], false);
+        assert!(marks.check(&e4).is_none(), "another family");
+        let elsewhere = Offering::new("northeurope", "Standard_D8s_v5", &[], false);
+        assert!(marks.check(&elsewhere).is_none(), "another region");
+        assert!(marks.check(&d2s(&[], true)).is_none(), "spot counts apart");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shorter_mark_never_cuts_a_longer_one_short() {
+        let marks = UnavailableOfferings::new(Duration::from_secs(300));
+        let o = d2s(&[], false);
+        marks.mark(&o, AllocationFailure::SkuNotAvailable, "not here");
+        marks.mark(&o, AllocationFailure::NoCapacity, "no room");
+        let out = marks.check(&o).unwrap();
+        assert_eq!(out.failure, AllocationFailure::SkuNotAvailable);
+        assert_eq!(out.left, SKU_NOT_AVAILABLE_TTL);
+    }
+}
