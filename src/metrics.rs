@@ -104,6 +104,9 @@ pub struct Metrics {
     /// `allocation_failed`: Azure refused the allocation and the offering was marked
     /// unavailable).
     pub failed_scale_ups_total: IntCounterVec,
+    /// Spot VMs Azure took back, by node group: seen as a node of a spot group vanishing and
+    /// the scale set shrinking without a delete or write of ours in flight.
+    pub spot_evictions_total: IntCounterVec,
     /// vCPUs the subscription's quota leaves, by region and usage (a VM family such as
     /// `standardDSv5Family`, `cores` for the regional total, `lowPriorityCores` for spot), for
     /// the usages the node groups draw from, as last read.
@@ -343,6 +346,12 @@ impl Metrics {
                 "failed_scale_ups_total",
                 "Scale-ups given up on, by node group and reason.",
                 &["scale_set", "reason"],
+            ),
+            spot_evictions_total: counter(
+                &registry,
+                "spot_evictions_total",
+                "Spot VMs Azure evicted (the scale set shrank under a vanished node with no delete of ours in flight), by node group.",
+                &["scale_set"],
             ),
             quota_remaining_vcpus: int_gauge(
                 &registry,

@@ -235,3 +235,222 @@ async fn an_allocation_failure_at_the_operations_end_marks_the_offering_and_the_
     assert_eq!(c.capacity_puts("dsv5"), 1, "never written again while out");
     c.stop().await;
 }
+
+/// The example's shape: `spot` (Spot priority, eviction policy Delete, zones 1-3) first, the
+/// regular `ondemand` group of the same size as the fallback, with the `priority` expander.
+async fn spot_first() -> Cluster {
+    use support::pod_cluster::Groups;
+    use vmss_capacity_controller::emulator::ScaleSetSeed;
+    let mut spot = ScaleSetSeed::new(SUB, RG, "spot", 0);
+    spot.sku_name = "Standard_D4s_v5".into();
+    spot.zones = vec!["1".into(), "2".into(), "3".into()];
+    spot.priority = Some("Spot".into());
+    spot.eviction_policy = Some("Delete".into());
+    let mut ondemand = ScaleSetSeed::new(SUB, RG, "ondemand", 0);
+    ondemand.sku_name = "Standard_D4s_v5".into();
+    ondemand.zones = spot.zones.clone();
+    Cluster::start_groups(Groups::Seeds(vec![spot, ondemand]), 20, |s| {
+        use vmss_capacity_controller::pods::expander::Expander;
+        s.pod_demand.batch_idle = Duration::from_millis(800);
+        s.pod_demand.batch_max = Duration::from_secs(5);
+        s.pod_demand.expander = Expander::Priority(vec![
+            (50, vec!["spot".into()]),
+            (10, vec!["ondemand".into()]),
+        ]);
+    })
+    .await
+}
+
+/// Tolerates AKS's spot taint.
+fn tolerates_spot() -> serde_json::Value {
+    json!({"tolerations": [{"key": "kubernetes.azure.com/scalesetpriority",
+        "operator": "Equal", "value": "spot", "effect": "NoSchedule"}]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spot_goes_first_for_pods_that_tolerate_it_and_never_for_those_that_do_not() {
+    let c = spot_first().await;
+    let offering = c
+        .reconciler
+        .node_groups()
+        .offering("spot")
+        .expect("read from the scale set");
+    assert!(offering.spot, "{offering:?}");
+    assert_eq!(offering.zones, ["1", "2", "3"]);
+    // 6 pods of 1 cpu that tolerate spot: 2 spot nodes; 3 that do not: 1 on-demand node, whatever
+    // the priorities say (the spot template carries the taint).
+    for i in 0..6 {
+        c.pending(&format!("batch-{i}"), "1", "1Gi", tolerates_spot());
+    }
+    for i in 0..3 {
+        c.pending(&format!("web-{i}"), "1", "1Gi", json!({}));
+    }
+    assert!(
+        eventually(Duration::from_secs(15), || c.capacity("spot") == 2
+            && c.capacity("ondemand") == 1)
+        .await,
+        "spot {} ondemand {}",
+        c.capacity("spot"),
+        c.capacity("ondemand")
+    );
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_spot_cannot_be_had_the_same_pods_fall_back_to_on_demand_at_once() {
+    // Spot capacity gone in the region: the write is accepted, the operation fails.
+    let c = spot_first().await;
+    c.state.inject_fault(put_fault(
+        "spot",
+        FaultKind::LroFailed {
+            code: Some("OverconstrainedAllocationRequest".into()),
+        },
+        1,
+    ));
+    for i in 0..6 {
+        c.pending(&format!("batch-{i}"), "1", "1Gi", tolerates_spot());
+    }
+    assert!(
+        eventually(Duration::from_secs(15), || c.capacity("ondemand") == 2).await,
+        "spot {} ondemand {}",
+        c.capacity("spot"),
+        c.capacity("ondemand")
+    );
+    let out = c
+        .reconciler
+        .node_groups()
+        .unavailable("spot")
+        .expect("marked");
+    assert_eq!(out.failure.label(), "allocation_failed");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(c.capacity_puts("spot"), 1, "not asked again while marked");
+    c.stop().await;
+
+    // No spot quota left (spot draws on the low-priority total only): the first decision
+    // already goes on-demand, with no write to spot at all.
+    let c = spot_first().await;
+    c.state.set_quota(SUB, LOCATION, "lowPriorityCores", 0);
+    reread_quota(&c, "lowPriorityCores", 0).await;
+    for i in 0..6 {
+        c.pending(&format!("batch-{i}"), "1", "1Gi", tolerates_spot());
+    }
+    assert!(
+        eventually(Duration::from_secs(15), || c.capacity("ondemand") == 2).await,
+        "spot {} ondemand {}",
+        c.capacity("spot"),
+        c.capacity("ondemand")
+    );
+    assert_eq!(c.capacity_puts("spot"), 0);
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_that_lose_their_node_to_a_spot_eviction_are_placed_on_demand_at_once_and_spot_is_passed_over_for_a_while(
+) {
+    use support::pod_cluster::Groups;
+    use vmss_capacity_controller::emulator::sim::{PodTemplate, SimSettings};
+    use vmss_capacity_controller::emulator::ScaleSetSeed;
+    let mut spot = ScaleSetSeed::new(SUB, RG, "spot", 0);
+    spot.sku_name = "Standard_D4s_v5".into();
+    spot.priority = Some("Spot".into());
+    spot.eviction_policy = Some("Delete".into());
+    let mut ondemand = ScaleSetSeed::new(SUB, RG, "ondemand", 0);
+    ondemand.sku_name = "Standard_D4s_v5".into();
+    let sim = SimSettings {
+        boot_delay: Duration::from_millis(200),
+        tick: Duration::from_millis(20),
+    };
+    let c = Cluster::start_simulated_groups(Groups::Seeds(vec![spot, ondemand]), 20, sim, |s| {
+        use vmss_capacity_controller::pods::expander::Expander;
+        s.pod_demand.batch_idle = Duration::from_millis(800);
+        s.pod_demand.batch_max = Duration::from_secs(5);
+        s.pod_demand.expander = Expander::Priority(vec![
+            (50, vec!["spot".into()]),
+            (10, vec!["ondemand".into()]),
+        ]);
+    })
+    .await;
+    // 4 pods of 1.5 cpus: two per D4s_v5 node, two spot nodes.
+    let template = PodTemplate::new("1500m", "1Gi").tolerate(
+        "kubernetes.azure.com/scalesetpriority",
+        "spot",
+        "NoSchedule",
+    );
+    c.kube
+        .create_replica_set("default", "batch", 4, &template)
+        .expect("replica set");
+    let running = |c: &Cluster| c.kube.pod_counts(Some("default")).running;
+    assert!(
+        eventually(Duration::from_secs(15), || running(&c) == 4
+            && c.reconciler.operations_in_flight() == 0)
+        .await,
+        "batch never ran: spot {}",
+        c.capacity("spot")
+    );
+    assert_eq!((c.capacity("spot"), c.capacity("ondemand")), (2, 0));
+    // The nodes carry AKS's spot label, as the template said they would.
+    assert!(c.kube.list_all("v1", "nodes", None).iter().all(|n| n
+        .pointer("/metadata/labels/kubernetes.azure.com~1scalesetpriority")
+        == Some(&json!("spot"))));
+
+    // Azure takes one VM back: its node and its two pods are gone; the ReplicaSet makes two new
+    // pods, which are pending.
+    let t0 = tokio::time::Instant::now();
+    let evicted = c.state.evict_spot(SUB, RG, "spot", 1).expect("evicted");
+    assert_eq!(evicted.len(), 1);
+    assert!(
+        eventually(Duration::from_secs(5), || c
+            ._emulator
+            .pods_lost_with_nodes()
+            .len()
+            == 2)
+        .await
+    );
+    // Within a few seconds (not after the scan interval, 30 s here, nor after
+    // maxNodeProvisionTime waiting for the evicted VM as if it were on its way), on demand.
+    assert!(
+        eventually(Duration::from_secs(10), || running(&c) == 4
+            && c.capacity("ondemand") == 1)
+        .await,
+        "the pods that lost their node were not placed: spot {}, ondemand {}, running {}",
+        c.capacity("spot"),
+        c.capacity("ondemand"),
+        running(&c)
+    );
+    let placed = t0.elapsed();
+    println!("pods that lost their node to the eviction run again after {placed:?}");
+    assert_eq!(
+        c.capacity("spot"),
+        1,
+        "spot is not asked again while marked"
+    );
+    assert_eq!(
+        c.metrics
+            .spot_evictions_total
+            .with_label_values(&["spot"])
+            .get(),
+        1
+    );
+    let out = c
+        .reconciler
+        .node_groups()
+        .unavailable("spot")
+        .expect("marked");
+    assert_eq!(out.failure.label(), "spot_evicted");
+    assert!(out.left <= Duration::from_secs(180), "{:?}", out.left);
+    assert_eq!(
+        c.metrics
+            .cache_invalidations_total
+            .with_label_values(&["instance", "node_gone"])
+            .get(),
+        1,
+        "the group was read afresh once"
+    );
+    // Azure's eviction is its own version: the write over it was made knowing it.
+    assert!(
+        c.state.lost_updates().is_empty(),
+        "{:?}",
+        c.state.lost_updates()
+    );
+    c.stop().await;
+}

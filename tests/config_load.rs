@@ -769,4 +769,19 @@ fn the_shipped_example_and_emulator_configs_are_valid() {
         AuthSettings::WorkloadIdentity { .. }
     ));
     assert_eq!(s.auto_discovery.unwrap().cluster_name, "aks-prod");
+    // The spot-first example: two pools, spot tried first by the priority expander.
+    let s = load(&ConfigSources {
+        config_file: Some(root.join("config/spot-fallback.yaml")),
+        ..Default::default()
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    let names: Vec<&str> = s.node_groups.iter().map(|g| g.name.as_str()).collect();
+    assert_eq!(names, ["spot", "ondemand"]);
+    assert_eq!(
+        s.pod_demand.expander,
+        vmss_capacity_controller::pods::expander::Expander::Priority(vec![
+            (50, vec!["spot".to_string()]),
+            (10, vec!["ondemand".to_string()]),
+        ])
+    );
 }

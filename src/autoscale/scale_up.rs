@@ -19,12 +19,12 @@ use crate::node_groups::Unhealthy;
 use crate::notify::{ControllerEvent, EventSink, ObjectRef};
 use crate::planner::{ConfiguredDemand, Demand, DemandSource, Reason};
 use crate::pods::pending::{wants_capacity, Batcher};
-use crate::pods::record::PodRecord;
+use crate::pods::record::{NodeRecord, PodRecord};
 use crate::pods::scale_up::{self, Backing, GroupInput, ScaleUpInput, ScaleUpPlan, WhyNot};
 use crate::pods::template::GroupShape;
 use crate::reconciler::Reconciler;
 use parking_lot::RwLock;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 use time::OffsetDateTime;
@@ -183,6 +183,8 @@ pub struct ScaleUpLoop {
     batcher: Batcher,
     /// Pending pods seen so far (uid or key), to tell a new one from one already batched.
     seen: HashSet<String>,
+    /// Each node of a group seen at the last look, with its group (to notice a node gone).
+    node_groups_seen: HashMap<String, String>,
     provisioning: ProvisionWatch,
     /// What each pending pod was last told (Event text), so a re-check does not repeat it.
     told: HashMap<String, String>,
@@ -214,6 +216,7 @@ impl ScaleUpLoop {
             events,
             batcher,
             seen: HashSet::new(),
+            node_groups_seen: HashMap::new(),
             provisioning: ProvisionWatch::default(),
             told: HashMap::new(),
             last_decision: None,
@@ -230,6 +233,7 @@ impl ScaleUpLoop {
         // Azure refused an allocation since the last decision: decide again now.
         let mut refused = false;
         let mut last_pods: Option<Arc<crate::kube::reflect::Objects<PodRecord>>> = None;
+        let mut last_nodes: Option<Arc<crate::kube::reflect::Objects<NodeRecord>>> = None;
         let mut pending_now = 0usize;
         let mut wake_at: Option<Instant> = None;
         loop {
@@ -252,6 +256,8 @@ impl ScaleUpLoop {
             if !self.reconciler.may_write() {
                 // A standby decides nothing and tells no pod anything: the leader does. What it
                 // has seen is forgotten, so on taking over it starts from the pods as they are.
+                last_nodes = None;
+                self.node_groups_seen.clear();
                 if last_pods.take().is_some() {
                     self.seen.clear();
                     self.told.clear();
@@ -260,6 +266,17 @@ impl ScaleUpLoop {
                 }
                 wake_at = Some(Instant::now() + STANDBY_LOOK);
                 continue;
+            }
+            let nodes = self.cluster.nodes.snapshot();
+            if last_nodes.as_ref().is_none_or(|n| !Arc::ptr_eq(n, &nodes)) {
+                // A node gone without a delete of ours in view (a spot eviction, an operator):
+                // its group's size as cached still counts the VM, and pods would wait for it as
+                // "on its way" until maxNodeProvisionTime. Read the group afresh first.
+                for group in self.lost_nodes(&nodes) {
+                    info!(scale_set = %group, "a node of the group is gone: reading it afresh");
+                    self.reconciler.reread(&group, "node_gone").await;
+                }
+                last_nodes = Some(nodes);
             }
             let now = Instant::now();
             let pods = self.cluster.pods.snapshot();
@@ -300,6 +317,26 @@ impl ScaleUpLoop {
                 None => None,
             };
         }
+    }
+
+    /// The groups that lost a node since the last look (each once, in name order); remembers
+    /// the nodes seen now. The first look loses nothing.
+    fn lost_nodes(&mut self, nodes: &crate::kube::reflect::Objects<NodeRecord>) -> Vec<String> {
+        let groups = self.groups.groups();
+        let backings: Vec<Backing> = groups.iter().map(|g| self.backing(g)).collect();
+        let index = crate::node_groups::GroupIndex::of_backings(&backings);
+        let now: HashMap<String, String> = nodes
+            .values()
+            .filter_map(|n| Some((n.name.clone(), groups[index.group_of(n)?].name.clone())))
+            .collect();
+        let lost: BTreeSet<String> = self
+            .node_groups_seen
+            .iter()
+            .filter(|(node, _)| !now.contains_key(*node))
+            .map(|(_, group)| group.clone())
+            .collect();
+        self.node_groups_seen = now;
+        lost.into_iter().collect()
     }
 
     /// Records pending pods not seen before (they open or extend the batch); returns how many
@@ -456,7 +493,13 @@ impl ScaleUpLoop {
             .inc();
         self.last_decision = Some(now);
         self.report(&input, &plan, took);
-        if self.demand.publish(plan.targets.clone()) && !plan.targets.is_empty() {
+        // Wake the writer for a new target, and for an unchanged one the group fell below
+        // since (a spot eviction, another writer): not a scan interval later.
+        let behind = plan
+            .targets
+            .iter()
+            .any(|(g, t)| self.groups.target_size(g).is_some_and(|now| now < *t));
+        if (self.demand.publish(plan.targets.clone()) || behind) && !plan.targets.is_empty() {
             self.reconciler.wake();
         }
     }

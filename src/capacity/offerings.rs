@@ -24,6 +24,11 @@ pub const SKU_NOT_AVAILABLE_TTL: Duration = Duration::from_secs(23 * 3600);
 /// planned anyway, so we keep its 1 h.
 pub const NO_CAPACITY_TTL: Duration = Duration::from_secs(3600);
 
+/// How long a spot eviction keeps its offering out: Azure wants that capacity back now, so new
+/// spot VMs of the size there would likely be evicted too; Karpenter keeps a spot offering out
+/// 3 min after an interruption, long enough for the pods that lost their node to land elsewhere.
+pub const SPOT_EVICTED_TTL: Duration = Duration::from_secs(3 * 60);
+
 /// Why Azure would not allocate: the failure classes that mark an offering unavailable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum AllocationFailure {
@@ -35,14 +40,18 @@ pub enum AllocationFailure {
     /// Azure has no capacity for the size now (`AllocationFailed`, `ZonalAllocationFailed`,
     /// `OverconstrainedAllocationRequest`, `OverconstrainedZonalAllocationRequest`).
     NoCapacity,
+    /// Azure took spot VMs of the offering back (an eviction, seen as its nodes vanishing and
+    /// the scale set shrinking without a delete of ours).
+    SpotEvicted,
 }
 
 impl AllocationFailure {
     /// Every class, for tests and metrics.
-    pub const ALL: [AllocationFailure; 3] = [
+    pub const ALL: [AllocationFailure; 4] = [
         AllocationFailure::Quota,
         AllocationFailure::SkuNotAvailable,
         AllocationFailure::NoCapacity,
+        AllocationFailure::SpotEvicted,
     ];
 
     /// The class of an ARM error code and message, if it is an allocation failure. A write's
@@ -69,6 +78,7 @@ impl AllocationFailure {
             AllocationFailure::Quota => "quota",
             AllocationFailure::SkuNotAvailable => "sku_not_available",
             AllocationFailure::NoCapacity => "allocation_failed",
+            AllocationFailure::SpotEvicted => "spot_evicted",
         }
     }
 
@@ -81,6 +91,7 @@ impl AllocationFailure {
             AllocationFailure::Quota => quota_ttl,
             AllocationFailure::SkuNotAvailable => SKU_NOT_AVAILABLE_TTL,
             AllocationFailure::NoCapacity => NO_CAPACITY_TTL,
+            AllocationFailure::SpotEvicted => SPOT_EVICTED_TTL,
         }
     }
 }
@@ -91,6 +102,7 @@ impl std::fmt::Display for AllocationFailure {
             AllocationFailure::Quota => "vCPU quota exceeded",
             AllocationFailure::SkuNotAvailable => "VM size not available here",
             AllocationFailure::NoCapacity => "Azure had no capacity for the VM size",
+            AllocationFailure::SpotEvicted => "Azure evicted spot VMs of the size",
         })
     }
 }

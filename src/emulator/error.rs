@@ -60,6 +60,10 @@ pub enum EmulatorError {
         /// AKS's error message.
         message: String,
     },
+    /// A spot eviction named a scale set Azure would not evict (not spot, or a policy the
+    /// emulator does not model).
+    #[error("cannot evict: {0}")]
+    Eviction(String),
     /// An out-of-band write asked for a capacity outside 0..=1000.
     #[error("capacity {capacity} is outside 0..=1000")]
     InvalidCapacity {

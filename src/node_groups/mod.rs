@@ -227,8 +227,14 @@ impl NodeGroups {
             .failed_scale_ups_total
             .with_label_values(&[name, failure.label()])
             .inc();
+        self.mark_unavailable(name, failure, message);
+    }
+
+    /// Marks `name`'s offering unavailable for `failure`'s time and wakes the scale-up loop
+    /// (a refusal, or Azure evicting its spot VMs).
+    pub fn mark_unavailable(&self, name: &str, failure: AllocationFailure, message: &str) {
         let Some(offering) = self.offering(name) else {
-            warn!(scale_set = name, reason = failure.label(), %message, "allocation refused, but the group's size is unknown: nothing to mark");
+            warn!(scale_set = name, reason = failure.label(), %message, "offering unavailable, but the group has not been read: nothing to mark");
             return;
         };
         let ttl = self.offerings.mark(&offering, failure, message);
@@ -236,7 +242,7 @@ impl NodeGroups {
             self.quota.invalidate(&offering.location);
         }
         self.refusals.send_modify(|n| *n += 1);
-        warn!(scale_set = name, %offering, reason = failure.label(), unavailable_secs = ttl.as_secs(), %message, "Azure refused the allocation: offering marked unavailable, scale-up moves to other groups");
+        warn!(scale_set = name, %offering, reason = failure.label(), unavailable_secs = ttl.as_secs(), %message, "offering marked unavailable: scale-up moves to other groups");
     }
 
     /// Changes when Azure refuses an allocation ([`NodeGroups::refused_allocation`]): the pods

@@ -373,6 +373,66 @@ impl Reconciler {
         self.inner.with_state(group, |s| s.stale = true);
     }
 
+    /// Reads `name`'s resource afresh now (one GET) and forgets its instances: a node of the
+    /// group vanished without a delete of ours in view (a spot eviction, an operator), so the
+    /// size as cached may count a VM that is gone, and pods would wait for it as "on its way".
+    /// A failed read only logs: the entry is then re-read at its TTL.
+    pub async fn reread(&self, name: &str, reason: &str) {
+        let groups = self.inner.node_groups.groups();
+        let Some(group) = groups.iter().find(|g| g.name == name) else {
+            return;
+        };
+        let resource = self.inner.node_groups.resource(group);
+        let node_groups = &self.inner.node_groups;
+        let before = node_groups.scale_sets().get(name);
+        // A write or delete of ours under way explains a shrink by itself: only without one is a
+        // spot group's shrink Azure's eviction.
+        let ours = self.inner.deletes.try_lock().is_err()
+            || self
+                .inner
+                .state
+                .lock()
+                .get(name)
+                .is_some_and(|s| s.in_flight);
+        node_groups.instances().invalidate(name);
+        self.inner
+            .metrics
+            .cache_invalidations_total
+            .with_label_values(&["instance", reason])
+            .inc();
+        let fresh = match self
+            .inner
+            .fresh_read(group, resource.as_ref(), reason)
+            .await
+        {
+            Ok(Some(fresh)) => fresh,
+            Ok(None) => return,
+            Err(e) => {
+                warn!(scale_set = name, reason, error = %e, "could not read the node group afresh; its cache entry is read again at its TTL");
+                return;
+            }
+        };
+        let Some(before) = before.map(|b| b.scale_set.clone()) else {
+            return;
+        };
+        let spot = fresh.offering().is_some_and(|o| o.spot);
+        if let (false, true, Some(was), Some(now)) = (ours, spot, before.capacity, fresh.capacity) {
+            if now < was && fresh.etag != before.etag {
+                let evicted = was - now;
+                self.inner
+                    .metrics
+                    .spot_evictions_total
+                    .with_label_values(&[name])
+                    .inc_by(evicted.unsigned_abs());
+                node_groups.mark_unavailable(
+                    name,
+                    crate::capacity::AllocationFailure::SpotEvicted,
+                    &format!("{evicted} spot VM(s) evicted by Azure: capacity {was} -> {now} with no delete of ours"),
+                );
+            }
+        }
+    }
+
     /// When the process started (for liveness).
     pub fn started(&self) -> Instant {
         self.inner.started

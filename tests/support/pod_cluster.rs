@@ -32,6 +32,8 @@ pub type Seed<'a> = (&'a str, &'a str, i64, &'a [(&'a str, &'a str)]);
 pub enum Groups<'a> {
     /// Scale sets `(name, VM size, capacity, tags)`.
     ScaleSets(&'a [Seed<'a>]),
+    /// Scale sets seeded whole (zones, priority, location...).
+    Seeds(Vec<ScaleSetSeed>),
     /// Agent pools of managed cluster [`CLUSTER`] (a `System` pool of one node comes first and
     /// is not a node group).
     Pools(Vec<AgentPoolSeed>),
@@ -128,6 +130,15 @@ impl Cluster {
         Self::start_full(Groups::ScaleSets(seeds), max, None, tweak).await
     }
 
+    /// [`Cluster::start_with`] for node groups backed by `groups` (seeded whole).
+    pub async fn start_groups(
+        groups: Groups<'_>,
+        max: u32,
+        tweak: impl FnOnce(&mut Settings),
+    ) -> Self {
+        Self::start_full(groups, max, None, tweak).await
+    }
+
     /// A cluster whose instances become Nodes and whose workloads are scheduled and re-created
     /// (the emulator's cluster simulation), with the scale-down loop when `tweak` enables it.
     pub async fn start_simulated(
@@ -191,6 +202,13 @@ impl Cluster {
                     state.seed_scale_set(seed);
                     groups.push(group(name, 0, max, None));
                     names.push(name.to_string());
+                }
+            }
+            Groups::Seeds(seeds) => {
+                for seed in seeds {
+                    groups.push(group(&seed.name, 0, max, None));
+                    names.push(seed.name.clone());
+                    state.seed_scale_set(seed);
                 }
             }
             Groups::Pools(seeds) => {

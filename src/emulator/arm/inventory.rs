@@ -26,6 +26,10 @@ pub struct ScaleSetInventory {
     pub instances: Vec<(u64, Instant)>,
     /// The agent pool, when the scale set backs one.
     pub pool: Option<PoolInventory>,
+    /// Availability zones (instance `n` in `zones[n % len]`); empty: regional.
+    pub zones: Vec<String>,
+    /// Spot priority: its Nodes carry AKS's spot label and taint.
+    pub spot: bool,
 }
 
 /// What an agent pool tells its nodes.
@@ -62,6 +66,8 @@ impl EmulatorState {
                     .map(|(id, inst)| (*id, inst.ready_at))
                     .collect(),
                 pool: pools.get(&vmss_key(&ss.sub, &ss.rg, &ss.name)).cloned(),
+                zones: ss.zones.clone(),
+                spot: ss.spot(),
             })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));

@@ -4,8 +4,9 @@
 //! would pass a limit (409 `OperationNotAllowed`, in Azure's words).
 //!
 //! Limits are set per subscription, region and usage name (a VM family such as
-//! `standardDSv5Family`, `cores` for the regional total); a name never set is unlimited for the
-//! emulator and listed with [`DEFAULT_LIMIT`].
+//! `standardDSv5Family`, `cores` for the regional total, `lowPriorityCores` for spot, which
+//! draws on nothing else); a name never set is unlimited for the emulator and listed with
+//! [`DEFAULT_LIMIT`].
 
 use super::state::ScaleSet;
 use super::Reply;
@@ -63,8 +64,13 @@ impl QuotaTable {
                 continue;
             };
             let n = ss.capacity.max(0) * i64::from(size.vcpu);
-            add("cores", n);
-            add(size.family, n);
+            if ss.spot() {
+                // Spot draws on its own regional total only, as Azure counts it.
+                add("lowPriorityCores", n);
+            } else {
+                add("cores", n);
+                add(size.family, n);
+            }
         }
         used
     }
@@ -108,6 +114,7 @@ impl QuotaTable {
         sub: &str,
         location: &str,
         sku: &str,
+        spot: bool,
         nodes: i64,
     ) -> Result<(), Reply> {
         let Some(size) = vm_size(sku) else {
@@ -118,10 +125,12 @@ impl QuotaTable {
             return Ok(());
         }
         let used = Self::in_use(scale_sets, sub, location);
-        for (name, what) in [
-            (size.family, size.family.to_string()),
-            ("cores", "Total Regional".to_string()),
-        ] {
+        let limits: &[(&str, &str)] = if spot {
+            &[("lowPriorityCores", "Low Priority")]
+        } else {
+            &[(size.family, size.family), ("cores", "Total Regional")]
+        };
+        for &(name, what) in limits {
             let Some(limit) = self.limit(sub, location, name) else {
                 continue;
             };

@@ -895,6 +895,11 @@ struct VmssBody {
     tier: Option<String>,
     capacity: Option<i64>,
     tags: Option<BTreeMap<String, String>>,
+    /// `zones`, read on create only (Azure does not move a scale set between zones).
+    zones: Vec<String>,
+    /// `properties.virtualMachineProfile.priority` and `.evictionPolicy`, read on create only.
+    priority: Option<String>,
+    eviction_policy: Option<String>,
 }
 
 fn invalid_content(msg: impl Into<String>) -> Reply {
@@ -979,6 +984,50 @@ fn parse_vmss_body(body: &[u8]) -> Result<VmssBody, Reply> {
             )))
         }
     }
+    match m.get("zones") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(zs)) => {
+            for z in zs {
+                match z.as_str() {
+                    Some(z) => out.zones.push(z.to_string()),
+                    None => {
+                        return Err(invalid_param(format!(
+                            "'zones' must be an array of strings, got {z} in it."
+                        )))
+                    }
+                }
+            }
+        }
+        Some(other) => {
+            return Err(invalid_param(format!(
+                "'zones' must be an array of strings, got {other}."
+            )))
+        }
+    }
+    let profile = m
+        .get("properties")
+        .and_then(|p| p.get("virtualMachineProfile"));
+    let text = |key: &str| -> Result<Option<String>, Reply> {
+        match profile.and_then(|p| p.get(key)) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(other) => Err(invalid_param(format!(
+                "'properties.virtualMachineProfile.{key}' must be a string, got {other}."
+            ))),
+        }
+    };
+    out.priority = text("priority")?;
+    if let Some(p) = &out.priority {
+        if !["Regular", "Spot", "Low"]
+            .iter()
+            .any(|k| k.eq_ignore_ascii_case(p))
+        {
+            return Err(invalid_param(format!(
+                "The value '{p}' of 'properties.virtualMachineProfile.priority' is invalid: expected Regular, Spot or Low."
+            )));
+        }
+    }
+    out.eviction_policy = text("evictionPolicy")?;
     Ok(out)
 }
 
@@ -1040,6 +1089,9 @@ fn vmss_write(
                 seed.tier = t;
             }
             seed.tags = parsed.tags.unwrap_or_default();
+            seed.zones = parsed.zones;
+            seed.priority = parsed.priority;
+            seed.eviction_policy = parsed.eviction_policy;
             let etag = d.create_scale_set(seed, &ctx.writer, busy_until, ctx.lro_failed);
             d.mark_seen(&ctx.writer, &key, &etag);
             let Some(ss) = d.scale_sets.get(&key) else {
@@ -1091,13 +1143,14 @@ fn vmss_write(
             // Quota first: a refused write changes nothing.
             let growth = parsed.capacity.unwrap_or(ss.capacity) - ss.capacity;
             let location = ss.location.clone();
+            let spot = ss.spot();
             let sku = parsed
                 .sku_name
                 .clone()
                 .unwrap_or_else(|| ss.sku_name.clone());
             if let Err(refused) =
                 d.quota
-                    .check_growth(d.scale_sets.values(), sub, &location, &sku, growth)
+                    .check_growth(d.scale_sets.values(), sub, &location, &sku, spot, growth)
             {
                 return refused;
             }

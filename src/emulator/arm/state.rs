@@ -69,6 +69,16 @@ pub struct ScaleSetSeed {
     /// Resource tags.
     #[serde(default)]
     pub tags: BTreeMap<String, String>,
+    /// Availability zones (`["1", "2", "3"]`); empty: regional. Instance `n` lands in zone
+    /// `zones[n % len]`, as Azure balances them.
+    #[serde(default)]
+    pub zones: Vec<String>,
+    /// `virtualMachineProfile.priority` (`Regular`, `Spot`, `Low`); absent: `Regular`.
+    #[serde(default)]
+    pub priority: Option<String>,
+    /// `virtualMachineProfile.evictionPolicy` of a spot scale set (`Delete`, `Deallocate`).
+    #[serde(default)]
+    pub eviction_policy: Option<String>,
 }
 
 fn default_location() -> String {
@@ -93,6 +103,9 @@ impl ScaleSetSeed {
             tier: default_tier(),
             capacity,
             tags: BTreeMap::new(),
+            zones: Vec::new(),
+            priority: None,
+            eviction_policy: None,
         }
     }
 }
@@ -207,9 +220,25 @@ pub(crate) struct ScaleSet {
     pub failed: bool,
     pub instances: BTreeMap<u64, Instance>,
     pub next_instance: u64,
+    pub zones: Vec<String>,
+    pub priority: Option<String>,
+    pub eviction_policy: Option<String>,
 }
 
 impl ScaleSet {
+    /// Spot (or the older `Low`) priority: its vCPUs count against the low-priority quota.
+    pub fn spot(&self) -> bool {
+        self.priority
+            .as_deref()
+            .is_some_and(|p| p.eq_ignore_ascii_case("spot") || p.eq_ignore_ascii_case("low"))
+    }
+
+    /// The zone instance `id` lands in, if the scale set is zonal.
+    pub fn zone_of(&self, id: u64) -> Option<&str> {
+        let n = self.zones.len() as u64;
+        (n > 0).then(|| self.zones[(id % n) as usize].as_str())
+    }
+
     pub fn id(&self) -> String {
         format!(
             "/subscriptions/{}/resourceGroups/{}/providers/Microsoft.Compute/virtualMachineScaleSets/{}",
@@ -258,7 +287,7 @@ impl ScaleSet {
     }
 
     pub fn to_json(&self, now: Instant) -> Value {
-        json!({
+        let mut v = json!({
             "name": self.name,
             "id": self.id(),
             "type": "Microsoft.Compute/virtualMachineScaleSets",
@@ -274,7 +303,18 @@ impl ScaleSet {
                 "upgradePolicy": {"mode": "Manual"},
                 "singlePlacementGroup": false,
             },
-        })
+        });
+        if !self.zones.is_empty() {
+            v["zones"] = json!(self.zones);
+        }
+        if let Some(p) = &self.priority {
+            let mut profile = json!({"priority": p});
+            if let Some(e) = &self.eviction_policy {
+                profile["evictionPolicy"] = json!(e);
+            }
+            v["properties"]["virtualMachineProfile"] = profile;
+        }
+        v
     }
 
     pub fn instance_json(&self, id: u64, inst: &Instance, now: Instant) -> Value {
@@ -285,7 +325,7 @@ impl ScaleSet {
         } else {
             "Succeeded"
         };
-        json!({
+        let mut v = json!({
             "name": format!("{}_{}", self.name, id),
             "id": format!("{}/virtualMachines/{}", self.id(), id),
             "type": "Microsoft.Compute/virtualMachineScaleSets/virtualMachines",
@@ -301,7 +341,11 @@ impl ScaleSet {
                 // What a VMSS names its VMs (prefix + base-36 id), and the Node registers as.
                 "osProfile": {"computerName": crate::emulator::sim::nodes::node_name(&self.name, id)},
             },
-        })
+        });
+        if let Some(z) = self.zone_of(id) {
+            v["zones"] = json!([z]);
+        }
+        v
     }
 
     pub fn view(&self, now: Instant) -> ScaleSetView {
@@ -521,6 +565,9 @@ impl Data {
             failed,
             instances: BTreeMap::new(),
             next_instance: 0,
+            zones: seed.zones,
+            priority: seed.priority,
+            eviction_policy: seed.eviction_policy,
         };
         ss.resize(seed.capacity, busy_until);
         let etag = ss.etag();
@@ -637,6 +684,52 @@ impl EmulatorState {
     /// nothing: [`EmulatorState::reset`] forgets it.
     pub fn set_quota(&self, sub: &str, location: &str, name: &str, limit: i64) {
         self.lock().quota.set(sub, location, name, limit);
+    }
+
+    /// Azure evicts `count` instances of spot scale set `name` (the oldest first), as it does when
+    /// it needs the capacity back. With eviction policy `Delete` (the default here) the VMs are
+    /// deleted and the capacity drops: a new version by writer `azure-spot-eviction`, never a lost
+    /// update. Returns the instance ids evicted. `Deallocate` is not emulated: an error says so.
+    pub fn evict_spot(
+        &self,
+        sub: &str,
+        rg: &str,
+        name: &str,
+        count: usize,
+    ) -> Result<Vec<u64>, EmulatorError> {
+        let mut d = self.lock();
+        let key = vmss_key(sub, rg, name);
+        let Some(ss) = d.scale_sets.get_mut(&key) else {
+            return Err(EmulatorError::NotFound {
+                resource: format!("{sub}/{rg}/{name}"),
+            });
+        };
+        if !ss.spot() {
+            return Err(EmulatorError::Eviction(format!(
+                "{name} is not a spot scale set: Azure evicts only spot VMs"
+            )));
+        }
+        if ss
+            .eviction_policy
+            .as_deref()
+            .is_some_and(|p| !p.eq_ignore_ascii_case("delete"))
+        {
+            return Err(EmulatorError::Eviction(format!(
+                "{name}: only eviction policy Delete is emulated"
+            )));
+        }
+        let ids: std::collections::BTreeSet<u64> =
+            ss.instances.keys().take(count).copied().collect();
+        let (old_cap, old_tags) = (ss.capacity, ss.tags.clone());
+        super::scale_sets::remove_instances(ss, &ids);
+        let change = describe_change(Some((old_cap, &old_tags)), ss.capacity, &ss.tags);
+        let version = d.next_version(&key);
+        if let Some(ss) = d.scale_sets.get_mut(&key) {
+            ss.version = version;
+            let etag = ss.etag();
+            d.record_version(&key, &etag, "azure-spot-eviction", change);
+        }
+        Ok(ids.into_iter().collect())
     }
 
     /// Mints a valid bearer token whose subject (the writer in the log) is `client_id`.

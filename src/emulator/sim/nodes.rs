@@ -28,6 +28,8 @@ pub const NEVER_REGISTER_TAG: &str = "emulator-never-register";
 /// the annotation lets it turn `Ready` again. For the controller's unready-node handling
 /// (`kubectl annotate node NAME emulator-not-ready=true`).
 pub const NOT_READY_ANNOTATION: &str = "emulator-not-ready";
+/// The label and taint key AKS puts on spot nodes (`=spot`, taint effect `NoSchedule`).
+const SPOT_KEY: &str = "kubernetes.azure.com/scalesetpriority";
 /// Tag naming the agent pool of a scale set (AKS sets it on its backing scale sets).
 const POOL_NAME_TAG: &str = "aks-managed-poolName";
 /// cluster-autoscaler's template tags on a scale set.
@@ -161,6 +163,13 @@ fn node_object(ss: &ScaleSetInventory, id: u64, ready: bool) -> Value {
         ss.sku_name.clone(),
     );
     labels.insert("topology.kubernetes.io/region".into(), ss.location.clone());
+    // As AKS labels them: `<region>-<zone>` on a zonal node, `0` on a regional one.
+    let zone = match ss.zones.len() {
+        0 => "0".to_string(),
+        n => format!("{}-{}", ss.location, ss.zones[(id % n as u64) as usize]),
+    };
+    labels.insert("topology.kubernetes.io/zone".into(), zone.clone());
+    labels.insert("topology.disk.csi.azure.com/zone".into(), zone);
     if let Some(pool) = &pool {
         labels.insert("kubernetes.azure.com/agentpool".into(), pool.clone());
         labels.insert("agentpool".into(), pool.clone());
@@ -185,6 +194,12 @@ fn node_object(ss: &ScaleSetInventory, id: u64, ready: bool) -> Value {
         labels.extend(p.node_labels.clone());
         taints.extend(p.node_taints.iter().filter_map(|t| pool_taint(t)));
         max_pods = p.max_pods;
+    }
+    if ss.spot {
+        labels.insert(SPOT_KEY.into(), "spot".into());
+        if !taints.iter().any(|t| t["key"] == SPOT_KEY) {
+            taints.push(json!({"key": SPOT_KEY, "value": "spot", "effect": "NoSchedule"}));
+        }
     }
     if !ready {
         taints.push(json!({"key": NOT_READY_TAINT, "effect": "NoSchedule"}));
