@@ -116,6 +116,29 @@ async fn deleting_one_instance_removes_exactly_that_instance_and_lowers_capacity
 
 for_each_kind! {
 #[tokio::test]
+async fn several_instances_go_in_one_request_naming_exactly_them(kind: Kind) {
+    let (h, resource) = pool_a(kind, EmulatorBuilder::new()).await;
+    let current = read(&resource).await;
+    resource
+        .delete_instances(&current, &[victim(&h, 0), victim(&h, 2)], &if_match(&current))
+        .await
+        .expect("the delete is accepted");
+    assert_eq!(instance_ids(&resource).await, ["1"], "exactly instances 0 and 2 went");
+    assert_eq!(h.capacity_now("pool-a").await, 1);
+    let sent = h.our_requests("POST", match kind {
+        Kind::Vmss => "/virtualMachineScaleSets/pool-a/delete",
+        Kind::AgentPool => "/agentPools/pool-a/deleteMachines",
+    });
+    assert_eq!(sent.len(), 1, "one request for both");
+    assert_eq!(sent[0].if_match, current.etag);
+    let deleted = h.state.instance_deletions();
+    assert_eq!(deleted.len(), 1);
+    assert_eq!(deleted[0].machines.len(), 2, "{deleted:?}");
+}
+}
+
+for_each_kind! {
+#[tokio::test]
 async fn a_stale_if_match_on_a_delete_is_a_412_and_nothing_is_removed(kind: Kind) {
     let (h, resource) = pool_a(kind, EmulatorBuilder::new()).await;
     let stale = read(&resource).await;

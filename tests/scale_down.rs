@@ -88,7 +88,7 @@ fn count(_: &Cluster, m: &prometheus::IntCounterVec, labels: &[(&str, &str)]) ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_nodes_go_by_deleting_exactly_their_instances_and_never_below_min() {
     let c = Cluster::start_simulated(&[("pool", SIZE, 3, &[])], 5, |s| fast(s, 1)).await;
-    ready(&c, 3).await;
+    let ready_before = ready(&c, 3).await;
     c.kube
         .create_replica_set("default", "web", 1, &PodTemplate::new("500m", "256Mi"))
         .expect("replica set");
@@ -100,12 +100,25 @@ async fn empty_nodes_go_by_deleting_exactly_their_instances_and_never_below_min(
         c.capacity("pool")
     );
     assert!(eventually(Duration::from_secs(5), || nodes(&c) == busy).await);
+    // Both empty nodes were chosen in one pass: one request names both instances.
     let sent = deletes(&c);
-    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert_eq!(sent.len(), 1, "{sent:?}");
     assert!(
         sent.iter().all(|r| r.if_match.is_some() && r.status == 202),
         "every delete carries If-Match: {sent:?}"
     );
+    let deleted = c.state.instance_deletions();
+    assert_eq!(deleted.len(), 1, "{deleted:?}");
+    let mut machines = deleted[0].machines.clone();
+    machines.sort();
+    let mut empty: Vec<String> = ready_before
+        .iter()
+        .filter(|n| !busy.contains(n))
+        .cloned()
+        .collect();
+    empty.sort();
+    assert_eq!(machines, empty, "exactly the two empty nodes' instances");
+    assert_eq!(deleted[0].capacity_after, 1);
     // No capacity number was lowered: the only writes are the deletes.
     assert_eq!(
         capacity_puts_by(&c.state.request_log(), "controller").len(),

@@ -381,6 +381,10 @@ impl ScaleDownLoop {
             });
         }
         self.remove_unregistered(&groups, &down, &nodes, &busy, budget, now);
+        // Empty nodes of one group chosen in this pass go in one request; a node with pods
+        // (drained first) goes alone.
+        let mut batches: Vec<(Vec<Removal>, Vec<Slot>)> = Vec::new();
+        let mut bulk: HashMap<String, usize> = HashMap::new();
         for i in chosen {
             let u = &candidates.unneeded[i];
             let group = groups[u.group].clone();
@@ -425,11 +429,25 @@ impl ScaleDownLoop {
             };
             self.since.remove(&removal.node);
             info!(node = %removal.node, scale_set = %removal.group.name, reason = removal.reason(), pods = removal.pods.len(), "removing an unneeded node");
+            let at = match removal.pods.is_empty() {
+                true => *bulk.entry(removal.group.name.clone()).or_insert_with(|| {
+                    batches.push(Default::default());
+                    batches.len() - 1
+                }),
+                false => {
+                    batches.push(Default::default());
+                    batches.len() - 1
+                }
+            };
+            batches[at].0.push(removal);
+            batches[at].1.push(slot);
+        }
+        for (removals, slots) in batches {
             let task = s.clone();
             let stop = shutdown.clone();
             self.tasks.spawn(async move {
-                let _slot = slot;
-                task.remove(removal, &stop).await;
+                let _slots = slots;
+                task.remove(removals, &stop).await;
             });
         }
     }
@@ -785,49 +803,79 @@ impl Shared {
     }
 
     /// Taint, wait, re-check, drain, delete (see the module documentation).
-    async fn remove(self: &Arc<Self>, r: Removal, shutdown: &CancellationToken) {
-        let node = self.node(&r.node);
-        let nref = node_ref(&r.node, node.as_deref());
+    /// Removes the nodes of `removals`, all of one group: several only when they are all
+    /// empty (one delete request for them all), else one, drained first. Each is tainted; after
+    /// the delay each is checked again (one that fails is untainted and dropped); then one
+    /// guarded delete whose last look covers every node left, with one outcome for them all.
+    async fn remove(self: &Arc<Self>, removals: Vec<Removal>, shutdown: &CancellationToken) {
         if !self.reconciler.may_write() {
             return;
         }
-        if let Err(e) = self.actions.taint(&r.node, &r.resource_version).await {
-            // A 409: the node changed since the pass read it; the next pass decides again.
-            debug!(node = %r.node, error = %e, "taint not written");
-            self.count_failed(&r, "taint");
+        let mut tainted = Vec::with_capacity(removals.len());
+        for r in removals {
+            let nref = node_ref(&r.node, self.node(&r.node).as_deref());
+            if let Err(e) = self.actions.taint(&r.node, &r.resource_version).await {
+                // A 409: the node changed since the pass read it; the next pass decides again.
+                debug!(node = %r.node, error = %e, "taint not written");
+                self.count_failed(&r, "taint");
+                continue;
+            }
+            self.events.record(ControllerEvent::ScaleDown {
+                object: nref.clone(),
+                note: format!(
+                    "marked the node as toBeDeleted/unschedulable ({}, node group {})",
+                    r.reason(),
+                    r.group.name
+                ),
+            });
+            tainted.push((r, nref));
+        }
+        if tainted.is_empty() {
             return;
         }
-        self.events.record(ControllerEvent::ScaleDown {
-            object: nref.clone(),
-            note: format!(
-                "marked the node as toBeDeleted/unschedulable ({}, node group {})",
-                r.reason(),
-                r.group.name
-            ),
-        });
         let delay = self.settings.scale_down.node_delete_delay_after_taint;
         if !wait(delay, shutdown).await {
-            return self
-                .abort(&r, &nref, "aborted", "the controller is shutting down")
-                .await;
+            for (r, nref) in &tainted {
+                self.abort(r, nref, "aborted", "the controller is shutting down")
+                    .await;
+            }
+            return;
         }
-        if let Err(why) = self.recheck(&r) {
-            return self.abort(&r, &nref, "aborted", &why).await;
-        }
-        if !r.pods.is_empty() {
-            if let Err(why) = self.drain(&r, shutdown).await {
-                return self.abort(&r, &nref, "drain_failed", &why).await;
+        let mut ready = Vec::with_capacity(tainted.len());
+        for (r, nref) in tainted {
+            let checked = match self.recheck(&r) {
+                Ok(()) if !r.pods.is_empty() => self
+                    .drain(&r, shutdown)
+                    .await
+                    .map_err(|why| ("drain_failed", why)),
+                Ok(()) => Ok(()),
+                Err(why) => Err(("aborted", why)),
+            };
+            match checked {
+                Ok(()) => ready.push((r, nref)),
+                Err((label, why)) => self.abort(&r, &nref, label, &why).await,
             }
         }
+        let Some(group) = ready.first().map(|(r, _)| r.group.clone()) else {
+            return;
+        };
         let look = NodeLook {
             shared: self.clone(),
-            node: r.node.clone(),
+            nodes: ready.iter().map(|(r, _)| r.node.clone()).collect(),
         };
-        match self
+        let victims: Vec<Victim> = ready.iter().map(|(r, _)| r.victim.clone()).collect();
+        let end = self
             .reconciler
-            .delete_instance(&r.group, r.victim.clone(), DeleteKind::Unneeded, &look)
-            .await
-        {
+            .delete_instances(&group, victims, DeleteKind::Unneeded, &look)
+            .await;
+        for (r, nref) in ready {
+            self.finish(r, nref, &end).await;
+        }
+    }
+
+    /// What one node's removal comes to, once its delete request has its outcome.
+    async fn finish(self: &Arc<Self>, r: Removal, nref: ObjectRef, end: &DeleteEnd) {
+        match end {
             DeleteEnd::Deleted => {
                 self.metrics
                     .scaled_down_nodes_total
@@ -1059,19 +1107,16 @@ impl Shared {
 /// on it but DaemonSet and mirror pods.
 struct NodeLook {
     shared: Arc<Shared>,
-    node: String,
+    /// Every node the delete request removes: one failing its look stops the request.
+    nodes: Vec<String>,
 }
 
-#[async_trait::async_trait]
-impl LastLook for NodeLook {
-    async fn check(&self) -> Result<(), String> {
-        if let Some(f) = self.shared.cluster.failing().first() {
-            return Err(f.to_string());
-        }
+impl NodeLook {
+    async fn check_one(&self, name: &str) -> Result<(), String> {
         let fresh = self
             .shared
             .actions
-            .fresh(&self.node)
+            .fresh(name)
             .await
             .map_err(|e| format!("the node could not be read fresh: {e}"))?;
         let Some(node) = fresh.node else {
@@ -1086,6 +1131,24 @@ impl LastLook for NodeLook {
             .find(|p| !p.is_daemonset_pod() && !p.is_mirror())
         {
             return Err(format!("pod {} is on the node", pod_name(p)));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl LastLook for NodeLook {
+    async fn check(&self) -> Result<(), String> {
+        if let Some(f) = self.shared.cluster.failing().first() {
+            return Err(f.to_string());
+        }
+        for name in &self.nodes {
+            self.check_one(name)
+                .await
+                .map_err(|why| match self.nodes.len() {
+                    1 => why,
+                    _ => format!("{name}: {why}"),
+                })?;
         }
         Ok(())
     }

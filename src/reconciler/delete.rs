@@ -130,10 +130,28 @@ impl Reconciler {
         kind: DeleteKind,
         last_look: &dyn LastLook,
     ) -> DeleteEnd {
+        self.delete_instances(group, vec![victim], kind, last_look)
+            .await
+    }
+
+    /// Deletes several instances of `group` in one request (empty nodes in bulk: one VMSS
+    /// `delete` with their instance ids, one `deleteMachines` with their names), under the same
+    /// guards as one: a fresh read, the floor counting all of them, every one still listed, the
+    /// last look (which covers them all) and `If-Match`. One outcome for the whole request.
+    pub async fn delete_instances(
+        &self,
+        group: &NodeGroupSpec,
+        victims: Vec<Victim>,
+        kind: DeleteKind,
+        last_look: &dyn LastLook,
+    ) -> DeleteEnd {
+        if victims.is_empty() {
+            return DeleteEnd::Refused(DeleteRefusal::InstanceGone);
+        }
         let end = self
             .inner
             .clone()
-            .delete_instance(group, victim, kind, last_look)
+            .delete_instance(group, victims, kind, last_look)
             .await;
         if kind == DeleteKind::Replace && end == DeleteEnd::Deleted {
             self.wake();
@@ -158,15 +176,26 @@ impl Inner {
     async fn delete_instance(
         self: Arc<Self>,
         group: &NodeGroupSpec,
-        victim: Victim,
+        victims: Vec<Victim>,
         kind: DeleteKind,
         last_look: &dyn LastLook,
     ) -> DeleteEnd {
         let name = group.name.as_str();
+        let count = victims.len() as i64;
+        let nodes = victims
+            .iter()
+            .map(|v| v.node_name.as_str())
+            .collect::<Vec<_>>()
+            .join(",");
+        let ids = victims
+            .iter()
+            .map(|v| v.instance_id.as_str())
+            .collect::<Vec<_>>()
+            .join(",");
         // Held before any read is spent on it (asked again right before the send).
         if let Some(reason) = self.early_hold(name, WriteKind::Delete) {
             if reason == HoldReason::DryRun {
-                info!(scale_set = name, node = %victim.node_name, "dry run: would delete the instance");
+                info!(scale_set = name, node = %nodes, "dry run: would delete the instance");
             }
             self.record_hold(name, WriteKind::Delete, reason);
             return DeleteEnd::Refused(DeleteRefusal::Held(reason));
@@ -199,16 +228,19 @@ impl Inner {
                 DeleteKind::Unneeded => i64::from(floor),
                 DeleteKind::Replace => i64::from(floor) - 1,
             };
-            if capacity - 1 < lowest.max(0) {
-                info!(scale_set = name, capacity, floor, node = %victim.node_name, "scale-down refused: the group would go below its floor");
+            if capacity - count < lowest.max(0) {
+                info!(scale_set = name, capacity, floor, node = %nodes, "scale-down refused: the group would go below its floor");
                 return DeleteEnd::Refused(DeleteRefusal::BelowFloor);
             }
             // The instance must still be there, on a fresh list.
             self.node_groups.instances().invalidate(name);
             match resource.list_instances(name).await {
-                Ok(list) if list.iter().any(|i| i.instance_id == victim.instance_id) => {}
+                Ok(list)
+                    if victims
+                        .iter()
+                        .all(|v| list.iter().any(|i| i.instance_id == v.instance_id)) => {}
                 Ok(_) => {
-                    info!(scale_set = name, instance = %victim.instance_id, "scale-down: the instance is no longer listed; nothing deleted");
+                    info!(scale_set = name, instance = %ids, "scale-down: an instance is no longer listed; nothing deleted");
                     return DeleteEnd::Refused(DeleteRefusal::InstanceGone);
                 }
                 Err(e) => {
@@ -217,10 +249,10 @@ impl Inner {
                 }
             }
             if let Err(why) = last_look.check().await {
-                info!(scale_set = name, node = %victim.node_name, %why, "scale-down stopped by the last look before the delete");
+                info!(scale_set = name, node = %nodes, %why, "scale-down stopped by the last look before the delete");
                 return DeleteEnd::Stopped(why);
             }
-            info!(scale_set = name, node = %victim.node_name, instance = %victim.instance_id, capacity, etag = ?fresh.etag, "deleting the instance");
+            info!(scale_set = name, node = %nodes, instance = %ids, capacity, etag = ?fresh.etag, "deleting the instance(s)");
             let sent = self
                 .guarded_send(
                     group,
@@ -228,14 +260,10 @@ impl Inner {
                     &fresh,
                     WriteKind::Delete,
                     |precondition| {
-                        let (resource, fresh, victim) = (&resource, &fresh, &victim);
+                        let (resource, fresh, victims) = (&resource, &fresh, &victims);
                         async move {
                             resource
-                                .delete_instances(
-                                    fresh,
-                                    std::slice::from_ref(victim),
-                                    &precondition,
-                                )
+                                .delete_instances(fresh, victims, &precondition)
                                 .await
                         }
                     },
@@ -261,17 +289,17 @@ impl Inner {
                     };
                     return match end {
                         OperationEnd::Succeeded => {
-                            self.adopt_after_delete(resource.as_ref(), name, capacity - 1)
+                            self.adopt_after_delete(resource.as_ref(), name, capacity - count)
                                 .await;
                             DeleteEnd::Deleted
                         }
                         OperationEnd::Failed(why) => {
-                            warn!(scale_set = name, node = %victim.node_name, %why, "instance deletion failed: caches invalidated, the size is re-read");
+                            warn!(scale_set = name, node = %nodes, %why, "instance deletion failed: caches invalidated, the size is re-read");
                             self.operation_failed(name);
                             DeleteEnd::Failed(why.to_string())
                         }
                         OperationEnd::Unknown(why) => {
-                            warn!(scale_set = name, node = %victim.node_name, %why, "instance deletion: outcome unknown; caches invalidated");
+                            warn!(scale_set = name, node = %nodes, %why, "instance deletion: outcome unknown; caches invalidated");
                             self.operation_failed(name);
                             DeleteEnd::Unknown(why)
                         }
@@ -284,7 +312,7 @@ impl Inner {
                         .inc();
                     self.invalidate_after_conflict(name);
                     if attempt == 0 {
-                        info!(scale_set = name, node = %victim.node_name, "412 on the instance delete: re-reading and checking again");
+                        info!(scale_set = name, node = %nodes, "412 on the instance delete: re-reading and checking again");
                         continue;
                     }
                     return DeleteEnd::Failed(
@@ -296,7 +324,7 @@ impl Inner {
                         .instance_deletes_total
                         .with_label_values(&[name, "ambiguous"])
                         .inc();
-                    warn!(scale_set = name, node = %victim.node_name, error = %e, "instance delete sent, answer lost: outcome unknown");
+                    warn!(scale_set = name, node = %nodes, error = %e, "instance delete sent, answer lost: outcome unknown");
                     self.operation_failed(name);
                     self.backoff(name);
                     return DeleteEnd::Unknown(e.to_string());
@@ -306,7 +334,7 @@ impl Inner {
                         .instance_deletes_total
                         .with_label_values(&[name, "error"])
                         .inc();
-                    warn!(scale_set = name, node = %victim.node_name, error = %e, "instance delete refused");
+                    warn!(scale_set = name, node = %nodes, error = %e, "instance delete refused");
                     self.operation_failed(name);
                     // A failing resource (5xx, transport) is backed off for every write to it.
                     if e.is_retryable() {

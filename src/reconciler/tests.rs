@@ -572,3 +572,41 @@ async fn a_dry_run_sends_no_write_and_no_delete_and_counts_them_held() {
     assert!(fake.writes().is_empty());
     assert_eq!(fake.deletes(), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn empty_nodes_of_a_group_go_in_one_delete_whose_floor_counts_them_all() {
+    let h = harness(Fake::new(3), settings(None, ""));
+    let victims = |ids: &[u32]| -> Vec<Victim> {
+        ids.iter()
+            .map(|i| Victim {
+                instance_id: i.to_string(),
+                node_name: format!("{GROUP}{i:06}"),
+            })
+            .collect()
+    };
+    // Four of three would go below the floor (0): refused whole, nothing sent.
+    let end = h
+        .reconciler
+        .delete_instances(
+            &h.group(),
+            victims(&[0, 1, 2, 3]),
+            DeleteKind::Unneeded,
+            &NoLastLook,
+        )
+        .await;
+    assert_eq!(end, DeleteEnd::Refused(DeleteRefusal::BelowFloor));
+    assert_eq!(h.fake.deletes(), 0);
+    // Two: one request, capacity down by two.
+    let end = h
+        .reconciler
+        .delete_instances(
+            &h.group(),
+            victims(&[0, 2]),
+            DeleteKind::Unneeded,
+            &NoLastLook,
+        )
+        .await;
+    assert_eq!(end, DeleteEnd::Deleted);
+    assert_eq!(h.fake.deletes(), 1, "one request for both");
+    assert_eq!(h.fake.read().capacity, Some(1));
+}
