@@ -239,8 +239,10 @@ impl Replica {
             kube_tasks,
             pod_demand,
             events,
+            identity,
             ..
         } = self;
+        let ca_client = kube_client.clone();
         // The reflectors start before the loop so their first full lists overlap the first
         // scale-set refresh; /readyz waits for both.
         let node_actions: Option<Arc<dyn crate::kube::nodes::NodeActions>> = kube_client
@@ -257,6 +259,37 @@ impl Replica {
                 (Some(view), tasks)
             }
             None => (None, Vec::new()),
+        };
+        // cluster-autoscaler's status ConfigMap, in its layout, beside our own (not in a dry
+        // run: `kube_tasks` is then absent).
+        let ca_status_task = match (
+            &settings.kubernetes.ca_status_config_map,
+            ca_client,
+            &cluster,
+            kube_tasks.as_ref(),
+        ) {
+            (Some(name), Some(client), Some(view), Some(tasks)) => {
+                let writer = crate::kube::status::StatusWriter::new(
+                    Arc::new(crate::kube::status::KubeConfigMaps::new(
+                        client,
+                        &settings.kubernetes.namespace,
+                        name,
+                    )),
+                    name,
+                    identity.as_deref().unwrap_or_default(),
+                )
+                .annotation(crate::kube::ca_status::CA_LAST_UPDATED_ANNOTATION)
+                .metrics(metrics.clone());
+                Some(tokio::spawn(write_ca_status(
+                    writer,
+                    reconciler.clone(),
+                    view.clone(),
+                    settings.clone(),
+                    tasks.fence.clone(),
+                    shutdown.clone(),
+                )))
+            }
+            _ => None,
         };
         // `demand: pods`: batches pending pods into scale-up decisions for the reconciler.
         let scale_up_task = match (pod_demand, &cluster) {
@@ -350,6 +383,9 @@ impl Replica {
         if let Some(task) = scale_down_task {
             let _ = task.await;
         }
+        if let Some(task) = ca_status_task {
+            let _ = task.await;
+        }
         for task in reflectors {
             let _ = task.await;
         }
@@ -358,6 +394,62 @@ impl Replica {
             let _ = task.await;
         }
         Ok(())
+    }
+}
+
+/// Writes cluster-autoscaler's status ConfigMap every `scanInterval` while `fence` lets this
+/// replica write and the cluster view is synced (its node counts come from it).
+async fn write_ca_status(
+    writer: crate::kube::status::StatusWriter,
+    reconciler: Arc<Reconciler>,
+    view: Arc<crate::kube::reflect::ClusterView>,
+    settings: Arc<Settings>,
+    fence: Arc<dyn crate::fence::WriteFence>,
+    shutdown: CancellationToken,
+) {
+    use crate::kube::ca_status::{build, CaInput, Transitions};
+    let mut transitions = Transitions::default();
+    loop {
+        if fence.check().is_ok() && view.synced() {
+            let groups: Vec<_> = reconciler
+                .node_groups()
+                .groups()
+                .iter()
+                .map(|g| (g.clone(), crate::node_groups::backing(&settings, g)))
+                .collect();
+            let status = reconciler.status();
+            let nodes: Vec<_> = view.nodes.snapshot().values().cloned().collect();
+            let unneeded = reconciler.unneeded();
+            let doc = build(
+                &CaInput {
+                    groups: &groups,
+                    status: &status,
+                    nodes: &nodes,
+                    unneeded: &unneeded,
+                    running: reconciler.health().ready(),
+                    startup: settings.pod_demand.max_node_provision_time,
+                    ok_unready: settings.scale_down.ok_total_unready_count,
+                    max_unready_percent: settings.scale_down.max_total_unready_percentage,
+                    now: k8s_openapi::jiff::Timestamp::now(),
+                },
+                &mut transitions,
+            );
+            let written = match serde_yaml::to_string(&doc) {
+                Ok(yaml) => writer
+                    .write_yaml(&yaml, &doc.time)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            if let Err(e) = written {
+                tracing::warn!(error = %e, "could not write cluster-autoscaler's status ConfigMap; next pass tries again");
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(settings.scan_interval) => {}
+            _ = shutdown.cancelled() => return,
+        }
     }
 }
 

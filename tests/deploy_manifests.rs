@@ -466,7 +466,10 @@ fn the_namespaced_role_grants_exactly_its_lease_and_its_status_config_map() {
             rule(
                 &[""],
                 &["configmaps"],
-                &["vmss-capacity-controller-status"],
+                &[
+                    "vmss-capacity-controller-status",
+                    "cluster-autoscaler-status"
+                ],
                 &["get", "update"]
             ),
             rule(&[""], &["configmaps"], &[], &["create"]),
@@ -607,6 +610,14 @@ fn every_config_joins_the_cluster_with_leader_election_on_the_names_the_role_all
         assert!(
             allowed("configmaps", status),
             "{}: ConfigMap {status}",
+            f.display()
+        );
+        let ca_status = k["clusterAutoscalerStatusConfigMap"]
+            .as_str()
+            .unwrap_or("cluster-autoscaler-status");
+        assert!(
+            ca_status.is_empty() || allowed("configmaps", ca_status),
+            "{}: ConfigMap {ca_status}",
             f.display()
         );
     }

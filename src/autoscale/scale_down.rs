@@ -673,13 +673,19 @@ impl ScaleDownLoop {
         for u in &candidates.unneeded {
             *per_group.entry(groups[u.group].name.as_str()).or_default() += 1;
         }
-        for (g, n) in per_group {
+        for (g, n) in &per_group {
             self.shared
                 .metrics
                 .unneeded_nodes_count
                 .with_label_values(&[g])
-                .set(n);
+                .set(*n);
         }
+        self.shared.reconciler.set_unneeded(
+            per_group
+                .into_iter()
+                .map(|(g, n)| (g.to_string(), u32::try_from(n).unwrap_or(0)))
+                .collect(),
+        );
     }
 }
 

@@ -36,6 +36,10 @@ pub struct KubernetesSettings {
     pub leader_election: LeaderElectionSettings,
     /// The status ConfigMap's name.
     pub status_config_map: String,
+    /// cluster-autoscaler's status ConfigMap, written in its layout beside ours
+    /// (`clusterAutoscalerStatusConfigMap`, default `cluster-autoscaler-status`; `""`: not
+    /// written). Needs `demand: pods` (its node counts come from the cluster's Nodes).
+    pub ca_status_config_map: Option<String>,
 }
 
 /// `kubernetes.leaderElection`.
@@ -61,6 +65,7 @@ impl Default for KubernetesSettings {
             namespace: DEFAULT_NAMESPACE.into(),
             leader_election: LeaderElectionSettings::default(),
             status_config_map: DEFAULT_STATUS_CONFIG_MAP.into(),
+            ca_status_config_map: Some(crate::kube::ca_status::DEFAULT_CA_STATUS_CONFIG_MAP.into()),
         }
     }
 }
@@ -163,6 +168,17 @@ pub(super) fn kubernetes_settings(
             SUBDOMAIN_RULE,
             problems,
         ),
+        ca_status_config_map: match raw.cluster_autoscaler_status_config_map {
+            Some(v) if v.is_empty() => None,
+            v => Some(name(
+                v,
+                crate::kube::ca_status::DEFAULT_CA_STATUS_CONFIG_MAP,
+                "kubernetes.clusterAutoscalerStatusConfigMap",
+                dns_subdomain,
+                SUBDOMAIN_RULE,
+                problems,
+            )),
+        },
     }
 }
 

@@ -178,6 +178,7 @@ pub(super) struct RawKubernetes {
     pub(super) namespace: Option<String>,
     pub(super) leader_election: Option<RawLeaderElection>,
     pub(super) status_config_map: Option<String>,
+    pub(super) cluster_autoscaler_status_config_map: Option<String>,
 }
 
 /// `kubernetes.leaderElection`.

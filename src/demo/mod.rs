@@ -1027,6 +1027,7 @@ pub async fn kubernetes(args: &DemoArgs) -> anyhow::Result<KubernetesReport> {
             retry_period: RETRY_PERIOD,
         },
         status_config_map: crate::config::DEFAULT_STATUS_CONFIG_MAP.into(),
+        ..KubernetesSettings::default()
     };
     let mut built = Vec::new();
     for name in REPLICAS {

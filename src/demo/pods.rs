@@ -155,6 +155,7 @@ pub async fn run(args: &DemoArgs) -> anyhow::Result<PodsReport> {
                 ..Default::default()
             },
             status_config_map: crate::config::DEFAULT_STATUS_CONFIG_MAP.into(),
+            ..KubernetesSettings::default()
         },
     )?;
     settings.pod_demand.kind = crate::config::DemandKind::Pods;

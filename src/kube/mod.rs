@@ -1,12 +1,14 @@
 //! The controller's side of Kubernetes: a kube-rs client and leader election on a Lease with
 //! `resourceVersion`-guarded updates and fencing at the Azure write path ([`lease`]), the status
-//! ConfigMap the leader writes the same way ([`status`]), and Events aggregated and rate-limited
+//! ConfigMap the leader writes the same way ([`status`]) and cluster-autoscaler's, in its layout
+//! ([`ca_status`]), and Events aggregated and rate-limited
 //! like client-go's recorder ([`events`]), and the node writes of scale-down: our taint, the
 //! cordon, evictions and the startup cleanup of leftover taints ([`nodes`]).
 //!
 //! The reconciler knows nothing of Kubernetes: it asks a [`crate::fence::WriteFence`] before
 //! every Azure write and reports through [`crate::notify::EventSink`].
 
+pub mod ca_status;
 pub mod events;
 pub mod lease;
 pub mod nodes;

@@ -144,6 +144,8 @@ pub struct StatusWriter {
     store: Arc<dyn ConfigMapStore>,
     name: String,
     identity: String,
+    /// The annotation stamped with each write's time.
+    annotation: String,
     metrics: Option<Arc<Metrics>>,
 }
 
@@ -156,15 +158,15 @@ impl std::fmt::Debug for StatusWriter {
     }
 }
 
-/// Sets our key and annotation on `cm`, leaving everything else as it is.
-fn apply(cm: &mut ConfigMap, yaml: &str, time: &str) {
+/// Sets our key and `annotation` on `cm`, leaving everything else as it is.
+fn apply(cm: &mut ConfigMap, annotation: &str, yaml: &str, time: &str) {
     cm.data
         .get_or_insert_with(Default::default)
         .insert(STATUS_KEY.to_string(), yaml.to_string());
     cm.metadata
         .annotations
         .get_or_insert_with(Default::default)
-        .insert(LAST_UPDATED_ANNOTATION.to_string(), time.to_string());
+        .insert(annotation.to_string(), time.to_string());
 }
 
 impl StatusWriter {
@@ -174,8 +176,16 @@ impl StatusWriter {
             store,
             name: name.to_string(),
             identity: identity.to_string(),
+            annotation: LAST_UPDATED_ANNOTATION.to_string(),
             metrics: None,
         }
+    }
+
+    /// Stamps each write's time in `annotation` instead of [`LAST_UPDATED_ANNOTATION`]
+    /// (cluster-autoscaler's `cluster-autoscaler.kubernetes.io/last-updated` for its layout).
+    pub fn annotation(mut self, annotation: &str) -> Self {
+        self.annotation = annotation.to_string();
+        self
     }
 
     /// Counts writes in `kube_status_writes_total{result}`: one `conflict` per 409 met, then
@@ -206,7 +216,17 @@ impl StatusWriter {
     /// Writes `groups` now. At most one retry after a 409 Conflict on update; an AlreadyExists on
     /// create reads and updates instead.
     pub async fn write(&self, groups: Vec<GroupStatus>) -> Result<WriteReport, StatusError> {
-        let result = self.attempt(groups).await;
+        let time = time::OffsetDateTime::now_utc()
+            .format(&time::format_description::well_known::Rfc3339)
+            .map_err(|e| StatusError::Serialize(e.to_string()))?;
+        let yaml = self.render(groups, &time)?;
+        self.write_yaml(&yaml, &time).await
+    }
+
+    /// Writes `yaml` under [`STATUS_KEY`] and `time` in the annotation, by the same rules as
+    /// [`StatusWriter::write`] (a document in another layout).
+    pub async fn write_yaml(&self, yaml: &str, time: &str) -> Result<WriteReport, StatusError> {
+        let result = self.attempt(yaml, time).await;
         match &result {
             Ok(r) => self.count(if r.created { "created" } else { "updated" }),
             Err(StatusError::Conflict | StatusError::AlreadyExists) => {}
@@ -215,11 +235,7 @@ impl StatusWriter {
         result
     }
 
-    async fn attempt(&self, groups: Vec<GroupStatus>) -> Result<WriteReport, StatusError> {
-        let time = time::OffsetDateTime::now_utc()
-            .format(&time::format_description::well_known::Rfc3339)
-            .map_err(|e| StatusError::Serialize(e.to_string()))?;
-        let yaml = self.render(groups, &time)?;
+    async fn attempt(&self, yaml: &str, time: &str) -> Result<WriteReport, StatusError> {
         let mut conflicts = 0u32;
         let mut updates_refused = 0u32;
         loop {
@@ -231,7 +247,7 @@ impl StatusWriter {
                     },
                     ..ConfigMap::default()
                 };
-                apply(&mut cm, &yaml, &time);
+                apply(&mut cm, &self.annotation, yaml, time);
                 match self.store.create(&cm).await {
                     Ok(written) => {
                         info!(config_map = %self.name, "status ConfigMap created");
@@ -262,7 +278,7 @@ impl StatusWriter {
                     self.name
                 )));
             }
-            apply(&mut current, &yaml, &time);
+            apply(&mut current, &self.annotation, yaml, time);
             match self.store.replace(&current).await {
                 Ok(written) => {
                     return Ok(WriteReport {

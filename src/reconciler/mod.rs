@@ -33,7 +33,7 @@ use crate::notify::{
 use crate::planner::{self, CapacityChange, ConfiguredDemand, DemandSource, Hold};
 use crate::resource::{CapacityResource, Resources};
 use parking_lot::Mutex;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -241,6 +241,7 @@ impl ReconcilerBuilder {
                 wake: tokio::sync::Notify::new(),
                 deletes: tokio::sync::Mutex::new(()),
                 scale_down_halted: Mutex::new(None),
+                unneeded: Mutex::new(BTreeMap::new()),
                 demand: self.demand,
                 clock: self.clock,
                 state: Mutex::new(HashMap::new()),
@@ -286,6 +287,8 @@ struct Inner {
     deletes: tokio::sync::Mutex<()>,
     /// Why scale-down is halted, as the scale-down loop last said (for the status).
     scale_down_halted: Mutex<Option<String>>,
+    /// Unneeded nodes per group at the last scale-down pass (for cluster-autoscaler's status).
+    unneeded: Mutex<BTreeMap<String, u32>>,
 }
 
 impl std::fmt::Debug for Reconciler {
@@ -363,6 +366,16 @@ impl Reconciler {
     /// Records why scale-down is halted (`None`: it is not), shown in [`Reconciler::status`].
     pub fn set_scale_down_halted(&self, why: Option<String>) {
         *self.inner.scale_down_halted.lock() = why;
+    }
+
+    /// Records the unneeded nodes per group the last scale-down pass found.
+    pub fn set_unneeded(&self, per_group: BTreeMap<String, u32>) {
+        *self.inner.unneeded.lock() = per_group;
+    }
+
+    /// Unneeded nodes per group at the last scale-down pass (empty without scale-down).
+    pub fn unneeded(&self) -> BTreeMap<String, u32> {
+        self.inner.unneeded.lock().clone()
     }
 
     /// Forgets `group`'s size and instances (a delete was seen to have happened after its
