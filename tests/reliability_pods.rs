@@ -6,7 +6,8 @@
 //! `web` workload, then steps through pod arrivals and departures (ReplicaSets scaled), rival
 //! capacity and tag writes, ARM faults on PUT, GET and instance deletes, the Kubernetes API
 //! going away for a while, a group whose new instances stop registering as Nodes for up to 25
-//! minutes, a watch refused by RBAC (403 on pods, nodes or budgets, the open watch cut), a
+//! minutes, a group's VM family out of vCPU quota for a while (usages and 409s as Azure's), a
+//! watch refused by RBAC (403 on pods, nodes or budgets, the open watch cut), a
 //! watch that stays connected but delivers nothing (pods or nodes), a
 //! Kubernetes API answering slowly (priority and fairness queues), a slow token endpoint,
 //! deletes whose answer is lost, and waits. Checked after every schedule:
@@ -41,6 +42,8 @@ use vmss_capacity_controller::emulator::{AgentPoolSeed, EmulatorState, FaultKind
 
 const DEFAULT_SCHEDULES: u64 = 24;
 const WRITER: &str = "controller";
+/// The emulator's default region, where every schedule's groups live.
+const LOCATION: &str = "westeurope";
 const LABEL_TAG: &str = "k8s.io_cluster-autoscaler_node-template_label_workload";
 const MEMORY_TAINT_TAG: &str = "k8s.io_cluster-autoscaler_node-template_taint_workload";
 /// After the last step: longer than `unneededTime` + `delayAfterAdd` + a boot + a drain.
@@ -144,6 +147,12 @@ enum Step {
     },
     /// The group's new instances do not register as Nodes for a while (a broken image).
     Unregistering {
+        group: usize,
+        secs: u64,
+    },
+    /// The group's VM family has no vCPU quota left for a while (its limit set to what it uses
+    /// now): growth is refused with Azure's 409, the usages say so.
+    QuotaSpent {
         group: usize,
         secs: u64,
     },
@@ -253,6 +262,10 @@ impl Schedule {
                 90..=91 => Step::SlowToken {
                     ms: rng.gen_range(1_000..=20_000),
                     secs: rng.gen_range(10..=300),
+                },
+                92..=94 => Step::QuotaSpent {
+                    group,
+                    secs: rng.gen_range(60..=900),
                 },
                 _ => Step::Wait {
                     secs: *[30u64, 60, 120, 300, 600]
@@ -533,6 +546,20 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
                 never_register(&c, GROUPS[*group].0, true);
                 tokio::time::sleep(Duration::from_secs(*secs)).await;
                 never_register(&c, GROUPS[*group].0, false);
+            }
+            Step::QuotaSpent { group, secs } => {
+                let (name, size, _) = GROUPS[*group];
+                let shape = vmss_capacity_controller::pods::template::vm_size(size)
+                    .expect("the groups' sizes are in the table");
+                let used = c.capacity(name).max(0) * i64::from(shape.vcpu);
+                c.state.set_quota(SUB, LOCATION, shape.family, used);
+                tokio::time::sleep(Duration::from_secs(*secs)).await;
+                c.state.set_quota(
+                    SUB,
+                    LOCATION,
+                    shape.family,
+                    vmss_capacity_controller::emulator::arm::quota::DEFAULT_LIMIT,
+                );
             }
             Step::Wait { secs } => tokio::time::sleep(Duration::from_secs(*secs)).await,
         }

@@ -19,7 +19,7 @@ mod control;
 pub mod faults;
 mod identity;
 pub mod inventory;
-mod quota;
+pub mod quota;
 mod scale_sets;
 pub mod state;
 pub mod throttle;
