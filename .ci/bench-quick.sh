@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export BENCH_QUICK=1
 # `cargo bench` also builds the daemon binary the memory bench spawns (CARGO_BIN_EXE_...).
-for bench in planner scale_up pod_to_write lost_race cache conflict_recovery arm_calls memory; do
+for bench in planner scale_up pod_to_write lost_race fleet cache conflict_recovery arm_calls memory; do
     echo "::group::bench $bench"
     out=$(cargo bench --bench "$bench" -- --quick 2>&1) || { echo "$out"; echo "bench $bench failed"; exit 1; }
     echo "$out"

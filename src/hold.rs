@@ -50,6 +50,10 @@ pub enum HoldReason {
     Backoff,
     /// The group's write budget (`writeBudget`) is spent.
     Budget,
+    /// The subscription's API budget Azure reports is down to this process's reserve
+    /// (`armBudgetReservePercentage`) and the write is not urgent: deletions of unneeded nodes
+    /// wait below half the reserve, lowering a capacity number below the reserve; scale-ups go.
+    ArmBudgetReserve,
     /// The resource must not be written by this controller.
     Refused(WriteRefusal),
     /// Optimistic concurrency is on and even a fresh read carries no ETag: never written blind.
@@ -67,6 +71,7 @@ impl HoldReason {
             HoldReason::Unavailable(_) => "offering_unavailable",
             HoldReason::Backoff => "backoff",
             HoldReason::Budget => "budget",
+            HoldReason::ArmBudgetReserve => "arm_budget_reserve",
             HoldReason::Refused(why) => why.label(),
             HoldReason::NoEtag => "no_etag",
             HoldReason::DryRun => "dry_run",
@@ -74,13 +79,14 @@ impl HoldReason {
     }
 
     /// Every reason, for tests and for documentation that lists the labels.
-    pub const ALL: [HoldReason; 9] = [
+    pub const ALL: [HoldReason; 10] = [
         HoldReason::Fenced(FenceHold::NotLeader),
         HoldReason::Fenced(FenceHold::RenewalStale),
         HoldReason::Credential,
         HoldReason::Unavailable(AllocationFailure::Quota),
         HoldReason::Backoff,
         HoldReason::Budget,
+        HoldReason::ArmBudgetReserve,
         HoldReason::Refused(WriteRefusal::AksAutoscaler),
         HoldReason::NoEtag,
         HoldReason::DryRun,
@@ -122,6 +128,7 @@ mod tests {
                 "offering_unavailable",
                 "backoff",
                 "budget",
+                "arm_budget_reserve",
                 "aks_autoscaler",
                 "no_etag",
                 "dry_run"

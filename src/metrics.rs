@@ -104,6 +104,9 @@ pub struct Metrics {
     /// `allocation_failed`: Azure refused the allocation and the offering was marked
     /// unavailable).
     pub failed_scale_ups_total: IntCounterVec,
+    /// The share left of the emptiest ARM bucket of each class (`reads`, `writes`, `deletes`)
+    /// as Azure last reported it, against the most it ever showed.
+    pub arm_budget_fraction: GaugeVec,
     /// Spot VMs Azure took back, by node group: seen as a node of a spot group vanishing and
     /// the scale set shrinking without a delete or write of ours in flight.
     pub spot_evictions_total: IntCounterVec,
@@ -346,6 +349,12 @@ impl Metrics {
                 "failed_scale_ups_total",
                 "Scale-ups given up on, by node group and reason.",
                 &["scale_set", "reason"],
+            ),
+            arm_budget_fraction: gauge_vec(
+                &registry,
+                "arm_budget_fraction",
+                "Share left of the emptiest ARM bucket of each class, as Azure last reported it (x-ms-ratelimit-remaining-*), against the most it ever showed.",
+                &["class"],
             ),
             spot_evictions_total: counter(
                 &registry,

@@ -152,9 +152,11 @@ writeBudget: {perMinute: 2.5, burst: 4}
 shutdownGrace: 0s
 requestTimeout: 5s
 quotaCooldown: 1m
+armBudgetReservePercentage: 35
 autoDiscovery: {clusterName: my-cluster, defaultMin: 1, defaultMax: 10}
 "#,
     ));
+    assert_eq!(s.arm_budget_reserve, 0.35);
     assert!(!s.enable_vmss_etag);
     assert_eq!(
         s.conflict_strategy,
@@ -187,6 +189,31 @@ autoDiscovery: {clusterName: my-cluster, defaultMin: 1, defaultMax: 10}
             aks_cluster: None,
             aks_resource_group: None,
         })
+    );
+}
+
+#[test]
+fn the_api_budget_reserve_is_a_percentage_from_0_to_90_and_20_by_default() {
+    assert_eq!(load_ok(&with("")).arm_budget_reserve, 0.2);
+    assert_eq!(
+        load_ok(&with("armBudgetReservePercentage: 0\n")).arm_budget_reserve,
+        0.0,
+        "0 turns pacing off"
+    );
+    for bad in ["95", "-1", ".nan"] {
+        assert_problem(
+            &problems(&with(&format!("armBudgetReservePercentage: {bad}\n"))),
+            "armBudgetReservePercentage",
+            "from 0 (pacing off) to 90",
+        );
+    }
+    let p = problems(&with("armBudgetReservePercentage: lots\n"));
+    assert!(
+        p.iter()
+            .any(|p| p.path.contains("armBudgetReservePercentage")
+                || p.message.contains("armBudgetReservePercentage")),
+        "{}",
+        ConfigErrors(p.to_vec())
     );
 }
 

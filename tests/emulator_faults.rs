@@ -300,3 +300,63 @@ async fn rate_limit_headers_are_present_even_with_throttling_off() {
         .is_some());
     assert!(a.header("x-ms-ratelimit-remaining-resource").is_some());
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_subscription_buckets_are_shared_by_every_scale_set_and_deletes_have_their_own() {
+    // The subscription's writes: 2 in all (its scale sets' own buckets hold 12 each).
+    let limits = ThrottleLimits {
+        sub_write_per_min: 1.0,
+        sub_write_burst: 2,
+        sub_delete_per_min: 1.0,
+        sub_delete_burst: 3,
+        ..ThrottleLimits::azure_compute()
+    };
+    let env = Env::with(EmulatorBuilder::new().throttling(limits)).await;
+    for name in ["v", "w"] {
+        env.handle
+            .state()
+            .seed_scale_set(ScaleSetSeed::new(SUB, RG, name, 1));
+    }
+    let a = env
+        .off_clock("PUT", &vmss_path("v"), None, Some(put_body(2)))
+        .await;
+    assert_eq!(a.status, 200);
+    let b = env
+        .off_clock("PUT", &vmss_path("w"), None, Some(put_body(2)))
+        .await;
+    assert_eq!(b.status, 200);
+    assert_eq!(
+        b.header("x-ms-ratelimit-remaining-subscription-writes")
+            .as_deref(),
+        Some("0"),
+        "another scale set spent from the same bucket"
+    );
+    let c = env
+        .off_clock("PUT", &vmss_path("w"), None, Some(put_body(3)))
+        .await;
+    assert_eq!(
+        c.status, 429,
+        "w's own bucket has tokens; the subscription's does not"
+    );
+    assert!(c.header("retry-after").is_some());
+    // A delete of instances pays from the deletes bucket, not the writes one.
+    let d = env
+        .off_clock(
+            "POST",
+            &format!("{}/delete", vmss_path("v")),
+            None,
+            Some(json!({"instanceIds": ["0"]})),
+        )
+        .await;
+    assert_ne!(d.status, 429);
+    assert_eq!(
+        d.header("x-ms-ratelimit-remaining-subscription-deletes")
+            .as_deref(),
+        Some("2")
+    );
+    // The scale set's own bucket is one for its writes and deletes (12, one PUT spent).
+    assert_eq!(
+        d.header("x-ms-ratelimit-remaining-resource").as_deref(),
+        Some("Microsoft.Compute/DeleteVMScaleSetVMs3Min;10")
+    );
+}

@@ -98,6 +98,43 @@ async fn a_throttled_read_holds_reads_back_but_not_writes() {
     assert_eq!(h.capacity("pool-a"), 5);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_throttled_refresh_after_the_first_plans_on_the_cached_view_and_still_writes() {
+    let mut h = Harness::new(&[("pool-a", 3)], vec![group("pool-a", 0, 10, None)], |s| {
+        s.vmss_cache_ttl = Duration::from_secs(1)
+    })
+    .await;
+    let knob = std::sync::Arc::new(KnobDemand::default());
+    knob.set("pool-a", 3);
+    h.reconciler = vmss_capacity_controller::reconciler::Reconciler::builder(
+        h.settings.clone(),
+        h.arm.clone(),
+        h.metrics.clone(),
+    )
+    .demand(knob.clone())
+    .build();
+    h.reconciler.run_once().await.unwrap();
+    h.state.inject_fault(fault(
+        "GET",
+        "virtualMachineScaleSets",
+        status(429, "TooManyRequests", Some(120)),
+        None,
+    ));
+    let lists = |h: &Harness| h.requests("GET", "/virtualMachineScaleSets").len();
+    tokio::time::advance(Duration::from_secs(10)).await;
+    // Demand rises while the LIST is throttled: the pass writes from the cached view (its
+    // ETag guards the write) instead of failing.
+    knob.set("pool-a", 6);
+    h.reconciler.run_once().await.unwrap();
+    assert_eq!(lists(&h), 2, "the throttled LIST");
+    assert_eq!(h.capacity("pool-a"), 6);
+    assert_eq!(h.puts().last().map(|p| p.status), Some(200));
+    // The LIST is not asked again until its gate opens.
+    tokio::time::advance(Duration::from_secs(10)).await;
+    h.reconciler.run_once().await.unwrap();
+    assert_eq!(lists(&h), 2);
+}
+
 #[tokio::test]
 async fn a_quota_409_marks_the_offering_unavailable_and_holds_its_writes_while_the_others_go_on() {
     let h = Harness::new(

@@ -11,6 +11,7 @@
 //!   `extendedLocation`, never the model read back from a GET.
 //! - Every call first checks the `Retry-After` gate of its class.
 
+use crate::azure::budget::{ArmBudget, BudgetClass};
 use crate::azure::throttle::{parse_retry_after, CallClass, ThrottleGates};
 use crate::cache::{Instance, ScaleSet};
 use crate::metrics::Metrics;
@@ -416,6 +417,7 @@ pub struct ArmHttpError {
 #[derive(Debug)]
 pub struct ResponsePolicy {
     metrics: Arc<Metrics>,
+    budget: Arc<ArmBudget>,
     user_agent: UserAgent,
 }
 
@@ -470,7 +472,7 @@ impl Policy for ResponsePolicy {
                 )
             })??,
         };
-        record_ratelimits(&self.metrics, rsp.headers());
+        record_ratelimits(&self.metrics, &self.budget, rsp.headers());
         let status = rsp.status();
         if (status as u16) < 300 {
             return Ok(rsp);
@@ -489,7 +491,7 @@ fn header<'h>(headers: &'h Headers, name: &'static str) -> Option<&'h str> {
     headers.get_optional_str(&HeaderName::from_static(name))
 }
 
-fn record_ratelimits(metrics: &Metrics, headers: &Headers) {
+fn record_ratelimits(metrics: &Metrics, budget: &ArmBudget, headers: &Headers) {
     for (k, v) in headers.iter() {
         let Some(scope) = k.as_str().strip_prefix("x-ms-ratelimit-remaining-") else {
             continue;
@@ -504,6 +506,7 @@ fn record_ratelimits(metrics: &Metrics, headers: &Headers) {
                             .arm_ratelimit_remaining
                             .with_label_values(&[policy.trim()])
                             .set(n);
+                        budget.observe(policy.trim(), n);
                     }
                 }
             }
@@ -512,6 +515,15 @@ fn record_ratelimits(metrics: &Metrics, headers: &Headers) {
                 .arm_ratelimit_remaining
                 .with_label_values(&[scope])
                 .set(n);
+            budget.observe(scope, n);
+        }
+    }
+    for class in BudgetClass::ALL {
+        if let Some(f) = budget.fraction(class) {
+            metrics
+                .arm_budget_fraction
+                .with_label_values(&[class.label()])
+                .set(f);
         }
     }
 }
@@ -580,6 +592,7 @@ pub struct ArmClient {
     gates: ThrottleGates,
     metrics: Arc<Metrics>,
     user_agent: UserAgent,
+    budget: Arc<ArmBudget>,
 }
 
 impl std::fmt::Debug for ArmClient {
@@ -621,6 +634,7 @@ impl ArmClient {
         metrics: Arc<Metrics>,
     ) -> Self {
         let user_agent = UserAgent::default();
+        let budget = Arc::new(ArmBudget::default());
         let mut options = ClientOptions::default()
             .retry(RetryOptions::none())
             .transport(TransportOptions::new(Arc::new(http.clone())));
@@ -628,6 +642,7 @@ impl ArmClient {
             .per_retry_policies_mut()
             .push(Arc::new(ResponsePolicy {
                 metrics: metrics.clone(),
+                budget: budget.clone(),
                 user_agent: user_agent.clone(),
             }));
         let compute = compute::Client::new(
@@ -644,7 +659,13 @@ impl ArmClient {
             gates: ThrottleGates::new(),
             metrics,
             user_agent,
+            budget,
         }
+    }
+
+    /// The subscription's API budget as Azure's answers to this client reported it.
+    pub fn budget(&self) -> &ArmBudget {
+        &self.budget
     }
 
     /// Names this replica in the `User-Agent` of every later request
@@ -1198,7 +1219,7 @@ impl ArmClient {
                 headers.insert(HeaderName::from(k.as_str().to_owned()), v.to_owned());
             }
         }
-        record_ratelimits(&self.metrics, &headers);
+        record_ratelimits(&self.metrics, &self.budget, &headers);
         let body = match rsp.bytes().await {
             Ok(b) => b.to_vec(),
             Err(e) => {

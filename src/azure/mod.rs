@@ -7,6 +7,7 @@
 
 pub mod aks;
 pub mod arm;
+pub mod budget;
 pub mod credentials;
 pub mod throttle;
 

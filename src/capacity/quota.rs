@@ -125,7 +125,7 @@ impl QuotaCache {
     }
 
     /// Whether `location` should be read again now.
-    pub fn due(&self, location: &str) -> bool {
+    pub fn due(&self, location: &str, stretch: f64) -> bool {
         let key = location.to_ascii_lowercase();
         if self.stale.lock().contains(&key) {
             return true;
@@ -133,7 +133,7 @@ impl QuotaCache {
         self.attempted
             .lock()
             .get(&key)
-            .is_none_or(|at| *at + self.ttl <= Instant::now())
+            .is_none_or(|at| *at + self.ttl.mul_f64(stretch.max(1.0)) <= Instant::now())
     }
 
     /// Records that `location` was asked at `at` (whatever the answer).
@@ -271,20 +271,20 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_region_is_read_again_after_its_ttl_or_at_once_after_a_quota_refusal() {
         let cache = QuotaCache::new(Duration::from_secs(60));
-        assert!(cache.due("westeurope"));
+        assert!(cache.due("westeurope", 1.0));
         cache.insert("westeurope", Usages::new(&usages(), Instant::now()));
-        assert!(!cache.due("WestEurope"));
+        assert!(!cache.due("WestEurope", 1.0));
         tokio::time::advance(Duration::from_secs(59)).await;
-        assert!(!cache.due("westeurope"));
+        assert!(!cache.due("westeurope", 1.0));
         cache.invalidate("westeurope");
-        assert!(cache.due("westeurope"));
+        assert!(cache.due("westeurope", 1.0));
         cache.insert("westeurope", Usages::new(&usages(), Instant::now()));
-        assert!(!cache.due("westeurope"));
+        assert!(!cache.due("westeurope", 1.0));
         tokio::time::advance(Duration::from_secs(60)).await;
-        assert!(cache.due("westeurope"));
+        assert!(cache.due("westeurope", 1.0));
         // The last read is kept (and used) until a new one lands; a failed read waits a TTL.
         cache.attempted("westeurope", Instant::now());
-        assert!(!cache.due("westeurope"));
+        assert!(!cache.due("westeurope", 1.0));
         assert!(cache.get("westeurope").is_some());
     }
 }

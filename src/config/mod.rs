@@ -31,7 +31,7 @@ pub use kubernetes::{
 pub use pod_demand::{DemandKind, PodDemandSettings, DEFAULT_MAX_NODE_PROVISION_TIME};
 pub use scale_down::{ScaleDownSettings, DEFAULT_NON_EMPTY_CANDIDATES};
 pub use sources::secret_from_cloud_config;
-pub use validate::parse_node_spec;
+pub use validate::{parse_node_spec, DEFAULT_ARM_BUDGET_RESERVE};
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -102,6 +102,10 @@ pub struct Settings {
     pub request_timeout: Duration,
     /// How long a node group cools down after a quota 409 (`OperationNotAllowed`).
     pub quota_cooldown: Duration,
+    /// The share of every ARM bucket Azure reports that this process keeps in reserve
+    /// (`armBudgetReservePercentage`, default 20 %; 0 turns pacing off): below it, refreshes
+    /// stretch and only urgent writes go.
+    pub arm_budget_reserve: f64,
     /// Explicitly configured node groups (YAML list and `--nodes`).
     pub node_groups: Vec<NodeGroupSpec>,
     /// Tag auto-discovery, if enabled.
@@ -465,6 +469,7 @@ pub fn load(sources: &ConfigSources) -> Result<Settings, ConfigErrors> {
         shutdown_grace: runtime.shutdown_grace,
         request_timeout: runtime.request_timeout,
         quota_cooldown: runtime.quota_cooldown,
+        arm_budget_reserve: runtime.arm_budget_reserve,
         node_groups,
         auto_discovery,
         kubernetes,

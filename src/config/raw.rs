@@ -138,6 +138,7 @@ pub(super) struct RawConfig {
     pub(super) shutdown_grace: Option<HumanDuration>,
     pub(super) request_timeout: Option<HumanDuration>,
     pub(super) quota_cooldown: Option<HumanDuration>,
+    pub(super) arm_budget_reserve_percentage: Option<f64>,
     pub(super) node_groups: Option<Vec<RawNodeGroup>>,
     pub(super) auto_discovery: Option<RawAutoDiscovery>,
     pub(super) kubernetes: Option<RawKubernetes>,

@@ -105,6 +105,7 @@ pub(super) struct RuntimeSettings {
     pub(super) shutdown_grace: Duration,
     pub(super) request_timeout: Duration,
     pub(super) quota_cooldown: Duration,
+    pub(super) arm_budget_reserve: f64,
 }
 
 /// `metricsListen`, `maxConcurrentWrites`, `writeBudget`, `shutdownGrace`, `requestTimeout`,
@@ -168,8 +169,22 @@ pub(super) fn runtime_settings(raw: &RawConfig, problems: &mut Problems) -> Runt
             "quotaCooldown",
             problems,
         ),
+        arm_budget_reserve: match raw.arm_budget_reserve_percentage {
+            Some(p) if !(p.is_finite() && (0.0..=90.0).contains(&p)) => {
+                problems.push(
+                    "armBudgetReservePercentage",
+                    format!("must be a number from 0 (pacing off) to 90, got {p}"),
+                );
+                DEFAULT_ARM_BUDGET_RESERVE
+            }
+            Some(p) => p / 100.0,
+            None => DEFAULT_ARM_BUDGET_RESERVE,
+        },
     }
 }
+
+/// The share of every ARM bucket kept in reserve by default (`armBudgetReservePercentage: 20`).
+pub const DEFAULT_ARM_BUDGET_RESERVE: f64 = 0.2;
 
 /// The YAML node groups, then the `--nodes` specs; names are unique ignoring case across both.
 pub(super) fn node_groups(

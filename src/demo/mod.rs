@@ -245,6 +245,7 @@ impl Stage {
             shutdown_grace: Duration::from_secs(5),
             request_timeout: Duration::from_secs(10),
             quota_cooldown: Duration::from_secs(30),
+            arm_budget_reserve: crate::config::DEFAULT_ARM_BUDGET_RESERVE,
             node_groups: self.groups.clone(),
             auto_discovery: None,
             kubernetes,

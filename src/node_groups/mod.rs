@@ -253,8 +253,9 @@ impl NodeGroups {
 
     /// Reads the compute usages of every region a group lives in whose read is due (one LIST
     /// per region per `vmssCacheTTL`, or at once after a quota refusal); a failed read keeps
-    /// the last one. Sets `quota_remaining_vcpus` for the pools the groups draw from.
-    pub async fn refresh_quota(&self) {
+    /// the last one; `stretch` (at least 1) lengthens the TTL while the subscription's reads
+    /// budget runs low. Sets `quota_remaining_vcpus` for the pools the groups draw from.
+    pub async fn refresh_quota(&self, stretch: f64) {
         let Some(source) = self.resources.usages().cloned() else {
             return;
         };
@@ -268,7 +269,7 @@ impl NodeGroups {
         locations.sort_unstable();
         locations.dedup();
         for location in locations {
-            if !self.quota.due(location) {
+            if !self.quota.due(location, stretch) {
                 continue;
             }
             let sent_at = Instant::now();

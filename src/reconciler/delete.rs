@@ -25,6 +25,7 @@
 use super::operation::OperationEnd;
 use super::send::{Sent, WriteKind};
 use super::{Inner, Reconciler};
+use crate::azure::budget::Urgency;
 use crate::azure::ArmError;
 use crate::config::NodeGroupSpec;
 use crate::hold::HoldReason;
@@ -163,7 +164,9 @@ impl Reconciler {
     /// run), spending nothing: scale-down asks before it taints and drains a node, so no node is
     /// drained for a delete that would not be sent.
     pub fn delete_hold(&self, group: &NodeGroupSpec) -> Option<HoldReason> {
-        self.inner.early_hold(&group.name, WriteKind::Delete)
+        self.inner
+            .early_hold(&group.name, WriteKind::Delete)
+            .or_else(|| self.inner.reserve_hold(Urgency::ScaleDown))
     }
 
     /// Whether this replica may write now (the leader, with a fresh renewal).
@@ -193,7 +196,10 @@ impl Inner {
             .collect::<Vec<_>>()
             .join(",");
         // Held before any read is spent on it (asked again right before the send).
-        if let Some(reason) = self.early_hold(name, WriteKind::Delete) {
+        if let Some(reason) = self
+            .early_hold(name, WriteKind::Delete)
+            .or_else(|| self.reserve_hold(Urgency::ScaleDown))
+        {
             if reason == HoldReason::DryRun {
                 info!(scale_set = name, node = %nodes, "dry run: would delete the instance");
             }

@@ -20,6 +20,7 @@
 //!   409 `OperationNotAllowed` cools the node group down; 5xx and transport errors back it off
 //!   exponentially with jitter; a per-scale-set token bucket keeps writes within Azure's limits.
 
+use crate::azure::budget::{BudgetClass, Pacing, Urgency};
 use crate::azure::{ArmClient, ArmError, Precondition, PutAccepted};
 use crate::cache::ScaleSet;
 use crate::config::{ConflictStrategy, NodeGroupSpec, Settings};
@@ -604,14 +605,34 @@ impl Inner {
     async fn pass(self: Arc<Self>) -> Result<PassReport, ReconcileError> {
         // Passes come every scanInterval, so "due" is judged at the pass nearest the TTL rather
         // than the first one after it: one LIST per TTL, not one per TTL + scanInterval.
-        let ttl = self.settings.vmss_cache_ttl;
+        // Below the reserve of the reads budget Azure reports, refreshes come less often.
+        let stretch = Pacing {
+            reserve: self.settings.arm_budget_reserve,
+        }
+        .stretch(self.arm.budget().fraction(BudgetClass::Reads));
+        let ttl = self.settings.vmss_cache_ttl.mul_f64(stretch);
         let due_at = ttl.saturating_sub((self.settings.scan_interval / 2).min(ttl / 2));
         if self
             .node_groups
             .scale_sets()
             .refresh_due(due_at, Instant::now())
         {
-            self.refresh_all().await.map_err(ReconcileError::Refresh)?;
+            match self.refresh_all().await {
+                Ok(()) => {}
+                // Throttled after a first full refresh: plan on the cached view, as
+                // cluster-autoscaler does; every write still carries its cached ETag, so a
+                // stale one ends in a 412 and a fresh read, never in a lost update. The LIST is
+                // tried again once its gate opens.
+                Err(ArmError::Throttled { retry_after, .. })
+                    if self.health.ready.load(Ordering::Acquire) =>
+                {
+                    debug!(
+                        retry_after_secs = retry_after.as_secs(),
+                        "refresh throttled: planning on the cached view"
+                    );
+                }
+                Err(e) => return Err(ReconcileError::Refresh(e)),
+            }
         }
         let groups = self.node_groups.with_floors(self.groups());
         let now = Instant::now();
@@ -676,7 +697,7 @@ impl Inner {
         }
         // After the writes, so listing instances or usages never delays a capacity change.
         self.node_groups.refresh_instances(&groups).await;
-        self.node_groups.refresh_quota().await;
+        self.node_groups.refresh_quota(stretch).await;
         if report.failed > 0 {
             return Err(ReconcileError::Writes {
                 failed: report.failed,
@@ -880,7 +901,20 @@ impl Inner {
             .as_ref()
             .and_then(|c| self.refused(group, resource.as_ref(), c))
             .map(HoldReason::Refused)
-            .or_else(|| self.early_hold(name, WriteKind::Capacity));
+            .or_else(|| self.early_hold(name, WriteKind::Capacity))
+            .or_else(|| {
+                // More capacity is what pending pods wait for.
+                let now = cached
+                    .as_ref()
+                    .and_then(|c| c.capacity)
+                    .unwrap_or(change.from);
+                let grows = change.to > now;
+                self.reserve_hold(if grows {
+                    Urgency::ScaleUp
+                } else {
+                    Urgency::Other
+                })
+            });
         if let Some(reason) = early {
             if reason == HoldReason::DryRun {
                 info!(scale_set = name, from = ?cached.as_ref().and_then(|c| c.capacity), to = change.to, reason = %change.reason, "dry run: would write capacity");

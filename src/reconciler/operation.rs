@@ -4,6 +4,7 @@
 
 use super::{Inner, LRO_DEADLINE, LRO_MIN_POLL};
 use crate::azure::arm::{OperationError, OperationStatus};
+use crate::azure::budget::{BudgetClass, Pacing};
 use crate::azure::ArmError;
 use crate::resource::CapacityResource;
 use std::time::Duration;
@@ -37,7 +38,12 @@ impl Inner {
         let deadline = Instant::now() + LRO_DEADLINE;
         let mut errors = 0u32;
         let (end, label) = loop {
-            tokio::time::sleep(interval).await;
+            // Below the reserve of the reads budget, polls come less often too.
+            let stretch = Pacing {
+                reserve: self.settings.arm_budget_reserve,
+            }
+            .stretch(self.arm.budget().fraction(BudgetClass::Reads));
+            tokio::time::sleep(interval.mul_f64(stretch)).await;
             if Instant::now() > deadline {
                 break (
                     OperationEnd::Unknown("the operation did not end in time".into()),

@@ -15,7 +15,13 @@
 //!
 //! Then one budget token is spent and the request goes inside [`crate::fence::sending`], where
 //! the HTTP layer asks the fence once more immediately before the bytes leave (a request stopped
-//! there was never sent: it is held too).
+//! there was never sent: it is held too). A 429 or a send the fence stopped gives the token back:
+//! Azure charges only what it admits.
+//!
+//! Before any of these, a write that is not urgent waits while the subscription's API budget,
+//! as Azure's answers report it, is down to this process's reserve ([`Inner::reserve_hold`],
+//! `armBudgetReservePercentage`): scale-ups go, deletions of unneeded nodes wait below half the
+//! reserve, lowering a capacity number below the reserve.
 //!
 //! Which holds apply to which write is decided here, once (the three hand-written copies this
 //! replaced had drifted apart):
@@ -33,6 +39,7 @@
 //!   the status's `held` describes planned capacity writes.
 
 use super::Inner;
+use crate::azure::budget::{BudgetClass, Pacing, Urgency};
 use crate::azure::{ArmError, Precondition};
 use crate::cache::ScaleSet;
 use crate::config::NodeGroupSpec;
@@ -63,6 +70,24 @@ pub(super) enum Sent<T> {
 }
 
 impl Inner {
+    /// Whether a write of `urgency` waits for the subscription's API budget: below this
+    /// process's reserve of what Azure reports, only the urgent go (see [`Pacing::holds`]).
+    pub(super) fn reserve_hold(&self, urgency: Urgency) -> Option<HoldReason> {
+        let pacing = Pacing {
+            reserve: self.settings.arm_budget_reserve,
+        };
+        let budget = self.arm.budget();
+        let left = match urgency {
+            Urgency::ScaleDown => budget
+                .fraction(BudgetClass::Deletes)
+                .or_else(|| budget.fraction(BudgetClass::Writes)),
+            _ => budget.fraction(BudgetClass::Writes),
+        };
+        pacing
+            .holds(urgency, left)
+            .then_some(HoldReason::ArmBudgetReserve)
+    }
+
     /// The group's holds: the fence (asked without a permit: cheap), an unavailable offering (capacity
     /// writes), a backoff, the budget (refilled and peeked, not spent), and `--dry-run`. Asked
     /// before a write spends any read on itself, and again by [`Inner::guarded_send`]. Records
@@ -120,6 +145,15 @@ impl Inner {
         self.with_state(name, |s| s.budget.tokens -= 1.0);
         let result = crate::fence::sending(self.fence.clone(), send(precondition.clone())).await;
         drop(permit);
+        // Azure charges the requests it admits: a 429 (refused before its bucket) and a send the
+        // fence stopped give the token back, so a group the subscription's budget throttles is
+        // not then held by its own budget too while the others' writes go.
+        if matches!(
+            result,
+            Err(ArmError::Throttled { .. } | ArmError::Fenced { .. })
+        ) {
+            self.with_state(name, |s| s.budget.tokens += 1.0);
+        }
         match result {
             Err(ArmError::Fenced { hold, .. }) => {
                 let reason = HoldReason::Fenced(hold);

@@ -316,6 +316,7 @@ nodeGroups:
 
 struct Harness {
     reconciler: Reconciler,
+    arm: Arc<ArmClient>,
     fake: Arc<Fake>,
     fence: Arc<TestFence>,
     events: Arc<Recorded>,
@@ -342,13 +343,14 @@ fn harness(fake: Arc<Fake>, settings: Arc<Settings>) -> Harness {
     let arm = arm_client(&metrics);
     let fence = TestFence::new();
     let events = Arc::new(Recorded::default());
-    let reconciler = Reconciler::builder(settings, arm, metrics.clone())
+    let reconciler = Reconciler::builder(settings, arm.clone(), metrics.clone())
         .resources(Resources::only(fake.clone()))
         .fence(fence.clone())
         .events(events.clone())
         .build();
     Harness {
         reconciler,
+        arm,
         fake,
         fence,
         events,
@@ -609,4 +611,52 @@ async fn empty_nodes_of_a_group_go_in_one_delete_whose_floor_counts_them_all() {
     assert_eq!(end, DeleteEnd::Deleted);
     assert_eq!(h.fake.deletes(), 1, "one request for both");
     assert_eq!(h.fake.read().capacity, Some(1));
+}
+
+/// One planned write of `group` to `to` through the reconciler's whole write path.
+async fn planned_write(h: &Harness, from: i64, to: i64) -> WriteEnd {
+    let change = crate::planner::CapacityChange {
+        scale_set: GROUP.into(),
+        from,
+        to,
+        reason: crate::planner::Reason::Desired,
+        step_limited: false,
+    };
+    h.reconciler.inner.clone().write(&h.group(), change).await.0
+}
+
+#[tokio::test(start_paused = true)]
+async fn below_the_reserve_of_the_api_budget_azure_reports_scale_ups_go_and_the_rest_waits() {
+    // The subscription's writes bucket, as Azure's answers showed it: full at 1000, now 100
+    // (10 %, under the 20 % reserve).
+    let low = |h: &Harness| {
+        h.arm.budget().observe("subscription-writes", 1000);
+        h.arm.budget().observe("subscription-writes", 100);
+    };
+    let h = harness(Fake::new(3), settings(Some(5), ""));
+    low(&h);
+    assert_eq!(
+        planned_write(&h, 3, 5).await,
+        WriteEnd::Written,
+        "a scale-up goes"
+    );
+    assert_eq!(h.fake.read().capacity, Some(5));
+    // Deletions of unneeded nodes wait only below half the reserve.
+    let h = harness(Fake::new(3), settings(None, ""));
+    low(&h);
+    assert_eq!(h.delete().await, DeleteEnd::Deleted);
+    h.arm.budget().observe("subscription-writes", 50);
+    assert_eq!(h.delete().await, held(HoldReason::ArmBudgetReserve));
+    // Refilled: it goes again.
+    h.arm.budget().observe("subscription-writes", 900);
+    assert_eq!(h.delete().await, DeleteEnd::Deleted);
+
+    // Lowering a capacity number (a schedule ending) waits below the reserve.
+    let h = harness(Fake::new(8), settings(Some(5), ""));
+    low(&h);
+    assert_eq!(planned_write(&h, 8, 5).await, WriteEnd::Held);
+    assert_eq!(h.fake.read().capacity, Some(8));
+    assert_eq!(h.held_total(HoldReason::ArmBudgetReserve), 1);
+    h.arm.budget().observe("subscription-writes", 900);
+    assert_eq!(planned_write(&h, 8, 5).await, WriteEnd::Written);
 }

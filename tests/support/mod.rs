@@ -83,6 +83,7 @@ pub fn settings(base_url: &str, groups: Vec<NodeGroupSpec>) -> Settings {
         shutdown_grace: Duration::from_secs(5),
         request_timeout: Duration::from_secs(10),
         quota_cooldown: Duration::from_secs(300),
+        arm_budget_reserve: vmss_capacity_controller::config::DEFAULT_ARM_BUDGET_RESERVE,
         node_groups: groups,
         auto_discovery: None,
         kubernetes: Default::default(),

@@ -13,6 +13,7 @@ use super::faults::{self, FaultKind};
 use super::state::{
     describe_change, rfc3339, vmss_key, Data, RequestRecord, ScaleSetSeed, Settings, MAX_CAPACITY,
 };
+use super::throttle::Spend;
 use super::{ConnKill, EmulatorState, Reply, ReplyBody};
 
 /// Tenant named in `WWW-Authenticate` challenges.
@@ -520,12 +521,18 @@ async fn process(
             format!("The method '{method}' is not allowed on '{path}'."),
         ));
     }
-    let write = method != "GET";
+    let spend = if method == "GET" {
+        Spend::Read
+    } else if method == "DELETE" || path.ends_with("/delete") || path.ends_with("/deleteMachines") {
+        Spend::Delete
+    } else {
+        Spend::Write
+    };
     let admission = state.lock().throttle.admit(
         settings.throttling.as_ref(),
         route.sub(),
         route.vmss_key().as_deref(),
-        write,
+        spend,
         ctx.now,
     );
     let with_limits = |mut reply: Reply| {

@@ -24,11 +24,26 @@ pub struct ThrottleLimits {
     pub sub_read_per_min: f64,
     /// Capacity of each subscription's read bucket.
     pub sub_read_burst: u32,
+    /// Deletes per minute refilled into each subscription's delete bucket (instance deletes by
+    /// name, `DELETE`).
+    pub sub_delete_per_min: f64,
+    /// Capacity of each subscription's delete bucket.
+    pub sub_delete_burst: u32,
+}
+
+/// What a request pays from: the subscription's read, write or delete bucket (and a scale
+/// set's read or write bucket).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Spend {
+    Read,
+    Write,
+    Delete,
 }
 
 impl ThrottleLimits {
     /// Azure Compute's documented shape: 4/min burst 12 writes and 12/min burst 36 reads per scale
-    /// set; 500/min burst 1500 writes and 800/min burst 2400 reads per subscription.
+    /// set; 500/min burst 1500 writes, 800/min burst 2400 reads and 175/min burst 525 deletes per
+    /// subscription.
     pub fn azure_compute() -> Self {
         ThrottleLimits {
             vmss_write_per_min: 4.0,
@@ -39,6 +54,23 @@ impl ThrottleLimits {
             sub_write_burst: 1500,
             sub_read_per_min: 800.0,
             sub_read_burst: 2400,
+            sub_delete_per_min: 175.0,
+            sub_delete_burst: 525,
+        }
+    }
+
+    /// The same limits with the subscription's buckets (rates and bursts) at `f` of their size,
+    /// each at least 1: a fleet of a few clients near the subscription's limit.
+    pub fn subscription_scaled(self, f: f64) -> Self {
+        let burst = |b: u32| ((f64::from(b) * f).round() as u32).max(1);
+        ThrottleLimits {
+            sub_write_per_min: self.sub_write_per_min * f,
+            sub_write_burst: burst(self.sub_write_burst),
+            sub_read_per_min: self.sub_read_per_min * f,
+            sub_read_burst: burst(self.sub_read_burst),
+            sub_delete_per_min: self.sub_delete_per_min * f,
+            sub_delete_burst: burst(self.sub_delete_burst),
+            ..self
         }
     }
 }
@@ -103,31 +135,32 @@ impl Throttle {
         limits: Option<&ThrottleLimits>,
         sub: &str,
         vmss: Option<&str>,
-        write: bool,
+        spend: Spend,
         now: Instant,
     ) -> Admission {
+        let write = spend != Spend::Read;
         let resource_header = |remaining: u64| {
-            let op = if write {
-                "UpdateVMScaleSet3Min"
-            } else {
-                "GetVMScaleSet3Min"
+            let op = match spend {
+                Spend::Read => "GetVMScaleSet3Min",
+                Spend::Write => "UpdateVMScaleSet3Min",
+                Spend::Delete => "DeleteVMScaleSetVMs3Min",
             };
             format!("Microsoft.Compute/{op};{remaining}")
         };
-        let sub_header = if write {
-            "x-ms-ratelimit-remaining-subscription-writes"
-        } else {
-            "x-ms-ratelimit-remaining-subscription-reads"
+        let sub_header = match spend {
+            Spend::Read => "x-ms-ratelimit-remaining-subscription-reads",
+            Spend::Write => "x-ms-ratelimit-remaining-subscription-writes",
+            Spend::Delete => "x-ms-ratelimit-remaining-subscription-deletes",
         };
         let Some(limits) = limits else {
             // Throttling off: advertise the nominal budgets without consuming them.
             let nominal = ThrottleLimits::azure_compute();
             let mut headers = vec![(
                 sub_header,
-                if write {
-                    nominal.sub_write_burst
-                } else {
-                    nominal.sub_read_burst
+                match spend {
+                    Spend::Read => nominal.sub_read_burst,
+                    Spend::Write => nominal.sub_write_burst,
+                    Spend::Delete => nominal.sub_delete_burst,
                 }
                 .to_string(),
             )];
@@ -147,26 +180,20 @@ impl Throttle {
                 retry_after: None,
             };
         };
-        let kind = if write { "w" } else { "r" };
+        let (kind, sub_rate, sub_burst) = match spend {
+            Spend::Read => ("r", limits.sub_read_per_min, limits.sub_read_burst),
+            Spend::Write => ("w", limits.sub_write_per_min, limits.sub_write_burst),
+            Spend::Delete => ("d", limits.sub_delete_per_min, limits.sub_delete_burst),
+        };
         let sub_key = format!("sub|{}|{kind}", sub.to_ascii_lowercase());
-        let (sub_rate, sub_burst, vm_rate, vm_burst) = if write {
-            (
-                limits.sub_write_per_min,
-                limits.sub_write_burst,
-                limits.vmss_write_per_min,
-                limits.vmss_write_burst,
-            )
+        let (vm_kind, vm_rate, vm_burst) = if write {
+            ("w", limits.vmss_write_per_min, limits.vmss_write_burst)
         } else {
-            (
-                limits.sub_read_per_min,
-                limits.sub_read_burst,
-                limits.vmss_read_per_min,
-                limits.vmss_read_burst,
-            )
+            ("r", limits.vmss_read_per_min, limits.vmss_read_burst)
         };
         let mut keys = vec![(sub_key, sub_rate, sub_burst)];
         if let Some(v) = vmss {
-            keys.push((format!("vmss|{v}|{kind}"), vm_rate, vm_burst));
+            keys.push((format!("vmss|{v}|{vm_kind}"), vm_rate, vm_burst));
         }
         let mut wait = 0;
         for (key, rate, burst) in &keys {

@@ -1,0 +1,552 @@
+//! A fleet of clusters in one subscription, sharing its ARM budget (issue 18, item 8).
+//!
+//! 30 controllers, each its own cluster (its own resource group, 3 scale sets, its own ARM
+//! client, metrics and view of the budget), run against one emulator whose subscription buckets
+//! are scaled down so the fleet is near the limit (`ThrottleLimits::subscription_scaled`; the
+//! scale sets' own buckets stay Azure's). Each cluster gets bursts of pending pods at random times
+//! (seeded): a group's target rises by 1-3 nodes, the controller is woken as the pod loop wakes it,
+//! and 2-6 minutes later the burst is gone and the target falls back (a write that is not urgent).
+//! Every controller also refreshes its scale sets (one LIST per `vmssCacheTTL`) and polls its
+//! operations, so reads spend from the subscription too.
+//!
+//! Side by side in one run, on tokio's paused clock (virtual time, 100 ms per ARM call): pacing
+//! on (`armBudgetReservePercentage` 20, the default) against pacing off (0: a controller that only
+//! reacts to 429s and `Retry-After`), in two loads: the fleet's urgent demand fits the write
+//! budget (everything together does not), and the urgent demand alone exceeds it.
+//!
+//! Measured: 429s received, the wait from a burst's pods turning pending to the write that
+//! gives them their nodes (p50, p99), bursts never served before the end, and fairness: the
+//! slowest cluster's p99 against the fastest's.
+//!
+//! `cargo bench --bench fleet`; `BENCH_QUICK=1` for the CI-sized run; `BENCH_SEED` (default 7).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+#[path = "common/mod.rs"]
+mod common;
+
+use common::{latency_fault, quick, verdict};
+use parking_lot::Mutex;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use support::{group, EmulatorToken, SUB};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use vmss_capacity_controller::azure::arm::{http_client, ArmTarget};
+use vmss_capacity_controller::azure::ArmClient;
+use vmss_capacity_controller::config::{
+    NodeGroupSpec, DEFAULT_ARM_BUDGET_RESERVE, DEFAULT_MAX_CONCURRENT_WRITES,
+    DEFAULT_SCAN_INTERVAL, DEFAULT_VMSS_CACHE_TTL, DEFAULT_WRITE_BUDGET,
+};
+use vmss_capacity_controller::emulator::{EmulatorBuilder, ScaleSetSeed, ThrottleLimits};
+use vmss_capacity_controller::metrics::Metrics;
+use vmss_capacity_controller::planner::{Demand, DemandSource, Reason};
+use vmss_capacity_controller::reconciler::Reconciler;
+
+const CLUSTERS: usize = 30;
+const GROUPS: usize = 3;
+const START: i64 = 2;
+const LATENCY_MS: u64 = 100;
+/// The subscription's write and delete buckets at this share of Azure's: writes 25/min (burst 75).
+const WRITE_SCALE: f64 = 0.05;
+/// The read bucket at this share: 96/min (burst 288). Thirty controllers read about 50/min when
+/// idle (a scale-set LIST and a usages read per minute each) and more after every write (the
+/// operation's polls, the instance list, a re-read), so reads are near their limit too.
+const READ_SCALE: f64 = 0.12;
+
+fn limits() -> ThrottleLimits {
+    let reads = ThrottleLimits::azure_compute().subscription_scaled(READ_SCALE);
+    ThrottleLimits {
+        sub_read_per_min: reads.sub_read_per_min,
+        sub_read_burst: reads.sub_read_burst,
+        ..ThrottleLimits::azure_compute().subscription_scaled(WRITE_SCALE)
+    }
+}
+
+/// Each group's target, turned by the bursts.
+#[derive(Debug, Default)]
+struct Targets(HashMap<String, AtomicI64>);
+
+impl DemandSource for Targets {
+    fn demand(&self, group: &NodeGroupSpec, _now: time::OffsetDateTime) -> (Demand, Reason) {
+        let v = self
+            .0
+            .get(&group.name)
+            .map_or(START, |a| a.load(Ordering::SeqCst));
+        (Demand::Exact(v), Reason::Desired)
+    }
+}
+
+fn rg(c: usize) -> String {
+    format!("rg-cluster-{c:02}")
+}
+
+fn name(c: usize, g: usize) -> String {
+    format!("c{c:02}-pool{g}")
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum LoadKind {
+    /// Scale-ups and falls back together fit the write budget.
+    Fits,
+    /// Scale-ups fit; with the falls back the fleet asks for more than the budget.
+    UrgentFits,
+    /// Scale-ups alone ask for more than the budget.
+    Exceeds,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Load {
+    kind: LoadKind,
+    label: &'static str,
+    /// Mean time between one cluster's bursts.
+    mean_gap: Duration,
+}
+
+/// One burst: cluster, group, when, how many nodes.
+#[derive(Clone, Copy, Debug)]
+struct Burst {
+    at: Duration,
+    cluster: usize,
+    group: usize,
+    nodes: i64,
+    lasts: Duration,
+}
+
+fn bursts(load: Load, length: Duration, seed: u64) -> Vec<Burst> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut out = Vec::new();
+    for cluster in 0..CLUSTERS {
+        let mut t = 0.0;
+        loop {
+            // Exponential gaps: bursts at random times, uncoordinated across the fleet.
+            let u: f64 = rng.gen_range(1e-9..1.0);
+            t += -u.ln() * load.mean_gap.as_secs_f64();
+            if t >= length.as_secs_f64() {
+                break;
+            }
+            out.push(Burst {
+                at: Duration::from_secs_f64(t),
+                cluster,
+                group: rng.gen_range(0..GROUPS),
+                nodes: rng.gen_range(1..=3),
+                lasts: Duration::from_secs(rng.gen_range(120..=360)),
+            });
+        }
+    }
+    out.sort_by_key(|b| b.at);
+    out
+}
+
+#[derive(Debug)]
+struct Outcome {
+    throttled: u64,
+    throttled_writes: u64,
+    waits: Vec<Vec<f64>>,
+    unserved: usize,
+    unserved_by_cluster: Vec<usize>,
+    held_for_reserve: u64,
+    writes: u64,
+    reads: u64,
+}
+
+/// Runs the fleet for `length` with every controller keeping `reserve` of each bucket.
+async fn run(load: Load, reserve: f64, length: Duration, seed: u64) -> Outcome {
+    let emulator = EmulatorBuilder::new()
+        .throttling(limits())
+        .start()
+        .await
+        .expect("emulator starts");
+    let state = emulator.state();
+    state.inject_fault(latency_fault(LATENCY_MS));
+    let http = http_client(Duration::from_secs(10), None).expect("http client");
+    let cancel = CancellationToken::new();
+    let mut targets = Vec::new();
+    let mut reconcilers = Vec::new();
+    let mut metrics = Vec::new();
+    for c in 0..CLUSTERS {
+        let mut groups = Vec::new();
+        let mut t = Targets::default();
+        for g in 0..GROUPS {
+            state.seed_scale_set(ScaleSetSeed::new(SUB, &rg(c), &name(c, g), START));
+            groups.push(group(&name(c, g), 0, 50, None));
+            t.0.insert(name(c, g), AtomicI64::new(START));
+        }
+        let mut s = support::settings(&emulator.base_url(), groups);
+        s.azure.resource_group = rg(c);
+        s.scan_interval = DEFAULT_SCAN_INTERVAL;
+        s.vmss_cache_ttl = DEFAULT_VMSS_CACHE_TTL;
+        s.write_budget = DEFAULT_WRITE_BUDGET;
+        s.max_concurrent_writes = DEFAULT_MAX_CONCURRENT_WRITES;
+        s.arm_budget_reserve = reserve;
+        let m = Arc::new(Metrics::new());
+        let arm = Arc::new(ArmClient::new(
+            ArmTarget {
+                endpoint: url::Url::parse(&emulator.base_url()).expect("url"),
+                subscription: SUB.into(),
+                resource_group: rg(c),
+            },
+            Arc::new(EmulatorToken(state.issue_token(&format!("cluster-{c:02}")))),
+            http.clone(),
+            m.clone(),
+        ));
+        let t = Arc::new(t);
+        let r = Arc::new(
+            Reconciler::builder(Arc::new(s), arm, m.clone())
+                .demand(t.clone())
+                .build(),
+        );
+        let (run, stop) = (r.clone(), cancel.clone());
+        tokio::spawn(async move { run.run(stop).await });
+        targets.push(t);
+        reconcilers.push(r);
+        metrics.push(m);
+    }
+
+    // Open bursts: (id, cluster, group, target, since); served ones move to `waits`.
+    type Open = Vec<(usize, usize, usize, i64, Instant)>;
+    let open: Arc<Mutex<Open>> = Arc::default();
+    let waits = Arc::new(Mutex::new(vec![Vec::new(); CLUSTERS]));
+    let watcher = {
+        let (open, waits, state) = (open.clone(), waits.clone(), state.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let now = Instant::now();
+                open.lock().retain(|&(_, c, g, target, since)| {
+                    let cap = state
+                        .scale_set(SUB, &rg(c), &name(c, g))
+                        .map_or(0, |s| s.capacity);
+                    if cap >= target {
+                        waits.lock()[c].push((now - since).as_secs_f64());
+                        false
+                    } else {
+                        true
+                    }
+                });
+            }
+        })
+    };
+
+    let start = Instant::now();
+    let plan = bursts(load, length, seed);
+    // Bursts' ends: (when, id, cluster, group, nodes, started).
+    let mut ends: Vec<(Instant, usize, usize, usize, i64, Instant)> = Vec::new();
+    let mut expired = vec![0usize; CLUSTERS];
+    for (id, b) in plan.into_iter().enumerate() {
+        let at = start + b.at;
+        // Bursts that ended before this one starts fall back first.
+        ends.sort_by_key(|e| e.0);
+        while let Some(&(end, done, c, g, n, began)) = ends.first() {
+            if end > at {
+                break;
+            }
+            tokio::time::sleep_until(end).await;
+            targets[c].0[&name(c, g)].fetch_sub(n, Ordering::SeqCst);
+            reconcilers[c].wake();
+            ends.remove(0);
+            let mut open = open.lock();
+            // Never served while its pods were there: they waited all its life.
+            if let Some(i) = open.iter().position(|o| o.0 == done) {
+                let (_, c, _, _, since) = open.remove(i);
+                waits.lock()[c].push((end - since).as_secs_f64());
+                expired[c] += 1;
+            }
+            // Later bursts of the group no longer need this one's nodes.
+            for o in open.iter_mut() {
+                if (o.1, o.2) == (c, g) && o.4 > began {
+                    o.3 -= n;
+                }
+            }
+        }
+        tokio::time::sleep_until(at).await;
+        let now = targets[b.cluster].0[&name(b.cluster, b.group)]
+            .fetch_add(b.nodes, Ordering::SeqCst)
+            + b.nodes;
+        open.lock()
+            .push((id, b.cluster, b.group, now, Instant::now()));
+        reconcilers[b.cluster].wake();
+        ends.push((
+            at + b.lasts,
+            id,
+            b.cluster,
+            b.group,
+            b.nodes,
+            Instant::now(),
+        ));
+    }
+    tokio::time::sleep_until(start + length).await;
+    cancel.cancel();
+    watcher.abort();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+
+    let log = state.request_log();
+    if std::env::var("FLEET_DEBUG").is_ok() {
+        for &(_, c, g, target, since) in open.lock().iter() {
+            let st = reconcilers[c]
+                .status()
+                .into_iter()
+                .find(|s| s.name == name(c, g));
+            eprintln!(
+                "unserved {} target {target} since {:?} emulator {:?} status {:?}",
+                name(c, g),
+                since - start,
+                state
+                    .scale_set(SUB, &rg(c), &name(c, g))
+                    .map(|s| s.capacity),
+                st.map(|s| (s.target, s.capacity, s.held, s.backoff_until, s.last_write))
+            );
+        }
+        let mut by: std::collections::BTreeMap<(String, &str, u16), u64> = Default::default();
+        for r in log.iter().filter(|r| r.writer.is_some()) {
+            *by.entry((r.method.clone(), common::kind(r), r.status))
+                .or_default() += 1;
+        }
+        eprintln!("{by:?}");
+    }
+    let ours = |r: &&vmss_capacity_controller::emulator::RequestRecord| {
+        r.writer
+            .as_deref()
+            .is_some_and(|w| w.starts_with("cluster-"))
+    };
+    let throttled = log.iter().filter(ours).filter(|r| r.status == 429).count() as u64;
+    let throttled_writes = log
+        .iter()
+        .filter(ours)
+        .filter(|r| r.status == 429 && r.method != "GET")
+        .count() as u64;
+    let writes = log
+        .iter()
+        .filter(ours)
+        .filter(|r| r.method != "GET" && r.status < 300)
+        .count() as u64;
+    let reads = log
+        .iter()
+        .filter(ours)
+        .filter(|r| r.method == "GET" && r.status < 300)
+        .count() as u64;
+    let held_for_reserve = metrics
+        .iter()
+        .map(|m| Metrics::counter_sum(&m.writes_held_total, &[("reason", "arm_budget_reserve")]))
+        .sum();
+    // Bursts still waiting at the end count with the wait they had so far (never hidden).
+    let end = start + length;
+    let unserved = open.lock().len() + expired.iter().sum::<usize>();
+    let mut unserved_by_cluster = expired;
+    for o in open.lock().iter() {
+        unserved_by_cluster[o.1] += 1;
+    }
+    let mut waits = std::mem::take(&mut *waits.lock());
+    for &(_, c, _, _, since) in open.lock().iter() {
+        waits[c].push((end - since).as_secs_f64());
+    }
+    Outcome {
+        throttled,
+        throttled_writes,
+        waits,
+        unserved,
+        unserved_by_cluster,
+        held_for_reserve,
+        writes,
+        reads,
+    }
+}
+
+fn percentile(v: &[f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    let i = ((p * s.len() as f64).ceil() as usize).clamp(1, s.len()) - 1;
+    s[i]
+}
+
+struct Figures {
+    p50: f64,
+    p99: f64,
+    served: usize,
+    slowest_p99: f64,
+    fastest_p99: f64,
+}
+
+fn figures(o: &Outcome) -> Figures {
+    let all: Vec<f64> = o.waits.iter().flatten().copied().collect();
+    let per: Vec<f64> = o
+        .waits
+        .iter()
+        .filter(|w| !w.is_empty())
+        .map(|w| percentile(w, 0.99))
+        .collect();
+    Figures {
+        p50: percentile(&all, 0.5),
+        p99: percentile(&all, 0.99),
+        served: all.len(),
+        slowest_p99: per.iter().copied().fold(f64::NAN, f64::max),
+        fastest_p99: per.iter().copied().fold(f64::NAN, f64::min),
+    }
+}
+
+fn main() {
+    let quick = quick();
+    let length = Duration::from_secs(if quick { 8 * 60 } else { 40 * 60 });
+    let seed: u64 = std::env::var("BENCH_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(7);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("runtime");
+    let limits = limits();
+    println!(
+        "== fleet ({} mode) ==",
+        if quick { "QUICK" } else { "full" }
+    );
+    println!(
+        "{CLUSTERS} controllers in one subscription, {GROUPS} scale sets each; subscription buckets scaled down: writes {}/min burst {}, reads {}/min burst {}; {} min of virtual time, ARM latency {LATENCY_MS} ms, seed {seed}",
+        limits.sub_write_per_min,
+        limits.sub_write_burst,
+        limits.sub_read_per_min,
+        limits.sub_read_burst,
+        length.as_secs() / 60
+    );
+    let loads = [
+        Load {
+            kind: LoadKind::Fits,
+            label: "the fleet's demand fits the budget",
+            mean_gap: Duration::from_secs(150),
+        },
+        Load {
+            kind: LoadKind::UrgentFits,
+            label: "scale-ups fit the budget, with the falls back they do not",
+            mean_gap: Duration::from_secs(60),
+        },
+        Load {
+            kind: LoadKind::Exceeds,
+            label: "scale-ups alone exceed the budget",
+            mean_gap: Duration::from_secs(45),
+        },
+    ];
+    let mut ok = true;
+    for load in loads {
+        let n = bursts(load, length, seed).len();
+        println!(
+            "\n-- {}: {n} bursts ({:.1} scale-ups/min for the fleet, as many falls back) --",
+            load.label,
+            n as f64 / (length.as_secs_f64() / 60.0)
+        );
+        println!(
+            "{:<34} {:>6} {:>7} {:>7} {:>7} {:>8} {:>8} {:>9} {:>9} {:>7} {:>6}",
+            "",
+            "429s",
+            "(write)",
+            "writes",
+            "reads",
+            "p50 s",
+            "p99 s",
+            "slowest",
+            "fastest",
+            "unserv",
+            "held"
+        );
+        let mut rows = Vec::new();
+        for (label, reserve) in [
+            ("pacing on (reserve 20 %)", DEFAULT_ARM_BUDGET_RESERVE),
+            ("pacing off (429s only)", 0.0),
+        ] {
+            let o = rt.block_on(run(load, reserve, length, seed));
+            let f = figures(&o);
+            if std::env::var("FLEET_DEBUG").is_ok() {
+                let mut per: Vec<(f64, f64, usize)> = o
+                    .waits
+                    .iter()
+                    .map(|w| (percentile(w, 0.99), percentile(w, 0.5), w.len()))
+                    .collect();
+                per.sort_by(|a, b| a.0.total_cmp(&b.0));
+                eprintln!("per-cluster (p99, p50, n): {per:.1?}");
+            }
+            println!(
+                "{label:<34} {:>6} {:>7} {:>7} {:>7} {:>8.1} {:>8.1} {:>9.1} {:>9.1} {:>7} {:>6}",
+                o.throttled,
+                o.throttled_writes,
+                o.writes,
+                o.reads,
+                f.p50,
+                f.p99,
+                f.slowest_p99,
+                f.fastest_p99,
+                o.unserved,
+                o.held_for_reserve
+            );
+            let _ = f.served;
+            rows.push((o, f));
+        }
+        let (on, off) = (&rows[0], &rows[1]);
+        // Waits are sampled every 100 ms.
+        let no_worse = on.1.p99 <= off.1.p99 + 0.1;
+        match load.kind {
+            LoadKind::Fits => {
+                let zero = on.0.throttled == 0;
+                println!(
+                    "goal: with pacing 0 429s while the demand fits: {} ({}); p99 wait no worse than without pacing (to the 0.1 s sampling): {:.1} s vs {:.1} s ({})",
+                    on.0.throttled,
+                    verdict(zero),
+                    on.1.p99,
+                    off.1.p99,
+                    verdict(no_worse)
+                );
+                ok &= zero && no_worse;
+            }
+            LoadKind::UrgentFits => {
+                println!(
+                    "goal: p99 wait no worse than without pacing: {:.1} s vs {:.1} s ({}); 429s {} vs {} ({:.0}x fewer)",
+                    on.1.p99,
+                    off.1.p99,
+                    verdict(no_worse),
+                    on.0.throttled,
+                    off.0.throttled,
+                    off.0.throttled as f64 / on.0.throttled.max(1) as f64
+                );
+                ok &= no_worse;
+            }
+            LoadKind::Exceeds => {
+                let ratio = on.1.slowest_p99 / on.1.fastest_p99;
+                let fair = ratio <= 2.0;
+                // The smallest share of a cluster's bursts served while their pods were there.
+                let served = |o: &Outcome| {
+                    o.waits
+                        .iter()
+                        .zip(&o.unserved_by_cluster)
+                        .map(|(w, u)| 1.0 - *u as f64 / w.len().max(1) as f64)
+                        .fold(1.0, f64::min)
+                };
+                let unstarved = served(&on.0) >= 0.9 && on.1.slowest_p99 < off.1.p99;
+                println!(
+                    "goal: slowest cluster's p99 / fastest's <= 2 with pacing: {ratio:.2} ({}; without pacing {:.2}: every cluster waits there)",
+                    verdict(fair),
+                    off.1.slowest_p99 / off.1.fastest_p99,
+                );
+                println!(
+                    "goal: no cluster starved with pacing: every cluster had >= 90 % of its bursts served while their pods waited (the least served: {:.1} %; without pacing {:.1} %) and the slowest cluster's p99 is below the fleet's p99 without pacing: {:.1} s vs {:.1} s ({})",
+                    100.0 * served(&on.0),
+                    100.0 * served(&off.0),
+                    on.1.slowest_p99,
+                    off.1.p99,
+                    verdict(unstarved)
+                );
+                ok &= fair && unstarved;
+            }
+        }
+    }
+    println!(
+        "\nfleet: {}",
+        if ok { "all goals met" } else { "a goal MISSED" }
+    );
+}
