@@ -600,7 +600,7 @@ fn leader_election(
 
 /// The Kubernetes client the standard way: `kubernetes.kubeconfig`, else the in-cluster service
 /// account, else `KUBECONFIG` / `~/.kube/config`.
-async fn kube_client(k: &config::KubernetesSettings) -> anyhow::Result<kube::Client> {
+pub(crate) async fn kube_client(k: &config::KubernetesSettings) -> anyhow::Result<kube::Client> {
     let config = match &k.kubeconfig {
         Some(path) => {
             let file = kube::config::Kubeconfig::read_from(path)

@@ -78,6 +78,40 @@ pub enum Command {
     Scale(ScaleArgs),
     /// Validate a configuration; print every problem with its path; exit 2 if any.
     CheckConfig(ConfigArgs),
+    /// Why the controller would (or would not) give a pod a node, remove a node, or grow a
+    /// node group: the same decisions `run` makes, read-only, one shot.
+    Explain(ExplainArgs),
+}
+
+/// What `explain` is asked about.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum ExplainWhat {
+    /// A pod: NAMESPACE/NAME (NAME alone: namespace `default`).
+    Pod,
+    /// A node: NAME.
+    Node,
+    /// A node group: NAME.
+    Group,
+}
+
+/// `explain` flags.
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    #[command(flatten)]
+    pub config: ConfigArgs,
+    /// Read the cluster and Azure from the `*.json` files of DIR (`kubectl get
+    /// nodes,pods,pdb,daemonsets -A -o json`, `az vmss list -o json`, `az aks nodepool list -o
+    /// json`) instead of their APIs: no credentials needed. Without `--config`, every scale set
+    /// and pool there is a node group.
+    #[arg(long, value_name = "DIR")]
+    pub snapshot: Option<PathBuf>,
+    /// `text` or `json`.
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    pub output: String,
+    /// What to explain.
+    pub what: ExplainWhat,
+    /// NAMESPACE/NAME for a pod, NAME for a node or a node group.
+    pub name: String,
 }
 
 /// Where the configuration comes from.
@@ -131,6 +165,11 @@ pub struct EmulatorArgs {
     /// Enforce Azure's compute throttling limits (token buckets, 429 with Retry-After).
     #[arg(long)]
     pub throttling: bool,
+    /// With `--throttling`: the subscription's buckets (reads, writes, deletes: shared by every
+    /// client of a subscription) at this fraction of Azure's sizes, e.g. 0.05 to put a small
+    /// fleet near the limit. The scale sets' own buckets stay Azure's.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_scale)]
+    pub subscription_limits_scale: f64,
     /// Also serve the Kubernetes API (`/api`, `/apis`, `/version`) on the same listener.
     #[arg(long)]
     pub kubernetes: bool,
@@ -195,6 +234,72 @@ pub fn load_settings(args: &ConfigArgs) -> Result<Settings, ExitCode> {
         eprintln!("{errs}");
         ExitCode(2)
     })
+}
+
+/// `explain`: read-only, one shot, from the APIs (`--config`: the same settings and
+/// credentials as `run`; only GETs and LISTs are sent) or from files (`--snapshot`). Exit 0 with
+/// the explanation, 1 when the subject is not there or a read failed, 2 on bad configuration or
+/// snapshot.
+pub async fn explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
+    use crate::explain::{snapshot, Subject};
+    let settings = match (
+        &args.config.config,
+        args.config.nodes.is_empty(),
+        &args.snapshot,
+    ) {
+        (None, true, None) => {
+            eprintln!(
+                "error: explain reads the cluster and Azure as `run` does (give --config), or from files with no credentials (give --snapshot DIR holding `kubectl get nodes,pods,pdb,daemonsets -A -o json` and `az vmss list -g <node resource group> -o json`)"
+            );
+            return Ok(ExitCode(2));
+        }
+        (None, true, Some(_)) => None,
+        (None, false, Some(_)) => {
+            eprintln!("error: --nodes with --snapshot needs --config (the node groups' resource group and the rest of the settings); without both, every scale set and pool of the snapshot is a node group");
+            return Ok(ExitCode(2));
+        }
+        _ => match load_settings(&args.config) {
+            Ok(s) => Some(s),
+            Err(code) => return Ok(code),
+        },
+    };
+    let snap = match (&args.snapshot, &settings) {
+        (Some(dir), _) => match snapshot::load(dir) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return Ok(ExitCode(2));
+            }
+        },
+        (None, Some(settings)) => crate::explain::live::read(settings).await?,
+        (None, None) => {
+            eprintln!("error: no --config and no --snapshot: nothing to read");
+            return Ok(ExitCode(2));
+        }
+    };
+    let (world, notes) = snap.world(settings.as_ref());
+    for n in &notes {
+        eprintln!("note: {n}");
+    }
+    let subject = match args.what {
+        ExplainWhat::Pod => Subject::Pod(args.name.clone()),
+        ExplainWhat::Node => Subject::Node(args.name.clone()),
+        ExplainWhat::Group => Subject::Group(args.name.clone()),
+    };
+    match world.explain(&subject) {
+        Ok(e) if args.output == "json" => {
+            println!("{}", serde_json::to_string_pretty(&e)?);
+            Ok(ExitCode(0))
+        }
+        Ok(e) => {
+            print!("{}", e.to_text());
+            Ok(ExitCode(0))
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            Ok(ExitCode(1))
+        }
+    }
 }
 
 /// `check-config`.
@@ -415,6 +520,16 @@ pub async fn scale(args: ScaleArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// `--subscription-limits-scale`: a fraction in (0, 1].
+#[cfg(feature = "emulator")]
+fn parse_scale(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(f) if f > 0.0 && f <= 1.0 => Ok(f),
+        Ok(f) => Err(format!("{f} is not in (0, 1]")),
+        Err(e) => Err(format!("{s:?} is not a number: {e}")),
+    }
+}
+
 /// `emulator`.
 #[cfg(feature = "emulator")]
 pub async fn emulator(args: EmulatorArgs) -> anyhow::Result<ExitCode> {
@@ -424,7 +539,10 @@ pub async fn emulator(args: EmulatorArgs) -> anyhow::Result<ExitCode> {
         .lro_delay(args.lro_delay)
         .kubernetes(args.kubernetes || args.kubeconfig_out.is_some());
     if args.throttling {
-        builder = builder.throttling(crate::emulator::ThrottleLimits::azure_compute());
+        builder = builder.throttling(
+            crate::emulator::ThrottleLimits::azure_compute()
+                .subscription_scaled(args.subscription_limits_scale),
+        );
     }
     crate::emulator::serve_until_with_kubeconfig(
         builder,

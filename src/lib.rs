@@ -41,6 +41,7 @@ pub mod config;
 pub mod demo;
 #[cfg(feature = "emulator")]
 pub mod emulator;
+pub mod explain;
 pub mod fence;
 pub mod hold;
 pub mod http;

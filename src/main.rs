@@ -40,6 +40,7 @@ async fn main() -> std::process::ExitCode {
         Command::Get(a) => cli::get(a).await,
         Command::Scale(a) => cli::scale(a).await,
         Command::CheckConfig(a) => Ok(cli::check_config(&a)),
+        Command::Explain(a) => cli::explain(a).await,
     };
     match result {
         Ok(ExitCode(code)) => std::process::ExitCode::from(code),

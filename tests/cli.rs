@@ -210,6 +210,18 @@ fn bad_cli_arguments_get_a_clear_error_not_a_panic() {
         &["scale", "pool-a", "--to", "x"][..],
         &["run", "--bogus"],
         &["emulator", "--listen", "nope"],
+        &[
+            "emulator",
+            "--throttling",
+            "--subscription-limits-scale",
+            "2",
+        ],
+        &[
+            "emulator",
+            "--throttling",
+            "--subscription-limits-scale",
+            "half",
+        ],
         &["demo", "--duration", "forever"],
     ] {
         let out = run(args);

@@ -649,7 +649,7 @@ pub(crate) fn pod_ref(pod: &PodRecord) -> ObjectRef {
 
 /// What a group says of its future nodes: the scale set's SKU and tags, or the pool's VM size,
 /// labels, taints and max pods.
-fn shape_of<'a>(g: &'a NodeGroupSpec, ss: &'a crate::cache::ScaleSet) -> GroupShape<'a> {
+pub(crate) fn shape_of<'a>(g: &'a NodeGroupSpec, ss: &'a crate::cache::ScaleSet) -> GroupShape<'a> {
     let pool = ss.agent_pool.as_deref();
     let vm_size = pool
         .and_then(|p| p.body.pointer("/properties/vmSize"))

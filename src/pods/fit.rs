@@ -174,8 +174,8 @@ pub enum Unfit {
     Taint {
         /// Taint key.
         key: String,
-        /// Taint effect.
-        effect: String,
+        /// Taint value (kube-scheduler's message names key and value).
+        value: String,
     },
     /// A host port already taken on the node.
     HostPort {
@@ -199,8 +199,8 @@ impl std::fmt::Display for Unfit {
             }
             Unfit::Insufficient { resource, .. } => write!(f, "Insufficient {resource}"),
             Unfit::Selector => f.write_str("node(s) didn't match Pod's node affinity/selector"),
-            Unfit::Taint { key, effect } => {
-                write!(f, "node(s) had untolerated taint {{{key}: {effect}}}")
+            Unfit::Taint { key, value } => {
+                write!(f, "node(s) had untolerated taint {{{key}: {value}}}")
             }
             Unfit::HostPort { port, protocol } => {
                 write!(f, "node(s) didn't have free ports ({protocol}/{port})")
@@ -536,7 +536,7 @@ impl NodeState {
         }) {
             return Err(Unfit::Taint {
                 key: t.key.clone(),
-                effect: t.effect.clone(),
+                value: t.value.clone().unwrap_or_default(),
             });
         }
         for want in &facts.ports {
@@ -982,7 +982,8 @@ mod tests {
         }
         assert_eq!(
             gpu.fits(&with(json!([]))).unwrap_err().to_string(),
-            "node(s) had untolerated taint {nvidia.com/gpu: NoSchedule}"
+            "node(s) had untolerated taint {nvidia.com/gpu: true}",
+            "kube-scheduler's words: key and value"
         );
     }
 

@@ -1,0 +1,102 @@
+//! A [`super::snapshot::Snapshot`] read from the APIs, for `explain` without `--snapshot`: the
+//! node groups' scale sets and agent pools from ARM, the nodes, pods, budgets and DaemonSets from
+//! the Kubernetes API. GETs and LISTs only: read-only credentials suffice (`Reader` on the
+//! resource groups, `get`/`list` in the cluster).
+
+use super::snapshot::Snapshot;
+use crate::azure::aks::AgentPools;
+use crate::config::{NodeGroupKind, Settings};
+use crate::metrics::Metrics;
+use crate::pods::record::{NodeRecord, PodRecord};
+use anyhow::Context;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::api::{Api, ListParams};
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// Reads what `settings` names: its resource group's scale sets, the pools of every managed
+/// cluster its node groups and auto-discovery name, and the cluster `kubernetes.kubeconfig` (or
+/// the in-cluster account, or `KUBECONFIG`) reaches.
+pub async fn read(settings: &Settings) -> anyhow::Result<Snapshot> {
+    let arm = crate::app::arm_client(settings, Arc::new(Metrics::new()))?;
+    let mut snap = Snapshot::default();
+    let rg = settings.azure.resource_group.clone();
+    for s in arm
+        .list_scale_sets()
+        .await
+        .with_context(|| format!("listing the scale sets of resource group {rg}"))?
+    {
+        snap.scale_sets.push((rg.clone(), s));
+    }
+    let mut clusters = BTreeSet::new();
+    for g in &settings.node_groups {
+        if let NodeGroupKind::AksAgentPool { cluster } = &g.kind {
+            clusters.insert((
+                g.resource_group.clone().unwrap_or_else(|| rg.clone()),
+                cluster.clone(),
+            ));
+        }
+    }
+    if let Some(c) = settings
+        .auto_discovery
+        .as_ref()
+        .and_then(|a| a.aks_cluster.clone())
+    {
+        let crg = settings
+            .auto_discovery
+            .as_ref()
+            .and_then(|a| a.aks_resource_group.clone())
+            .unwrap_or_else(|| rg.clone());
+        clusters.insert((crg, c));
+    }
+    for (crg, cluster) in clusters {
+        let pools = AgentPools::new(arm.clone(), &crg, &cluster)
+            .list()
+            .await
+            .with_context(|| {
+                format!(
+                    "listing the agent pools of managed cluster {cluster} (resource group {crg})"
+                )
+            })?;
+        for p in pools {
+            snap.pools.push((crg.clone(), cluster.clone(), p));
+        }
+    }
+    let client = crate::app::kube_client(&settings.kubernetes).await?;
+    let lp = ListParams::default();
+    snap.nodes = Api::<Node>::all(client.clone())
+        .list(&lp)
+        .await
+        .context("listing nodes (the role needs get/list on nodes)")?
+        .items
+        .into_iter()
+        .map(|n| Arc::new(NodeRecord::of(n)))
+        .collect();
+    snap.pods = Api::<Pod>::all(client.clone())
+        .list(&lp)
+        .await
+        .context("listing pods (the role needs get/list on pods)")?
+        .items
+        .into_iter()
+        .map(|p| Arc::new(PodRecord::of(p)))
+        .collect();
+    snap.pdbs = Api::<PodDisruptionBudget>::all(client.clone())
+        .list(&lp)
+        .await
+        .context("listing poddisruptionbudgets (policy/v1)")?
+        .items
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+    snap.daemonsets = Api::<DaemonSet>::all(client)
+        .list(&lp)
+        .await
+        .context("listing daemonsets (apps/v1)")?
+        .items
+        .into_iter()
+        .map(Arc::new)
+        .collect();
+    Ok(snap)
+}

@@ -1,0 +1,829 @@
+//! `explain`: why the controller would do what it does, for one pod, node or group.
+//!
+//! One-shot and read-only: it takes what `run` reads (the cluster's nodes, pods, budgets and
+//! DaemonSets; the node groups' scale sets and agent pools as Azure shows them), runs the same
+//! pure decisions the loops run ([`scale_up::plan`], [`unneeded::unneeded`], [`unneeded::select`])
+//! and says what they decide and why, in cluster-autoscaler's words where it has them. It never
+//! writes anything and takes no Lease. [`World`] is what it looks at; [`snapshot`] builds one from
+//! files (`kubectl get ... -o json`, `az vmss list -o json`), so an operator can ask "what would
+//! this controller do on my cluster" with no credentials at all.
+//!
+//! What a one-shot cannot know, it says: how long a node has been unneeded (the running
+//! controller tracks that), the holds, backoffs, writes and conflicts of the running controller
+//! (its status ConfigMap has them), and offerings Azure refused lately.
+
+pub mod live;
+pub mod snapshot;
+
+use crate::cache::ScaleSet;
+use crate::config::{NodeGroupSpec, PodDemandSettings, ScaleDownSettings};
+use crate::node_groups::{Backing, Unhealthy};
+use crate::planner::{ConfiguredDemand, Demand, DemandSource};
+use crate::pods::pending::wants_capacity;
+use crate::pods::record::{NodeRecord, PodRecord};
+use crate::pods::scale_down::Blocker;
+use crate::pods::scale_up::{self, GroupInput, ScaleUpInput, ScaleUpPlan, WhyNot};
+use crate::pods::unneeded::{self, DownGroup, DownInput, Limits};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::jiff::Timestamp;
+use serde::Serialize;
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// One node group as `explain` sees it: its configuration and the resource as Azure shows it.
+#[derive(Debug, Clone)]
+pub struct Group {
+    /// The node group (bounds, schedules, kind).
+    pub spec: NodeGroupSpec,
+    /// How its nodes are recognised.
+    pub backing: Backing,
+    /// The scale set or agent pool as read; `None`: not found.
+    pub resource: Option<ScaleSet>,
+}
+
+/// Everything one explanation looks at.
+#[derive(Debug, Clone)]
+pub struct World {
+    /// The node groups.
+    pub groups: Vec<Group>,
+    /// Nodes.
+    pub nodes: Vec<Arc<NodeRecord>>,
+    /// Pods.
+    pub pods: Vec<Arc<PodRecord>>,
+    /// PodDisruptionBudgets with their status.
+    pub pdbs: Vec<Arc<PodDisruptionBudget>>,
+    /// DaemonSets (their pods take room on every new node).
+    pub daemonsets: Vec<Arc<DaemonSet>>,
+    /// `podDemand` settings (expander, priority cutoff, `maxNodeProvisionTime`).
+    pub pod_demand: PodDemandSettings,
+    /// `scaleDown` settings.
+    pub scale_down: ScaleDownSettings,
+    /// The time of the decisions.
+    pub now: Timestamp,
+}
+
+/// What is asked about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Subject {
+    /// `explain pod NAMESPACE/NAME`.
+    Pod(String),
+    /// `explain node NAME`.
+    Node(String),
+    /// `explain group NAME`.
+    Group(String),
+}
+
+/// An explanation, ready to print as text or JSON.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum Explanation {
+    /// For a pod.
+    Pod(PodExplanation),
+    /// For a node.
+    Node(NodeExplanation),
+    /// For a node group.
+    Group(GroupExplanation),
+}
+
+/// One group's answer for one pod.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupVerdict {
+    /// Node group.
+    pub group: String,
+    /// Whether a new node of the group (or room already on its way) would take the pod.
+    pub fits: bool,
+    /// The reason's short name when it does not (the `pods_unfit` label).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// In words: kube-scheduler's where it has them.
+    pub message: String,
+}
+
+/// Why a pod does or does not get a node.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct PodExplanation {
+    /// `namespace/name`.
+    pub pod: String,
+    /// What the decision does for it: `scheduled`, `notPending`, `scaleUp`, `roomOnItsWay`,
+    /// `noGroupFits`, `notSimulated`.
+    pub outcome: String,
+    /// The outcome in words.
+    pub summary: String,
+    /// The group a scale-up grows for it, and to what size.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale_up: Option<ScaleUpFor>,
+    /// Each group's answer for this pod on its own.
+    pub groups: Vec<GroupVerdict>,
+}
+
+/// A scale-up the decision makes.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleUpFor {
+    /// Node group.
+    pub group: String,
+    /// Its size as read.
+    pub from: Option<i64>,
+    /// The size the decision asks for.
+    pub to: i64,
+}
+
+/// Whether a node could go, in cluster-autoscaler's terms.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeExplanation {
+    /// Node name.
+    pub node: String,
+    /// Its node group, if it has one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// `Ready` condition.
+    pub ready: bool,
+    /// The larger of cpu and memory request utilisation, when simulated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub utilization: Option<f64>,
+    /// Unneeded as of this decision.
+    pub unneeded: bool,
+    /// cluster-autoscaler's unremovable reason (`NotUnneededLongEnough`, `BlockedByPod`, ...), or
+    /// `NoReason` when the node would go now had it been unneeded long enough.
+    pub reason: String,
+    /// For `BlockedByPod`: the pod and cluster-autoscaler's reason for it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocking_pod: Option<BlockingPod>,
+    /// In words.
+    pub summary: String,
+}
+
+/// The pod that keeps a node.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct BlockingPod {
+    /// `namespace/name`.
+    pub pod: String,
+    /// cluster-autoscaler's `BlockingPodReason` (`NotSafeToEvictAnnotation`, `NotReplicated`,
+    /// `LocalStorageRequested`, `UnmovableKubeSystemPod`, `NotEnoughPdb`).
+    pub reason: String,
+}
+
+/// A node group as read and as the decisions see it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupExplanation {
+    /// Node-group name.
+    pub group: String,
+    /// `vmss` or `aksAgentPool`.
+    pub kind: String,
+    /// `minSize`.
+    pub min: u32,
+    /// `maxSize`.
+    pub max: u32,
+    /// The lowest size scale-down takes it to (min, schedules and `desiredCapacity`, a System
+    /// pool's one node).
+    pub floor: u32,
+    /// Capacity as read (`None`: not found or not said).
+    pub size: Option<i64>,
+    /// The ETag as read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub etag: Option<String>,
+    /// VM size.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vm_size: Option<String>,
+    /// Zones (empty: regional).
+    pub zones: Vec<String>,
+    /// `provisioningState`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provisioning_state: Option<String>,
+    /// Registered nodes, Ready and not.
+    pub nodes_ready: u32,
+    /// Registered nodes not Ready.
+    pub nodes_not_ready: u32,
+    /// The size the scale-up decision asks for now, if it grows the group.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale_up_to: Option<i64>,
+    /// Pending pods that decision gives this group's new nodes.
+    pub pods_for_it: Vec<String>,
+    /// Its nodes unneeded as of this decision.
+    pub unneeded_nodes: Vec<String>,
+    /// Why it is out of scale-up, if it is (an agent pool AKS's own autoscaler scales).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub out_of_scale_up: Option<String>,
+    /// What a one-shot read cannot know about it.
+    pub not_known_here: String,
+}
+
+/// Why asking failed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ExplainError {
+    /// No such pod, node or group.
+    #[error("{0}")]
+    NotFound(String),
+}
+
+const NOT_KNOWN: &str = "holds, backoffs, the last write and conflict, and offerings Azure refused lately are known to the running controller only: see its status ConfigMap (kubectl -n kube-system get configmap vmss-capacity-controller-status -o yaml) and cluster-autoscaler-status";
+
+impl World {
+    fn floor(&self, g: &Group) -> u32 {
+        let wall = time::OffsetDateTime::from_unix_timestamp_nanos(self.now.as_nanosecond())
+            .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+        let demanded = match ConfiguredDemand.demand(&g.spec, wall).0 {
+            Demand::Exact(n) | Demand::AtLeast(n) => u32::try_from(n.max(0)).unwrap_or(u32::MAX),
+            Demand::Hold => 0,
+        };
+        let system = g
+            .resource
+            .as_ref()
+            .and_then(|r| r.agent_pool.as_ref())
+            .is_some_and(|p| p.is_system());
+        g.spec.min_size.max(demanded).max(u32::from(system))
+    }
+
+    fn refusal(g: &Group) -> Option<WhyNot> {
+        let refused = g
+            .resource
+            .as_ref()?
+            .agent_pool
+            .as_ref()
+            .is_some_and(|p| p.enable_auto_scaling)
+            .then_some(crate::hold::WriteRefusal::AksAutoscaler)?;
+        let u = Unhealthy::Refused(refused);
+        Some(WhyNot {
+            label: u.label(),
+            text: u.to_string(),
+        })
+    }
+
+    /// The scale-up decision's input, as the scale-up loop builds it from what was read.
+    fn scale_up_input<'w>(
+        &'w self,
+        groups: &[&'w Group],
+        pods: Vec<Arc<PodRecord>>,
+    ) -> ScaleUpInput<'w> {
+        let inputs = groups
+            .iter()
+            .map(|g| {
+                let shape = g
+                    .resource
+                    .as_ref()
+                    .map(|r| crate::autoscale::scale_up::shape_of(&g.spec, r));
+                GroupInput {
+                    name: g.spec.name.clone(),
+                    backing: g.backing.clone(),
+                    min: g.spec.min_size,
+                    max: g.spec.max_size,
+                    capacity: g.resource.as_ref().and_then(|r| r.capacity),
+                    vcpus: shape
+                        .as_ref()
+                        .and_then(|s| crate::pods::template::vm_size(s.vm_size))
+                        .map(|s| s.vcpu),
+                    shape,
+                    unhealthy: Self::refusal(g),
+                    failed: Vec::new(),
+                    quota: Vec::new(),
+                }
+            })
+            .collect();
+        ScaleUpInput {
+            groups: inputs,
+            nodes: self.nodes.clone(),
+            pods,
+            daemonsets: self.daemonsets.clone(),
+            expander: self.pod_demand.expander.clone(),
+            priority_cutoff: self.pod_demand.priority_cutoff,
+            seed: 1,
+            now: self.now,
+            node_startup: self.pod_demand.max_node_provision_time,
+            quota: Vec::new(),
+        }
+    }
+
+    fn plan(&self) -> ScaleUpPlan {
+        let groups: Vec<&Group> = self.groups.iter().collect();
+        scale_up::plan(&self.scale_up_input(&groups, self.pods.clone()))
+    }
+
+    fn down_groups(&self) -> Vec<DownGroup> {
+        self.groups
+            .iter()
+            .map(|g| DownGroup {
+                name: g.spec.name.clone(),
+                backing: g.backing.clone(),
+                floor: self.floor(g),
+                size: g.resource.as_ref().and_then(|r| r.capacity),
+                deleting: 0,
+                recently_grown: false,
+                refused: g
+                    .resource
+                    .as_ref()
+                    .and_then(|r| r.agent_pool.as_ref())
+                    .filter(|p| p.enable_auto_scaling)
+                    .map(|_| crate::hold::WriteRefusal::AksAutoscaler),
+            })
+            .collect()
+    }
+
+    fn group_named(&self, name: &str) -> Option<&Group> {
+        self.groups
+            .iter()
+            .find(|g| g.spec.name.eq_ignore_ascii_case(name))
+    }
+
+    fn group_of(&self, node: &NodeRecord) -> Option<&Group> {
+        let index =
+            crate::node_groups::GroupIndex::of_backings(self.groups.iter().map(|g| &g.backing));
+        index.group_of(node).map(|i| &self.groups[i])
+    }
+
+    /// Explains `subject`.
+    pub fn explain(&self, subject: &Subject) -> Result<Explanation, ExplainError> {
+        Ok(match subject {
+            Subject::Pod(key) => Explanation::Pod(self.pod(key)?),
+            Subject::Node(name) => Explanation::Node(self.node(name)?),
+            Subject::Group(name) => Explanation::Group(self.group(name)?),
+        })
+    }
+
+    /// Why `namespace/name` does or does not get a node.
+    pub fn pod(&self, key: &str) -> Result<PodExplanation, ExplainError> {
+        let key = if key.contains('/') {
+            key.to_string()
+        } else {
+            format!("default/{key}")
+        };
+        let pod =
+            self.pods.iter().find(|p| p.key() == key).ok_or_else(|| {
+                ExplainError::NotFound(format!("pod {key} is not in the cluster"))
+            })?;
+        let mut out = PodExplanation {
+            pod: key.clone(),
+            outcome: String::new(),
+            summary: String::new(),
+            scale_up: None,
+            groups: Vec::new(),
+        };
+        if let Some(node) = pod.node_name.as_deref().filter(|n| !n.is_empty()) {
+            out.outcome = "scheduled".into();
+            out.summary = format!("bound to node {node}: it needs no new capacity");
+            return Ok(out);
+        }
+        if !wants_capacity(pod, self.pod_demand.priority_cutoff) {
+            out.outcome = "notPending".into();
+            out.summary = if !pod.unschedulable {
+                "kube-scheduler has not marked it unschedulable (PodScheduled=False, reason Unschedulable): it asks for no capacity yet".into()
+            } else if let Some(n) = &pod.nominated_node {
+                format!("kube-scheduler is preempting lower-priority pods on {n} for it: room is being made")
+            } else if pod.is_daemonset_pod() {
+                "a DaemonSet pod: new nodes are not made for it".into()
+            } else {
+                format!(
+                    "its priority {} is below expendablePodsPriorityCutoff ({}): cluster-autoscaler's expendable pods never trigger a scale-up",
+                    pod.priority(),
+                    self.pod_demand.priority_cutoff
+                )
+            };
+            return Ok(out);
+        }
+        // Each group on its own, for this pod alone (every pod that is not pending stays).
+        let others: Vec<Arc<PodRecord>> = self
+            .pods
+            .iter()
+            .filter(|p| p.key() == key || !wants_capacity(p, self.pod_demand.priority_cutoff))
+            .cloned()
+            .collect();
+        for g in &self.groups {
+            let plan = scale_up::plan(&self.scale_up_input(&[g], others.clone()));
+            out.groups.push(verdict_of(&g.spec.name, &key, &plan));
+        }
+        // The whole decision, with every pending pod, as the loop makes it.
+        let plan = self.plan();
+        if let Some(group) = plan.triggered.get(&key) {
+            let from = self
+                .group_named(group)
+                .and_then(|g| g.resource.as_ref())
+                .and_then(|r| r.capacity);
+            let to = plan.targets.get(group).copied().unwrap_or_default();
+            out.outcome = "scaleUp".into();
+            out.summary = format!(
+                "a scale-up of {group} from {} to {to} gives it a node ({} expander)",
+                from.map_or("?".into(), |f| f.to_string()),
+                expander_name(&self.pod_demand.expander)
+            );
+            out.scale_up = Some(ScaleUpFor {
+                group: group.clone(),
+                from,
+                to,
+            });
+        } else if plan.already_provided.contains(&key) {
+            out.outcome = "roomOnItsWay".into();
+            out.summary = "room for it is already there or on its way (free room on a node kube-scheduler has not used yet, or a node that registered and is not Ready yet): no scale-up".into();
+        } else if let Some(why) = plan.not_simulated.get(&key) {
+            out.outcome = "notSimulated".into();
+            out.summary = format!("not planned for: {why}");
+        } else {
+            out.outcome = "noGroupFits".into();
+            out.summary = match plan.unfit.get(&key) {
+                Some(reasons) if !reasons.is_empty() => format!(
+                    "pod didn't trigger scale-up: {}",
+                    reasons
+                        .iter()
+                        .map(|(g, w)| format!("{g}: {w}"))
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                ),
+                _ => "pod didn't trigger scale-up: no node group".into(),
+            };
+        }
+        Ok(out)
+    }
+
+    /// Whether node `name` could go, and why not.
+    pub fn node(&self, name: &str) -> Result<NodeExplanation, ExplainError> {
+        let node =
+            self.nodes.iter().find(|n| n.name == name).ok_or_else(|| {
+                ExplainError::NotFound(format!("node {name} is not in the cluster"))
+            })?;
+        let mut out = NodeExplanation {
+            node: name.into(),
+            group: None,
+            ready: node.ready,
+            utilization: None,
+            unneeded: false,
+            reason: String::new(),
+            blocking_pod: None,
+            summary: String::new(),
+        };
+        let Some(group) = self.group_of(node) else {
+            out.reason = "NotAutoscaled".into();
+            out.summary = "it belongs to no node group this controller manages".into();
+            return Ok(out);
+        };
+        out.group = Some(group.spec.name.clone());
+        let groups = self.down_groups();
+        let unready = crate::node_groups::unready_nodes(
+            &self.nodes,
+            self.now,
+            self.pod_demand.max_node_provision_time,
+        );
+        let none = HashSet::new();
+        let candidates = unneeded::unneeded(&DownInput {
+            groups: &groups,
+            nodes: &self.nodes,
+            pods: &self.pods,
+            pdbs: &self.pdbs,
+            threshold: self.scale_down.utilization_threshold,
+            busy: &none,
+            unready: &unready,
+            previously: &none,
+            // Every node simulated, not only the pass's first few.
+            non_empty_candidates: u32::MAX,
+        });
+        if let Some(b) = candidates.blocked.get(name) {
+            let (reason, pod) = ca_reason(b);
+            out.reason = reason.into();
+            out.blocking_pod = pod;
+            if let Blocker::Utilized(pct) = b {
+                out.utilization = Some(f64::from(*pct) / 100.0);
+            }
+            out.summary = format!("stays: {b}");
+            return Ok(out);
+        }
+        let Some(u) = candidates.unneeded.iter().find(|u| u.node == name) else {
+            out.reason = "NotUnneededOtherReason".into();
+            out.summary = if group_refused(group) {
+                "its group is an agent pool AKS's own autoscaler scales: this controller removes none of its nodes".into()
+            } else if !node.ready && !unready.contains(name) {
+                "not Ready yet and still within its startup window (maxNodeProvisionTime): not a candidate".into()
+            } else {
+                "not a candidate in this pass (being deleted, or marked by another scale-down)"
+                    .into()
+            };
+            return Ok(out);
+        };
+        out.unneeded = true;
+        out.utilization = Some(u.utilization);
+        // Had every candidate been unneeded long enough: would it go, or what holds it?
+        let now = tokio::time::Instant::now();
+        let wait = self
+            .scale_down
+            .unneeded_time
+            .max(self.scale_down.unready_time)
+            + Duration::from_secs(1);
+        let since: HashMap<String, tokio::time::Instant> = candidates
+            .unneeded
+            .iter()
+            .map(|c| (c.node.clone(), now.checked_sub(wait).unwrap_or(now)))
+            .collect();
+        let (_, waiting) = unneeded::select(
+            &candidates,
+            &groups,
+            &since,
+            now,
+            Limits {
+                unneeded_time: self.scale_down.unneeded_time,
+                unready_time: self.scale_down.unready_time,
+                max_empty_bulk_delete: self.scale_down.max_empty_bulk_delete,
+                max_per_pass: self.scale_down.max_scale_down_per_pass,
+                draining: false,
+            },
+        );
+        let what = if u.unready {
+            format!(
+                "not Ready past its startup window: removed once it has been so for scaleDown.unreadyTime ({})",
+                humantime::format_duration(self.scale_down.unready_time)
+            )
+        } else if u.is_empty() {
+            format!(
+                "empty (utilization {:.0}%): removed once unneeded for scaleDown.unneededTime ({})",
+                u.utilization * 100.0,
+                humantime::format_duration(self.scale_down.unneeded_time)
+            )
+        } else {
+            format!(
+                "unneeded: utilization {:.0}% is below scaleDown.utilizationThreshold ({:.0}%) and its {} pod(s) fit elsewhere; drained and removed once unneeded for scaleDown.unneededTime ({})",
+                u.utilization * 100.0,
+                self.scale_down.utilization_threshold * 100.0,
+                u.pods.len(),
+                humantime::format_duration(self.scale_down.unneeded_time)
+            )
+        };
+        match waiting.get(name) {
+            Some(&"min_size") => {
+                out.reason = "NodeGroupMinSizeReached".into();
+                out.summary = format!(
+                    "{what}; but {} is at its floor ({}): it stays",
+                    group.spec.name,
+                    self.floor(group)
+                );
+            }
+            Some(&"unknown_size") => {
+                out.reason = "NoNodeInfo".into();
+                out.summary = format!(
+                    "{what}; but the size of {} is unknown: nothing of it goes",
+                    group.spec.name
+                );
+            }
+            Some(other) => {
+                out.reason = "NotUnneededLongEnough".into();
+                out.summary = format!("{what}; after that it waits its turn ({other})");
+            }
+            None => {
+                out.reason = if u.unready {
+                    "NotUnreadyLongEnough".into()
+                } else {
+                    "NotUnneededLongEnough".into()
+                };
+                out.summary = format!(
+                    "{what}. A one-shot cannot tell how long it has been: the running controller counts from the first pass that found it unneeded"
+                );
+            }
+        }
+        Ok(out)
+    }
+
+    /// A node group as read and as the decisions see it.
+    pub fn group(&self, name: &str) -> Result<GroupExplanation, ExplainError> {
+        let g = self.group_named(name).ok_or_else(|| {
+            ExplainError::NotFound(format!(
+                "node group {name} is not configured or discovered (groups: {})",
+                self.groups
+                    .iter()
+                    .map(|g| g.spec.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+        let plan = self.plan();
+        let index = crate::node_groups::GroupIndex::of_backings(std::iter::once(&g.backing));
+        let mine: Vec<&Arc<NodeRecord>> = self
+            .nodes
+            .iter()
+            .filter(|n| index.group_of(n).is_some())
+            .collect();
+        let ready = mine.iter().filter(|n| n.ready).count() as u32;
+        let groups = self.down_groups();
+        let unready = crate::node_groups::unready_nodes(
+            &self.nodes,
+            self.now,
+            self.pod_demand.max_node_provision_time,
+        );
+        let none = HashSet::new();
+        let candidates = unneeded::unneeded(&DownInput {
+            groups: &groups,
+            nodes: &self.nodes,
+            pods: &self.pods,
+            pdbs: &self.pdbs,
+            threshold: self.scale_down.utilization_threshold,
+            busy: &none,
+            unready: &unready,
+            previously: &none,
+            non_empty_candidates: u32::MAX,
+        });
+        let r = g.resource.as_ref();
+        Ok(GroupExplanation {
+            group: g.spec.name.clone(),
+            kind: g.spec.kind.as_str().into(),
+            min: g.spec.min_size,
+            max: g.spec.max_size,
+            floor: self.floor(g),
+            size: r.and_then(|r| r.capacity),
+            etag: r.and_then(|r| r.etag.clone()),
+            vm_size: r.map(|r| {
+                crate::autoscale::scale_up::shape_of(&g.spec, r)
+                    .vm_size
+                    .to_string()
+            }),
+            zones: r.map(|r| r.zones.clone()).unwrap_or_default(),
+            provisioning_state: r.and_then(|r| r.provisioning_state.clone()),
+            nodes_ready: ready,
+            nodes_not_ready: mine.len() as u32 - ready,
+            scale_up_to: plan.targets.get(&g.spec.name).copied(),
+            pods_for_it: plan
+                .triggered
+                .iter()
+                .filter(|(_, grp)| **grp == g.spec.name)
+                .map(|(p, _)| p.clone())
+                .collect(),
+            unneeded_nodes: candidates
+                .unneeded
+                .iter()
+                .filter(|u| groups[u.group].name == g.spec.name)
+                .map(|u| u.node.clone())
+                .collect(),
+            out_of_scale_up: if r.is_none() {
+                Some("not found in Azure: never planned".into())
+            } else {
+                Self::refusal(g).map(|w| w.text)
+            },
+            not_known_here: NOT_KNOWN.into(),
+        })
+    }
+}
+
+fn group_refused(g: &Group) -> bool {
+    World::refusal(g).is_some()
+}
+
+/// The expander as `podDemand.expander` names it.
+fn expander_name(e: &crate::pods::expander::Expander) -> &'static str {
+    use crate::pods::expander::Expander;
+    match e {
+        Expander::LeastWaste => "least-waste",
+        Expander::MostPods => "most-pods",
+        Expander::Priority(_) => "priority",
+        Expander::Random => "random",
+    }
+}
+
+/// A group's verdict for `key` from a decision made with that group alone.
+fn verdict_of(group: &str, key: &str, plan: &ScaleUpPlan) -> GroupVerdict {
+    let (fits, reason, message) = if plan.triggered.contains_key(key) {
+        (true, None, "fits a new node".to_string())
+    } else if plan.already_provided.iter().any(|p| p == key) {
+        (
+            true,
+            None,
+            "fits room already there or on its way".to_string(),
+        )
+    } else if let Some(why) = plan.not_simulated.get(key) {
+        (false, Some("not_simulated".to_string()), why.clone())
+    } else if let Some(w) = plan
+        .unfit
+        .get(key)
+        .and_then(|r| r.iter().find(|(g, _)| g == group))
+    {
+        (false, Some(w.1.label.to_string()), w.1.text.clone())
+    } else {
+        (false, Some("unknown".into()), "no verdict".into())
+    };
+    GroupVerdict {
+        group: group.into(),
+        fits,
+        reason,
+        message,
+    }
+}
+
+/// cluster-autoscaler's unremovable reason (and blocking pod) for a blocker.
+fn ca_reason(b: &Blocker) -> (&'static str, Option<BlockingPod>) {
+    let pod = |p: &String, reason: &str| {
+        Some(BlockingPod {
+            pod: p.clone(),
+            reason: reason.into(),
+        })
+    };
+    match b {
+        Blocker::ScaleDownDisabled => ("ScaleDownDisabledAnnotation", None),
+        Blocker::NotSafeToEvict(p) => ("BlockedByPod", pod(p, "NotSafeToEvictAnnotation")),
+        Blocker::NotReplicated(p) => ("BlockedByPod", pod(p, "NotReplicated")),
+        Blocker::KubeSystemWithoutPdb(p) => ("BlockedByPod", pod(p, "UnmovableKubeSystemPod")),
+        Blocker::LocalStorage(p) => ("BlockedByPod", pod(p, "LocalStorageRequested")),
+        Blocker::PdbViolated { pdb } => (
+            "BlockedByPod",
+            Some(BlockingPod {
+                pod: format!("(covered by PodDisruptionBudget {pdb})"),
+                reason: "NotEnoughPdb".into(),
+            }),
+        ),
+        Blocker::Utilized(_) => ("NotUnderutilized", None),
+        Blocker::NoPlaceFor(_) => ("NoPlaceToMovePods", None),
+    }
+}
+
+impl Explanation {
+    /// The explanation as a person reads it.
+    pub fn to_text(&self) -> String {
+        let mut s = String::new();
+        match self {
+            Explanation::Pod(p) => {
+                let _ = writeln!(s, "pod {}: {}", p.pod, p.summary);
+                if !p.groups.is_empty() {
+                    let _ = writeln!(s, "each node group, for this pod alone:");
+                    let width = p.groups.iter().map(|g| g.group.len()).max().unwrap_or(0);
+                    for g in &p.groups {
+                        let _ = writeln!(
+                            s,
+                            "  {:<width$}  {}  {}",
+                            g.group,
+                            if g.fits { "fits" } else { "no  " },
+                            g.message
+                        );
+                    }
+                }
+            }
+            Explanation::Node(n) => {
+                let _ = writeln!(
+                    s,
+                    "node {} (group {}, {}{}): {}",
+                    n.node,
+                    n.group.as_deref().unwrap_or("none"),
+                    if n.ready { "Ready" } else { "NotReady" },
+                    n.utilization
+                        .map(|u| format!(", utilization {:.0}%", u * 100.0))
+                        .unwrap_or_default(),
+                    n.reason
+                );
+                let _ = writeln!(s, "  {}", n.summary);
+                if let Some(b) = &n.blocking_pod {
+                    let _ = writeln!(s, "  blocking pod: {} ({})", b.pod, b.reason);
+                }
+            }
+            Explanation::Group(g) => {
+                let _ = writeln!(
+                    s,
+                    "group {} ({}): size {}, min {}, max {}, floor {}",
+                    g.group,
+                    g.kind,
+                    g.size.map_or("unknown".into(), |v| v.to_string()),
+                    g.min,
+                    g.max,
+                    g.floor
+                );
+                let _ = writeln!(
+                    s,
+                    "  {} Ready, {} not Ready; VM size {}; zones {}; state {}; ETag {}",
+                    g.nodes_ready,
+                    g.nodes_not_ready,
+                    g.vm_size.as_deref().unwrap_or("-"),
+                    if g.zones.is_empty() {
+                        "regional".into()
+                    } else {
+                        g.zones.join(",")
+                    },
+                    g.provisioning_state.as_deref().unwrap_or("-"),
+                    g.etag.as_deref().unwrap_or("-")
+                );
+                match g.scale_up_to {
+                    Some(t) => {
+                        let _ = writeln!(
+                            s,
+                            "  scale-up: to {t} for {} pending pod(s): {}",
+                            g.pods_for_it.len(),
+                            g.pods_for_it.join(", ")
+                        );
+                    }
+                    None => {
+                        let _ = writeln!(s, "  scale-up: none");
+                    }
+                }
+                if let Some(o) = &g.out_of_scale_up {
+                    let _ = writeln!(s, "  out of scale-up: {o}");
+                }
+                let _ = writeln!(
+                    s,
+                    "  unneeded nodes: {}",
+                    if g.unneeded_nodes.is_empty() {
+                        "none".into()
+                    } else {
+                        g.unneeded_nodes.join(", ")
+                    }
+                );
+                let _ = writeln!(s, "  not known here: {}", g.not_known_here);
+            }
+        }
+        s
+    }
+}

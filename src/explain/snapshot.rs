@@ -1,0 +1,491 @@
+//! A [`World`] from files, for `explain --snapshot DIR`: no credentials, no network.
+//!
+//! Every `*.json` file of the directory is read. A file holds one object, a Kubernetes list
+//! (`kubectl get nodes,pods,pdb,daemonsets -A -o json`: `items`) or an ARM list (`value`), and
+//! each object is taken by what it is: a `Node`, `Pod`, `PodDisruptionBudget` or `DaemonSet` by
+//! its `kind`; a scale set or an agent pool by its ARM `type`
+//! (`Microsoft.Compute/virtualMachineScaleSets`, `Microsoft.ContainerService/managedClusters/agentPools`).
+//! Both ARM's own JSON (`az rest`, the REST API: fields under `properties`) and the Azure CLI's
+//! flattened output (`az vmss list -o json`, `az aks nodepool list -o json`) are read. Other
+//! kinds are counted and left out. An object that says it is one of these and does not parse is
+//! an error naming the file and the object.
+
+use super::{Group, World};
+use crate::cache::ScaleSet;
+use crate::config::{NodeGroupKind, NodeGroupSpec, PodDemandSettings, ScaleDownSettings, Settings};
+use crate::node_groups::Backing;
+use crate::pods::record::{NodeRecord, PodRecord};
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// What a directory of files held.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// Nodes.
+    pub nodes: Vec<Arc<NodeRecord>>,
+    /// Pods.
+    pub pods: Vec<Arc<PodRecord>>,
+    /// PodDisruptionBudgets.
+    pub pdbs: Vec<Arc<PodDisruptionBudget>>,
+    /// DaemonSets.
+    pub daemonsets: Vec<Arc<DaemonSet>>,
+    /// Scale sets, with their resource group.
+    pub scale_sets: Vec<(String, ScaleSet)>,
+    /// Agent pools, with their managed cluster's resource group and name.
+    pub pools: Vec<(String, String, ScaleSet)>,
+    /// Objects of other kinds, counted by kind.
+    pub ignored: BTreeMap<String, usize>,
+}
+
+/// A file or object that could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct SnapshotError {
+    /// The file (and object) at fault.
+    pub path: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+fn err(path: impl Into<String>, message: impl Into<String>) -> SnapshotError {
+    SnapshotError {
+        path: path.into(),
+        message: message.into(),
+    }
+}
+
+/// Reads every `*.json` file of `dir`.
+pub fn load(dir: &Path) -> Result<Snapshot, SnapshotError> {
+    let shown = dir.display().to_string();
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| err(&shown, format!("cannot read the directory: {e}")))?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            p.extension()
+                .is_some_and(|x| x.eq_ignore_ascii_case("json"))
+        })
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(err(
+            &shown,
+            "no *.json file: save `kubectl get nodes,pods,pdb,daemonsets -A -o json` and `az vmss list -g <node resource group> -o json` (or `az aks nodepool list ... -o json`) there",
+        ));
+    }
+    let mut out = Snapshot::default();
+    for file in files {
+        let name = file.display().to_string();
+        let text =
+            std::fs::read_to_string(&file).map_err(|e| err(&name, format!("cannot read: {e}")))?;
+        let value: Value =
+            serde_json::from_str(&text).map_err(|e| err(&name, format!("not JSON: {e}")))?;
+        let items: Vec<Value> = match value {
+            Value::Array(items) => items,
+            Value::Object(ref m) => match (m.get("items"), m.get("value")) {
+                (Some(Value::Array(items)), _) | (_, Some(Value::Array(items))) => items.clone(),
+                _ => vec![value],
+            },
+            _ => return Err(err(&name, "neither an object nor a list of objects")),
+        };
+        for (i, item) in items.into_iter().enumerate() {
+            out.add(item, &format!("{name}[{i}]"))?;
+        }
+    }
+    Ok(out)
+}
+
+impl Snapshot {
+    fn add(&mut self, item: Value, at: &str) -> Result<(), SnapshotError> {
+        let shown = item
+            .pointer("/metadata/name")
+            .or_else(|| item.get("name"))
+            .and_then(Value::as_str)
+            .map(|n| format!("{at} ({n})"))
+            .unwrap_or_else(|| at.to_string());
+        let label = || shown.clone();
+        let kind = item.get("kind").and_then(Value::as_str).unwrap_or_default();
+        let arm_type = item
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        match kind {
+            "Node" => {
+                let node: Node = serde_json::from_value(item.clone())
+                    .map_err(|e| err(label(), format!("not a Node: {e}")))?;
+                self.nodes.push(Arc::new(NodeRecord::of(node)));
+                return Ok(());
+            }
+            "Pod" => {
+                let pod: Pod = serde_json::from_value(item.clone())
+                    .map_err(|e| err(label(), format!("not a Pod: {e}")))?;
+                self.pods.push(Arc::new(PodRecord::of(pod)));
+                return Ok(());
+            }
+            "PodDisruptionBudget" => {
+                let pdb: PodDisruptionBudget =
+                    serde_json::from_value(item.clone()).map_err(|e| {
+                        err(
+                            label(),
+                            format!("not a PodDisruptionBudget (policy/v1): {e}"),
+                        )
+                    })?;
+                self.pdbs.push(Arc::new(pdb));
+                return Ok(());
+            }
+            "DaemonSet" => {
+                let ds: DaemonSet = serde_json::from_value(item.clone())
+                    .map_err(|e| err(label(), format!("not a DaemonSet: {e}")))?;
+                self.daemonsets.push(Arc::new(ds));
+                return Ok(());
+            }
+            "" => {}
+            other => {
+                *self.ignored.entry(other.to_string()).or_default() += 1;
+                return Ok(());
+            }
+        }
+        let id = item
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let segment = |key: &str| -> Option<String> {
+            let parts: Vec<&str> = id.split('/').collect();
+            parts
+                .iter()
+                .position(|p| p.eq_ignore_ascii_case(key))
+                .and_then(|i| parts.get(i + 1))
+                .map(|s| s.to_string())
+        };
+        if arm_type == "microsoft.compute/virtualmachinescalesets" {
+            let rg = segment("resourceGroups").unwrap_or_default();
+            let model = serde_json::from_value(arm_shape(item.clone(), SCALE_SET_ENVELOPE))
+                .map_err(|e| err(label(), format!("not a scale set: {e}")))?;
+            let etag = item.get("etag").and_then(Value::as_str).map(str::to_string);
+            let ss = crate::azure::arm::scale_set_from_model(model, etag)
+                .map_err(|e| err(label(), e))?;
+            self.scale_sets.push((rg, ss));
+        } else if arm_type == "microsoft.containerservice/managedclusters/agentpools" {
+            let (Some(rg), Some(cluster)) = (segment("resourceGroups"), segment("managedClusters"))
+            else {
+                return Err(err(
+                    label(),
+                    "an agent pool whose id names no resource group and managed cluster",
+                ));
+            };
+            let ss =
+                crate::azure::aks::pool_from_json(&cluster, arm_shape(item, POOL_ENVELOPE), None)
+                    .map_err(|e| err(label(), e))?;
+            self.pools.push((rg, cluster, ss));
+        } else {
+            let what = if arm_type.is_empty() {
+                "no kind".to_string()
+            } else {
+                arm_type
+            };
+            *self.ignored.entry(what).or_default() += 1;
+        }
+        Ok(())
+    }
+
+    /// The world `explain` looks at: the node groups of `settings` (and its auto-discovery), or,
+    /// without settings, every scale set and pool of the snapshot with bounds from its
+    /// cluster-autoscaler `min`/`max` tags (0 and 1000 when untagged). Notes say what was
+    /// assumed.
+    pub fn world(self, settings: Option<&Settings>) -> (World, Vec<String>) {
+        let mut notes = Vec::new();
+        let find_ss = |g: &NodeGroupSpec, rg: &str| {
+            self.scale_sets
+                .iter()
+                .find(|(r, s)| {
+                    s.name.eq_ignore_ascii_case(&g.name)
+                        && (rg.is_empty() || r.eq_ignore_ascii_case(rg))
+                })
+                .map(|(r, s)| (r.clone(), s.clone()))
+        };
+        let mut groups = Vec::new();
+        match settings {
+            Some(settings) => {
+                let mut specs = settings.node_groups.clone();
+                if let Some(auto) = &settings.auto_discovery {
+                    let tagged: Vec<(String, BTreeMap<String, String>)> = self
+                        .scale_sets
+                        .iter()
+                        .map(|(_, s)| (s.name.clone(), s.tags.clone()))
+                        .collect();
+                    for g in crate::config::discover_node_groups(auto, &tagged).0 {
+                        if !specs.iter().any(|s| s.name.eq_ignore_ascii_case(&g.name)) {
+                            specs.push(g);
+                        }
+                    }
+                }
+                for spec in specs {
+                    let group = match &spec.kind {
+                        NodeGroupKind::Vmss => {
+                            let rg = spec
+                                .resource_group
+                                .clone()
+                                .unwrap_or_else(|| settings.azure.resource_group.clone());
+                            let found = find_ss(&spec, &rg);
+                            if found.is_none() {
+                                notes.push(format!("scale set {} (resource group {rg}) is not in the snapshot: its size is unknown and it is never planned", spec.name));
+                            }
+                            Group {
+                                backing: Backing::ScaleSet {
+                                    resource_group: rg,
+                                    name: spec.name.clone(),
+                                },
+                                resource: found.map(|(_, s)| s),
+                                spec,
+                            }
+                        }
+                        NodeGroupKind::AksAgentPool { cluster } => {
+                            let found = self
+                                .pools
+                                .iter()
+                                .find(|(_, c, p)| {
+                                    c.eq_ignore_ascii_case(cluster)
+                                        && p.name.eq_ignore_ascii_case(&spec.name)
+                                })
+                                .map(|(_, _, p)| p.clone());
+                            if found.is_none() {
+                                notes.push(format!("agent pool {} of cluster {cluster} is not in the snapshot: its size is unknown and it is never planned", spec.name));
+                            }
+                            Group {
+                                backing: Backing::AgentPool {
+                                    pool: spec.name.clone(),
+                                },
+                                resource: found,
+                                spec,
+                            }
+                        }
+                    };
+                    groups.push(group);
+                }
+            }
+            None => {
+                let bounds = |tags: &BTreeMap<String, String>| {
+                    let get = |k: &str| tags.get(k).and_then(|v| v.parse::<u32>().ok());
+                    (get(crate::config::TAG_MIN), get(crate::config::TAG_MAX))
+                };
+                let mut untagged = Vec::new();
+                for (rg, s) in &self.scale_sets {
+                    let (min, max) = bounds(&s.tags);
+                    if min.is_none() || max.is_none() {
+                        untagged.push(s.name.clone());
+                    }
+                    groups.push(Group {
+                        spec: spec(&s.name, NodeGroupKind::Vmss, min, max),
+                        backing: Backing::ScaleSet {
+                            resource_group: rg.clone(),
+                            name: s.name.clone(),
+                        },
+                        resource: Some(s.clone()),
+                    });
+                }
+                for (rg, cluster, p) in &self.pools {
+                    let (min, max) = bounds(&p.tags);
+                    if min.is_none() || max.is_none() {
+                        untagged.push(p.name.clone());
+                    }
+                    let mut s = spec(
+                        &p.name,
+                        NodeGroupKind::AksAgentPool {
+                            cluster: cluster.clone(),
+                        },
+                        min,
+                        max,
+                    );
+                    s.resource_group = Some(rg.clone());
+                    groups.push(Group {
+                        spec: s,
+                        backing: Backing::AgentPool {
+                            pool: p.name.clone(),
+                        },
+                        resource: Some(p.clone()),
+                    });
+                }
+                notes.push("no --config: every scale set and agent pool of the snapshot is a node group, with cluster-autoscaler's podDemand and scaleDown defaults".into());
+                if !untagged.is_empty() {
+                    notes.push(format!(
+                        "no min/max tags on {}: bounds 0 to 1000 assumed (give --config for real ones)",
+                        untagged.join(", ")
+                    ));
+                }
+            }
+        }
+        if !self.ignored.is_empty() {
+            notes.push(format!(
+                "left out: {}",
+                self.ignored
+                    .iter()
+                    .map(|(k, n)| format!("{n} {k}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        let (pod_demand, scale_down) = match settings {
+            Some(s) => (s.pod_demand.clone(), s.scale_down.clone()),
+            None => (PodDemandSettings::default(), ScaleDownSettings::default()),
+        };
+        let world = World {
+            groups,
+            nodes: self.nodes,
+            pods: self.pods,
+            pdbs: self.pdbs,
+            daemonsets: self.daemonsets,
+            pod_demand,
+            scale_down,
+            now: k8s_openapi::jiff::Timestamp::now(),
+        };
+        (world, notes)
+    }
+}
+
+fn spec(name: &str, kind: NodeGroupKind, min: Option<u32>, max: Option<u32>) -> NodeGroupSpec {
+    NodeGroupSpec {
+        name: name.into(),
+        kind,
+        resource_group: None,
+        min_size: min.unwrap_or(0),
+        max_size: max.unwrap_or(1000),
+        desired_capacity: None,
+        schedules: Vec::new(),
+        max_scale_down_step: None,
+    }
+}
+
+/// A scale set's ARM envelope: every other top-level key of the CLI's flattened output belongs
+/// under `properties`.
+const SCALE_SET_ENVELOPE: &[&str] = &[
+    "id",
+    "name",
+    "type",
+    "location",
+    "tags",
+    "sku",
+    "zones",
+    "etag",
+    "identity",
+    "plan",
+    "extendedLocation",
+    "properties",
+    "resourceGroup",
+];
+
+/// An agent pool's ARM envelope.
+const POOL_ENVELOPE: &[&str] = &["id", "name", "type", "properties", "resourceGroup"];
+
+/// `value` in ARM's own shape: the Azure CLI's flattened output (no `properties`) has its
+/// property keys moved under `properties`; ARM's JSON is left as it is.
+fn arm_shape(value: Value, envelope: &[&str]) -> Value {
+    let Value::Object(map) = value else {
+        return value;
+    };
+    if map.contains_key("properties") {
+        return Value::Object(map);
+    }
+    let mut outer = serde_json::Map::new();
+    let mut properties = serde_json::Map::new();
+    for (k, v) in map {
+        if envelope.contains(&k.as_str()) {
+            outer.insert(k, v);
+        } else {
+            properties.insert(k, v);
+        }
+    }
+    outer.insert("properties".into(), Value::Object(properties));
+    Value::Object(outer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_azure_clis_flattened_scale_sets_and_pools_read_like_arms_own_json() {
+        let dir = tempfile::tempdir().unwrap();
+        // `az vmss list -o json`: properties flattened to the top.
+        let vmss = json!([{
+            "id": "/subscriptions/s/resourceGroups/MC_rg_aks_westeurope/providers/Microsoft.Compute/virtualMachineScaleSets/aks-user-1",
+            "name": "aks-user-1", "type": "Microsoft.Compute/virtualMachineScaleSets",
+            "location": "westeurope", "etag": "\"7\"", "zones": ["1", "2"],
+            "sku": {"name": "Standard_D4s_v5", "tier": "Standard", "capacity": 3},
+            "tags": {"min": "1", "max": "9"}, "resourceGroup": "MC_rg_aks_westeurope",
+            "provisioningState": "Succeeded", "overprovision": false, "uniqueId": "u",
+            "virtualMachineProfile": {"osProfile": {"computerNamePrefix": "aks-user-1"}}
+        }]);
+        // `az aks nodepool list -o json`.
+        let pools = json!([{
+            "id": "/subscriptions/s/resourcegroups/rg-prod/providers/Microsoft.ContainerService/managedClusters/aks-prod/agentPools/user2",
+            "name": "user2", "type": "Microsoft.ContainerService/managedClusters/agentPools",
+            "count": 2, "vmSize": "Standard_D8s_v5", "mode": "User", "enableAutoScaling": true,
+            "minCount": 1, "maxCount": 5, "tags": {"min": "0", "max": "4"},
+            "provisioningState": "Succeeded", "resourceGroup": "rg-prod"
+        }]);
+        std::fs::write(dir.path().join("vmss.json"), vmss.to_string()).unwrap();
+        std::fs::write(dir.path().join("pools.json"), pools.to_string()).unwrap();
+        std::fs::write(
+            dir.path().join("ns.json"),
+            json!({"kind": "List", "items": [{"kind": "Namespace", "metadata": {"name": "a"}}]})
+                .to_string(),
+        )
+        .unwrap();
+        let snap = load(dir.path()).unwrap();
+        let (rg, ss) = &snap.scale_sets[0];
+        assert_eq!(rg, "MC_rg_aks_westeurope");
+        assert_eq!(ss.capacity, Some(3));
+        assert_eq!(ss.sku_name.as_deref(), Some("Standard_D4s_v5"));
+        assert_eq!(ss.etag.as_deref(), Some("\"7\""));
+        assert_eq!(ss.zones, vec!["1", "2"]);
+        assert_eq!(ss.provisioning_state.as_deref(), Some("Succeeded"));
+        let (prg, cluster, pool) = &snap.pools[0];
+        assert_eq!((prg.as_str(), cluster.as_str()), ("rg-prod", "aks-prod"));
+        assert_eq!(pool.capacity, Some(2));
+        assert!(pool.agent_pool.as_ref().unwrap().enable_auto_scaling);
+        assert_eq!(snap.ignored.get("Namespace"), Some(&1));
+
+        let (world, notes) = snap.world(None);
+        assert_eq!(world.groups.len(), 2);
+        assert_eq!(
+            (world.groups[0].spec.min_size, world.groups[0].spec.max_size),
+            (1, 9),
+            "bounds from cluster-autoscaler's tags"
+        );
+        assert!(notes.iter().any(|n| n.contains("1 Namespace")), "{notes:?}");
+        // A pool AKS's own autoscaler scales is out of scale-up, and says so.
+        let g = world.group("user2").unwrap();
+        assert!(
+            g.out_of_scale_up
+                .as_deref()
+                .is_some_and(|w| w.contains("autoscaler")),
+            "{g:?}"
+        );
+    }
+
+    #[test]
+    fn an_object_that_does_not_parse_is_named_by_file_index_and_name() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("cluster.json"),
+            json!({"kind": "List", "items": [
+                {"kind": "Node", "metadata": {"name": "ok"}},
+                {"kind": "Pod", "metadata": {"name": "bad"}, "spec": {"containers": "nope"}}
+            ]})
+            .to_string(),
+        )
+        .unwrap();
+        let e = load(dir.path()).unwrap_err();
+        assert!(e.path.ends_with("cluster.json[1] (bad)"), "{e}");
+        assert!(e.message.starts_with("not a Pod"), "{e}");
+    }
+}

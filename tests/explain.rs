@@ -1,0 +1,380 @@
+//! `explain` on a simulated cluster, from files: the emulator's Kubernetes API and ARM are
+//! dumped as `kubectl get ... -o json` and `az rest` would save them, and the release binary is
+//! asked about pods, nodes and groups with `--snapshot` (no credentials, no network).
+
+mod support;
+
+use serde_json::{json, Value};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+use support::{RG, SUB};
+use vmss_capacity_controller::emulator::sim::SimSettings;
+use vmss_capacity_controller::emulator::{EmulatorBuilder, EmulatorHandle, ScaleSetSeed};
+
+const BIN: &str = env!("CARGO_BIN_EXE_vmss-capacity-controller");
+const GPU_TAINT_TAG: &str = "k8s.io_cluster-autoscaler_node-template_taint_sku";
+
+fn seed(name: &str, size: &str, capacity: i64, tags: &[(&str, &str)]) -> ScaleSetSeed {
+    let mut s = ScaleSetSeed::new(SUB, RG, name, capacity);
+    s.sku_name = size.into();
+    s.tags = tags
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    s
+}
+
+fn pod(name: &str, cpu: &str, node: Option<&str>, annotations: Value) -> Value {
+    let status = match node {
+        Some(_) => json!({"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}),
+        None => json!({"phase": "Pending", "conditions": [{"type": "PodScheduled",
+            "status": "False", "reason": "Unschedulable", "message": "0/4 nodes are available"}]}),
+    };
+    let mut spec = json!({"containers": [{"name": "app", "image": "app",
+        "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}}}]});
+    if let Some(n) = node {
+        spec["nodeName"] = json!(n);
+    }
+    json!({
+        "metadata": {"name": name, "namespace": "default", "annotations": annotations,
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                "name": "web", "uid": "rs-uid", "controller": true}]},
+        "spec": spec,
+        "status": status,
+    })
+}
+
+/// The cluster: pool-a (D4s_v5, 2 nodes, 1..5) with a small unevictable pod on one node and a
+/// 3-cpu pod on the other; pool-full (D2s_v5, 2 empty nodes, 2..2); pool-gpu (NC6s_v3, 0
+/// nodes, tainted); pending: `web` (3.5 cpu, fits a new D4s_v5 only) and `huge` (64 cpu).
+async fn cluster() -> (EmulatorHandle, Vec<String>, Vec<String>) {
+    let emulator = EmulatorBuilder::new()
+        .kubernetes(true)
+        .cluster_simulation(SimSettings {
+            boot_delay: Duration::from_millis(50),
+            tick: Duration::from_millis(20),
+        })
+        .start()
+        .await
+        .expect("emulator starts");
+    let state = emulator.state();
+    let ca = |min: &'static str, max: &'static str| {
+        [
+            ("cluster-autoscaler-enabled", "true"),
+            ("cluster-autoscaler-name", "aks"),
+            ("min", min),
+            ("max", max),
+        ]
+    };
+    state.seed_scale_set(seed("pool-a", "Standard_D4s_v5", 2, &ca("1", "5")));
+    state.seed_scale_set(seed("pool-full", "Standard_D2s_v5", 2, &ca("2", "2")));
+    let mut gpu = ca("0", "3").to_vec();
+    gpu.push((GPU_TAINT_TAG, "gpu:NoSchedule"));
+    state.seed_scale_set(seed("pool-gpu", "Standard_NC6s_v3", 0, &gpu));
+    let kube = emulator.kube().expect("kubernetes side");
+    let ready =
+        |ss: &str| -> Vec<String> { kube.nodes_by_scale_set().remove(ss).unwrap_or_default() };
+    for _ in 0..500 {
+        let all_ready = kube
+            .list_all("v1", "nodes", None)
+            .iter()
+            .filter(|n| {
+                n.pointer("/status/conditions")
+                    .and_then(Value::as_array)
+                    .is_some_and(|c| {
+                        c.iter()
+                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                    })
+            })
+            .count();
+        if all_ready == 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (a, full) = (ready("pool-a"), ready("pool-full"));
+    assert_eq!((a.len(), full.len()), (2, 2), "nodes registered");
+    for p in [
+        pod(
+            "db-0",
+            "500m",
+            Some(&a[0]),
+            json!({"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}),
+        ),
+        pod("batch", "3", Some(&a[1]), json!({})),
+        pod("web", "3500m", None, json!({})),
+        pod("huge", "64", None, json!({})),
+    ] {
+        kube.create("v1", "pods", "default", p)
+            .expect("pod created");
+    }
+    (emulator, a, full)
+}
+
+/// Saves the cluster and the scale sets as `kubectl get nodes,pods -A -o json` and `az rest`
+/// (ARM's list) would.
+async fn save(emulator: &EmulatorHandle, dir: &Path) {
+    let kube = emulator.kube().expect("kubernetes side");
+    let mut items = Vec::new();
+    for (plural, kind) in [("nodes", "Node"), ("pods", "Pod")] {
+        for mut item in kube.list_all("v1", plural, None) {
+            item["kind"] = json!(kind);
+            item["apiVersion"] = json!("v1");
+            items.push(item);
+        }
+    }
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": items});
+    std::fs::write(
+        dir.join("cluster.json"),
+        serde_json::to_vec_pretty(&list).unwrap(),
+    )
+    .unwrap();
+    let token = emulator.state().issue_token("reader");
+    let url = format!(
+        "{}/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.Compute/virtualMachineScaleSets?api-version=2024-07-01",
+        emulator.base_url()
+    );
+    let body = reqwest::Client::new()
+        .get(url)
+        .bearer_auth(token)
+        .send()
+        .await
+        .expect("list answered")
+        .text()
+        .await
+        .unwrap();
+    std::fs::write(dir.join("vmss.json"), body).unwrap();
+}
+
+fn explain(dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .arg("explain")
+        .arg("--snapshot")
+        .arg(dir)
+        .args(args)
+        .env_remove("VMSS_CONTROLLER_CONFIG")
+        .output()
+        .expect("binary runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn json_of(dir: &Path, args: &[&str]) -> Value {
+    let mut all = vec!["--output", "json"];
+    all.extend_from_slice(args);
+    let (code, out, err) = explain(dir, &all);
+    assert_eq!(code, 0, "{args:?}: {err}");
+    serde_json::from_str(&out).expect("json output")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_answers_for_pods_nodes_and_groups_from_a_snapshot_of_the_cluster() {
+    let (emulator, a, full) = cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    save(&emulator, dir.path()).await;
+    if std::env::var_os("EXPLAIN_SHOW").is_some() {
+        for args in [
+            vec!["pod", "default/web"],
+            vec!["pod", "default/huge"],
+            vec!["node", a[0].as_str()],
+            vec!["node", a[1].as_str()],
+            vec!["node", full[0].as_str()],
+            vec!["group", "pool-a"],
+        ] {
+            let (_, out, err) = explain(dir.path(), &args);
+            eprintln!("$ explain {}\n{err}{out}", args.join(" "));
+        }
+    }
+
+    // A pending pod a new node of pool-a takes: the decision grows pool-a; each group's verdict
+    // in kube-scheduler's words.
+    let web = json_of(dir.path(), &["pod", "default/web"]);
+    assert_eq!(web["outcome"], "scaleUp", "{web:#}");
+    assert_eq!(web["scaleUp"]["group"], "pool-a");
+    assert_eq!(web["scaleUp"]["from"], 2);
+    assert_eq!(web["scaleUp"]["to"], 3);
+    let verdict = |v: &Value, g: &str| {
+        v["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["group"] == g)
+            .cloned()
+            .unwrap_or_else(|| panic!("no verdict for {g}: {v:#}"))
+    };
+    assert_eq!(verdict(&web, "pool-a")["fits"], true);
+    let gpu = verdict(&web, "pool-gpu");
+    assert_eq!(gpu["fits"], false);
+    assert_eq!(gpu["reason"], "taint", "{gpu:#}");
+    assert_eq!(
+        gpu["message"], "node(s) had untolerated taint {sku: gpu}",
+        "kube-scheduler's words: {gpu:#}"
+    );
+    assert_eq!(verdict(&web, "pool-full")["fits"], false);
+
+    // A pod no group can take.
+    let huge = json_of(dir.path(), &["pod", "default/huge"]);
+    assert_eq!(huge["outcome"], "noGroupFits", "{huge:#}");
+    assert!(
+        huge["summary"]
+            .as_str()
+            .unwrap()
+            .contains("Insufficient cpu"),
+        "{huge:#}"
+    );
+
+    // A bound pod needs nothing.
+    let db = json_of(dir.path(), &["pod", "db-0"]);
+    assert_eq!(db["outcome"], "scheduled");
+
+    // Nodes, with cluster-autoscaler's unremovable reasons.
+    let n = json_of(dir.path(), &["node", &a[0]]);
+    assert_eq!(n["reason"], "BlockedByPod", "{n:#}");
+    assert_eq!(n["blockingPod"]["pod"], "default/db-0");
+    assert_eq!(n["blockingPod"]["reason"], "NotSafeToEvictAnnotation");
+    let n = json_of(dir.path(), &["node", &a[1]]);
+    assert_eq!(n["reason"], "NotUnderutilized", "{n:#}");
+    let n = json_of(dir.path(), &["node", &full[0]]);
+    assert_eq!(n["unneeded"], true, "{n:#}");
+    assert_eq!(n["reason"], "NodeGroupMinSizeReached", "{n:#}");
+
+    // A group.
+    let g = json_of(dir.path(), &["group", "pool-a"]);
+    assert_eq!(g["size"], 2);
+    assert_eq!(
+        (g["min"].as_u64(), g["max"].as_u64()),
+        (Some(1), Some(5)),
+        "bounds from the tags"
+    );
+    assert_eq!(g["vmSize"], "Standard_D4s_v5");
+    assert_eq!(g["nodesReady"], 2);
+    assert_eq!(g["scaleUpTo"], 3);
+    assert_eq!(g["podsForIt"], json!(["default/web"]));
+    assert!(g["etag"].as_str().is_some_and(|e| !e.is_empty()));
+
+    // Text for a person.
+    let (code, out, _) = explain(dir.path(), &["pod", "default/web"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("a scale-up of pool-a from 2 to 3 gives it a node"),
+        "{out}"
+    );
+    assert!(out.contains("pool-gpu"), "{out}");
+
+    // What is not there, and bad input.
+    let (code, _, err) = explain(dir.path(), &["pod", "default/nobody"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("pod default/nobody is not in the cluster"),
+        "{err}"
+    );
+    let (code, _, err) = explain(dir.path(), &["group", "pool-z"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("pool-a"), "names the groups there are: {err}");
+
+    // The same answers read from the APIs, as `run` reads them, with GETs only.
+    let live = tempfile::tempdir().unwrap();
+    let kubeconfig = live.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, emulator.kubeconfig().expect("kubeconfig")).unwrap();
+    let config = live.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "azure:\n  resourceManagerEndpoint: {url}\n  authorityHost: {url}\n  tenantId: tenant\n  subscriptionId: {SUB}\n  resourceGroup: {RG}\n  auth: {{method: clientSecret, clientId: explainer}}\nautoDiscovery: {{clusterName: aks}}\nkubernetes: {{kubeconfig: {kc}}}\n",
+            url = emulator.base_url(),
+            kc = kubeconfig.display()
+        ),
+    )
+    .unwrap();
+    emulator
+        .state()
+        .register_client("explainer", "explainer-secret");
+    let before = emulator.state().request_log().len();
+    let cfg = config.display().to_string();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(BIN)
+            .args([
+                "explain",
+                "--config",
+                &cfg,
+                "--output",
+                "json",
+                "pod",
+                "default/web",
+            ])
+            .env("ARM_CLIENT_SECRET", "explainer-secret")
+            .env_remove("VMSS_CONTROLLER_CONFIG")
+            .env_remove("KUBECONFIG")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    let live_web: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(
+        live_web, web,
+        "the APIs and the snapshot give the same answer"
+    );
+    let log = emulator.state().request_log();
+    let sent: Vec<_> = log[before..]
+        .iter()
+        .filter(|r| r.path.starts_with("/subscriptions"))
+        .collect();
+    assert!(!sent.is_empty(), "Azure was read");
+    assert!(
+        sent.iter().all(|r| r.method == "GET"),
+        "read-only: {:?}",
+        sent.iter()
+            .map(|r| (&r.method, &r.path))
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(
+        emulator
+            .state()
+            .scale_set(SUB, RG, "pool-a")
+            .unwrap()
+            .capacity,
+        2
+    );
+
+    std::fs::write(dir.path().join("broken.json"), "{ not json").unwrap();
+    let (code, _, err) = explain(dir.path(), &["group", "pool-a"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("broken.json") && err.contains("not JSON"),
+        "{err}"
+    );
+    drop(emulator);
+}
+
+#[test]
+fn explain_without_a_snapshot_or_with_an_empty_one_says_what_to_save() {
+    let (code, _, err) = {
+        let out = Command::new(BIN)
+            .args(["explain", "pod", "default/web"])
+            .env_remove("VMSS_CONTROLLER_CONFIG")
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::new(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("give --config")
+            && err.contains("kubectl get nodes,pods,pdb,daemonsets -A -o json"),
+        "{err}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, err) = explain(dir.path(), &["pod", "default/web"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no *.json file"), "{err}");
+}
