@@ -667,6 +667,8 @@ pub(crate) fn shape_of<'a>(g: &'a NodeGroupSpec, ss: &'a crate::cache::ScaleSet)
             .and_then(|m| u32::try_from(m).ok()),
         aks_pool: pool.is_some(),
         profile: ss.vm_profile,
+        location: &ss.location,
+        zones: &ss.zones,
     }
 }
 

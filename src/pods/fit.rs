@@ -435,6 +435,10 @@ pub struct NodeState {
     ports: Vec<HostPort>,
     /// Placed pods with required anti-affinity terms (only then do others' terms need a look).
     anti_affinity_pods: usize,
+    /// A template of a group spanning several zones: its labels in each zone a new node may land
+    /// in (Azure chooses). A node selector or required node affinity must match in every one;
+    /// `labels` then carries no zone.
+    zone_variants: Option<Arc<Vec<BTreeMap<String, String>>>>,
 }
 
 /// What the fit checks need of a pod's spec, computed once per shape (see
@@ -476,6 +480,7 @@ impl NodeState {
             pods: Vec::new(),
             ports: Vec::new(),
             anti_affinity_pods: 0,
+            zone_variants: None,
         }
     }
 
@@ -494,6 +499,7 @@ impl NodeState {
             pods: Vec::new(),
             ports: Vec::new(),
             anti_affinity_pods: 0,
+            zone_variants: None,
         };
         for p in pods {
             state.place(p.clone());
@@ -568,12 +574,32 @@ impl NodeState {
         Ok(())
     }
 
+    /// Makes this template one of a group spanning several zones: `variants` are its labels in
+    /// each zone (see the field).
+    pub fn set_zone_variants(&mut self, variants: Vec<BTreeMap<String, String>>) {
+        self.zone_variants = Some(Arc::new(variants));
+    }
+
+    /// The zone variants, if this is the template of a group spanning several zones.
+    pub fn zone_variants(&self) -> Option<&[BTreeMap<String, String>]> {
+        self.zone_variants.as_deref().map(Vec::as_slice)
+    }
+
     fn matches_selector(&self, spec: &PodSpec) -> bool {
+        match &self.zone_variants {
+            Some(variants) => variants
+                .iter()
+                .all(|labels| self.matches_selector_on(labels, spec)),
+            None => self.matches_selector_on(&self.labels, spec),
+        }
+    }
+
+    fn matches_selector_on(&self, labels: &BTreeMap<String, String>, spec: &PodSpec) -> bool {
         let selector_ok = spec
             .node_selector
             .iter()
             .flatten()
-            .all(|(k, v)| self.labels.get(k) == Some(v));
+            .all(|(k, v)| labels.get(k) == Some(v));
         let affinity_ok = match spec
             .affinity
             .as_ref()
@@ -584,19 +610,22 @@ impl NodeState {
             }) {
             None => true,
             // The terms are ORed; an empty list matches no node.
-            Some(sel) => sel.node_selector_terms.iter().any(|t| self.matches_term(t)),
+            Some(sel) => sel
+                .node_selector_terms
+                .iter()
+                .any(|t| self.matches_term(labels, t)),
         };
         selector_ok && affinity_ok
     }
 
     /// A term's requirements are ANDed; a term with none matches no node.
-    fn matches_term(&self, term: &NodeSelectorTerm) -> bool {
+    fn matches_term(&self, labels: &BTreeMap<String, String>, term: &NodeSelectorTerm) -> bool {
         let exprs = term.match_expressions.iter().flatten();
         let fields = term.match_fields.iter().flatten();
         let mut any = false;
         for r in exprs {
             any = true;
-            if !requirement(r, self.labels.get(&r.key).map(String::as_str)) {
+            if !requirement(r, labels.get(&r.key).map(String::as_str)) {
                 return false;
             }
         }

@@ -16,7 +16,7 @@ use super::pending::wants_capacity;
 use super::record::NodeRecord;
 use super::record::PodRecord;
 use super::template::{
-    daemonset_pods, from_live_node, from_shape, subtract_daemonsets, GroupShape,
+    daemonset_pods, from_live_node, from_shape, subtract_daemonsets, zoned, GroupShape,
 };
 pub use crate::capacity::QuotaPool;
 pub use crate::node_groups::Backing;
@@ -244,6 +244,9 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
             )),
         };
         templates.push(t.map(|mut t| {
+            if let Some(shape) = &g.shape {
+                zoned(&mut t, shape.location, shape.zones);
+            }
             subtract_daemonsets(&mut t, &daemonsets);
             t
         }));
@@ -522,6 +525,121 @@ mod tests {
             node_startup: std::time::Duration::from_secs(900),
             quota: Vec::new(),
         }
+    }
+
+    /// `group` in `zones` of westeurope (leaked: the shape borrows them for the test's life).
+    fn zonal(name: &str, zones: &[&str], capacity: i64) -> GroupInput<'static> {
+        let mut g = group(name, "Standard_D4s_v5", capacity, 10);
+        let zones: Vec<String> = zones.iter().map(|z| z.to_string()).collect();
+        if let Some(shape) = g.shape.as_mut() {
+            shape.location = "westeurope";
+            shape.zones = Box::leak(zones.into_boxed_slice());
+        }
+        g
+    }
+
+    #[test]
+    fn a_pod_that_needs_one_zone_grows_the_group_of_that_zone() {
+        let groups = vec![
+            zonal("z1", &["1"], 0),
+            zonal("z2", &["2"], 0),
+            zonal("z3", &["3"], 0),
+        ];
+        let pod = pending(
+            "p",
+            "1",
+            "1Gi",
+            json!({"nodeSelector": {"topology.kubernetes.io/zone": "westeurope-2"}}),
+        );
+        let plan = plan(&input(groups, vec![], vec![pod]));
+        assert_eq!(plan.targets, BTreeMap::from([("z2".to_string(), 1)]));
+        let disk = pending(
+            "d",
+            "1",
+            "1Gi",
+            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "topology.disk.csi.azure.com/zone",
+                    "operator": "In", "values": ["westeurope-3"]}]}]}}}}),
+        );
+        let groups = vec![zonal("z1", &["1"], 0), zonal("z3", &["3"], 0)];
+        let plan = super::plan(&input(groups, vec![], vec![disk]));
+        assert_eq!(plan.targets, BTreeMap::from([("z3".to_string(), 1)]));
+    }
+
+    #[test]
+    fn a_group_spanning_zones_counts_only_for_pods_that_fit_in_every_zone_it_spans() {
+        let one_zone = pending(
+            "one",
+            "1",
+            "1Gi",
+            json!({"nodeSelector": {"topology.kubernetes.io/zone": "westeurope-1"}}),
+        );
+        let plan = plan(&input(
+            vec![zonal("multi", &["1", "2", "3"], 0)],
+            vec![],
+            vec![one_zone],
+        ));
+        assert!(
+            plan.targets.is_empty(),
+            "Azure may put the node in zone 2 or 3"
+        );
+        assert_eq!(plan.unfit["default/one"][0].1.label, "node_selector");
+        let in_two = |zones: &[&str]| {
+            let p = pending(
+                "two",
+                "1",
+                "1Gi",
+                json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": "topology.kubernetes.io/zone",
+                        "operator": "In", "values": ["westeurope-1", "westeurope-2"]}]}]}}}}),
+            );
+            super::plan(&input(vec![zonal("multi", zones, 0)], vec![], vec![p])).targets
+        };
+        assert_eq!(
+            in_two(&["1", "2"]),
+            BTreeMap::from([("multi".to_string(), 1)])
+        );
+        assert!(in_two(&["1", "2", "3"]).is_empty());
+        // Region is known whatever the zones.
+        let region = pending(
+            "r",
+            "1",
+            "1Gi",
+            json!({"nodeSelector": {"topology.kubernetes.io/region": "westeurope"}}),
+        );
+        let plan = super::plan(&input(
+            vec![zonal("multi", &["1", "2", "3"], 0)],
+            vec![],
+            vec![region],
+        ));
+        assert_eq!(plan.targets.len(), 1);
+    }
+
+    #[test]
+    fn a_live_nodes_zone_is_not_the_next_nodes_in_a_group_spanning_zones() {
+        // The group's one Ready node is in zone 1 and full; a pod needing zone 1 cannot count on
+        // the next node being there.
+        let mut n = (*node("multi-0", "multi", 0, "2", "8Gi", json!([]))).clone();
+        std::sync::Arc::make_mut(&mut n.labels)
+            .insert("topology.kubernetes.io/zone".into(), "westeurope-1".into());
+        let filler = {
+            let mut p = (*pending("filler", "1900m", "1Gi", json!({}))).clone();
+            p.node_name = Some("multi-0".into());
+            p.unschedulable = false;
+            Arc::new(p)
+        };
+        let want = pending(
+            "want",
+            "1",
+            "1Gi",
+            json!({"nodeSelector": {"topology.kubernetes.io/zone": "westeurope-1"}}),
+        );
+        let plan = plan(&input(
+            vec![zonal("multi", &["1", "2"], 1)],
+            vec![Arc::new(n)],
+            vec![filler, want],
+        ));
+        assert!(plan.targets.is_empty(), "{plan:?}");
     }
 
     #[test]

@@ -315,6 +315,10 @@ pub struct GroupShape<'a> {
     pub aks_pool: bool,
     /// OS, OS disk and kubelet disk of its VMs.
     pub profile: VmProfile,
+    /// Azure region (`westeurope`); empty when unknown.
+    pub location: &'a str,
+    /// Availability zones its instances go to (`["1", "2"]`); empty: regional.
+    pub zones: &'a [String],
 }
 
 /// Allocatable `ephemeral-storage` of a new node, in bytes: the kubelet's disk (the OS disk as
@@ -431,6 +435,59 @@ pub fn from_live_node(node: &NodeRecord, group: &str) -> NodeState {
         !x.key.starts_with("node.kubernetes.io/") && !x.key.starts_with("vmss-capacity-controller")
     });
     t
+}
+
+/// The zone label kube-scheduler's topology filters and zonal volumes look at.
+pub const ZONE_LABEL: &str = "topology.kubernetes.io/zone";
+/// The region label.
+pub const REGION_LABEL: &str = "topology.kubernetes.io/region";
+/// The zone label the Azure Disk CSI driver sets (zonal disks' PV node affinity names it).
+pub const DISK_ZONE_LABEL: &str = "topology.disk.csi.azure.com/zone";
+const LEGACY_ZONE_LABEL: &str = "failure-domain.beta.kubernetes.io/zone";
+
+/// Where a new node of a group lands, on its template: the region label; with one zone, the
+/// zone labels AKS sets (`<location>-<zone>`); with several, Azure chooses the zone, so the
+/// template carries no zone label and one variant of its labels per zone, and a node selector or
+/// required node affinity must match in every one of them: a pod that needs one zone is never
+/// counted on a group that may put its node in another (for zonal workloads, one group per zone
+/// is the supported layout, as cluster-autoscaler's FAQ says). A regional group's nodes carry
+/// zone `0`, as AKS labels them. Applied to both kinds of template (a live node's zone is that
+/// node's, not the next one's).
+pub fn zoned(t: &mut NodeState, location: &str, zones: &[String]) {
+    if location.is_empty() {
+        return;
+    }
+    let location = location.to_ascii_lowercase();
+    let labels = Arc::make_mut(&mut t.labels);
+    labels.insert(REGION_LABEL.into(), location.clone());
+    match zones {
+        [] => {
+            labels.insert(ZONE_LABEL.into(), "0".into());
+            labels.insert(DISK_ZONE_LABEL.into(), "0".into());
+        }
+        [zone] => {
+            let z = format!("{location}-{zone}");
+            labels.insert(ZONE_LABEL.into(), z.clone());
+            labels.insert(DISK_ZONE_LABEL.into(), z);
+        }
+        several => {
+            for k in [ZONE_LABEL, DISK_ZONE_LABEL, LEGACY_ZONE_LABEL] {
+                labels.remove(k);
+            }
+            let base = labels.clone();
+            let variants = several
+                .iter()
+                .map(|zone| {
+                    let mut l = base.clone();
+                    let z = format!("{location}-{zone}");
+                    l.insert(ZONE_LABEL.into(), z.clone());
+                    l.insert(DISK_ZONE_LABEL.into(), z);
+                    l
+                })
+                .collect();
+            t.set_zone_variants(variants);
+        }
+    }
 }
 
 /// The pod each DaemonSet would run on a new node, from its pod template (built once per
