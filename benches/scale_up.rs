@@ -227,6 +227,7 @@ fn main() {
         now: k8s_openapi::jiff::Timestamp::now(),
         node_startup: std::time::Duration::from_secs(900),
         quota: Vec::new(),
+        balance_similar: false,
     };
     let first = plan(&input);
     println!(

@@ -50,6 +50,10 @@ fn without_the_keys_demand_is_configured_with_cluster_autoscalers_defaults_ready
         (p.batch_idle, p.batch_max),
         (Duration::from_secs(1), Duration::from_secs(10))
     );
+    assert!(
+        !p.balance_similar_node_groups,
+        "cluster-autoscaler's default"
+    );
 }
 
 #[test]
@@ -66,6 +70,7 @@ expendablePodsPriorityCutoff: 0
 maxNodeProvisionTime: 5m
 podBatchIdle: 500ms
 podBatchMax: 3s
+balanceSimilarNodeGroups: true
 "#,
     )
     .unwrap();
@@ -84,6 +89,7 @@ podBatchMax: 3s
         (p.batch_idle, p.batch_max),
         (Duration::from_millis(500), Duration::from_secs(3))
     );
+    assert!(p.balance_similar_node_groups);
 }
 
 #[test]

@@ -305,3 +305,45 @@ async fn a_standby_neither_decides_scale_ups_nor_tells_pods_and_the_leader_it_be
     );
     c.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_balancing_a_burst_grows_three_similar_zonal_groups_evenly_in_one_write_each() {
+    use support::pod_cluster::Groups;
+    use vmss_capacity_controller::emulator::ScaleSetSeed;
+    let seeds = ["1", "2", "3"]
+        .iter()
+        .map(|z| {
+            let mut s = ScaleSetSeed::new(SUB, RG, &format!("zone{z}"), 0);
+            s.sku_name = "Standard_D4s_v5".into();
+            s.zones = vec![z.to_string()];
+            s
+        })
+        .collect();
+    let c = Cluster::start_groups(Groups::Seeds(seeds), 20, |s| {
+        s.pod_demand.batch_idle = Duration::from_millis(800);
+        s.pod_demand.batch_max = Duration::from_secs(5);
+        s.pod_demand.balance_similar_node_groups = true;
+    })
+    .await;
+    // Nine pods of 3 cpu: one per new D4s_v5 node.
+    for i in 0..9 {
+        c.pending(&format!("web-{i}"), "3", "1Gi", json!({}));
+    }
+    let sizes = |c: &Cluster| {
+        ["zone1", "zone2", "zone3"]
+            .iter()
+            .map(|g| c.capacity(g))
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || sizes(&c) == [3, 3, 3]).await,
+        "sizes {:?}",
+        sizes(&c)
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for g in ["zone1", "zone2", "zone3"] {
+        assert_eq!(c.capacity_puts(g), 1, "{g}: one write");
+    }
+    assert_eq!(sizes(&c), [3, 3, 3]);
+    c.stop().await;
+}

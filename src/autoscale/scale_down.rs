@@ -365,6 +365,7 @@ impl ScaleDownLoop {
                 max_empty_bulk_delete: settings.max_empty_bulk_delete,
                 max_per_pass: settings.max_scale_down_per_pass,
                 draining: draining > 0,
+                balance: s.settings.pod_demand.balance_similar_node_groups,
             },
         );
         if !waiting.is_empty() {

@@ -479,6 +479,7 @@ impl ScaleUpLoop {
                 .unwrap_or_default(),
             node_startup: limit,
             quota,
+            balance_similar: self.settings.pod_demand.balance_similar_node_groups,
         };
         let started = std::time::Instant::now();
         let plan = scale_up::plan(&input);

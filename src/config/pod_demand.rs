@@ -39,6 +39,9 @@ pub struct PodDemandSettings {
     pub batch_idle: Duration,
     /// `podBatchMax`: and at the latest this long after it opened.
     pub batch_max: Duration,
+    /// `balanceSimilarNodeGroups` (cluster-autoscaler's `--balance-similar-node-groups`): a
+    /// scale-up is split across the groups similar to the one the expander chose.
+    pub balance_similar_node_groups: bool,
 }
 
 impl Default for PodDemandSettings {
@@ -50,6 +53,7 @@ impl Default for PodDemandSettings {
             max_node_provision_time: DEFAULT_MAX_NODE_PROVISION_TIME,
             batch_idle: BATCH_IDLE,
             batch_max: BATCH_MAX,
+            balance_similar_node_groups: false,
         }
     }
 }
@@ -143,6 +147,7 @@ pub(super) fn pod_demand_settings(
         ),
         batch_idle,
         batch_max,
+        balance_similar_node_groups: raw.balance_similar_node_groups.take().unwrap_or(false),
     }
 }
 

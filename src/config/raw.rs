@@ -149,6 +149,7 @@ pub(super) struct RawConfig {
     pub(super) max_node_provision_time: Option<HumanDuration>,
     pub(super) pod_batch_idle: Option<HumanDuration>,
     pub(super) pod_batch_max: Option<HumanDuration>,
+    pub(super) balance_similar_node_groups: Option<bool>,
     pub(super) scale_down: Option<RawScaleDown>,
 }
 

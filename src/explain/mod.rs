@@ -298,6 +298,7 @@ impl World {
             now: self.now,
             node_startup: self.pod_demand.max_node_provision_time,
             quota: Vec::new(),
+            balance_similar: self.pod_demand.balance_similar_node_groups,
         }
     }
 
@@ -528,6 +529,7 @@ impl World {
                 max_empty_bulk_delete: self.scale_down.max_empty_bulk_delete,
                 max_per_pass: self.scale_down.max_scale_down_per_pass,
                 draining: false,
+                balance: self.pod_demand.balance_similar_node_groups,
             },
         );
         let what = if u.unready {

@@ -79,6 +79,8 @@ pub struct ScaleUpInput<'a> {
     /// What the subscription's vCPU quota leaves, per pool, as last read. Groups draw on it in
     /// the order the expander grows them.
     pub quota: Vec<QuotaPool>,
+    /// `balanceSimilarNodeGroups`: split each scale-up across the groups similar to the chosen one.
+    pub balance_similar: bool,
 }
 
 /// What one decision says.
@@ -367,14 +369,11 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
         else {
             break;
         };
-        let g = &groups[i];
-        let capacity = g.capacity.unwrap_or(0).max(0);
-        let target = (capacity + i64::from(best.new_nodes)).max(i64::from(g.min));
-        out.targets.insert(g.name.clone(), target);
+        // What quota cut short, against the pool as it was before this group drew on it.
         if let Some((room, pool)) = quota_max[i] {
             if best.new_nodes >= room {
                 out.capped.insert(
-                    g.name.clone(),
+                    groups[i].name.clone(),
                     QuotaCapped {
                         nodes: best.new_nodes,
                         pool: quota[pool].to_string(),
@@ -383,18 +382,52 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
                 );
             }
         }
-        let drawn = i64::from(best.new_nodes) * i64::from(g.vcpus.unwrap_or(0));
-        for &p in &g.quota {
-            if let Some(pool) = quota.get_mut(p) {
-                pool.remaining -= drawn;
-            }
-        }
         let placed: HashSet<&String> = best.placed.iter().collect();
+        // With balanceSimilarNodeGroups, the new nodes are spread over the groups similar to
+        // the chosen one that take every placed pod too (not when quota bounds the choice).
+        let split = if input.balance_similar && quota_max[i].is_none() {
+            let pods: Vec<&Arc<PodRecord>> = pending
+                .iter()
+                .filter(|p| placed.contains(&p.key))
+                .map(|p| &p.pod)
+                .collect();
+            let members: Vec<usize> = std::iter::once(i)
+                .chain((0..groups.len()).filter(|&j| {
+                    j != i
+                        && !chosen.contains(&j)
+                        && !out.capped.contains_key(&groups[j].name)
+                        && groups[j].unhealthy.is_none()
+                        && groups[j].capacity.is_some()
+                        && quota_max[j].is_none()
+                        && match (&templates[i], &templates[j]) {
+                            (Ok(a), Ok(b)) => {
+                                similar(a, b) && pods.iter().all(|p| b.fits(p).is_ok())
+                            }
+                            _ => false,
+                        }
+                }))
+                .collect();
+            balance(best.new_nodes, &members, groups)
+        } else {
+            vec![(i, best.new_nodes)]
+        };
+        for &(m, new_nodes) in &split {
+            let g = &groups[m];
+            let capacity = g.capacity.unwrap_or(0).max(0);
+            let target = (capacity + i64::from(new_nodes)).max(i64::from(g.min));
+            out.targets.insert(g.name.clone(), target);
+            let drawn = i64::from(new_nodes) * i64::from(g.vcpus.unwrap_or(0));
+            for &p in &g.quota {
+                if let Some(pool) = quota.get_mut(p) {
+                    pool.remaining -= drawn;
+                }
+            }
+            chosen.insert(m);
+        }
         for p in &best.placed {
-            out.triggered.insert(p.clone(), g.name.clone());
+            out.triggered.insert(p.clone(), groups[i].name.clone());
         }
         pending.retain(|p| !placed.contains(&p.key));
-        chosen.insert(i);
     }
     // Why each pod left over fits nowhere: per group, the last round's answer.
     let refusals: Vec<HashMap<&str, &Refusal>> = answers
@@ -432,6 +465,89 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
         out.unfit.insert(p.key.clone(), why);
     }
     out
+}
+
+/// Labels that may differ between similar groups (cluster-autoscaler's ignored labels for
+/// `--balance-similar-node-groups`, with Azure's): the node's own name, its zone, its pool.
+pub const BALANCE_IGNORED_LABELS: [&str; 8] = [
+    "kubernetes.io/hostname",
+    crate::pods::template::ZONE_LABEL,
+    crate::pods::template::DISK_ZONE_LABEL,
+    "failure-domain.beta.kubernetes.io/zone",
+    crate::node_groups::AGENTPOOL_LABEL,
+    "agentpool",
+    "kubernetes.azure.com/node-image-version",
+    "kubernetes.azure.com/nodepool-type",
+];
+
+/// cluster-autoscaler's allocatable tolerance for similar groups (`MaxAllocatableDifferenceRatio`).
+const BALANCE_ALLOCATABLE_RATIO: f64 = 0.05;
+
+/// Whether two groups' new nodes are alike enough to balance a scale-up between them, as
+/// cluster-autoscaler judges it: cpu and memory allocatable within 5 % of each other, every other
+/// resource equal, the same labels apart from [`BALANCE_IGNORED_LABELS`], the same taints.
+pub fn similar(a: &NodeState, b: &NodeState) -> bool {
+    let near = |r: &str| {
+        let (x, y) = (
+            a.allocatable.get(r).copied().unwrap_or(0) as f64,
+            b.allocatable.get(r).copied().unwrap_or(0) as f64,
+        );
+        (x - y).abs() <= BALANCE_ALLOCATABLE_RATIO * x.max(y)
+    };
+    let tolerant = ["cpu", "memory", "ephemeral-storage"];
+    let exact = |x: &NodeState, y: &NodeState| {
+        x.allocatable
+            .iter()
+            .filter(|(k, _)| !tolerant.contains(k))
+            .all(|(k, v)| y.allocatable.get(k) == Some(&v))
+    };
+    let labels = |n: &NodeState| -> BTreeMap<String, String> {
+        n.labels
+            .iter()
+            .filter(|(k, _)| !BALANCE_IGNORED_LABELS.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    let taints = |n: &NodeState| {
+        let mut t: Vec<(String, Option<String>, String)> = n
+            .taints
+            .iter()
+            .map(|t| (t.key.clone(), t.value.clone(), t.effect.clone()))
+            .collect();
+        t.sort();
+        t
+    };
+    near("cpu")
+        && near("memory")
+        && exact(a, b)
+        && exact(b, a)
+        && labels(a) == labels(b)
+        && taints(a) == taints(b)
+}
+
+/// cluster-autoscaler's balancing: `new_nodes` spread over `members` (indices into `groups`, the
+/// expander's choice first) one at a time to the smallest group below its max, so their sizes
+/// end as equal as their maxes allow. Returns each member's share (zero shares left out).
+fn balance(new_nodes: u32, members: &[usize], groups: &[GroupInput]) -> Vec<(usize, u32)> {
+    let size = |m: usize| groups[m].capacity.unwrap_or(0).max(0);
+    let mut sizes: Vec<i64> = members.iter().map(|&m| size(m)).collect();
+    for _ in 0..new_nodes {
+        let Some(k) = (0..members.len())
+            .filter(|&k| sizes[k] < i64::from(groups[members[k]].max))
+            .min_by_key(|&k| (sizes[k], k))
+        else {
+            break;
+        };
+        sizes[k] += 1;
+    }
+    members
+        .iter()
+        .zip(sizes)
+        .filter_map(|(&m, s)| {
+            let share = u32::try_from(s - size(m)).unwrap_or(0);
+            (share > 0).then_some((m, share))
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -524,6 +640,7 @@ mod tests {
             now: Timestamp::now(),
             node_startup: std::time::Duration::from_secs(900),
             quota: Vec::new(),
+            balance_similar: false,
         }
     }
 
@@ -640,6 +757,91 @@ mod tests {
             vec![filler, want],
         ));
         assert!(plan.targets.is_empty(), "{plan:?}");
+    }
+
+    /// Six pods of 3 cpu: one per new D4s_v5 node.
+    fn six_big_pods() -> Vec<Arc<PodRecord>> {
+        (0..6)
+            .map(|k| pending(&format!("p{k}"), "3", "1Gi", json!({})))
+            .collect()
+    }
+
+    fn balanced(groups: Vec<GroupInput<'static>>, pods: Vec<Arc<PodRecord>>) -> ScaleUpPlan {
+        let mut i = input(groups, vec![], pods);
+        i.balance_similar = true;
+        plan(&i)
+    }
+
+    #[test]
+    fn balancing_spreads_a_scale_up_over_similar_groups_so_their_sizes_end_equal() {
+        let zones = || {
+            vec![
+                zonal("z1", &["1"], 0),
+                zonal("z2", &["2"], 1),
+                zonal("z3", &["3"], 0),
+            ]
+        };
+        let one = plan(&input(zones(), vec![], six_big_pods()));
+        assert_eq!(
+            one.targets.len(),
+            1,
+            "without balancing one group takes all: {one:?}"
+        );
+        let p = balanced(zones(), six_big_pods());
+        // z2's one node is on its way and takes a pod; five new nodes level the three at 2.
+        assert_eq!(p.already_provided.len(), 1);
+        assert_eq!(
+            p.targets,
+            BTreeMap::from([
+                ("z1".to_string(), 2),
+                ("z2".to_string(), 2),
+                ("z3".to_string(), 2)
+            ])
+        );
+        assert_eq!(p.triggered.len(), 5);
+    }
+
+    #[test]
+    fn balancing_respects_each_groups_max_and_leaves_dissimilar_groups_alone() {
+        let mut z1 = zonal("z1", &["1"], 0);
+        z1.max = 1;
+        let mut big = zonal("big", &["3"], 0);
+        if let Some(s) = big.shape.as_mut() {
+            s.vm_size = "Standard_D8s_v5";
+        }
+        let mut tainted = zonal("tainted", &["2"], 0);
+        if let Some(s) = tainted.shape.as_mut() {
+            s.tags = BTreeMap::from([(
+                "k8s.io_cluster-autoscaler_node-template_taint_dedicated".to_string(),
+                "batch:NoSchedule".to_string(),
+            )]);
+        }
+        let p = balanced(
+            vec![z1, zonal("z2", &["2"], 0), big, tainted],
+            six_big_pods(),
+        );
+        // least-waste picks a D4s_v5 group; big (other size) and tainted (other taints) are
+        // not similar to it.
+        assert_eq!(p.targets.get("big"), None, "{p:?}");
+        assert_eq!(p.targets.get("tainted"), None, "{p:?}");
+        assert_eq!(p.targets.get("z1"), Some(&1), "its max");
+        assert_eq!(p.targets.get("z2"), Some(&5));
+    }
+
+    #[test]
+    fn balancing_never_moves_a_pod_to_a_similar_group_it_does_not_fit() {
+        let pods: Vec<_> = (0..4)
+            .map(|k| {
+                pending(
+                    &format!("z{k}"),
+                    "3",
+                    "1Gi",
+                    json!({"nodeSelector": {"topology.kubernetes.io/zone": "westeurope-1"}}),
+                )
+            })
+            .collect();
+        let p = balanced(vec![zonal("z1", &["1"], 0), zonal("z2", &["2"], 0)], pods);
+        assert_eq!(p.targets, BTreeMap::from([("z1".to_string(), 4)]));
     }
 
     #[test]

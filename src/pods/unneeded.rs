@@ -338,6 +338,9 @@ pub struct Limits {
     pub max_per_pass: u32,
     /// Whether a drain is already under way (nodes with pods go one at a time).
     pub draining: bool,
+    /// `balanceSimilarNodeGroups`: among equally unneeded nodes (the same utilisation), those of
+    /// the larger group go first, so balanced groups stay balanced as they shrink.
+    pub balance: bool,
 }
 
 /// Which unneeded nodes go this pass (indices into `candidates.unneeded`), and why each other
@@ -353,7 +356,13 @@ pub fn select(
     let mut waiting = BTreeMap::new();
     let mut taken: Vec<u32> = vec![0; groups.len()];
     let (mut empty, mut drained) = (0u32, 0u32);
-    for (i, u) in candidates.unneeded.iter().enumerate() {
+    let order: Vec<usize> = if limits.balance {
+        larger_groups_first(candidates, groups)
+    } else {
+        (0..candidates.unneeded.len()).collect()
+    };
+    for i in order {
+        let u = &candidates.unneeded[i];
         let g = &groups[u.group];
         let (wait, label) = if u.unready {
             (limits.unready_time, "unready_time")
@@ -398,6 +407,39 @@ pub fn select(
         }
     }
     (chosen, waiting)
+}
+
+/// The candidates in their order, except that within each run of equal utilisation the nodes
+/// are interleaved by group, the group with most nodes left (size less deletions, less the nodes
+/// ordered before) first: cluster-autoscaler balances only when adding; this keeps similar groups
+/// level when removing too.
+fn larger_groups_first(candidates: &Candidates, groups: &[DownGroup]) -> Vec<usize> {
+    let u = &candidates.unneeded;
+    let mut left: Vec<i64> = groups
+        .iter()
+        .map(|g| g.size.unwrap_or(0) - i64::from(g.deleting))
+        .collect();
+    let mut order = Vec::with_capacity(u.len());
+    let mut start = 0;
+    while start < u.len() {
+        let end = (start..u.len())
+            .find(|&k| u[k].utilization != u[start].utilization)
+            .unwrap_or(u.len());
+        let mut run: Vec<usize> = (start..end).collect();
+        while !run.is_empty() {
+            // The largest group's next node; ties keep the listed order.
+            let Some(k) =
+                (0..run.len()).max_by_key(|&k| (left[u[run[k]].group], std::cmp::Reverse(k)))
+            else {
+                break;
+            };
+            let i = run.remove(k);
+            left[u[i].group] -= 1;
+            order.push(i);
+        }
+        start = end;
+    }
+    order
 }
 
 #[cfg(test)]
@@ -476,6 +518,7 @@ mod tests {
         max_empty_bulk_delete: 10,
         max_per_pass: 10,
         draining: false,
+        balance: false,
     };
 
     fn all_since(c: &Candidates, t: Instant) -> HashMap<String, Instant> {
@@ -755,6 +798,35 @@ mod tests {
         let (chosen, waiting) = select(&c, &[g], &since, later, LIMITS);
         assert_eq!(chosen, [0, 1]);
         assert_eq!(waiting.get("c"), Some(&"min_size"));
+    }
+
+    #[test]
+    fn with_balancing_equally_unneeded_nodes_of_the_larger_group_go_first() {
+        // `small` (3 nodes) lists first by name; `wide` has 5. Two may go this pass.
+        let mut nodes: Vec<_> = (0..3)
+            .map(|i| node(&format!("a-small-{i}"), "small", i, "4"))
+            .collect();
+        nodes.extend((0..5).map(|i| node(&format!("b-wide-{i}"), "wide", i, "4")));
+        let groups = [group("small", Some(3), 0), group("wide", Some(5), 0)];
+        let c = run(&groups, &nodes, &[], &[]);
+        let t = Instant::now();
+        let since = all_since(&c, t);
+        let later = t + Duration::from_secs(3600);
+        let pick = |balance| {
+            let limits = Limits {
+                max_per_pass: 3,
+                balance,
+                ..LIMITS
+            };
+            let (chosen, _) = select(&c, &groups, &since, later, limits);
+            chosen
+                .iter()
+                .map(|i| c.unneeded[*i].node.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(pick(false), ["a-small-0", "a-small-1", "a-small-2"]);
+        // wide 5 → 4, then 4 vs 3: wide again, then 3 vs 3: the first listed.
+        assert_eq!(pick(true), ["b-wide-0", "b-wide-1", "a-small-0"]);
     }
 
     #[test]

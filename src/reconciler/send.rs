@@ -18,10 +18,11 @@
 //! there was never sent: it is held too). A 429 or a send the fence stopped gives the token back:
 //! Azure charges only what it admits.
 //!
-//! Before any of these, a write that is not urgent waits while the subscription's API budget,
-//! as Azure's answers report it, is down to this process's reserve ([`Inner::reserve_hold`],
-//! `armBudgetReservePercentage`): scale-ups go, deletions of unneeded nodes wait below half the
-//! reserve, lowering a capacity number below the reserve.
+//! Besides, when a write is planned (with the early holds, before it spends a read on itself), a
+//! write that is not urgent waits while the subscription's API budget, as Azure's answers report
+//! it, is down to this process's reserve ([`Inner::reserve_hold`], `armBudgetReservePercentage`):
+//! scale-ups go, deletions of unneeded nodes wait below half the reserve, lowering a capacity
+//! number below the reserve. It is not asked again at the send: a write let through goes.
 //!
 //! Which holds apply to which write is decided here, once (the three hand-written copies this
 //! replaced had drifted apart):
