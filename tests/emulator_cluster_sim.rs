@@ -415,10 +415,24 @@ async fn an_eviction_refused_by_a_pdb_leaves_the_pod_and_an_allowed_one_is_recre
     assert_eq!(evict(&handle, &kube, victim).await, 429);
     assert!(kube.get("v1", "pods", "default", victim).is_ok());
 
-    let mut relaxed = pdb;
-    relaxed["spec"]["minAvailable"] = json!(1);
-    kube.update("policy/v1", "poddisruptionbudgets", "default", relaxed)
-        .expect("pdb relaxed");
+    // The simulation's disruption controller writes the budget's status meanwhile: relax it as
+    // a client would, read-modify-write again on a 409 (bounded).
+    let _ = pdb;
+    let mut relaxed_ok = false;
+    for _ in 0..20 {
+        let mut relaxed = kube
+            .get("policy/v1", "poddisruptionbudgets", "default", "web")
+            .expect("pdb read");
+        relaxed["spec"]["minAvailable"] = json!(1);
+        if kube
+            .update("policy/v1", "poddisruptionbudgets", "default", relaxed)
+            .is_ok()
+        {
+            relaxed_ok = true;
+            break;
+        }
+    }
+    assert!(relaxed_ok, "pdb relaxed");
     assert_eq!(evict(&handle, &kube, victim).await, 201);
     let after = eventually("the replica set to replace the evicted pod", || {
         let bound: Vec<String> = pods_of(&kube, "web")
