@@ -65,38 +65,38 @@ pub async fn read(settings: &Settings) -> anyhow::Result<Snapshot> {
         }
     }
     let client = crate::app::kube_client(&settings.kubernetes).await?;
-    let lp = ListParams::default();
-    snap.nodes = Api::<Node>::all(client.clone())
-        .list(&lp)
-        .await
-        .context("listing nodes (the role needs get/list on nodes)")?
-        .items
+    snap.nodes = list::<Node>(&client, "nodes")
+        .await?
         .into_iter()
         .map(|n| Arc::new(NodeRecord::of(n)))
         .collect();
-    snap.pods = Api::<Pod>::all(client.clone())
-        .list(&lp)
-        .await
-        .context("listing pods (the role needs get/list on pods)")?
-        .items
+    snap.pods = list::<Pod>(&client, "pods")
+        .await?
         .into_iter()
         .map(|p| Arc::new(PodRecord::of(p)))
         .collect();
-    snap.pdbs = Api::<PodDisruptionBudget>::all(client.clone())
-        .list(&lp)
-        .await
-        .context("listing poddisruptionbudgets (policy/v1)")?
-        .items
+    snap.pdbs = list::<PodDisruptionBudget>(&client, "poddisruptionbudgets (policy/v1)")
+        .await?
         .into_iter()
         .map(Arc::new)
         .collect();
-    snap.daemonsets = Api::<DaemonSet>::all(client)
-        .list(&lp)
-        .await
-        .context("listing daemonsets (apps/v1)")?
-        .items
+    snap.daemonsets = list::<DaemonSet>(&client, "daemonsets (apps/v1)")
+        .await?
         .into_iter()
         .map(Arc::new)
         .collect();
     Ok(snap)
+}
+
+/// Every object of kind `K` in the cluster; `what` names it in the error.
+async fn list<K>(client: &kube::Client, what: &str) -> anyhow::Result<Vec<K>>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    Ok(Api::<K>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .with_context(|| format!("listing {what} (the role needs get/list on them)"))?
+        .items)
 }

@@ -327,6 +327,30 @@ impl World {
             .collect()
     }
 
+    /// The scale-down decision's groups, unready nodes and candidates, as one pass sees them
+    /// with nothing in flight and every node simulated (not only the pass's first few).
+    fn scale_down(&self) -> (Vec<DownGroup>, HashSet<String>, unneeded::Candidates) {
+        let groups = self.down_groups();
+        let unready = crate::node_groups::unready_nodes(
+            &self.nodes,
+            self.now,
+            self.pod_demand.max_node_provision_time,
+        );
+        let none = HashSet::new();
+        let candidates = unneeded::unneeded(&DownInput {
+            groups: &groups,
+            nodes: &self.nodes,
+            pods: &self.pods,
+            pdbs: &self.pdbs,
+            threshold: self.scale_down.utilization_threshold,
+            busy: &none,
+            unready: &unready,
+            previously: &none,
+            non_empty_candidates: u32::MAX,
+        });
+        (groups, unready, candidates)
+    }
+
     fn group_named(&self, name: &str) -> Option<&Group> {
         self.groups
             .iter()
@@ -463,25 +487,7 @@ impl World {
             return Ok(out);
         };
         out.group = Some(group.spec.name.clone());
-        let groups = self.down_groups();
-        let unready = crate::node_groups::unready_nodes(
-            &self.nodes,
-            self.now,
-            self.pod_demand.max_node_provision_time,
-        );
-        let none = HashSet::new();
-        let candidates = unneeded::unneeded(&DownInput {
-            groups: &groups,
-            nodes: &self.nodes,
-            pods: &self.pods,
-            pdbs: &self.pdbs,
-            threshold: self.scale_down.utilization_threshold,
-            busy: &none,
-            unready: &unready,
-            previously: &none,
-            // Every node simulated, not only the pass's first few.
-            non_empty_candidates: u32::MAX,
-        });
+        let (groups, unready, candidates) = self.scale_down();
         if let Some(b) = candidates.blocked.get(name) {
             let (reason, pod) = ca_reason(b);
             out.reason = reason.into();
@@ -606,24 +612,7 @@ impl World {
             .filter(|n| index.group_of(n).is_some())
             .collect();
         let ready = mine.iter().filter(|n| n.ready).count() as u32;
-        let groups = self.down_groups();
-        let unready = crate::node_groups::unready_nodes(
-            &self.nodes,
-            self.now,
-            self.pod_demand.max_node_provision_time,
-        );
-        let none = HashSet::new();
-        let candidates = unneeded::unneeded(&DownInput {
-            groups: &groups,
-            nodes: &self.nodes,
-            pods: &self.pods,
-            pdbs: &self.pdbs,
-            threshold: self.scale_down.utilization_threshold,
-            busy: &none,
-            unready: &unready,
-            previously: &none,
-            non_empty_candidates: u32::MAX,
-        });
+        let (groups, _, candidates) = self.scale_down();
         let r = g.resource.as_ref();
         Ok(GroupExplanation {
             group: g.spec.name.clone(),
