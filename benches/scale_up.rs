@@ -6,6 +6,12 @@
 //! Groups mix four VM sizes, every fourth is a tainted GPU group; pods come from 60 Deployments
 //! (some pinned to a group by nodeSelector, some tolerating the GPU taint). Median and
 //! percentiles of many decisions over the same snapshot.
+//! Groups sit in three zones (one zone each, as the README advises). The same passes then run on
+//! the same cluster with 30 % of the pods in zone-spread Deployments (`DoNotSchedule`, max skew
+//! of one) and 10 % with required anti-affinity by zone (issue 17's second goal: under 100 ms),
+//! and the ratio to the plain pass is printed; then a burst of 3,000 replicas needing 3,000 new
+//! nodes, without and with a zone spread.
+//!
 //! `cargo bench --bench scale_up`; `BENCH_QUICK=1 cargo bench --bench scale_up` for CI.
 
 #[path = "common/mod.rs"]
@@ -31,6 +37,35 @@ const PODS: usize = 50_000;
 const PENDING: usize = 3_000;
 const DEPLOYMENTS: usize = 60;
 const GPU_TAINT: &str = "k8s.io_cluster-autoscaler_node-template_taint_sku";
+const ZONE: &str = "topology.kubernetes.io/zone";
+
+/// Group `g`'s zone (1, 2 or 3).
+fn zone_of(g: usize) -> usize {
+    g % 3 + 1
+}
+
+/// What a pod asks of other nodes' pods, in the constrained scenario.
+#[derive(Clone, Copy, PartialEq)]
+enum Rule {
+    None,
+    /// Zone spread of its own Deployment, maxSkew 1, DoNotSchedule.
+    Spread,
+    /// Required anti-affinity by zone against another Deployment's spread pods.
+    AntiByZone,
+    /// Zone spread, and 6 cpu: no room on today's nodes, one per new D8s/E8s node.
+    BigSpread,
+    /// 6 cpu and no rule: [`Rule::BigSpread`]'s baseline.
+    Big,
+}
+
+/// The constrained scenario's rule for pod `i`: 30 % spread, 10 % anti-affinity.
+fn rule_of(i: usize) -> Rule {
+    match i % 10 {
+        0..=2 => Rule::Spread,
+        3 => Rule::AntiByZone,
+        _ => Rule::None,
+    }
+}
 
 fn node(g: usize, i: usize) -> Node {
     let (size, cpu, mem) = size_of(g);
@@ -49,6 +84,7 @@ fn node(g: usize, i: usize) -> Node {
             "kubernetes.io/hostname": name,
             "node.kubernetes.io/instance-type": size,
             "pool": group_name(g),
+            ZONE: format!("westeurope-{}", zone_of(g)),
         }},
         "spec": {
             "providerID": format!("azure:///subscriptions/{SUB}/resourceGroups/mc_rg/providers/Microsoft.Compute/virtualMachineScaleSets/{}/virtualMachines/{i}", group_name(g)),
@@ -62,8 +98,9 @@ fn node(g: usize, i: usize) -> Node {
     .expect("node")
 }
 
-/// Deployment `d`'s pod: requests, and for some a pool selector or the GPU toleration.
-fn pod(d: usize, i: usize, node: Option<&str>) -> Pod {
+/// Deployment `d`'s pod: requests, and for some a pool selector or the GPU toleration; with a
+/// rule, a Deployment of its own (`deployNN-spread`, `deployNN-anti`) with that rule.
+fn pod(d: usize, i: usize, node: Option<&str>, rule: Rule) -> Pod {
     let cpu = ["100m", "250m", "500m", "1", "2"][d % 5];
     let mem = ["128Mi", "512Mi", "1Gi", "2Gi", "4Gi"][(d / 5) % 5];
     let mut spec = json!({
@@ -79,6 +116,28 @@ fn pod(d: usize, i: usize, node: Option<&str>) -> Pod {
             json!([{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]);
         spec["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = json!("1");
     }
+    let app = match rule {
+        Rule::None => format!("deploy{d:02}"),
+        Rule::Spread => format!("deploy{d:02}-spread"),
+        Rule::BigSpread => format!("deploy{d:02}-big-spread"),
+        Rule::Big => format!("deploy{d:02}-big"),
+        Rule::AntiByZone => format!("deploy{d:02}-anti"),
+    };
+    if matches!(rule, Rule::Big | Rule::BigSpread) {
+        spec["containers"][0]["resources"]["requests"]["cpu"] = json!("6");
+    }
+    match rule {
+        Rule::None | Rule::Big => {}
+        Rule::Spread | Rule::BigSpread => {
+            spec["topologySpreadConstraints"] = json!([{"maxSkew": 1, "topologyKey": ZONE,
+                "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": app}}}]);
+        }
+        Rule::AntiByZone => {
+            let other = format!("deploy{:02}-spread", (d + 1) % DEPLOYMENTS);
+            spec["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": ZONE, "labelSelector": {"matchLabels": {"app": other}}}]}});
+        }
+    }
     if let Some(n) = node {
         spec["nodeName"] = json!(n);
     }
@@ -90,9 +149,9 @@ fn pod(d: usize, i: usize, node: Option<&str>) -> Pod {
     serde_json::from_value(json!({
         "metadata": {"name": format!("deploy{d:02}-{i:06}"), "namespace": format!("team{}", d % 8),
             "uid": format!("pod-uid-{d}-{i}"), "resourceVersion": format!("{}", 1000 + i),
-            "labels": {"app": format!("deploy{d:02}")},
+            "labels": {"app": app},
             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                "name": format!("deploy{d:02}-rs"), "uid": format!("uid-{d}"), "controller": true}]},
+                "name": format!("{app}-rs"), "uid": format!("uid-{app}"), "controller": true}]},
         "spec": spec,
         "status": status,
     }))
@@ -133,9 +192,29 @@ fn timed(iters: usize, mut f: impl FnMut()) -> Vec<f64> {
     v
 }
 
-fn main() {
-    let quick = quick();
-    let iters = if quick { 5 } else { 30 };
+/// Medians and 90th percentiles of one scenario's decisions, in ms.
+struct Pass {
+    up: Vec<f64>,
+    down: Vec<f64>,
+}
+
+impl Pass {
+    fn median(&self) -> f64 {
+        pct(&self.up, 0.5) + pct(&self.down, 0.5)
+    }
+    fn p90(&self) -> f64 {
+        pct(&self.up, 0.9) + pct(&self.down, 0.9)
+    }
+}
+
+/// Builds the cluster (`rule` says what each pod asks of other nodes' pods), prints what the
+/// decisions say, and times them.
+fn scenario(
+    label: &str,
+    iters: usize,
+    rule: impl Fn(usize) -> Rule,
+    pending_rule: impl Fn(usize) -> (usize, Rule),
+) -> Pass {
     let nodes: Vec<Arc<Node>> = (0..GROUPS)
         .flat_map(|g| (0..NODES_PER_GROUP).map(move |i| Arc::new(node(g, i))))
         .collect();
@@ -153,15 +232,13 @@ fn main() {
     for i in 0..PODS - PENDING {
         let n = plain[i % plain.len()].metadata.name.as_deref();
         // Small pods only on running nodes (deployments 0..5: 100m-2 cpu, 128Mi).
-        raw.push(pod(1 + (i % 3) * 5, i, n));
+        raw.push(pod(1 + (i % 3) * 5, i, n, rule(i)));
     }
     for i in 0..PENDING {
-        raw.push(pod(i % DEPLOYMENTS, PODS + i, None));
+        let (d, r) = pending_rule(i);
+        raw.push(pod(d, PODS + i, None, r));
     }
-    println!(
-        "== scale_up ({} mode) ==",
-        if quick { "QUICK" } else { "full" }
-    );
+    println!("-- {label} --");
     // What the reflector does once per pod event: the record, its spec shared by equal pods.
     let t = Instant::now();
     let nodes: Vec<Arc<NodeRecord>> = nodes
@@ -185,6 +262,7 @@ fn main() {
     );
     let daemonsets: Vec<Arc<DaemonSet>> = (0..10).map(|k| Arc::new(daemonset(k))).collect();
     let names: Vec<String> = (0..GROUPS).map(group_name).collect();
+    let zones: Vec<Vec<String>> = (0..GROUPS).map(|g| vec![zone_of(g).to_string()]).collect();
     let tags: Vec<_> = (0..GROUPS)
         .map(|g| {
             if g.is_multiple_of(4) {
@@ -208,6 +286,8 @@ fn main() {
                 name: &names[g],
                 vm_size: size_of(g).0,
                 tags: tags[g].clone(),
+                location: "westeurope",
+                zones: &zones[g],
                 ..GroupShape::default()
             }),
             unhealthy: None,
@@ -230,8 +310,14 @@ fn main() {
         balance_similar: false,
     };
     let first = plan(&input);
+    let mut reasons: std::collections::BTreeMap<&str, usize> = Default::default();
+    for why in first.unfit.values() {
+        if let Some((_, w)) = why.first() {
+            *reasons.entry(w.label).or_default() += 1;
+        }
+    }
     println!(
-        "{} nodes in {GROUPS} groups, {} pods ({} pending), {} DaemonSets: {} groups grow by {} nodes, {} pods placed on room already there, {} fit no group, {} not simulated",
+        "{} nodes in {GROUPS} groups, {} pods ({} pending), {} DaemonSets: {} groups grow by {} nodes, {} pods placed on room already there, {} fit no group (first group's reason: {reasons:?}), {} not simulated",
         input.nodes.len(),
         input.pods.len(),
         first.pending,
@@ -292,12 +378,62 @@ fn main() {
         pct(&down, 0.9),
         down[down.len() - 1]
     );
-    let pass = pct(&up, 0.5) + pct(&down, 0.5);
+    Pass { up, down }
+}
+
+fn main() {
+    let quick = quick();
+    let iters = if quick { 5 } else { 30 };
     println!(
-        "goal: one planning pass (scale-up + scale-down decisions) under 100 ms: median {pass:.1} ms {} ({:.1}x headroom); p90 {:.1} ms {}",
-        verdict(pass < 100.0),
-        100.0 / pass,
-        pct(&up, 0.9) + pct(&down, 0.9),
-        verdict(pct(&up, 0.9) + pct(&down, 0.9) < 100.0),
+        "== scale_up ({} mode) ==",
+        if quick { "QUICK" } else { "full" }
+    );
+    let plain = scenario(
+        "today's pods",
+        iters,
+        |_| Rule::None,
+        |i| (i % DEPLOYMENTS, Rule::None),
+    );
+    let constrained = scenario(
+        "30 % zone-spread, 10 % anti-affinity by zone",
+        iters,
+        rule_of,
+        |i| (i % DEPLOYMENTS, rule_of(i)),
+    );
+    // One Deployment of 6-cpu replicas scaled up by 3,000 at once: no room for them today, one
+    // per new 8-vCPU node; without and with a zone spread (fewer runs: seconds each).
+    let burst_iters = if quick { 1 } else { 3 };
+    let big = scenario(
+        "a burst of 3,000 replicas of one Deployment, no room for them",
+        burst_iters,
+        |_| Rule::None,
+        |_| (29, Rule::Big),
+    );
+    let burst = scenario(
+        "the same burst, spread by zone",
+        burst_iters,
+        |_| Rule::None,
+        |_| (29, Rule::BigSpread),
+    );
+    let (p, c) = (plain.median(), constrained.median());
+    println!(
+        "goal: one planning pass (scale-up + scale-down decisions) under 100 ms: median {p:.1} ms {} ({:.1}x headroom); p90 {:.1} ms {}",
+        verdict(p < 100.0),
+        100.0 / p,
+        plain.p90(),
+        verdict(plain.p90() < 100.0),
+    );
+    println!(
+        "goal: the same pass with 30 % zone-spread and 10 % anti-affinity pods under 100 ms: median {c:.1} ms {} ({:.2}x the plain pass, measured in this run); p90 {:.1} ms {}",
+        verdict(c < 100.0),
+        c / p,
+        constrained.p90(),
+        verdict(constrained.p90() < 100.0),
+    );
+    println!(
+        "a burst of 3,000 replicas needing 3,000 new nodes: scale-up decision median {:.0} ms plain, {:.0} ms spread by zone ({:.2}x, same run)",
+        pct(&big.up, 0.5),
+        pct(&burst.up, 0.5),
+        pct(&burst.up, 0.5) / pct(&big.up, 0.5),
     );
 }

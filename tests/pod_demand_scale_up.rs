@@ -347,3 +347,54 @@ async fn with_balancing_a_burst_grows_three_similar_zonal_groups_evenly_in_one_w
     assert_eq!(sizes(&c), [3, 3, 3]);
     c.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zone_spread_deployment_from_zero_grows_the_three_zonal_groups_evenly() {
+    use support::pod_cluster::Groups;
+    use vmss_capacity_controller::emulator::ScaleSetSeed;
+    let seeds = ["1", "2", "3"]
+        .iter()
+        .map(|z| {
+            let mut s = ScaleSetSeed::new(SUB, RG, &format!("zone{z}"), 0);
+            s.sku_name = "Standard_D4s_v5".into();
+            s.zones = vec![z.to_string()];
+            s
+        })
+        .collect();
+    // No balancing: the spread constraint alone spreads the new nodes.
+    let c = Cluster::start_groups(Groups::Seeds(seeds), 20, |s| {
+        s.pod_demand.batch_idle = Duration::from_millis(800);
+        s.pod_demand.batch_max = Duration::from_secs(5);
+    })
+    .await;
+    let spread = json!({"topologySpreadConstraints": [{"maxSkew": 1,
+        "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "web"}}}]});
+    // Six pods of 3 cpu: one per new D4s_v5 node, two per zone.
+    for i in 0..6 {
+        c.pending_labelled(
+            &format!("web-{i}"),
+            json!({"app": "web"}),
+            "3",
+            "1Gi",
+            spread.clone(),
+        );
+    }
+    let sizes = |c: &Cluster| {
+        ["zone1", "zone2", "zone3"]
+            .iter()
+            .map(|g| c.capacity(g))
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || sizes(&c) == [2, 2, 2]).await,
+        "sizes {:?}",
+        sizes(&c)
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(sizes(&c), [2, 2, 2], "and no more");
+    for g in ["zone1", "zone2", "zone3"] {
+        assert_eq!(c.capacity_puts(g), 1, "{g}: one write");
+    }
+    c.stop().await;
+}

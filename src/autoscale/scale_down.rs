@@ -40,6 +40,7 @@ use crate::notify::{ControllerEvent, EventSink, ObjectRef};
 use crate::pods::fit::NodeState;
 use crate::pods::record::{NodeRecord, PodRecord};
 use crate::pods::scale_down::removable;
+use crate::pods::topology::Cluster;
 use crate::pods::unneeded::{self, Candidates, DownGroup, DownInput, Limits};
 use crate::reconciler::{DeleteEnd, DeleteKind, LastLook, Reconciler};
 use crate::resource::Victim;
@@ -980,7 +981,9 @@ impl Shared {
             .nodes
             .snapshot()
             .values()
-            .filter(|n| !busy.contains(&n.name) && is_ready(n) && schedulable(n))
+            .filter(|n| {
+                n.name != r.node && !busy.contains(&n.name) && is_ready(n) && schedulable(n)
+            })
             .map(|n| {
                 NodeState::from_node(
                     n,
@@ -989,6 +992,11 @@ impl Shared {
             })
             .collect();
         let pdbs: Vec<_> = self.cluster.pdbs.snapshot().values().cloned().collect();
+        let topology = state
+            .pods
+            .iter()
+            .any(|p| p.facts().has_cross_node_rules())
+            .then(|| Cluster::new(&others));
         removable(
             &state,
             &node.annotations,
@@ -1001,6 +1009,7 @@ impl Shared {
             } else {
                 self.settings.scale_down.utilization_threshold
             },
+            topology.as_ref(),
         )
         .map(|_| ())
         .map_err(|b| format!("no longer removable: {b}"))

@@ -5,6 +5,7 @@
 
 use super::fit::{NodeState, Unfit};
 use super::record::PodRecord;
+use super::topology::Topology;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -49,6 +50,9 @@ pub struct Estimate {
     pub refused: Vec<(String, Refusal)>,
     /// The simulated new nodes with their pods (for waste, and for the expander).
     pub nodes: Vec<NodeState>,
+    /// The decision's cross-node counts with this estimate's pods placed (what the decision
+    /// goes on with if the expander chooses it).
+    pub topology: Topology,
 }
 
 /// Why a pod does not go to a group.
@@ -156,32 +160,133 @@ fn decreasing<'a>(pods: &'a [Prepared], template: &NodeState) -> Vec<&'a Prepare
 
 /// First-fit of `pod` onto `nodes`, skipping the nodes that already refused a pod of its class
 /// (`start`): a node only fills up during a simulation, so a node that refused one pod of a
-/// class refuses the next. Returns the index the pod went to.
+/// class for its own reasons refuses the next. A refusal by other nodes' pods (spread, affinity)
+/// may not last, so for those classes only the node's own refusals are skipped. The pod counts
+/// in `topology` where it went. Returns the index the pod went to.
 pub fn first_fit(
     nodes: &mut [NodeState],
     pod: &Prepared,
     start: &mut HashMap<usize, usize>,
+    topology: &mut Topology,
 ) -> Option<usize> {
     let from = start.get(&pod.class).copied().unwrap_or(0);
+    let sticks = topology.refusal_sticks(pod.class);
+    let mut first_local = None;
     let found = nodes
         .iter()
         .enumerate()
         .skip(from)
-        .find(|(_, n)| n.fits(&pod.pod).is_ok())
+        .find(|(i, n)| {
+            if n.fits(&pod.pod).is_err() {
+                return false;
+            }
+            first_local.get_or_insert(*i);
+            topology.fits(pod.class, n).is_ok()
+        })
         .map(|(i, _)| i);
-    start.insert(pod.class, found.unwrap_or(nodes.len()));
+    let next = if sticks { found } else { first_local };
+    start.insert(pod.class, next.unwrap_or(nodes.len()));
     let i = found?;
     nodes[i].place(pod.pod.clone());
+    topology.placed(pod.class, &nodes[i]);
     Some(i)
+}
+
+/// The nodes of a fixed list grouped by their value for a topology key (see
+/// [`Topology::domain_key`]), built once per key: a pod whose rules look at that key alone is
+/// tried once per domain against the rules and then first-fit within the domains that allow it.
+#[derive(Debug, Default)]
+pub struct DomainIndex {
+    by_key: HashMap<String, Vec<(String, Vec<usize>)>>,
+    /// Per (class, domain): the first node in the domain's list that may still take the class.
+    start: HashMap<(usize, usize), usize>,
+}
+
+impl DomainIndex {
+    /// [`first_fit`] over `nodes` (always the same list for one index), by domain when the
+    /// pod's rules allow it.
+    pub fn first_fit(
+        &mut self,
+        nodes: &mut [NodeState],
+        pod: &Prepared,
+        start: &mut HashMap<usize, usize>,
+        topology: &mut Topology,
+    ) -> Option<usize> {
+        let Some(key) = topology.domain_key(pod.class).map(str::to_string) else {
+            return first_fit(nodes, pod, start, topology);
+        };
+        let domains = self.by_key.entry(key.clone()).or_insert_with(|| {
+            let mut by: std::collections::BTreeMap<String, Vec<usize>> = Default::default();
+            for (i, n) in nodes.iter().enumerate() {
+                // Nodes without the key, or with a zone Azure will choose, are not indexed:
+                // every rule refuses them for spread, and the others go the slow way.
+                if n.zone_variants().is_none() {
+                    if let Some(v) = n.labels.get(&key) {
+                        by.entry(v.clone()).or_default().push(i);
+                    }
+                }
+            }
+            by.into_iter().collect()
+        });
+        for (d, (_, members)) in domains.iter().enumerate() {
+            let Some(&first) = members.first() else {
+                continue;
+            };
+            if topology.fits(pod.class, &nodes[first]).is_err() {
+                continue;
+            }
+            let from = self.start.get(&(pod.class, d)).copied().unwrap_or(0);
+            let found = members
+                .iter()
+                .enumerate()
+                .skip(from)
+                .find(|(_, &i)| nodes[i].fits(&pod.pod).is_ok());
+            self.start
+                .insert((pod.class, d), found.map_or(members.len(), |(k, _)| k));
+            if let Some((_, &i)) = found {
+                nodes[i].place(pod.pod.clone());
+                topology.placed(pod.class, &nodes[i]);
+                return Some(i);
+            }
+        }
+        // Nodes the index leaves out (no such label: refused by spread, maybe not by
+        // anti-affinity).
+        let unindexed = nodes
+            .iter()
+            .position(|n| n.zone_variants().is_some() || !n.labels.contains_key(&key));
+        match unindexed {
+            Some(_) => {
+                let i = nodes
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, n)| n.zone_variants().is_some() || !n.labels.contains_key(&key))
+                    .find(|(_, n)| n.fits(&pod.pod).is_ok() && topology.fits(pod.class, n).is_ok())
+                    .map(|(i, _)| i)?;
+                nodes[i].place(pod.pod.clone());
+                topology.placed(pod.class, &nodes[i]);
+                Some(i)
+            }
+            None => None,
+        }
+    }
 }
 
 /// First-fit decreasing for one group.
 pub fn estimate(group: &GroupCapacity, pods: &[Arc<PodRecord>]) -> Estimate {
-    estimate_prepared(group, &prepare(pods))
+    let pods = prepare(pods);
+    let topology = Topology::new(&pods, [], &[]);
+    estimate_prepared(group, &pods, &topology)
 }
 
-/// [`estimate`] for pods already [`prepare`]d (the scale-up asks many groups about the same pods).
-pub fn estimate_prepared(group: &GroupCapacity, pods: &[Prepared]) -> Estimate {
+/// [`estimate`] for pods already [`prepare`]d (the scale-up asks many groups about the same pods),
+/// against the decision's `topology` as it stands (the estimate works on a copy, returned in
+/// [`Estimate::topology`]).
+pub fn estimate_prepared(
+    group: &GroupCapacity,
+    pods: &[Prepared],
+    topology: &Topology,
+) -> Estimate {
+    let mut topology = topology.clone();
     let mut nodes: Vec<NodeState> = (0..group.upcoming())
         .map(|i| {
             let mut n = group.template.clone();
@@ -189,6 +294,9 @@ pub fn estimate_prepared(group: &GroupCapacity, pods: &[Prepared]) -> Estimate {
             n
         })
         .collect();
+    for n in &nodes {
+        topology.node_added(n);
+    }
     let upcoming = nodes.len();
     let mut out = Estimate {
         group: group.name.clone(),
@@ -196,11 +304,12 @@ pub fn estimate_prepared(group: &GroupCapacity, pods: &[Prepared]) -> Estimate {
         placed: Vec::new(),
         refused: Vec::new(),
         nodes: Vec::new(),
+        topology: Topology::default(),
     };
     let mut start: HashMap<usize, usize> = HashMap::new();
     let mut template_says: HashMap<usize, Result<(), Unfit>> = HashMap::new();
     for pod in decreasing(pods, &group.template) {
-        if first_fit(&mut nodes, pod, &mut start).is_some() {
+        if first_fit(&mut nodes, pod, &mut start, &mut topology).is_some() {
             out.placed.push(pod.key.clone());
             continue;
         }
@@ -217,14 +326,27 @@ pub fn estimate_prepared(group: &GroupCapacity, pods: &[Prepared]) -> Estimate {
             continue;
         }
         let mut n = group.template.clone();
-        n.name = format!("{}-new-{}", group.name, out.new_nodes);
+        // Named after the group's size with it: unique across the rounds of a decision.
+        n.name = format!(
+            "{}-new-{}",
+            group.name,
+            u64::from(group.capacity) + u64::from(out.new_nodes)
+        );
+        if let Err(why) = topology.fits(pod.class, &n) {
+            out.refused
+                .push((pod.key.clone(), Refusal::DoesNotFit(why)));
+            continue;
+        }
+        topology.node_added(&n);
         n.place(pod.pod.clone());
+        topology.placed(pod.class, &n);
         nodes.push(n);
         start.insert(pod.class, nodes.len() - 1);
         out.new_nodes += 1;
         out.placed.push(pod.key.clone());
     }
     out.nodes = nodes.split_off(upcoming);
+    out.topology = topology;
     out
 }
 

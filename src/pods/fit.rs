@@ -4,14 +4,15 @@
 //! the scheduler counts them, plus pod overhead), `nodeSelector`, required node affinity
 //! (`In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt`, `Lt`, and `matchFields` on `metadata.name`),
 //! taints and tolerations (`NoSchedule` and `NoExecute`), host ports, and required pod
-//! anti-affinity on `kubernetes.io/hostname` (both directions).
+//! anti-affinity on `kubernetes.io/hostname` (both directions). The filters that look at other
+//! nodes' pods (topology spread, affinity on other keys) are [`super::topology`]'s.
 //!
-//! Constraints it does not simulate (required pod affinity, anti-affinity on another topology
-//! key or by namespace selector, `DoNotSchedule` topology spread) are reported by
-//! [`not_simulated`], never silently planned for. Pure code: no I/O, no clock.
+//! What neither simulates (see [`not_simulated`]) is reported, never silently planned for. Pure
+//! code: no I/O, no clock.
 
 use super::quantity::{self, Milli};
 use super::record::{NodeRecord, PodRecord};
+use super::topology::SpreadWhy;
 use k8s_openapi::api::core::v1::{
     Container, NodeSelectorRequirement, NodeSelectorTerm, PodAffinityTerm, PodSpec, Taint,
     Toleration,
@@ -189,6 +190,20 @@ pub enum Unfit {
         /// The pod on the node that conflicts.
         with: String,
     },
+    /// A `DoNotSchedule` topology spread constraint (`PodTopologySpread`).
+    TopologySpread {
+        /// The constraint's `topologyKey`.
+        key: String,
+        /// Skew, missing label, or a zone Azure chooses.
+        why: SpreadWhy,
+    },
+    /// A required pod affinity term finds no matching pod in the node's domain.
+    PodAffinity,
+    /// A required pod anti-affinity term (on a key other than the hostname) finds a matching pod
+    /// in the node's domain.
+    PodAntiAffinity,
+    /// A pod in the node's domain has required anti-affinity against this pod.
+    ExistingAntiAffinity,
 }
 
 impl std::fmt::Display for Unfit {
@@ -211,6 +226,22 @@ impl std::fmt::Display for Unfit {
                     "node(s) didn't match pod anti-affinity rules (with {with})"
                 )
             }
+            Unfit::TopologySpread { key, why } => {
+                f.write_str("node(s) didn't match pod topology spread constraints")?;
+                match why {
+                    SpreadWhy::Skew => Ok(()),
+                    SpreadWhy::MissingLabel => f.write_str(" (missing required label)"),
+                    SpreadWhy::SeveralZones => write!(
+                        f,
+                        " (the group spans several zones and Azure chooses the next node's {key})"
+                    ),
+                }
+            }
+            Unfit::PodAffinity => f.write_str("node(s) didn't match pod affinity rules"),
+            Unfit::PodAntiAffinity => f.write_str("node(s) didn't match pod anti-affinity rules"),
+            Unfit::ExistingAntiAffinity => {
+                f.write_str("node(s) didn't satisfy existing pods anti-affinity rules")
+            }
         }
     }
 }
@@ -229,45 +260,36 @@ impl Unfit {
             Unfit::Selector => "node_selector",
             Unfit::Taint { .. } => "taint",
             Unfit::HostPort { .. } => "host_port",
-            Unfit::AntiAffinity { .. } => "pod_anti_affinity",
+            Unfit::AntiAffinity { .. } | Unfit::PodAntiAffinity => "pod_anti_affinity",
+            Unfit::TopologySpread { .. } => "pod_topology_spread",
+            Unfit::PodAffinity => "pod_affinity",
+            Unfit::ExistingAntiAffinity => "existing_pod_anti_affinity",
         }
     }
 }
 
-/// A constraint of the pod this module does not simulate, if any.
+/// A constraint of the pod the controller does not simulate, if any: a required pod affinity or
+/// anti-affinity term with a non-empty `namespaceSelector` (namespaces' labels are not read).
+/// Topology spread and affinity on any key are simulated ([`super::topology`]).
 pub fn not_simulated(spec: &PodSpec) -> Option<&'static str> {
-    if let Some(aff) = &spec.affinity {
-        if aff
-            .pod_affinity
-            .as_ref()
-            .and_then(|a| {
-                a.required_during_scheduling_ignored_during_execution
-                    .as_ref()
-            })
-            .is_some_and(|t| !t.is_empty())
-        {
-            return Some("required pod affinity");
-        }
-        for term in required_anti_affinity(spec) {
-            if term.topology_key != HOSTNAME {
-                return Some("required pod anti-affinity on a topology key other than kubernetes.io/hostname");
-            }
-            if term
-                .namespace_selector
+    let affinity = spec.affinity.as_ref();
+    let terms = affinity
+        .and_then(|a| a.pod_affinity.as_ref())
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
                 .as_ref()
-                .is_some_and(|s| !is_empty_selector(s))
-            {
-                return Some("required pod anti-affinity with a namespace selector");
-            }
-        }
-    }
-    if spec
-        .topology_spread_constraints
-        .iter()
+        })
+        .into_iter()
         .flatten()
-        .any(|c| c.when_unsatisfiable == "DoNotSchedule")
-    {
-        return Some("topology spread constraints (DoNotSchedule)");
+        .chain(required_anti_affinity(spec));
+    for term in terms {
+        if term
+            .namespace_selector
+            .as_ref()
+            .is_some_and(|s| !is_empty_selector(s))
+        {
+            return Some("required pod affinity or anti-affinity with a namespace selector");
+        }
     }
     None
 }
@@ -450,15 +472,34 @@ pub struct PodFacts {
     pub requests: Resources,
     ports: Vec<HostPort>,
     anti_affinity: bool,
+    cross_node: bool,
+    remote_anti_affinity: bool,
 }
 
 impl PodFacts {
+    /// Whether the pod has a rule about other nodes' pods ([`super::topology::has_rules`]).
+    pub fn has_cross_node_rules(&self) -> bool {
+        self.cross_node
+    }
+
+    /// Whether the pod has required anti-affinity on a key other than the hostname.
+    pub fn has_remote_anti_affinity(&self) -> bool {
+        self.remote_anti_affinity
+    }
+
+    /// Whether the pod has required anti-affinity terms.
+    pub fn has_anti_affinity(&self) -> bool {
+        self.anti_affinity
+    }
+
     /// The facts of `spec`.
     pub fn of(spec: &PodSpec) -> Self {
         Self {
             requests: pod_requests(spec),
             ports: host_ports(spec),
             anti_affinity: required_anti_affinity(spec).next().is_some(),
+            cross_node: super::topology::has_rules(spec),
+            remote_anti_affinity: super::topology::has_remote_anti_affinity(spec),
         }
     }
 }
@@ -507,6 +548,21 @@ impl NodeState {
         state
     }
 
+    /// The node without its pods (what it offers, its labels and taints).
+    pub fn bare(&self) -> NodeState {
+        NodeState {
+            name: self.name.clone(),
+            labels: self.labels.clone(),
+            taints: self.taints.clone(),
+            allocatable: self.allocatable.clone(),
+            requested: Resources::new(),
+            pods: Vec::new(),
+            ports: Vec::new(),
+            anti_affinity_pods: 0,
+            zone_variants: self.zone_variants.clone(),
+        }
+    }
+
     /// Adds a pod: its requests, host ports and labels count from now on.
     pub fn place(&mut self, pod: Arc<PodRecord>) {
         let facts = pod.facts();
@@ -516,6 +572,26 @@ impl NodeState {
             self.anti_affinity_pods += 1;
         }
         self.pods.push(pod);
+    }
+
+    /// How many pods like `pod` this node, empty as it is now, takes by resources (1 for a pod
+    /// with host ports or anti-affinity on the hostname; 0 if it does not fit at all).
+    pub fn how_many(&self, pod: &PodRecord) -> u32 {
+        if self.fits(pod).is_err() {
+            return 0;
+        }
+        let facts = pod.facts();
+        if !facts.ports.is_empty() || facts.anti_affinity {
+            return 1;
+        }
+        facts
+            .requests
+            .iter()
+            .filter(|(_, want)| *want > 0)
+            .map(|(r, want)| u32::try_from(self.free(r) / want).unwrap_or(u32::MAX))
+            .min()
+            .unwrap_or(u32::MAX)
+            .max(1)
     }
 
     /// What is left of `resource`.
@@ -585,7 +661,9 @@ impl NodeState {
         self.zone_variants.as_deref().map(Vec::as_slice)
     }
 
-    fn matches_selector(&self, spec: &PodSpec) -> bool {
+    /// Whether the pod's node selector and required node affinity hold here (in every zone a
+    /// template spanning several may land in).
+    pub(crate) fn matches_selector(&self, spec: &PodSpec) -> bool {
         match &self.zone_variants {
             Some(variants) => variants
                 .iter()
@@ -689,7 +767,7 @@ fn term_selects(term: &PodAffinityTerm, owner_ns: &str, other: &PodRecord) -> bo
             .is_some_and(|s| label_selector_matches(s, &other.labels))
 }
 
-fn is_empty_selector(s: &LabelSelector) -> bool {
+pub(crate) fn is_empty_selector(s: &LabelSelector) -> bool {
     s.match_labels.as_ref().is_none_or(|m| m.is_empty())
         && s.match_expressions.as_ref().is_none_or(|m| m.is_empty())
 }
@@ -1066,37 +1144,37 @@ mod tests {
     }
 
     #[test]
-    fn constraints_that_are_not_simulated_are_named() {
+    fn only_affinity_by_namespace_labels_is_left_unsimulated_and_named() {
         let with = |affinity: serde_json::Value| {
             pod(json!({"spec": {"containers": [], "affinity": affinity}}))
                 .spec()
                 .clone()
         };
-        let term =
-            |key: &str| json!([{"topologyKey": key, "labelSelector": {"matchLabels": {"a": "b"}}}]);
-        assert_eq!(
-            not_simulated(&with(
-                json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": term(HOSTNAME)}})
-            )),
-            Some("required pod affinity")
-        );
-        assert!(not_simulated(&with(json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": term("topology.kubernetes.io/zone")}}))).is_some());
-        assert_eq!(
-            not_simulated(&with(
-                json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": term(HOSTNAME)}})
-            )),
-            None
-        );
-        let spread = |how: &str| {
-            pod(
-                json!({"spec": {"containers": [], "topologySpreadConstraints": [
-            {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": how}]}}),
-            )
-            .spec()
-            .clone()
-        };
-        assert!(not_simulated(&spread("DoNotSchedule")).is_some());
-        assert_eq!(not_simulated(&spread("ScheduleAnyway")), None);
+        let term = |key: &str, ns: serde_json::Value| json!([{"topologyKey": key, "labelSelector": {"matchLabels": {"a": "b"}}, "namespaceSelector": ns}]);
+        for kind in ["podAffinity", "podAntiAffinity"] {
+            assert_eq!(
+                not_simulated(&with(
+                    json!({kind: {"requiredDuringSchedulingIgnoredDuringExecution": term(HOSTNAME, json!({"matchLabels": {"team": "a"}}))}})
+                )),
+                Some("required pod affinity or anti-affinity with a namespace selector"),
+                "{kind}"
+            );
+            // An empty namespace selector means every namespace: decided, not skipped.
+            assert_eq!(
+                not_simulated(&with(
+                    json!({kind: {"requiredDuringSchedulingIgnoredDuringExecution": term("topology.kubernetes.io/zone", json!({}))}})
+                )),
+                None,
+                "{kind}"
+            );
+        }
+        let spread = pod(
+            json!({"spec": {"containers": [], "topologySpreadConstraints": [
+            {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}]}}),
+        )
+        .spec()
+        .clone();
+        assert_eq!(not_simulated(&spread), None);
     }
 
     #[test]

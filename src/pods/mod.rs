@@ -7,6 +7,7 @@
 //! | [`estimate`] | first-fit-decreasing bin packing: new nodes per group for pending pods |
 //! | [`expander`] | which group to grow: least-waste, most-pods, priority, random |
 //! | [`template`] | what a new node of a group would offer: live node, or VM size + tags |
+//! | [`topology`] | the filters that look beyond one node: topology spread, inter-pod (anti-)affinity on any key |
 //! | [`pending`] | which pods ask for capacity, and batching a burst of them |
 //! | [`record`] | a pod as the controller keeps it: its own fields, and a spec shared by equal pods |
 //! | [`scale_up`] | one decision: which groups grow by how much for the pods pending now |
@@ -22,4 +23,5 @@ pub mod record;
 pub mod scale_down;
 pub mod scale_up;
 pub mod template;
+pub mod topology;
 pub mod unneeded;

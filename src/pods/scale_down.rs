@@ -8,8 +8,10 @@
 //! not in memory), `cluster-autoscaler.kubernetes.io/safe-to-evict: "false"`, and the node
 //! annotation `cluster-autoscaler.kubernetes.io/scale-down-disabled: "true"`. Pure code.
 
+use super::estimate::prepare;
 use super::fit::{label_selector_matches, NodeState};
 use super::record::PodRecord;
+use super::topology::{Cluster, Topology};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -156,6 +158,7 @@ pub fn removable(
     skip: impl Fn(usize) -> bool,
     pdbs: &[Arc<PodDisruptionBudget>],
     threshold: f64,
+    cluster: Option<&Cluster>,
 ) -> Result<Vec<(String, usize)>, Blocker> {
     if node_annotations
         .get(SCALE_DOWN_DISABLED)
@@ -195,6 +198,12 @@ pub fn removable(
     if u >= threshold {
         return Err(Blocker::Utilized((u * 100.0).round() as u32));
     }
+    // Spread and affinity, counted without this node's pods (`skip` leaves the node out).
+    let moving = prepare(&moving);
+    let mut topology = match cluster {
+        Some(c) => Topology::over(&moving, c, &skip, &[]),
+        None => Topology::default(),
+    };
     // Copies of the destinations that took a pod in this simulation, by index in `others`.
     let mut taken: HashMap<usize, NodeState> = HashMap::new();
     let mut plan = Vec::new();
@@ -203,13 +212,18 @@ pub fn removable(
             .iter()
             .enumerate()
             .filter(|(i, _)| !skip(*i))
-            .find(|(i, n)| taken.get(i).unwrap_or(n).fits(&p).is_ok());
+            .find(|(i, n)| {
+                let n = taken.get(i).unwrap_or(n);
+                n.fits(&p.pod).is_ok() && topology.fits(p.class, n).is_ok()
+            });
         match dest {
             Some((i, n)) => {
-                plan.push((p.key(), i));
-                taken.entry(i).or_insert_with(|| n.clone()).place(p);
+                plan.push((p.key, i));
+                let n = taken.entry(i).or_insert_with(|| n.clone());
+                n.place(p.pod.clone());
+                topology.placed(p.class, n);
             }
-            None => return Err(Blocker::NoPlaceFor(p.key())),
+            None => return Err(Blocker::NoPlaceFor(p.key)),
         }
     }
     Ok(plan)
@@ -286,6 +300,7 @@ mod tests {
             |_| false,
             &[],
             UTILIZATION_THRESHOLD,
+            None,
         )
         .unwrap();
         assert_eq!(
@@ -305,7 +320,8 @@ mod tests {
                 &[node("b", 4000)],
                 |_| false,
                 &[],
-                UTILIZATION_THRESHOLD
+                UTILIZATION_THRESHOLD,
+                None
             ),
             Err(Blocker::Utilized(50))
         );
@@ -328,7 +344,8 @@ mod tests {
                 &[node("b", 2000)],
                 |_| false,
                 &[],
-                UTILIZATION_THRESHOLD
+                UTILIZATION_THRESHOLD,
+                None
             ),
             Err(Blocker::NoPlaceFor("default/p2".into()))
         );
@@ -350,7 +367,15 @@ mod tests {
         );
         let n = on(node("a", 4000), vec![ds, mirror]);
         assert_eq!(
-            removable(&n, &none(), &[], |_| false, &[], UTILIZATION_THRESHOLD),
+            removable(
+                &n,
+                &none(),
+                &[],
+                |_| false,
+                &[],
+                UTILIZATION_THRESHOLD,
+                None
+            ),
             Ok(vec![])
         );
     }
@@ -367,6 +392,7 @@ mod tests {
                 |_| false,
                 pdbs,
                 UTILIZATION_THRESHOLD,
+                None,
             )
             .unwrap_err()
         };
@@ -433,6 +459,7 @@ mod tests {
                 |_| false,
                 pdbs,
                 UTILIZATION_THRESHOLD,
+                None,
             )
             .is_ok()
         };
@@ -464,7 +491,8 @@ mod tests {
                 &[],
                 |_| false,
                 &[],
-                UTILIZATION_THRESHOLD
+                UTILIZATION_THRESHOLD,
+                None
             ),
             Err(Blocker::ScaleDownDisabled)
         );
@@ -486,7 +514,8 @@ mod tests {
                 &[node("b", 4000)],
                 |_| false,
                 &[pdb(1)],
-                UTILIZATION_THRESHOLD
+                UTILIZATION_THRESHOLD,
+                None
             ),
             Err(Blocker::PdbViolated { .. })
         ));
@@ -496,7 +525,8 @@ mod tests {
             &[node("b", 4000)],
             |_| false,
             &[pdb(2)],
-            UTILIZATION_THRESHOLD
+            UTILIZATION_THRESHOLD,
+            None
         )
         .is_ok());
     }

@@ -9,7 +9,7 @@
 //! no group can take keeps, per group, the reason why.
 
 use super::estimate::Estimate;
-use super::estimate::{estimate_prepared, first_fit, prepare, GroupCapacity, Refusal};
+use super::estimate::{estimate_prepared, first_fit, prepare, DomainIndex, GroupCapacity, Refusal};
 use super::expander::{choose_ref, Expander};
 use super::fit::{not_simulated, NodeState};
 use super::pending::wants_capacity;
@@ -18,6 +18,7 @@ use super::record::PodRecord;
 use super::template::{
     daemonset_pods, from_live_node, from_shape, subtract_daemonsets, zoned, GroupShape,
 };
+use super::topology::Topology;
 pub use crate::capacity::QuotaPool;
 pub use crate::node_groups::Backing;
 use crate::node_groups::{is_ready, is_starting, parse_provider_id, schedulable, GroupIndex};
@@ -202,9 +203,18 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
     // Pending pods, and pods bound to a Ready schedulable node placed on that node's state.
     let mut room: Vec<NodeState> = Vec::new();
     let mut room_of: rustc_hash::FxHashMap<&str, usize> = Default::default();
-    for n in input.nodes.iter().filter(|n| is_ready(n) && schedulable(n)) {
-        room_of.insert(n.name.as_str(), room.len());
-        room.push(NodeState::from_node(n, std::iter::empty()));
+    // Nodes that take no pod (not Ready, cordoned): their pods still count for spread and
+    // affinity, as the scheduler counts them.
+    let mut elsewhere: Vec<NodeState> = Vec::new();
+    let mut elsewhere_of: rustc_hash::FxHashMap<&str, usize> = Default::default();
+    for n in &input.nodes {
+        if is_ready(n) && schedulable(n) {
+            room_of.insert(n.name.as_str(), room.len());
+            room.push(NodeState::from_node(n, std::iter::empty()));
+        } else {
+            elsewhere_of.insert(n.name.as_str(), elsewhere.len());
+            elsewhere.push(NodeState::from_node(n, std::iter::empty()));
+        }
     }
     let mut pending: Vec<Arc<PodRecord>> = Vec::new();
     for pod in &input.pods {
@@ -213,6 +223,8 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
             Some(n) => {
                 if let Some(i) = room_of.get(n) {
                     room[*i].place(pod.clone());
+                } else if let Some(i) = elsewhere_of.get(n).filter(|_| pod.is_bound()) {
+                    elsewhere[*i].place(pod.clone());
                 }
             }
             None if wants_capacity(pod, input.priority_cutoff) => match not_simulated(pod.spec()) {
@@ -270,34 +282,89 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
             room.push(n);
         }
     }
+    // What other nodes' pods say (spread, affinity), counted over the cluster and the nodes on
+    // their way, then followed through the decision.
+    let possible: Vec<&NodeState> = groups
+        .iter()
+        .zip(&templates)
+        .filter(|(g, _)| g.unhealthy.is_none() && g.capacity.is_some_and(|c| c < i64::from(g.max)))
+        .filter_map(|(_, t)| t.as_ref().ok())
+        .collect();
+    let mut topology = Topology::new(&pending, room.iter().chain(&elsewhere), &possible);
     let mut start = HashMap::new();
-    pending.retain(|pod| match first_fit(&mut room, pod, &mut start) {
-        Some(_) => {
-            out.already_provided.push(pod.key.clone());
-            false
+    let mut by_domain = DomainIndex::default();
+    pending.retain(
+        |pod| match by_domain.first_fit(&mut room, pod, &mut start, &mut topology) {
+            Some(_) => {
+                out.already_provided.push(pod.key.clone());
+                false
+            }
+            None => true,
+        },
+    );
+
+    // The spread classes' pods, shared out over the zones the groups that may grow can take
+    // them to (a plan the estimates follow, see `Topology::share_out`).
+    if !topology.is_empty() {
+        let mut per_class: HashMap<usize, (u32, &Arc<PodRecord>)> = HashMap::new();
+        for p in &pending {
+            per_class.entry(p.class).or_insert((0, &p.pod)).0 += 1;
         }
-        None => true,
-    });
+        for (class, (n, pod)) in per_class {
+            if !pod.facts().has_cross_node_rules() {
+                continue;
+            }
+            let offers: Vec<(&NodeState, u32)> = groups
+                .iter()
+                .zip(&templates)
+                .filter(|(g, _)| g.unhealthy.is_none())
+                .filter_map(|(g, t)| {
+                    let t = t.as_ref().ok()?;
+                    let headroom = u32::try_from(i64::from(g.max) - g.capacity?).ok()?;
+                    Some((t, headroom.saturating_mul(t.how_many(pod))))
+                })
+                .filter(|(_, n)| *n > 0)
+                .collect();
+            topology.share_out(class, n, &offers);
+        }
+    }
 
     // 2. Rounds of estimate + expander, one group chosen per round. Each round keeps every
-    // group's answer; the last round's answers say why the pods left over fit nowhere.
-    let mut chosen: HashSet<usize> = HashSet::new();
+    // group's answer; the last round's answers say why the pods left over fit nowhere. A group
+    // may be chosen again in a later round (its new nodes so far count toward its max): pods
+    // that spread or follow one another may fit it only after other groups grew.
+    let mut added = vec![0u32; groups.len()];
+    // New nodes of earlier rounds, by group: with cross-node rules, a pod refused by a group
+    // then may fit one of them now.
+    let mut grown: Vec<NodeState> = Vec::new();
+    let mut grown_group: Vec<usize> = Vec::new();
     let mut answers: Vec<(usize, Result<Estimate, WhyNot>)> = Vec::new();
     let mut quota = input.quota.clone();
     // Per group, this round: the max the quota allows when it is below the group's own.
     let mut quota_max: Vec<Option<(u32, usize)>> = vec![None; groups.len()];
     while !pending.is_empty() {
+        if !grown.is_empty() {
+            let mut start = HashMap::new();
+            pending.retain(
+                |pod| match first_fit(&mut grown, pod, &mut start, &mut topology) {
+                    Some(n) => {
+                        out.triggered
+                            .insert(pod.key.clone(), groups[grown_group[n]].name.clone());
+                        false
+                    }
+                    None => true,
+                },
+            );
+            if pending.is_empty() {
+                break;
+            }
+        }
         answers.clear();
         for (i, g) in groups.iter().enumerate() {
             let why_not = if let Some(c) = out.capped.get(&g.name) {
                 Some(WhyNot::new(
                     "quota",
                     format!("already grown in this decision, {c}"),
-                ))
-            } else if chosen.contains(&i) {
-                Some(WhyNot::new(
-                    "already_grown",
-                    "already grown in this decision",
                 ))
             } else if let Some(u) = &g.unhealthy {
                 Some(u.clone())
@@ -317,7 +384,9 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
                 continue;
             };
             let capacity = g.capacity.unwrap_or(0).max(0);
-            let capacity = u32::try_from(capacity).unwrap_or(u32::MAX);
+            let capacity = u32::try_from(capacity)
+                .unwrap_or(u32::MAX)
+                .saturating_add(added[i]);
             let mut max = g.max;
             quota_max[i] = None;
             if let Some((room, pool)) = quota_room(g, &quota) {
@@ -352,6 +421,7 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
                     max,
                 },
                 &pending,
+                &topology,
             );
             answers.push((i, Ok(e)));
         }
@@ -385,7 +455,14 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
         let placed: HashSet<&String> = best.placed.iter().collect();
         // With balanceSimilarNodeGroups, the new nodes are spread over the groups similar to
         // the chosen one that take every placed pod too (not when quota bounds the choice).
-        let split = if input.balance_similar && quota_max[i].is_none() {
+        // Not when a placed pod spreads or follows others: its count is in the chosen group's
+        // zone.
+        let split = if input.balance_similar
+            && quota_max[i].is_none()
+            && !pending
+                .iter()
+                .any(|p| placed.contains(&p.key) && topology.involves(p.class))
+        {
             let pods: Vec<&Arc<PodRecord>> = pending
                 .iter()
                 .filter(|p| placed.contains(&p.key))
@@ -394,7 +471,6 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
             let members: Vec<usize> = std::iter::once(i)
                 .chain((0..groups.len()).filter(|&j| {
                     j != i
-                        && !chosen.contains(&j)
                         && !out.capped.contains_key(&groups[j].name)
                         && groups[j].unhealthy.is_none()
                         && groups[j].capacity.is_some()
@@ -407,14 +483,15 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
                         }
                 }))
                 .collect();
-            balance(best.new_nodes, &members, groups)
+            balance(best.new_nodes, &members, groups, &added)
         } else {
             vec![(i, best.new_nodes)]
         };
         for &(m, new_nodes) in &split {
             let g = &groups[m];
+            added[m] = added[m].saturating_add(new_nodes);
             let capacity = g.capacity.unwrap_or(0).max(0);
-            let target = (capacity + i64::from(new_nodes)).max(i64::from(g.min));
+            let target = (capacity + i64::from(added[m])).max(i64::from(g.min));
             out.targets.insert(g.name.clone(), target);
             let drawn = i64::from(new_nodes) * i64::from(g.vcpus.unwrap_or(0));
             for &p in &g.quota {
@@ -422,10 +499,16 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
                     pool.remaining -= drawn;
                 }
             }
-            chosen.insert(m);
         }
         for p in &best.placed {
             out.triggered.insert(p.clone(), groups[i].name.clone());
+        }
+        if !topology.is_empty() {
+            topology = best.topology.clone();
+            for n in &best.nodes {
+                grown.push(n.clone());
+                grown_group.push(i);
+            }
         }
         pending.retain(|p| !placed.contains(&p.key));
     }
@@ -528,8 +611,13 @@ pub fn similar(a: &NodeState, b: &NodeState) -> bool {
 /// cluster-autoscaler's balancing: `new_nodes` spread over `members` (indices into `groups`, the
 /// expander's choice first) one at a time to the smallest group below its max, so their sizes
 /// end as equal as their maxes allow. Returns each member's share (zero shares left out).
-fn balance(new_nodes: u32, members: &[usize], groups: &[GroupInput]) -> Vec<(usize, u32)> {
-    let size = |m: usize| groups[m].capacity.unwrap_or(0).max(0);
+fn balance(
+    new_nodes: u32,
+    members: &[usize],
+    groups: &[GroupInput],
+    added: &[u32],
+) -> Vec<(usize, u32)> {
+    let size = |m: usize| groups[m].capacity.unwrap_or(0).max(0) + i64::from(added[m]);
     let mut sizes: Vec<i64> = members.iter().map(|&m| size(m)).collect();
     for _ in 0..new_nodes {
         let Some(k) = (0..members.len())
@@ -653,6 +741,287 @@ mod tests {
             shape.zones = Box::leak(zones.into_boxed_slice());
         }
         g
+    }
+
+    const ZONE: &str = crate::pods::template::ZONE_LABEL;
+
+    /// A pod of Deployment `app` (labels `app: <app>`, one ReplicaSet per app), 3 of a
+    /// D4s_v5's 4 vCPUs: one per new node.
+    fn app_pod(name: &str, app: &str, extra: serde_json::Value) -> Arc<PodRecord> {
+        let mut spec = json!({
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "3", "memory": "1Gi"}}}],
+        });
+        if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+            for (k, v) in e {
+                s.insert(k.clone(), v.clone());
+            }
+        }
+        Arc::new(PodRecord::of(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "default", "labels": {"app": app},
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": app, "uid": format!("rs-{app}"), "controller": true}]},
+                "spec": spec,
+                "status": {"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]},
+            }))
+            .unwrap(),
+        ))
+    }
+
+    /// `app_pod` bound to `node`.
+    fn running(name: &str, app: &str, node: &str, extra: serde_json::Value) -> Arc<PodRecord> {
+        let mut extra = extra;
+        extra["nodeName"] = json!(node);
+        app_pod(name, app, extra)
+    }
+
+    /// A Ready node of the `system` scale set in `zone` of westeurope, with no room left.
+    fn system_node(name: &str, id: u32, zone: &str) -> Arc<NodeRecord> {
+        Arc::new(NodeRecord::of(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
+                    ZONE: format!("westeurope-{zone}")}},
+                "spec": {"providerID": format!("azure:///subscriptions/{SUB}/resourceGroups/MC_RG/providers/Microsoft.Compute/virtualMachineScaleSets/system/virtualMachines/{id}")},
+                "status": {
+                    "allocatable": {"cpu": "100m", "memory": "1Gi", "pods": "110"},
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
+            }))
+            .unwrap(),
+        ))
+    }
+
+    fn three_zones() -> Vec<GroupInput<'static>> {
+        vec![
+            zonal("z1", &["1"], 0),
+            zonal("z2", &["2"], 0),
+            zonal("z3", &["3"], 0),
+        ]
+    }
+
+    fn spread_by_zone(max_skew: i32) -> serde_json::Value {
+        json!({"topologySpreadConstraints": [{"maxSkew": max_skew, "topologyKey": ZONE,
+            "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}]})
+    }
+
+    fn targets(p: &ScaleUpPlan) -> Vec<(&str, i64)> {
+        p.targets.iter().map(|(k, v)| (k.as_str(), *v)).collect()
+    }
+
+    #[test]
+    fn six_pods_spread_over_three_zones_with_max_skew_one_grow_each_zonal_group_by_two() {
+        let pods = (0..6)
+            .map(|i| app_pod(&format!("web-{i}"), "web", spread_by_zone(1)))
+            .collect();
+        let p = plan(&input(three_zones(), vec![], pods));
+        assert_eq!(targets(&p), [("z1", 2), ("z2", 2), ("z3", 2)], "{p:?}");
+        assert_eq!(p.triggered.len(), 6);
+        assert!(p.unfit.is_empty() && p.not_simulated.is_empty());
+    }
+
+    #[test]
+    fn a_burst_of_six_hundred_spread_replicas_is_shared_out_over_the_zones_in_one_decision() {
+        let pods = (0..600)
+            .map(|i| app_pod(&format!("web-{i}"), "web", spread_by_zone(1)))
+            .collect();
+        let mut groups = three_zones();
+        for g in &mut groups {
+            g.max = 1000;
+        }
+        // z3 has only 150 nodes left: the other zones take the rest within the skew (151).
+        groups[2].max = 150;
+        let p = plan(&input(groups, vec![], pods));
+        assert_eq!(
+            targets(&p),
+            [("z1", 151), ("z2", 151), ("z3", 150)],
+            "{:?}",
+            targets(&p)
+        );
+        assert_eq!(p.unfit.len(), 600 - 452);
+        assert!(p.unfit.values().all(|why| why
+            .iter()
+            .all(|(_, w)| w.label == "pod_topology_spread" || w.label == "max_size")));
+    }
+
+    #[test]
+    fn spread_counts_the_pods_already_running_so_new_nodes_go_to_the_emptier_zones() {
+        let nodes = vec![
+            system_node("sys-1", 0, "1"),
+            system_node("sys-2", 1, "2"),
+            system_node("sys-3", 2, "3"),
+        ];
+        let mut pods = vec![
+            running("web-a", "web", "sys-1", spread_by_zone(1)),
+            running("web-b", "web", "sys-1", spread_by_zone(1)),
+            running("web-c", "web", "sys-2", spread_by_zone(1)),
+        ];
+        pods.extend((0..3).map(|i| app_pod(&format!("web-{i}"), "web", spread_by_zone(1))));
+        let p = plan(&input(three_zones(), nodes, pods));
+        // 2/1/0 running: two new pods go to zone 3, one to zone 2, none to zone 1.
+        assert_eq!(targets(&p), [("z2", 1), ("z3", 2)], "{p:?}");
+    }
+
+    #[test]
+    fn with_fewer_domains_than_min_domains_the_global_minimum_is_zero() {
+        let mut spread = spread_by_zone(1);
+        spread["topologySpreadConstraints"][0]["minDomains"] = json!(3);
+        let pods = (0..3)
+            .map(|i| app_pod(&format!("web-{i}"), "web", spread.clone()))
+            .collect();
+        // Only zone 1 can grow: one pod there, the other two would break the skew.
+        let p = plan(&input(vec![zonal("z1", &["1"], 0)], vec![], pods));
+        assert_eq!(targets(&p), [("z1", 1)], "{p:?}");
+        assert_eq!(p.unfit.len(), 2);
+        for why in p.unfit.values() {
+            assert_eq!(why[0].1.label, "pod_topology_spread");
+            assert_eq!(
+                why[0].1.text,
+                "node(s) didn't match pod topology spread constraints"
+            );
+        }
+        // Without minDomains, one domain is the whole world: all three go to zone 1.
+        let pods = (0..3)
+            .map(|i| app_pod(&format!("web-{i}"), "web", spread_by_zone(1)))
+            .collect();
+        let p = plan(&input(vec![zonal("z1", &["1"], 0)], vec![], pods));
+        assert_eq!(targets(&p), [("z1", 3)], "{p:?}");
+    }
+
+    #[test]
+    fn a_group_spanning_several_zones_takes_no_zone_spread_pod_and_says_why() {
+        let pods = vec![app_pod("web-0", "web", spread_by_zone(1))];
+        let p = plan(&input(
+            vec![zonal("any", &["1", "2", "3"], 0)],
+            vec![],
+            pods,
+        ));
+        assert!(p.targets.is_empty(), "{p:?}");
+        let why = &p.unfit["default/web-0"][0].1;
+        assert_eq!(why.label, "pod_topology_spread");
+        assert!(why.text.contains("spans several zones"), "{why}");
+    }
+
+    #[test]
+    fn schedule_anyway_spread_is_a_preference_and_never_blocks() {
+        let mut spread = spread_by_zone(1);
+        spread["topologySpreadConstraints"][0]["whenUnsatisfiable"] = json!("ScheduleAnyway");
+        let pods = (0..3)
+            .map(|i| app_pod(&format!("web-{i}"), "web", spread.clone()))
+            .collect();
+        let p = plan(&input(vec![zonal("z1", &["1"], 0)], vec![], pods));
+        assert_eq!(targets(&p), [("z1", 3)]);
+    }
+
+    fn term(app: &str, key: &str) -> serde_json::Value {
+        json!([{"topologyKey": key, "labelSelector": {"matchLabels": {"app": app}}}])
+    }
+
+    #[test]
+    fn anti_affinity_by_zone_against_pods_in_every_zone_fits_no_group_and_says_so() {
+        let nodes = vec![
+            system_node("sys-1", 0, "1"),
+            system_node("sys-2", 1, "2"),
+            system_node("sys-3", 2, "3"),
+        ];
+        let mut pods: Vec<_> = (1..=3)
+            .map(|z| running(&format!("db-{z}"), "db", &format!("sys-{z}"), json!({})))
+            .collect();
+        pods.push(app_pod(
+            "web-0",
+            "web",
+            json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": term("db", ZONE)}}}),
+        ));
+        let p = plan(&input(three_zones(), nodes, pods));
+        assert!(p.targets.is_empty(), "{p:?}");
+        let why = &p.unfit["default/web-0"];
+        assert_eq!(why.len(), 3);
+        for (_, w) in why {
+            assert_eq!(w.label, "pod_anti_affinity");
+            assert_eq!(w.text, "node(s) didn't match pod anti-affinity rules");
+        }
+    }
+
+    #[test]
+    fn a_running_pods_anti_affinity_by_zone_keeps_matching_pods_out_of_its_zone() {
+        let nodes = vec![system_node("sys-1", 0, "1")];
+        let pods = vec![
+            running(
+                "loner",
+                "loner",
+                "sys-1",
+                json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": term("web", ZONE)}}}),
+            ),
+            app_pod("web-0", "web", json!({})),
+        ];
+        let groups = vec![zonal("z1", &["1"], 0), zonal("z2", &["2"], 0)];
+        let p = plan(&input(groups.clone(), nodes.clone(), pods));
+        assert_eq!(targets(&p), [("z2", 1)], "{p:?}");
+        // Only zone 1 to grow: refused, in the scheduler's words for the other pod's rule.
+        let pods = vec![
+            running(
+                "loner",
+                "loner",
+                "sys-1",
+                json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": term("web", ZONE)}}}),
+            ),
+            app_pod("web-0", "web", json!({})),
+        ];
+        let p = plan(&input(vec![groups[0].clone()], nodes, pods));
+        assert_eq!(
+            p.unfit["default/web-0"][0].1.text,
+            "node(s) didn't satisfy existing pods anti-affinity rules"
+        );
+    }
+
+    #[test]
+    fn pending_pods_with_anti_affinity_by_zone_against_each_other_take_one_zone_each() {
+        let anti = json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": term("solo", ZONE)}}});
+        let pods = (0..4)
+            .map(|i| app_pod(&format!("solo-{i}"), "solo", anti.clone()))
+            .collect();
+        let p = plan(&input(three_zones(), vec![], pods));
+        assert_eq!(targets(&p), [("z1", 1), ("z2", 1), ("z3", 1)], "{p:?}");
+        assert_eq!(p.unfit.len(), 1, "the fourth has no zone left: {p:?}");
+    }
+
+    #[test]
+    fn required_affinity_by_zone_grows_the_group_of_the_zone_its_partner_runs_in() {
+        let nodes = vec![system_node("sys-1", 0, "1"), system_node("sys-2", 1, "2")];
+        let pods = vec![
+            running("cache-0", "cache", "sys-2", json!({})),
+            app_pod(
+                "web-0",
+                "web",
+                json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": term("cache", ZONE)}}}),
+            ),
+        ];
+        let p = plan(&input(three_zones(), nodes, pods));
+        assert_eq!(targets(&p), [("z2", 1)], "{p:?}");
+        // With no cache pod anywhere, the web pod fits nowhere: it does not match its own term.
+        let pods = vec![app_pod(
+            "web-0",
+            "web",
+            json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": term("cache", ZONE)}}}),
+        )];
+        let p = plan(&input(three_zones(), vec![], pods));
+        assert!(p.targets.is_empty());
+        assert_eq!(p.unfit["default/web-0"][0].1.label, "pod_affinity");
+        assert_eq!(
+            p.unfit["default/web-0"][0].1.text,
+            "node(s) didn't match pod affinity rules"
+        );
+    }
+
+    #[test]
+    fn the_first_pod_of_a_group_that_follows_itself_goes_anywhere_and_the_rest_follow_it() {
+        let together = json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": term("web", ZONE)}}});
+        let pods = (0..3)
+            .map(|i| app_pod(&format!("web-{i}"), "web", together.clone()))
+            .collect();
+        let p = plan(&input(three_zones(), vec![], pods));
+        // All three in one zone (which one is the expander's choice), on three nodes.
+        assert_eq!(p.targets.len(), 1, "{p:?}");
+        assert_eq!(p.targets.values().copied().collect::<Vec<_>>(), [3]);
+        assert_eq!(p.triggered.len(), 3);
     }
 
     #[test]
@@ -1215,19 +1584,21 @@ mod tests {
 
     #[test]
     fn pods_with_constraints_not_simulated_are_reported_and_never_planned_for() {
-        let spread = pending(
-            "spread",
+        let by_team = pending(
+            "by-team",
             "1",
             "1Gi",
-            json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}]}),
+            json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": {"app": "db"}},
+                 "namespaceSelector": {"matchLabels": {"team": "data"}}}]}}}),
         );
         let p = plan(&input(
             vec![group("general", "Standard_D4s_v5", 0, 10)],
             vec![],
-            vec![spread],
+            vec![by_team],
         ));
         assert!(p.targets.is_empty());
-        assert!(p.not_simulated.contains_key("default/spread"));
+        assert!(p.not_simulated.contains_key("default/by-team"));
     }
 
     #[test]

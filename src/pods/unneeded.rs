@@ -14,6 +14,7 @@
 use super::fit::NodeState;
 use super::record::{NodeRecord, PodRecord};
 use super::scale_down::{pods_to_move, removable, utilization, Blocker};
+use super::topology::Cluster;
 use crate::cache::Instance;
 use crate::node_groups::{is_ready, parse_provider_id, schedulable, Backing, GroupIndex};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -164,6 +165,25 @@ pub fn unneeded(input: &DownInput) -> Candidates {
             .then_with(|| a.utilization.total_cmp(&b.utilization))
             .then_with(|| a.node.name.cmp(&b.node.name))
     });
+    // Spread and affinity of the pods that would move, when any pod has such a rule (over the
+    // nodes' labels and taints, copied: `room` fills up as the pass goes).
+    let cross_node = room
+        .iter()
+        .flat_map(|n| &n.pods)
+        .any(|p| p.facts().has_cross_node_rules());
+    let bare: Vec<NodeState> = if cross_node {
+        room.iter().map(NodeState::bare).collect()
+    } else {
+        Vec::new()
+    };
+    let mut cluster = cross_node.then(|| {
+        Cluster::of_parts(
+            &bare,
+            room.iter()
+                .enumerate()
+                .flat_map(|(i, n)| n.pods.iter().map(move |p| (i, p))),
+        )
+    });
     let mut pdbs: Vec<Arc<PodDisruptionBudget>> = input.pdbs.to_vec();
     // Nodes found unneeded so far this pass, by index in `room`: no longer destinations.
     let mut gone = vec![false; room.len()];
@@ -198,7 +218,15 @@ pub fn unneeded(input: &DownInput) -> Candidates {
             simulated += 1;
         }
         let skip = |i: usize| i == c.at || gone[i];
-        match removable(state, &c.node.annotations, &room, skip, &pdbs, threshold) {
+        match removable(
+            state,
+            &c.node.annotations,
+            &room,
+            skip,
+            &pdbs,
+            threshold,
+            cluster.as_ref(),
+        ) {
             Err(b) => {
                 out.blocked.insert(n, b);
             }
@@ -207,6 +235,9 @@ pub fn unneeded(input: &DownInput) -> Candidates {
                 // the nodes looked at after it.
                 for ((_, dest), pod) in plan.iter().zip(&moving) {
                     room[*dest].place(pod.clone());
+                    if let Some(cluster) = cluster.as_mut() {
+                        cluster.place(pod, *dest);
+                    }
                 }
                 for b in pdbs.iter_mut() {
                     let covered = moving
@@ -659,6 +690,51 @@ mod tests {
         // b and c wait for a later pass.
         assert_eq!(names(&c), ["d", "a"]);
         assert!(!c.blocked.contains_key("b") && !c.blocked.contains_key("c"));
+    }
+
+    #[test]
+    fn a_node_whose_pod_could_only_move_by_breaking_its_zone_spread_stays() {
+        let zoned = |name: &str, id: u32, zone: &str| {
+            let mut n = (*node(name, "ss", id, "4")).clone();
+            Arc::make_mut(&mut n.labels).insert("topology.kubernetes.io/zone".into(), zone.into());
+            Arc::new(n)
+        };
+        let spread = |name: &str, on: &str| {
+            Arc::new(PodRecord::of(
+                serde_json::from_value(json!({
+                    "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"), "labels": {"app": "web"},
+                        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": true}]},
+                    "spec": {"nodeName": on, "containers": [{"name": "c", "resources": {"requests": {"cpu": "500m"}}}],
+                        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                            "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}]},
+                }))
+                .unwrap(),
+            ))
+        };
+        // Zone 1: a (one web pod) and b (full of another app); zone 2: c (one web pod).
+        let nodes = [zoned("a", 0, "1"), zoned("b", 1, "1"), zoned("c", 2, "2")];
+        let full = Arc::new(PodRecord::of(
+            serde_json::from_value(json!({
+                "metadata": {"name": "batch", "namespace": "default", "uid": "uid-batch", "labels": {"app": "batch"},
+                    "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "j", "controller": true}]},
+                "spec": {"nodeName": "b", "containers": [{"name": "c", "resources": {"requests": {"cpu": "3900m"}}}]},
+            }))
+            .unwrap(),
+        ));
+        let pods = [spread("p1", "a"), full.clone(), spread("p3", "c")];
+        let out = run(&[group("ss", Some(3), 0)], &nodes, &pods, &[]);
+        // a's pod could only go to c: zone 2 would hold 2 and zone 1 (b is still there) none.
+        assert!(
+            matches!(out.blocked.get("a"), Some(Blocker::NoPlaceFor(p)) if p == "default/p1"),
+            "{out:?}"
+        );
+        // c's pod may go to a: with c gone, zone 2 has no node and is no domain any more (the
+        // scheduler's rule; minDomains is how a workload asks for more).
+        assert_eq!(names(&out), ["c"]);
+        // Without the constraint, a goes first (its pod to c), and then c's pod has nowhere.
+        let plain = [pod("p1", "a", "500m"), full, pod("p3", "c", "500m")];
+        let out = run(&[group("ss", Some(3), 0)], &nodes, &plain, &[]);
+        assert_eq!(names(&out), ["a"], "{out:?}");
     }
 
     #[test]

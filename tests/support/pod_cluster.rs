@@ -360,6 +360,18 @@ impl Cluster {
 
     /// A pending pod the scheduler found no room for.
     pub fn pending(&self, name: &str, cpu: &str, memory: &str, extra: Value) {
+        self.pending_labelled(name, json!({}), cpu, memory, extra)
+    }
+
+    /// [`Cluster::pending`] with these labels.
+    pub fn pending_labelled(
+        &self,
+        name: &str,
+        labels: Value,
+        cpu: &str,
+        memory: &str,
+        extra: Value,
+    ) {
         let mut spec = json!({
             "containers": [{"name": "app", "image": "app",
                 "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
@@ -375,7 +387,7 @@ impl Cluster {
                 "pods",
                 "default",
                 json!({
-                    "metadata": {"name": name, "namespace": "default",
+                    "metadata": {"name": name, "namespace": "default", "labels": labels,
                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
                             "name": "web", "uid": "rs-uid", "controller": true}]},
                     "spec": spec,

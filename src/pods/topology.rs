@@ -1,0 +1,1282 @@
+//! The filters that look beyond one node, as kube-scheduler decides them: pod topology spread
+//! (`PodTopologySpread`, constraints with `whenUnsatisfiable: DoNotSchedule`) and required
+//! inter-pod affinity and anti-affinity on any topology key (`InterPodAffinity`). Required
+//! anti-affinity on `kubernetes.io/hostname` is a question about one node and stays in
+//! [`NodeState::fits`]; everything else a pending pod asks of other nodes' pods is here.
+//!
+//! A [`Topology`] is built once per decision for the pending pods' classes (pods of one
+//! ReplicaSet ask the same), from every node and the pods bound to it, and follows the
+//! simulation: each pod the decision places on a node, live or new, is counted where it went, so
+//! the sixth pod of a zone-spread Deployment sees the five placed before it. Counting follows the
+//! scheduler:
+//!
+//! - **spread**: pods in the pod's namespace matching the constraint's selector (with
+//!   `matchLabelKeys` folded in), per value of `topologyKey`, over the nodes that have every
+//!   constraint's key and pass `nodeAffinityPolicy` (default `Honor`: the pod's node selector and
+//!   required node affinity) and `nodeTaintsPolicy` (default `Ignore`); the skew of a node is its
+//!   domain's count, plus one if the pod matches its own selector, minus the smallest count over
+//!   the domains (0 when there are fewer domains than `minDomains`). A node of a group not yet in
+//!   the cluster is a domain of its own with no pods, as cluster-autoscaler's snapshot makes it.
+//!   `ScheduleAnyway` constraints are preferences and never block.
+//! - **affinity**: every required term must find a matching pod in the node's domain; a pod
+//!   whose terms match no pod anywhere may still go anywhere if it matches its own terms (the
+//!   first pod of a group).
+//! - **anti-affinity**: no pod matching the pod's terms in the node's domain, and no pod whose
+//!   own terms match this pod there (both directions).
+//!
+//! A group spanning several zones cannot say which zone its next node lands in (Azure chooses):
+//! a constraint whose key differs between those zones holds there only if it holds in every
+//! one (affinity, anti-affinity), and spread is refused outright, since the count could land in
+//! any zone. Pure code.
+
+use super::estimate::Prepared;
+use super::fit::{label_selector_matches, tolerates, NodeState, Unfit, HOSTNAME};
+use super::record::PodRecord;
+use k8s_openapi::api::core::v1::{PodAffinityTerm, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use rustc_hash::FxHashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+/// Where a node is for a topology key.
+enum Domain<'a> {
+    /// One value.
+    One(&'a str),
+    /// The node does not have the key.
+    Missing,
+    /// A new node of a group spanning several zones: one of these, Azure chooses.
+    Several(Vec<&'a str>),
+}
+
+/// The node's value for `key`: its name for `kubernetes.io/hostname` (a new node's label is its
+/// template's), the label otherwise.
+fn domain<'a>(node: &'a NodeState, key: &str) -> Domain<'a> {
+    if key == HOSTNAME {
+        return Domain::One(&node.name);
+    }
+    if let Some(variants) = node.zone_variants() {
+        let mut values: Vec<&str> = variants
+            .iter()
+            .filter_map(|l| l.get(key).map(String::as_str))
+            .collect();
+        values.sort_unstable();
+        values.dedup();
+        let everywhere = variants.iter().all(|l| l.contains_key(key));
+        return match (values.as_slice(), everywhere) {
+            ([], _) => Domain::Missing,
+            ([one], true) => Domain::One(one),
+            _ => Domain::Several(values),
+        };
+    }
+    match node.labels.get(key) {
+        Some(v) => Domain::One(v),
+        None => Domain::Missing,
+    }
+}
+
+/// Which namespaces' pods a term counts.
+#[derive(Debug, Clone)]
+enum Namespaces {
+    /// Every namespace (an empty `namespaceSelector`).
+    All,
+    /// These (the pod's own when the term names none).
+    List(Vec<String>),
+}
+
+impl Namespaces {
+    fn of_term(term: &PodAffinityTerm, own: &str) -> Self {
+        if term
+            .namespace_selector
+            .as_ref()
+            .is_some_and(super::fit::is_empty_selector)
+        {
+            return Namespaces::All;
+        }
+        match &term.namespaces {
+            Some(list) if !list.is_empty() => Namespaces::List(list.clone()),
+            _ => Namespaces::List(vec![own.to_string()]),
+        }
+    }
+
+    fn contains(&self, ns: &str) -> bool {
+        match self {
+            Namespaces::All => true,
+            Namespaces::List(l) => l.iter().any(|n| n == ns),
+        }
+    }
+}
+
+/// What a counted rule asks.
+#[derive(Debug, Clone)]
+enum Kind {
+    /// A `DoNotSchedule` topology spread constraint.
+    Spread {
+        max_skew: i32,
+        min_domains: i32,
+        self_match: bool,
+        honor_affinity: bool,
+        honor_taints: bool,
+    },
+    /// A required pod affinity term.
+    Affinity { self_match: bool },
+    /// A required pod anti-affinity term on a key other than the hostname.
+    AntiAffinity,
+}
+
+/// One rule of a pending pod that counts matching pods per domain.
+#[derive(Debug, Clone)]
+struct Counted {
+    kind: Kind,
+    key: String,
+    namespaces: Namespaces,
+    selector: Option<LabelSelector>,
+    /// Matching pods per domain; for spread, every eligible domain is here (0 when empty).
+    counts: HashMap<Arc<str>, i32>,
+    /// Spread: how many domains have each count (the smallest key is the global minimum).
+    histogram: BTreeMap<i32, u32>,
+    /// Matching pods on nodes that have the key.
+    total: i32,
+    /// Spread: pods of the owner's class this decision means to place per domain (see
+    /// [`Topology::share_out`]) and has not placed yet. They count toward the other domains'
+    /// sizes, so one group's estimate may fill its zone's share at once instead of one pod
+    /// per round.
+    reserved: HashMap<Arc<str>, i32>,
+}
+
+impl Counted {
+    fn selects(&self, pod: &PodRecord) -> bool {
+        self.namespaces.contains(&pod.namespace)
+            && self
+                .selector
+                .as_ref()
+                .is_some_and(|s| label_selector_matches(s, &pod.labels))
+    }
+
+    fn is_spread(&self) -> bool {
+        matches!(self.kind, Kind::Spread { .. })
+    }
+
+    /// Makes `d` a domain (spread), with no pods if it is new.
+    fn ensure(&mut self, d: &str) {
+        if !self.counts.contains_key(d) {
+            self.counts.insert(Arc::from(d), 0);
+            *self.histogram.entry(0).or_default() += 1;
+        }
+    }
+
+    fn add(&mut self, d: &str) {
+        let before = match self.counts.get_mut(d) {
+            Some(c) => {
+                *c += 1;
+                *c - 1
+            }
+            None => {
+                self.counts.insert(Arc::from(d), 1);
+                *self.histogram.entry(1).or_default() += 1;
+                self.total += 1;
+                return;
+            }
+        };
+        if let Some(n) = self.histogram.get_mut(&before) {
+            *n -= 1;
+            if *n == 0 {
+                self.histogram.remove(&before);
+            }
+        }
+        *self.histogram.entry(before + 1).or_default() += 1;
+        self.total += 1;
+    }
+
+    fn count(&self, d: &str) -> i32 {
+        self.counts.get(d).copied().unwrap_or(0)
+    }
+}
+
+/// The rules of one class of pending pods that look at other nodes.
+#[derive(Debug, Clone)]
+struct Rules {
+    /// A pod of the class (they all ask the same).
+    pod: Arc<PodRecord>,
+    counted: Vec<Counted>,
+    /// Every spread constraint's key: a node counts for spread only if it has them all.
+    spread_keys: Vec<String>,
+    /// Per key, the domains other pods' anti-affinity keeps this class out of.
+    repelled: Vec<(String, HashSet<Arc<str>>)>,
+}
+
+impl Rules {
+    fn new(pod: Arc<PodRecord>) -> Self {
+        Self {
+            pod,
+            counted: Vec::new(),
+            spread_keys: Vec::new(),
+            repelled: Vec::new(),
+        }
+    }
+
+    fn repelled_slot(&mut self, key: &str) -> usize {
+        match self.repelled.iter().position(|(k, _)| k == key) {
+            Some(i) => i,
+            None => {
+                self.repelled.push((key.to_string(), HashSet::new()));
+                self.repelled.len() - 1
+            }
+        }
+    }
+
+    /// Whether `node` is one spread counts on for rule `c`.
+    fn eligible(&self, c: &Counted, node: &NodeState) -> bool {
+        let Kind::Spread {
+            honor_affinity,
+            honor_taints,
+            ..
+        } = c.kind
+        else {
+            return true;
+        };
+        if self
+            .spread_keys
+            .iter()
+            .any(|k| matches!(domain(node, k), Domain::Missing))
+        {
+            return false;
+        }
+        if honor_affinity && !node.matches_selector(self.pod.spec()) {
+            return false;
+        }
+        if honor_taints {
+            let tolerations = self.pod.spec().tolerations.as_deref().unwrap_or_default();
+            if node.taints.iter().any(|t| {
+                matches!(t.effect.as_str(), "NoSchedule" | "NoExecute")
+                    && !tolerations.iter().any(|tol| tolerates(tol, t))
+            }) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+fn required_terms<'a>(
+    spec: &'a PodSpec,
+    anti: bool,
+) -> impl Iterator<Item = &'a PodAffinityTerm> + 'a {
+    let a = spec.affinity.as_ref();
+    let terms = if anti {
+        a.and_then(|a| a.pod_anti_affinity.as_ref()).and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+    } else {
+        a.and_then(|a| a.pod_affinity.as_ref()).and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+    };
+    terms.into_iter().flatten()
+}
+
+/// A selector with `matchLabelKeys` (the pod's values: `In`) and `mismatchLabelKeys` (`NotIn`)
+/// folded in, as the API server and the scheduler merge them.
+fn merged(
+    selector: Option<&LabelSelector>,
+    match_keys: &[String],
+    mismatch_keys: &[String],
+    labels: &BTreeMap<String, String>,
+) -> Option<LabelSelector> {
+    let mut s = selector?.clone();
+    for (keys, op) in [(match_keys, "In"), (mismatch_keys, "NotIn")] {
+        for k in keys {
+            if let Some(v) = labels.get(k) {
+                s.match_expressions
+                    .get_or_insert_with(Vec::new)
+                    .push(LabelSelectorRequirement {
+                        key: k.clone(),
+                        operator: op.into(),
+                        values: Some(vec![v.clone()]),
+                    });
+            }
+        }
+    }
+    Some(s)
+}
+
+/// Whether `spec` has a rule this module decides (spread that blocks, required affinity, or
+/// required anti-affinity on a key other than the hostname); see
+/// [`PodFacts::has_cross_node_rules`](super::fit::PodFacts::has_cross_node_rules).
+pub fn has_rules(spec: &PodSpec) -> bool {
+    spec.topology_spread_constraints
+        .iter()
+        .flatten()
+        .any(|c| c.when_unsatisfiable == "DoNotSchedule")
+        || required_terms(spec, false).next().is_some()
+        || has_remote_anti_affinity(spec)
+}
+
+/// Whether `spec` has required anti-affinity on a key other than the hostname.
+pub fn has_remote_anti_affinity(spec: &PodSpec) -> bool {
+    required_terms(spec, true).any(|t| t.topology_key != HOSTNAME)
+}
+
+fn compile(pod: &Arc<PodRecord>) -> Rules {
+    let spec = pod.spec();
+    let mut rules = Rules::new(pod.clone());
+    let own = pod.namespace.as_str();
+    let counted = |kind, key: &str, namespaces, selector| Counted {
+        kind,
+        key: key.to_string(),
+        namespaces,
+        selector,
+        counts: HashMap::new(),
+        histogram: BTreeMap::new(),
+        total: 0,
+        reserved: HashMap::new(),
+    };
+    for c in spec
+        .topology_spread_constraints
+        .iter()
+        .flatten()
+        .filter(|c| c.when_unsatisfiable == "DoNotSchedule")
+    {
+        let selector = merged(
+            c.label_selector.as_ref(),
+            c.match_label_keys.as_deref().unwrap_or_default(),
+            &[],
+            &pod.labels,
+        );
+        let self_match = selector
+            .as_ref()
+            .is_some_and(|s| label_selector_matches(s, &pod.labels));
+        rules.counted.push(counted(
+            Kind::Spread {
+                max_skew: c.max_skew.max(1),
+                min_domains: c.min_domains.unwrap_or(1).max(1),
+                self_match,
+                honor_affinity: c.node_affinity_policy.as_deref() != Some("Ignore"),
+                honor_taints: c.node_taints_policy.as_deref() == Some("Honor"),
+            },
+            &c.topology_key,
+            Namespaces::List(vec![own.to_string()]),
+            selector,
+        ));
+        if !rules.spread_keys.contains(&c.topology_key) {
+            rules.spread_keys.push(c.topology_key.clone());
+        }
+    }
+    for (anti, term) in required_terms(spec, false)
+        .map(|t| (false, t))
+        .chain(required_terms(spec, true).map(|t| (true, t)))
+    {
+        if anti && term.topology_key == HOSTNAME {
+            continue;
+        }
+        let namespaces = Namespaces::of_term(term, own);
+        let selector = merged(
+            term.label_selector.as_ref(),
+            term.match_label_keys.as_deref().unwrap_or_default(),
+            term.mismatch_label_keys.as_deref().unwrap_or_default(),
+            &pod.labels,
+        );
+        let self_match = namespaces.contains(own)
+            && selector
+                .as_ref()
+                .is_some_and(|s| label_selector_matches(s, &pod.labels));
+        let kind = if anti {
+            Kind::AntiAffinity
+        } else {
+            Kind::Affinity { self_match }
+        };
+        rules
+            .counted
+            .push(counted(kind, &term.topology_key, namespaces, selector));
+    }
+    rules
+}
+
+/// The cross-node side of a decision (see the module documentation). Cloning it is how an
+/// estimate tries a group without touching the decision's state.
+#[derive(Debug, Clone, Default)]
+pub struct Topology {
+    /// By class: the rules of pending pods that have any (shared with the copies estimates
+    /// work on until one changes them).
+    rules: HashMap<usize, Arc<Rules>>,
+    /// By class: the rules (class, index) a pod of the class counts toward once placed.
+    counts_toward: Arc<HashMap<usize, Vec<(usize, usize)>>>,
+    /// By class: the classes its anti-affinity keeps out of where it goes (class, slot).
+    repels: Arc<HashMap<usize, Vec<(usize, usize)>>>,
+}
+
+/// The cluster as the cross-node filters read it: every node's labels and taints, and the pods
+/// bound to each, grouped by shared label map (pods of one ReplicaSet share one) so a selector
+/// is tried once per group, not once per pod. Built once per decision or scale-down pass, and
+/// told where the simulation moves pods. It borrows the nodes (their pods are read once, here).
+#[derive(Debug, Default)]
+pub struct Cluster<'a> {
+    nodes: Vec<&'a NodeState>,
+    /// Bound pods sharing a label map and namespace: one of them, and each one's node.
+    bound: Vec<(Arc<PodRecord>, Vec<usize>)>,
+    bound_at: FxHashMap<usize, Vec<usize>>,
+    /// Bound pods with required anti-affinity on a key other than the hostname, by shape.
+    anti: Vec<(Arc<PodRecord>, Vec<usize>)>,
+    anti_at: FxHashMap<usize, Vec<usize>>,
+}
+
+impl<'a> Cluster<'a> {
+    /// `nodes` with the pods bound to each (indices follow the order given).
+    pub fn new(nodes: impl IntoIterator<Item = &'a NodeState>) -> Self {
+        let nodes: Vec<&'a NodeState> = nodes.into_iter().collect();
+        let mut c = Cluster {
+            nodes,
+            ..Cluster::default()
+        };
+        for i in 0..c.nodes.len() {
+            let n = c.nodes[i];
+            for p in &n.pods {
+                c.place(p, i);
+            }
+        }
+        c
+    }
+
+    /// `nodes` (whose own pods are not read) with `pods`: (node index, pod).
+    pub fn of_parts<'p>(
+        nodes: impl IntoIterator<Item = &'a NodeState>,
+        pods: impl IntoIterator<Item = (usize, &'p Arc<PodRecord>)>,
+    ) -> Self {
+        let mut c = Cluster {
+            nodes: nodes.into_iter().collect(),
+            ..Cluster::default()
+        };
+        for (i, p) in pods {
+            c.place(p, i);
+        }
+        c
+    }
+
+    /// `pod` is (now) on node `at`.
+    pub fn place(&mut self, pod: &Arc<PodRecord>, at: usize) {
+        fn slot(
+            groups: &mut Vec<(Arc<PodRecord>, Vec<usize>)>,
+            index: &mut FxHashMap<usize, Vec<usize>>,
+            key: usize,
+            pod: &Arc<PodRecord>,
+            same: impl Fn(&PodRecord) -> bool,
+        ) -> usize {
+            let ids = index.entry(key).or_default();
+            match ids.iter().find(|&&g| same(&groups[g].0)) {
+                Some(&g) => g,
+                None => {
+                    groups.push((pod.clone(), Vec::new()));
+                    ids.push(groups.len() - 1);
+                    groups.len() - 1
+                }
+            }
+        }
+        let ns = pod.namespace.as_str();
+        let g = slot(
+            &mut self.bound,
+            &mut self.bound_at,
+            Arc::as_ptr(&pod.labels) as usize,
+            pod,
+            |o| o.namespace == ns,
+        );
+        self.bound[g].1.push(at);
+        if pod.facts().has_remote_anti_affinity() {
+            let g = slot(
+                &mut self.anti,
+                &mut self.anti_at,
+                Arc::as_ptr(&pod.shape) as usize,
+                pod,
+                |o| o.namespace == ns && Arc::ptr_eq(&o.labels, &pod.labels),
+            );
+            self.anti[g].1.push(at);
+        }
+    }
+}
+
+impl Topology {
+    /// The rules of the `pending` pods, counted over `nodes` (every node of the cluster, with
+    /// the pods bound to it, and the nodes on their way). `possible` are the templates of the
+    /// groups that may grow: for a pod that fits one, its domain is a domain of its spread with
+    /// no pods yet, so a zone-spread Deployment grows every zone's group from zero (as Karpenter
+    /// counts the zones a NodePool offers), not one zone that the scheduler would then fill.
+    pub fn new<'a>(
+        pending: &[Prepared],
+        nodes: impl IntoIterator<Item = &'a NodeState>,
+        possible: &[&NodeState],
+    ) -> Self {
+        let nodes: Vec<&NodeState> = nodes.into_iter().collect();
+        let cross_node = pending.iter().any(|p| p.pod.facts().has_cross_node_rules())
+            || nodes
+                .iter()
+                .any(|n| n.pods.iter().any(|p| p.facts().has_remote_anti_affinity()));
+        if !cross_node {
+            return Self::default();
+        }
+        Self::over(pending, &Cluster::new(nodes), |_| false, possible)
+    }
+
+    /// [`Topology::new`] over a [`Cluster`] built before, leaving out the nodes `skip` names
+    /// (a node being removed, and its pods with it).
+    pub fn over(
+        pending: &[Prepared],
+        cluster: &Cluster,
+        skip: impl Fn(usize) -> bool,
+        possible: &[&NodeState],
+    ) -> Self {
+        let mut reps: Vec<(usize, &Arc<PodRecord>)> = Vec::new();
+        let mut seen = HashSet::new();
+        for p in pending {
+            if seen.insert(p.class) {
+                reps.push((p.class, &p.pod));
+            }
+        }
+        let nodes: &[&NodeState] = &cluster.nodes;
+        let mut rules: HashMap<usize, Rules> = HashMap::new();
+        for (class, pod) in &reps {
+            if pod.facts().has_cross_node_rules() {
+                rules.insert(*class, compile(pod));
+            }
+        }
+        // Bound pods' anti-affinity keeps matching pending pods out of the domains they are in.
+        for (owner, on) in &cluster.anti {
+            for term in required_terms(owner.spec(), true).filter(|t| t.topology_key != HOSTNAME) {
+                let namespaces = Namespaces::of_term(term, &owner.namespace);
+                let selector = merged(
+                    term.label_selector.as_ref(),
+                    term.match_label_keys.as_deref().unwrap_or_default(),
+                    term.mismatch_label_keys.as_deref().unwrap_or_default(),
+                    &owner.labels,
+                );
+                for (class, pod) in &reps {
+                    if !(namespaces.contains(&pod.namespace)
+                        && selector
+                            .as_ref()
+                            .is_some_and(|s| label_selector_matches(s, &pod.labels)))
+                    {
+                        continue;
+                    }
+                    let r = rules
+                        .entry(*class)
+                        .or_insert_with(|| Rules::new((*pod).clone()));
+                    let slot = r.repelled_slot(&term.topology_key);
+                    for &n in on.iter().filter(|&&n| !skip(n)) {
+                        for d in values(domain(nodes[n], &term.topology_key)) {
+                            r.repelled[slot].1.insert(Arc::from(d));
+                        }
+                    }
+                }
+            }
+        }
+        if rules.is_empty() {
+            return Self::default();
+        }
+        // Per key, each node's value (read once, shared by the rules on that key); per
+        // eligibility (keys, node affinity, tolerations: most rules share one), which nodes
+        // spread counts on.
+        let mut values_by_key: HashMap<String, Vec<Option<Arc<str>>>> = HashMap::new();
+        let mut eligible_by: HashMap<String, Arc<Vec<bool>>> = HashMap::new();
+        for r in rules.values_mut() {
+            for i in 0..r.counted.len() {
+                let mut c = r.counted[i].clone();
+                let at = values_by_key.entry(c.key.clone()).or_insert_with(|| {
+                    nodes
+                        .iter()
+                        .map(|n| match domain(n, &c.key) {
+                            Domain::One(d) => Some(Arc::from(d)),
+                            _ => None,
+                        })
+                        .collect()
+                });
+                let eligible = match c.kind {
+                    Kind::Spread {
+                        honor_affinity,
+                        honor_taints,
+                        ..
+                    } => {
+                        let spec = r.pod.spec();
+                        let signature = format!(
+                            "{:?}|{:?}|{:?}|{:?}",
+                            r.spread_keys,
+                            honor_affinity.then_some((
+                                &spec.node_selector,
+                                spec.affinity
+                                    .as_ref()
+                                    .and_then(|a| a.node_affinity.as_ref())
+                            )),
+                            honor_taints.then_some(&spec.tolerations),
+                            c.key,
+                        );
+                        let rr = &*r;
+                        let cc = &c;
+                        Some(
+                            eligible_by
+                                .entry(signature)
+                                .or_insert_with(|| {
+                                    Arc::new(nodes.iter().map(|n| rr.eligible(cc, n)).collect())
+                                })
+                                .clone(),
+                        )
+                    }
+                    _ => None,
+                };
+                if let Some(eligible) = &eligible {
+                    for (n, d) in at.iter().enumerate() {
+                        if let (false, true, Some(d)) = (skip(n), eligible[n], d) {
+                            c.ensure(d);
+                        }
+                    }
+                    for t in possible {
+                        if r.eligible(&c, t) && t.fits(&r.pod).is_ok() {
+                            if let Domain::One(d) = domain(t, &c.key) {
+                                c.ensure(d);
+                            }
+                        }
+                    }
+                }
+                for (pod, on) in &cluster.bound {
+                    if !c.selects(pod) {
+                        continue;
+                    }
+                    for &n in on.iter().filter(|&&n| !skip(n)) {
+                        if eligible.as_ref().is_none_or(|e| e[n]) {
+                            if let Some(d) = &at[n] {
+                                c.add(d);
+                            }
+                        }
+                    }
+                }
+                r.counted[i] = c;
+            }
+        }
+        // Which rules each pending class counts toward, and which classes its anti-affinity
+        // repels, once placed.
+        let mut counts_toward: HashMap<usize, Vec<(usize, usize)>> = HashMap::new();
+        let mut repels: HashMap<usize, Vec<(usize, usize)>> = HashMap::new();
+        for (class, pod) in &reps {
+            for (owner, r) in &rules {
+                for (i, c) in r.counted.iter().enumerate() {
+                    if c.selects(pod) {
+                        counts_toward.entry(*class).or_default().push((*owner, i));
+                    }
+                }
+            }
+        }
+        let anti_classes: Vec<(usize, Vec<Counted>)> = rules
+            .iter()
+            .map(|(class, r)| {
+                (
+                    *class,
+                    r.counted
+                        .iter()
+                        .filter(|c| matches!(c.kind, Kind::AntiAffinity))
+                        .cloned()
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .filter(|(_, terms)| !terms.is_empty())
+            .collect();
+        for (class, terms) in &anti_classes {
+            for term in terms {
+                for (other, pod) in &reps {
+                    if !term.selects(pod) {
+                        continue;
+                    }
+                    let r = rules
+                        .entry(*other)
+                        .or_insert_with(|| Rules::new((*pod).clone()));
+                    let slot = r.repelled_slot(&term.key);
+                    repels.entry(*class).or_default().push((*other, slot));
+                }
+            }
+        }
+        Self {
+            rules: rules.into_iter().map(|(k, r)| (k, Arc::new(r))).collect(),
+            counts_toward: Arc::new(counts_toward),
+            repels: Arc::new(repels),
+        }
+    }
+
+    /// Whether anything here can refuse a pod (else every check is a no-op).
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// Whether pods of `class` have or meet a rule here.
+    pub fn involves(&self, class: usize) -> bool {
+        self.rules.contains_key(&class) || self.counts_toward.contains_key(&class)
+    }
+
+    /// Whether a node that refused a pod of `class` keeps refusing it as the simulation fills
+    /// nodes (so a first-fit may skip it next time). Required affinity is not: the pod it
+    /// needs may be placed later.
+    pub fn refusal_sticks(&self, class: usize) -> bool {
+        self.rules.get(&class).is_none_or(|r| {
+            !r.counted
+                .iter()
+                .any(|c| matches!(c.kind, Kind::Affinity { .. } | Kind::Spread { .. }))
+        })
+    }
+
+    /// The one topology key every rule of `class` looks at, when there is exactly one and it
+    /// is not the hostname: then whether a node takes a pod of the class, as far as this module
+    /// is concerned, depends only on the node's value for that key (one verdict per zone, not
+    /// per node).
+    pub fn domain_key(&self, class: usize) -> Option<&str> {
+        let r = self.rules.get(&class)?;
+        let mut keys = r
+            .counted
+            .iter()
+            .map(|c| c.key.as_str())
+            .chain(r.repelled.iter().map(|(k, _)| k.as_str()));
+        let first = keys.next()?;
+        (first != HOSTNAME && keys.all(|k| k == first)).then_some(first)
+    }
+
+    /// Shares `pods` pending pods of `class` out over the domains of its one spread constraint
+    /// (on a key other than the hostname) as the scheduler's skew allows them to end up:
+    /// water-filling, one pod at a time to the emptiest domain that `offers` can grow (each
+    /// offer: a template of a group that may grow, and how many pods of the class its headroom
+    /// holds) while the skew stays within `maxSkew`. The estimates then place a domain's whole
+    /// share in one round, with the other domains counted at their planned sizes: a
+    /// Deployment of 600 zone-spread replicas takes three rounds, not 600. The shares are a
+    /// plan, never a licence: a pod still goes only where the skew allows given the counts and
+    /// the shares not yet placed.
+    pub fn share_out(&mut self, class: usize, pods: u32, offers: &[(&NodeState, u32)]) {
+        let Some(r) = self.rules.get(&class) else {
+            return;
+        };
+        let spread: Vec<usize> = (0..r.counted.len())
+            .filter(|&i| r.counted[i].is_spread())
+            .collect();
+        let ([i], true) = (
+            spread.as_slice(),
+            r.counted
+                .iter()
+                .all(|c| c.is_spread() || matches!(c.kind, Kind::AntiAffinity)),
+        ) else {
+            return;
+        };
+        let c = &r.counted[*i];
+        let Kind::Spread {
+            max_skew,
+            min_domains,
+            self_match,
+            ..
+        } = c.kind
+        else {
+            return;
+        };
+        if c.key == HOSTNAME || !self_match {
+            return;
+        }
+        let mut room: BTreeMap<&str, u32> = BTreeMap::new();
+        for (t, n) in offers {
+            if let (true, Domain::One(d)) = (r.eligible(c, t), domain(t, &c.key)) {
+                *room.entry(d).or_default() += n;
+            }
+        }
+        let mut planned: BTreeMap<&str, i32> =
+            c.counts.iter().map(|(k, n)| (k.as_ref(), *n)).collect();
+        for d in room.keys() {
+            planned.entry(d).or_insert(0);
+        }
+        let mut shares: HashMap<Arc<str>, i32> = HashMap::new();
+        for _ in 0..pods {
+            let min = if i32::try_from(planned.len()).unwrap_or(i32::MAX) < min_domains {
+                0
+            } else {
+                planned.values().copied().min().unwrap_or(0)
+            };
+            let Some(d) = room
+                .iter()
+                .filter(|(d, left)| **left > 0 && planned[**d] + 1 - min <= max_skew)
+                .min_by_key(|(d, _)| (planned[**d], **d))
+                .map(|(d, _)| *d)
+            else {
+                break;
+            };
+            *planned.get_mut(d).expect("planned") += 1;
+            *room.get_mut(d).expect("room") -= 1;
+            *shares.entry(Arc::from(d)).or_default() += 1;
+        }
+        if shares.is_empty() {
+            return;
+        }
+        let i = *i;
+        let r = Arc::make_mut(self.rules.get_mut(&class).expect("rules"));
+        let domains: Vec<Arc<str>> = shares.keys().cloned().collect();
+        for d in &domains {
+            r.counted[i].ensure(d);
+        }
+        r.counted[i].reserved = shares;
+    }
+
+    /// A node joins the simulation (a new node of a group): a domain for the spread rules it
+    /// counts for.
+    pub fn node_added(&mut self, node: &NodeState) {
+        for r in self.rules.values_mut() {
+            for i in 0..r.counted.len() {
+                let c = &r.counted[i];
+                if !c.is_spread() || !r.eligible(c, node) {
+                    continue;
+                }
+                if let Domain::One(d) = domain(node, &c.key) {
+                    if !c.counts.contains_key(d) {
+                        Arc::make_mut(r).counted[i].ensure(d);
+                    }
+                }
+            }
+        }
+    }
+
+    /// A pod of `class` placed on `node` in the simulation: it counts there from now on.
+    pub fn placed(&mut self, class: usize, node: &NodeState) {
+        if let Some(toward) = self.counts_toward.get(&class) {
+            for &(owner, i) in toward {
+                let Some(r) = self.rules.get_mut(&owner) else {
+                    continue;
+                };
+                if !r.eligible(&r.counted[i], node) {
+                    continue;
+                }
+                let c = &mut Arc::make_mut(r).counted[i];
+                match domain(node, &c.key) {
+                    Domain::One(d) => {
+                        c.add(d);
+                        if owner == class {
+                            if let Some(left) = c.reserved.get_mut(d).filter(|n| **n > 0) {
+                                *left -= 1;
+                            }
+                        }
+                    }
+                    // Unknown zone: anti-affinity counts it in each (it may be in any); spread
+                    // and affinity refused such a node for their own pods and do not guess.
+                    Domain::Several(ds) if matches!(c.kind, Kind::AntiAffinity) => {
+                        for d in ds {
+                            c.add(d);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+        if let Some(repels) = self.repels.get(&class) {
+            let owner_key: Vec<(usize, usize, String)> = repels
+                .iter()
+                .filter_map(|&(other, slot)| {
+                    Some((
+                        other,
+                        slot,
+                        self.rules.get(&other)?.repelled[slot].0.clone(),
+                    ))
+                })
+                .collect();
+            for (other, slot, key) in owner_key {
+                let ds: Vec<Arc<str>> = values(domain(node, &key)).map(Arc::from).collect();
+                if let Some(r) = self.rules.get_mut(&other) {
+                    if ds.iter().any(|d| !r.repelled[slot].1.contains(d)) {
+                        Arc::make_mut(r).repelled[slot].1.extend(ds);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether a pod of `class` may go on `node` as far as other nodes' pods are concerned, or
+    /// the scheduler's reason.
+    pub fn fits(&self, class: usize, node: &NodeState) -> Result<(), Unfit> {
+        let Some(r) = self.rules.get(&class) else {
+            return Ok(());
+        };
+        for c in r.counted.iter().filter(|c| c.is_spread()) {
+            let Kind::Spread {
+                max_skew,
+                min_domains,
+                self_match,
+                ..
+            } = c.kind
+            else {
+                continue;
+            };
+            let d = match domain(node, &c.key) {
+                Domain::One(d) => d,
+                Domain::Missing => {
+                    return Err(Unfit::TopologySpread {
+                        key: c.key.clone(),
+                        why: SpreadWhy::MissingLabel,
+                    })
+                }
+                Domain::Several(_) => {
+                    return Err(Unfit::TopologySpread {
+                        key: c.key.clone(),
+                        why: SpreadWhy::SeveralZones,
+                    })
+                }
+            };
+            // A share-out in force: the class's pods go where their shares are, nowhere else.
+            if !c.reserved.is_empty() && c.reserved.get(d).is_none_or(|n| *n <= 0) {
+                return Err(Unfit::TopologySpread {
+                    key: c.key.clone(),
+                    why: SpreadWhy::Skew,
+                });
+            }
+            let present = c.counts.contains_key(d);
+            let domains = c.counts.len() + usize::from(!present);
+            let mut min = if !present {
+                0
+            } else if c.reserved.is_empty() {
+                c.histogram.keys().next().copied().unwrap_or(0)
+            } else {
+                // With a share-out, each domain counts as it will be once its share is placed.
+                c.counts
+                    .iter()
+                    .map(|(k, n)| n + c.reserved.get(k).copied().unwrap_or(0))
+                    .min()
+                    .unwrap_or(0)
+            };
+            if i32::try_from(domains).unwrap_or(i32::MAX) < min_domains {
+                min = 0;
+            }
+            if c.count(d) + i32::from(self_match) - min > max_skew {
+                return Err(Unfit::TopologySpread {
+                    key: c.key.clone(),
+                    why: SpreadWhy::Skew,
+                });
+            }
+        }
+        let affinity: Vec<&Counted> = r
+            .counted
+            .iter()
+            .filter(|c| matches!(c.kind, Kind::Affinity { .. }))
+            .collect();
+        let satisfied = affinity.iter().all(|c| match domain(node, &c.key) {
+            Domain::One(d) => c.count(d) > 0,
+            Domain::Several(ds) => ds.iter().all(|d| c.count(d) > 0),
+            Domain::Missing => false,
+        });
+        let first_of_its_kind = affinity
+            .iter()
+            .all(|c| c.total == 0 && matches!(c.kind, Kind::Affinity { self_match: true }));
+        if !satisfied && !first_of_its_kind {
+            return Err(Unfit::PodAffinity);
+        }
+        for c in r
+            .counted
+            .iter()
+            .filter(|c| matches!(c.kind, Kind::AntiAffinity))
+        {
+            if values(domain(node, &c.key)).any(|d| c.count(d) > 0) {
+                return Err(Unfit::PodAntiAffinity);
+            }
+        }
+        for (key, repelled) in &r.repelled {
+            if values(domain(node, key)).any(|d| repelled.contains(d)) {
+                return Err(Unfit::ExistingAntiAffinity);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The values a domain may be.
+fn values(d: Domain<'_>) -> impl Iterator<Item = &str> {
+    match d {
+        Domain::One(v) => vec![v],
+        Domain::Missing => Vec::new(),
+        Domain::Several(vs) => vs,
+    }
+    .into_iter()
+}
+
+/// Why a node breaks a topology spread constraint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpreadWhy {
+    /// Its domain would exceed `maxSkew`.
+    Skew,
+    /// It lacks the constraint's key.
+    MissingLabel,
+    /// A new node of a group spanning several zones: its domain is Azure's choice.
+    SeveralZones,
+}
+
+#[cfg(test)]
+mod tests {
+    //! Cases from the Kubernetes documentation's worked examples ("Pod Topology Spread
+    //! Constraints", "Assigning Pods to Nodes"), with the placements it says are possible.
+    use super::*;
+    use crate::pods::estimate::prepare;
+    use crate::pods::fit::Resources;
+    use serde_json::json;
+
+    fn node(name: &str, zone: &str, pods: &[Arc<PodRecord>]) -> NodeState {
+        let mut n = NodeState::new(
+            name,
+            BTreeMap::from([
+                (HOSTNAME.to_string(), name.to_string()),
+                ("zone".to_string(), zone.to_string()),
+            ]),
+            Vec::new(),
+            Resources::from([("cpu".into(), 64_000), ("pods".into(), 110_000)]),
+        );
+        for p in pods {
+            n.place(p.clone());
+        }
+        n
+    }
+
+    fn pod(name: &str, labels: serde_json::Value, spec: serde_json::Value) -> Arc<PodRecord> {
+        let mut s = json!({"containers": [{"name": "c"}]});
+        for (k, v) in spec.as_object().unwrap() {
+            s[k] = v.clone();
+        }
+        Arc::new(PodRecord::of(
+            serde_json::from_value(
+                json!({"metadata": {"name": name, "namespace": "default", "labels": labels}, "spec": s}),
+            )
+            .unwrap(),
+        ))
+    }
+
+    fn foo(name: &str) -> Arc<PodRecord> {
+        pod(name, json!({"foo": "bar"}), json!({}))
+    }
+
+    fn spread(key: &str) -> serde_json::Value {
+        json!({"maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "DoNotSchedule",
+               "labelSelector": {"matchLabels": {"foo": "bar"}}})
+    }
+
+    /// Which of `nodes` the scheduler would take `incoming` on, by name.
+    fn allowed(incoming: &Arc<PodRecord>, nodes: &[NodeState]) -> Vec<String> {
+        let pending = prepare(std::slice::from_ref(incoming));
+        let t = Topology::new(&pending, nodes, &[]);
+        nodes
+            .iter()
+            .filter(|n| n.fits(incoming).is_ok() && t.fits(pending[0].class, n).is_ok())
+            .map(|n| n.name.clone())
+            .collect()
+    }
+
+    /// Two zones, three pods: zoneA 2, zoneB 1.
+    fn four_nodes() -> Vec<NodeState> {
+        vec![
+            node("node1", "zoneA", &[foo("p1")]),
+            node("node2", "zoneA", &[foo("p2")]),
+            node("node3", "zoneB", &[foo("p3")]),
+            node("node4", "zoneB", &[]),
+        ]
+    }
+
+    #[test]
+    fn one_constraint_by_zone_sends_the_fourth_pod_to_the_zone_with_fewer() {
+        let incoming = pod(
+            "mypod",
+            json!({"foo": "bar"}),
+            json!({"topologySpreadConstraints": [spread("zone")]}),
+        );
+        assert_eq!(allowed(&incoming, &four_nodes()), ["node3", "node4"]);
+    }
+
+    #[test]
+    fn constraints_by_zone_and_by_node_together_leave_only_the_empty_node_of_that_zone() {
+        let incoming = pod(
+            "mypod",
+            json!({"foo": "bar"}),
+            json!({"topologySpreadConstraints": [spread("zone"), spread(HOSTNAME)]}),
+        );
+        assert_eq!(allowed(&incoming, &four_nodes()), ["node4"]);
+    }
+
+    #[test]
+    fn conflicting_constraints_leave_the_pod_pending() {
+        let nodes = vec![
+            node("node1", "zoneA", &[foo("p1"), foo("p2")]),
+            node("node2", "zoneA", &[foo("p3")]),
+            node("node3", "zoneB", &[foo("p4"), foo("p5")]),
+        ];
+        let incoming = pod(
+            "mypod",
+            json!({"foo": "bar"}),
+            json!({"topologySpreadConstraints": [spread("zone"), spread(HOSTNAME)]}),
+        );
+        assert!(allowed(&incoming, &nodes).is_empty());
+        let pending = prepare(std::slice::from_ref(&incoming));
+        let t = Topology::new(&pending, &nodes, &[]);
+        assert_eq!(
+            t.fits(pending[0].class, &nodes[2]).unwrap_err().to_string(),
+            "node(s) didn't match pod topology spread constraints"
+        );
+    }
+
+    #[test]
+    fn node_affinity_policy_honor_leaves_out_the_zone_the_pod_may_not_go_to() {
+        let mut nodes = four_nodes();
+        nodes[3] = node("node4", "zoneB", &[foo("p4")]);
+        nodes.push(node("node5", "zoneC", &[]));
+        let not_c = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "NotIn", "values": ["zoneC"]}]}]}}});
+        let incoming = pod(
+            "mypod",
+            json!({"foo": "bar"}),
+            json!({"topologySpreadConstraints": [spread("zone")], "affinity": not_c.clone()}),
+        );
+        // zoneC is not a domain: A and B are even, so any node of them.
+        assert_eq!(
+            allowed(&incoming, &nodes),
+            ["node1", "node2", "node3", "node4"]
+        );
+        // With the policy Ignore, zoneC counts with 0: the skew forbids A and B, and the pod
+        // may not go to C.
+        let mut c = spread("zone");
+        c["nodeAffinityPolicy"] = json!("Ignore");
+        let incoming = pod(
+            "mypod",
+            json!({"foo": "bar"}),
+            json!({"topologySpreadConstraints": [c], "affinity": not_c}),
+        );
+        assert!(allowed(&incoming, &nodes).is_empty());
+    }
+
+    #[test]
+    fn node_taints_policy_ignore_counts_a_tainted_zone_and_honor_does_not() {
+        let mut nodes = vec![
+            node("node1", "zoneA", &[foo("p1")]),
+            node("node2", "zoneB", &[]),
+        ];
+        nodes[1].taints = Arc::new(vec![k8s_openapi::api::core::v1::Taint {
+            key: "dedicated".into(),
+            value: Some("batch".into()),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        }]);
+        let incoming = |policy: &str| {
+            let mut c = spread("zone");
+            c["nodeTaintsPolicy"] = json!(policy);
+            pod(
+                "mypod",
+                json!({"foo": "bar"}),
+                json!({"topologySpreadConstraints": [c]}),
+            )
+        };
+        // Ignore (the default): zoneB counts with 0 though the pod cannot go there.
+        assert!(allowed(&incoming("Ignore"), &nodes).is_empty());
+        assert_eq!(allowed(&incoming("Honor"), &nodes), ["node1"]);
+    }
+
+    #[test]
+    fn a_node_without_the_topology_key_is_refused_as_missing_the_label() {
+        let mut nodes = four_nodes();
+        Arc::make_mut(&mut nodes[3].labels).remove("zone");
+        let incoming = pod(
+            "mypod",
+            json!({"foo": "bar"}),
+            json!({"topologySpreadConstraints": [spread("zone")]}),
+        );
+        let pending = prepare(std::slice::from_ref(&incoming));
+        let t = Topology::new(&pending, &nodes, &[]);
+        assert_eq!(
+            t.fits(pending[0].class, &nodes[3]).unwrap_err().to_string(),
+            "node(s) didn't match pod topology spread constraints (missing required label)"
+        );
+        assert_eq!(allowed(&incoming, &nodes), ["node3"]);
+    }
+
+    #[test]
+    fn match_label_keys_count_only_the_pods_of_the_same_revision() {
+        let rev = |name: &str, hash: &str| {
+            pod(
+                name,
+                json!({"foo": "bar", "pod-template-hash": hash}),
+                json!({}),
+            )
+        };
+        // The old revision is all in zoneA; the new one has one pod there.
+        let nodes = vec![
+            node(
+                "node1",
+                "zoneA",
+                &[rev("old-1", "a"), rev("old-2", "a"), rev("new-1", "b")],
+            ),
+            node("node2", "zoneB", &[]),
+        ];
+        let mut c = spread("zone");
+        c["matchLabelKeys"] = json!(["pod-template-hash"]);
+        let incoming = pod(
+            "new-2",
+            json!({"foo": "bar", "pod-template-hash": "b"}),
+            json!({"topologySpreadConstraints": [c]}),
+        );
+        // Revision b alone counts: zoneA 1, zoneB 0, so zoneB.
+        assert_eq!(allowed(&incoming, &nodes), ["node2"]);
+        // With a b pod in zoneB too, both zones are within the skew for revision b (1 and 1),
+        // though zoneA holds three foo=bar pods in all.
+        let mut nodes = nodes;
+        nodes[1].place(rev("new-2", "b"));
+        assert_eq!(allowed(&incoming, &nodes), ["node1", "node2"]);
+    }
+
+    #[test]
+    fn web_servers_go_next_to_a_cache_and_never_two_on_one_node() {
+        // The documentation's web-store / redis-cache example, by hostname.
+        let cache = |n: &str| pod(n, json!({"app": "store"}), json!({}));
+        let nodes = vec![
+            node("node1", "z", &[cache("c1")]),
+            node("node2", "z", &[cache("c2")]),
+            node("node3", "z", &[]),
+        ];
+        let web = pod(
+            "web-1",
+            json!({"app": "web-store"}),
+            json!({"affinity": {
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": HOSTNAME, "labelSelector": {"matchLabels": {"app": "web-store"}}}]},
+                "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": HOSTNAME, "labelSelector": {"matchLabels": {"app": "store"}}}]}}}),
+        );
+        assert_eq!(allowed(&web, &nodes), ["node1", "node2"]);
+        let mut nodes = nodes;
+        nodes[0].place(web.clone());
+        let web2 = pod(
+            "web-2",
+            json!({"app": "web-store"}),
+            json!({"affinity": web.spec().affinity}),
+        );
+        assert_eq!(allowed(&web2, &nodes), ["node2"]);
+    }
+
+    #[test]
+    fn affinity_and_anti_affinity_look_in_the_namespaces_their_terms_name() {
+        let db = Arc::new(PodRecord::of(
+            serde_json::from_value(
+                json!({"metadata": {"name": "db", "namespace": "data", "labels": {"app": "db"}},
+                "spec": {"containers": [{"name": "c"}]}}),
+            )
+            .unwrap(),
+        ));
+        let nodes = vec![node("node1", "zoneA", &[db]), node("node2", "zoneB", &[])];
+        let with_terms = |extra: serde_json::Value| {
+            let mut t =
+                json!({"topologyKey": "zone", "labelSelector": {"matchLabels": {"app": "db"}}});
+            for (k, v) in extra.as_object().unwrap() {
+                t[k] = v.clone();
+            }
+            pod(
+                "web",
+                json!({"app": "web"}),
+                json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [t]}}}),
+            )
+        };
+        // Own namespace only (default): the db in `data` does not count.
+        assert_eq!(allowed(&with_terms(json!({})), &nodes), ["node1", "node2"]);
+        assert_eq!(
+            allowed(&with_terms(json!({"namespaces": ["data"]})), &nodes),
+            ["node2"]
+        );
+        // An empty namespace selector is every namespace.
+        assert_eq!(
+            allowed(&with_terms(json!({"namespaceSelector": {}})), &nodes),
+            ["node2"]
+        );
+    }
+}
