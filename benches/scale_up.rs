@@ -10,7 +10,7 @@
 //! the same cluster with 30 % of the pods in zone-spread Deployments (`DoNotSchedule`, max skew
 //! of one) and 10 % with required anti-affinity by zone (issue 17's second goal: under 100 ms),
 //! and the ratio to the plain pass is printed; then a burst of 3,000 replicas needing 3,000 new
-//! nodes, without and with a zone spread.
+//! nodes, without a rule, with a zone spread, and with zone and node spread together.
 //!
 //! `cargo bench --bench scale_up`; `BENCH_QUICK=1 cargo bench --bench scale_up` for CI.
 
@@ -54,6 +54,8 @@ enum Rule {
     AntiByZone,
     /// Zone spread, and 6 cpu: no room on today's nodes, one per new D8s/E8s node.
     BigSpread,
+    /// [`Rule::BigSpread`] and spread by node too (maxSkew 1 each): the common pair.
+    BigSpreadHost,
     /// 6 cpu and no rule: [`Rule::BigSpread`]'s baseline.
     Big,
 }
@@ -119,11 +121,11 @@ fn pod(d: usize, i: usize, node: Option<&str>, rule: Rule) -> Pod {
     let app = match rule {
         Rule::None => format!("deploy{d:02}"),
         Rule::Spread => format!("deploy{d:02}-spread"),
-        Rule::BigSpread => format!("deploy{d:02}-big-spread"),
+        Rule::BigSpread | Rule::BigSpreadHost => format!("deploy{d:02}-big-spread"),
         Rule::Big => format!("deploy{d:02}-big"),
         Rule::AntiByZone => format!("deploy{d:02}-anti"),
     };
-    if matches!(rule, Rule::Big | Rule::BigSpread) {
+    if matches!(rule, Rule::Big | Rule::BigSpread | Rule::BigSpreadHost) {
         spec["containers"][0]["resources"]["requests"]["cpu"] = json!("6");
     }
     match rule {
@@ -131,6 +133,13 @@ fn pod(d: usize, i: usize, node: Option<&str>, rule: Rule) -> Pod {
         Rule::Spread | Rule::BigSpread => {
             spec["topologySpreadConstraints"] = json!([{"maxSkew": 1, "topologyKey": ZONE,
                 "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": app}}}]);
+        }
+        Rule::BigSpreadHost => {
+            spec["topologySpreadConstraints"] = json!([
+                {"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": {"app": app}}},
+                {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+                    "labelSelector": {"matchLabels": {"app": app}}}]);
         }
         Rule::AntiByZone => {
             let other = format!("deploy{:02}-spread", (d + 1) % DEPLOYMENTS);
@@ -308,6 +317,7 @@ fn scenario(
         node_startup: std::time::Duration::from_secs(900),
         quota: Vec::new(),
         balance_similar: false,
+        volumes: Default::default(),
     };
     let first = plan(&input);
     let mut reasons: std::collections::BTreeMap<&str, usize> = Default::default();
@@ -362,6 +372,7 @@ fn scenario(
         unready: &busy,
         previously: &busy,
         non_empty_candidates: vmss_capacity_controller::config::DEFAULT_NON_EMPTY_CANDIDATES,
+        volumes: vmss_capacity_controller::pods::volumes::Volumes::none(),
     };
     let candidates = unneeded(&down_input);
     println!(
@@ -415,6 +426,12 @@ fn main() {
         |_| Rule::None,
         |_| (29, Rule::BigSpread),
     );
+    let both = scenario(
+        "the same burst, spread by zone and by node",
+        burst_iters,
+        |_| Rule::None,
+        |_| (29, Rule::BigSpreadHost),
+    );
     let (p, c) = (plain.median(), constrained.median());
     println!(
         "goal: one planning pass (scale-up + scale-down decisions) under 100 ms: median {p:.1} ms {} ({:.1}x headroom); p90 {:.1} ms {}",
@@ -431,9 +448,11 @@ fn main() {
         verdict(constrained.p90() < 100.0),
     );
     println!(
-        "a burst of 3,000 replicas needing 3,000 new nodes: scale-up decision median {:.0} ms plain, {:.0} ms spread by zone ({:.2}x, same run)",
+        "a burst of 3,000 replicas needing 3,000 new nodes: scale-up decision median {:.0} ms plain, {:.0} ms spread by zone ({:.2}x), {:.0} ms spread by zone and node ({:.2}x, same run)",
         pct(&big.up, 0.5),
         pct(&burst.up, 0.5),
         pct(&burst.up, 0.5) / pct(&big.up, 0.5),
+        pct(&both.up, 0.5),
+        pct(&both.up, 0.5) / pct(&big.up, 0.5),
     );
 }

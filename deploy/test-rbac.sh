@@ -234,7 +234,13 @@ for v in get list watch; do
   can yes "$v" pods -A
   can yes "$v" poddisruptionbudgets.policy -A
   can yes "$v" daemonsets.apps -A
+  can yes "$v" persistentvolumeclaims -A
+  can yes "$v" persistentvolumes
+  can yes "$v" storageclasses.storage.k8s.io
+  can yes "$v" csinodes.storage.k8s.io
 done
+can no update persistentvolumeclaims -A
+can no delete persistentvolumes
 can yes create pods --subresource=eviction -A
 
 # What it must not have.

@@ -493,6 +493,18 @@ fn the_cluster_role_grants_exactly_reads_a_node_patch_evictions_and_events() {
             rule(&[""], &["pods/eviction"], &[], &["create"]),
             rule(&["policy"], &["poddisruptionbudgets"], &[], &read),
             rule(&["apps"], &["daemonsets"], &[], &read),
+            rule(
+                &[""],
+                &["persistentvolumeclaims", "persistentvolumes"],
+                &[],
+                &read
+            ),
+            rule(
+                &["storage.k8s.io"],
+                &["storageclasses", "csinodes"],
+                &[],
+                &read
+            ),
             rule(&["events.k8s.io"], &["events"], &[], &["create", "patch"]),
         ]
     );

@@ -370,7 +370,9 @@ fn explain_without_a_snapshot_or_with_an_empty_one_says_what_to_save() {
     assert_eq!(code, 2);
     assert!(
         err.contains("give --config")
-            && err.contains("kubectl get nodes,pods,pdb,daemonsets -A -o json"),
+            && err.contains(
+                "kubectl get nodes,pods,pdb,daemonsets,pvc,pv,storageclasses,csinodes -A -o json"
+            ),
         "{err}"
     );
     let dir = tempfile::tempdir().unwrap();

@@ -351,18 +351,8 @@ async fn with_balancing_a_burst_grows_three_similar_zonal_groups_evenly_in_one_w
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zone_spread_deployment_from_zero_grows_the_three_zonal_groups_evenly() {
     use support::pod_cluster::Groups;
-    use vmss_capacity_controller::emulator::ScaleSetSeed;
-    let seeds = ["1", "2", "3"]
-        .iter()
-        .map(|z| {
-            let mut s = ScaleSetSeed::new(SUB, RG, &format!("zone{z}"), 0);
-            s.sku_name = "Standard_D4s_v5".into();
-            s.zones = vec![z.to_string()];
-            s
-        })
-        .collect();
     // No balancing: the spread constraint alone spreads the new nodes.
-    let c = Cluster::start_groups(Groups::Seeds(seeds), 20, |s| {
+    let c = Cluster::start_groups(Groups::Seeds(three_zonal_seeds()), 20, |s| {
         s.pod_demand.batch_idle = Duration::from_millis(800);
         s.pod_demand.batch_max = Duration::from_secs(5);
     })
@@ -396,5 +386,106 @@ async fn a_zone_spread_deployment_from_zero_grows_the_three_zonal_groups_evenly(
     for g in ["zone1", "zone2", "zone3"] {
         assert_eq!(c.capacity_puts(g), 1, "{g}: one write");
     }
+    c.stop().await;
+}
+
+/// Three empty scale sets of D4s_v5, one per zone of westeurope.
+fn three_zonal_seeds() -> Vec<vmss_capacity_controller::emulator::ScaleSetSeed> {
+    use vmss_capacity_controller::emulator::ScaleSetSeed;
+    ["1", "2", "3"]
+        .iter()
+        .map(|z| {
+            let mut s = ScaleSetSeed::new(SUB, RG, &format!("zone{z}"), 0);
+            s.sku_name = "Standard_D4s_v5".into();
+            s.zones = vec![z.to_string()];
+            s
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_whose_disk_lives_in_zone_two_grows_the_zone_two_group_and_an_immediate_claim_waits()
+{
+    use support::pod_cluster::Groups;
+    let c = Cluster::start_groups(Groups::Seeds(three_zonal_seeds()), 20, |s| {
+        s.pod_demand.batch_idle = Duration::from_millis(300);
+    })
+    .await;
+    let k = &c.kube;
+    k.create(
+        "storage.k8s.io/v1",
+        "storageclasses",
+        "",
+        json!({
+        "metadata": {"name": "managed-csi"}, "provisioner": "disk.csi.azure.com",
+        "volumeBindingMode": "WaitForFirstConsumer"}),
+    )
+    .expect("class");
+    k.create(
+        "storage.k8s.io/v1",
+        "storageclasses",
+        "",
+        json!({
+        "metadata": {"name": "managed-premium"}, "provisioner": "disk.csi.azure.com",
+        "volumeBindingMode": "Immediate"}),
+    )
+    .expect("class");
+    k.create("v1", "persistentvolumes", "", json!({
+        "metadata": {"name": "pv-db-0"},
+        "spec": {"capacity": {"storage": "8Gi"}, "accessModes": ["ReadWriteOnce"],
+            "csi": {"driver": "disk.csi.azure.com", "volumeHandle": "/disks/db-0"},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "topology.disk.csi.azure.com/zone", "operator": "In", "values": ["westeurope-2"]}]}]}}}}))
+    .expect("volume");
+    for (name, class, volume) in [
+        ("data-db-0", "managed-csi", Some("pv-db-0")),
+        ("data-q-0", "managed-premium", None),
+    ] {
+        let mut claim = json!({"metadata": {"name": name, "namespace": "default"},
+            "spec": {"storageClassName": class, "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "8Gi"}}}});
+        if let Some(v) = volume {
+            claim["spec"]["volumeName"] = json!(v);
+            claim["metadata"]["annotations"] = json!({"pv.kubernetes.io/bind-completed": "yes"});
+        }
+        k.create("v1", "persistentvolumeclaims", "default", claim)
+            .expect("claim");
+    }
+    let with_claim = |claim: &str| json!({"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]});
+    c.pending_labelled(
+        "db-0",
+        json!({"app": "db"}),
+        "1",
+        "1Gi",
+        with_claim("data-db-0"),
+    );
+    c.pending_labelled(
+        "q-0",
+        json!({"app": "q"}),
+        "1",
+        "1Gi",
+        with_claim("data-q-0"),
+    );
+    let sizes = |c: &Cluster| {
+        ["zone1", "zone2", "zone3"]
+            .iter()
+            .map(|g| c.capacity(g))
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || sizes(&c) == [0, 1, 0]).await,
+        "sizes {:?}",
+        sizes(&c)
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(sizes(&c), [0, 1, 0], "the waiting pod grows nothing");
+    let waiting = c.events("NotTriggerScaleUp").await;
+    assert!(
+        waiting.iter().any(|e| e
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("pod has unbound immediate PersistentVolumeClaims"))),
+        "{waiting:?}"
+    );
     c.stop().await;
 }

@@ -298,6 +298,7 @@ impl ScaleDownLoop {
         let groups = s.groups.groups();
         let pods: Vec<Arc<PodRecord>> = s.cluster.pods.snapshot().values().cloned().collect();
         let pdbs: Vec<_> = s.cluster.pdbs.snapshot().values().cloned().collect();
+        let volumes = s.cluster.storage.volumes();
         let (busy, deleting, draining) = {
             let f = s.flight.lock();
             (f.busy.clone(), f.deleting.clone(), f.draining)
@@ -352,6 +353,7 @@ impl ScaleDownLoop {
             unready: &unready,
             previously: &self.since.keys().cloned().collect(),
             non_empty_candidates: settings.non_empty_candidates_count,
+            volumes: &volumes,
         });
         unneeded::track(&mut self.since, &candidates, now);
         self.report(&down, &candidates);
@@ -976,27 +978,38 @@ impl Shared {
             &node,
             by_node.get(r.node.as_str()).into_iter().flatten().copied(),
         );
-        let others: Vec<NodeState> = self
+        // Destinations: Ready, schedulable nodes not being removed. The rest (but this node,
+        // whose pods are the ones moving) still count for spread and affinity.
+        let volumes = self.cluster.storage.volumes();
+        let (others, rest): (Vec<_>, Vec<_>) = self
             .cluster
             .nodes
             .snapshot()
             .values()
-            .filter(|n| {
-                n.name != r.node && !busy.contains(&n.name) && is_ready(n) && schedulable(n)
-            })
+            .filter(|n| n.name != r.node)
             .map(|n| {
-                NodeState::from_node(
+                let room = !busy.contains(&n.name) && is_ready(n) && schedulable(n);
+                let mut state = NodeState::from_node(
                     n,
                     by_node.get(n.name.as_str()).into_iter().flatten().copied(),
-                )
+                );
+                state.set_volume_limits(volumes.limits(&n.name));
+                (room, state)
             })
-            .collect();
+            .partition(|(room, _)| *room);
+        let others: Vec<NodeState> = others.into_iter().map(|(_, n)| n).collect();
+        let rest: Vec<NodeState> = rest.into_iter().map(|(_, n)| n).collect();
         let pdbs: Vec<_> = self.cluster.pdbs.snapshot().values().cloned().collect();
-        let topology = state
-            .pods
+        let cross_node = state.pods.iter().any(|p| {
+            p.facts().has_cross_node_rules()
+                || (!volumes.is_empty() && crate::pods::volumes::has_claims(p.spec()))
+        }) || others
             .iter()
-            .any(|p| p.facts().has_cross_node_rules())
-            .then(|| Cluster::new(&others));
+            .chain(&rest)
+            .flat_map(|n| &n.pods)
+            .any(|p| p.facts().has_remote_anti_affinity());
+        let topology =
+            cross_node.then(|| Cluster::new(others.iter().chain(&rest)).with_volumes(&volumes));
         removable(
             &state,
             &node.annotations,

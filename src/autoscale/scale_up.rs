@@ -480,6 +480,7 @@ impl ScaleUpLoop {
             node_startup: limit,
             quota,
             balance_similar: self.settings.pod_demand.balance_similar_node_groups,
+            volumes: Arc::new(self.cluster.storage.volumes()),
         };
         let started = std::time::Instant::now();
         let plan = scale_up::plan(&input);
@@ -522,6 +523,9 @@ impl ScaleUpLoop {
         m.unschedulable_pods_count
             .with_label_values(&["not_simulated"])
             .set(plan.not_simulated.len() as i64);
+        m.unschedulable_pods_count
+            .with_label_values(&["waiting_for_volume"])
+            .set(plan.waiting.len() as i64);
         m.pods_unfit.reset();
         for reasons in plan.unfit.values() {
             for (group, why) in reasons {
@@ -556,12 +560,17 @@ impl ScaleUpLoop {
                 format!("{group} {from}->{target} (max: {max}{capped})"),
             ));
         }
-        if !plan.targets.is_empty() || unfit > 0 || !plan.not_simulated.is_empty() {
+        if !plan.targets.is_empty()
+            || unfit > 0
+            || !plan.not_simulated.is_empty()
+            || !plan.waiting.is_empty()
+        {
             info!(
                 pending = plan.pending,
                 already_provided = plan.already_provided.len(),
                 fits_no_group = unfit,
                 not_simulated = plan.not_simulated.len(),
+                waiting_for_volume = plan.waiting.len(),
                 scale_ups = ?grows.iter().map(|g| g.1.as_str()).collect::<Vec<_>>(),
                 took_ms = took.as_secs_f64() * 1000.0,
                 "scale-up decision"
@@ -604,6 +613,18 @@ impl ScaleUpLoop {
                     .join("; ")
             };
             debug!(pod = %key, %why, "pending pod fits no node group");
+            tell(
+                key,
+                ControllerEvent::PodNotTriggeredScaleUp {
+                    pod: pod_ref(pod),
+                    why: why.clone(),
+                },
+                why,
+            );
+        }
+        for (key, why) in &plan.waiting {
+            let Some(pod) = by_key.get(key) else { continue };
+            let why = format!("{why}: waiting for its volume, not for a node; not planned for");
             tell(
                 key,
                 ControllerEvent::PodNotTriggeredScaleUp {

@@ -85,6 +85,10 @@ pub async fn read(settings: &Settings) -> anyhow::Result<Snapshot> {
         .into_iter()
         .map(Arc::new)
         .collect();
+    snap.claims = list(&client, "persistentvolumeclaims").await?;
+    snap.volumes = list(&client, "persistentvolumes").await?;
+    snap.classes = list(&client, "storageclasses (storage.k8s.io/v1)").await?;
+    snap.csi_nodes = list(&client, "csinodes (storage.k8s.io/v1)").await?;
     Ok(snap)
 }
 

@@ -24,6 +24,7 @@ use crate::pods::record::{NodeRecord, PodRecord};
 use crate::pods::scale_down::Blocker;
 use crate::pods::scale_up::{self, GroupInput, ScaleUpInput, ScaleUpPlan, WhyNot};
 use crate::pods::unneeded::{self, DownGroup, DownInput, Limits};
+use crate::pods::volumes::Volumes;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
@@ -57,6 +58,8 @@ pub struct World {
     pub pdbs: Vec<Arc<PodDisruptionBudget>>,
     /// DaemonSets (their pods take room on every new node).
     pub daemonsets: Vec<Arc<DaemonSet>>,
+    /// Claims, volumes, storage classes and CSI nodes (the volume filters).
+    pub volumes: Arc<Volumes>,
     /// `podDemand` settings (expander, priority cutoff, `maxNodeProvisionTime`).
     pub pod_demand: PodDemandSettings,
     /// `scaleDown` settings.
@@ -299,6 +302,7 @@ impl World {
             node_startup: self.pod_demand.max_node_provision_time,
             quota: Vec::new(),
             balance_similar: self.pod_demand.balance_similar_node_groups,
+            volumes: self.volumes.clone(),
         }
     }
 
@@ -347,6 +351,7 @@ impl World {
             unready: &unready,
             previously: &none,
             non_empty_candidates: u32::MAX,
+            volumes: &self.volumes,
         });
         (groups, unready, candidates)
     }
@@ -445,6 +450,9 @@ impl World {
         } else if plan.already_provided.contains(&key) {
             out.outcome = "roomOnItsWay".into();
             out.summary = "room for it is already there or on its way (free room on a node kube-scheduler has not used yet, or a node that registered and is not Ready yet): no scale-up".into();
+        } else if let Some(why) = plan.waiting.get(&key) {
+            out.outcome = "waitingForVolume".into();
+            out.summary = format!("{why}: waiting for its volume, not for a node; not planned for");
         } else if let Some(why) = plan.not_simulated.get(&key) {
             out.outcome = "notSimulated".into();
             out.summary = format!("not planned for: {why}");
@@ -679,6 +687,8 @@ fn verdict_of(group: &str, key: &str, plan: &ScaleUpPlan) -> GroupVerdict {
             None,
             "fits room already there or on its way".to_string(),
         )
+    } else if let Some(why) = plan.waiting.get(key) {
+        (false, Some("waiting_for_volume".to_string()), why.clone())
     } else if let Some(why) = plan.not_simulated.get(key) {
         (false, Some("not_simulated".to_string()), why.clone())
     } else if let Some(w) = plan

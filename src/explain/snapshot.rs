@@ -1,7 +1,7 @@
 //! A [`World`] from files, for `explain --snapshot DIR`: no credentials, no network.
 //!
 //! Every `*.json` file of the directory is read. A file holds one object, a Kubernetes list
-//! (`kubectl get nodes,pods,pdb,daemonsets -A -o json`: `items`) or an ARM list (`value`), and
+//! (`kubectl get nodes,pods,pdb,daemonsets,pvc,pv,storageclasses,csinodes -A -o json`: `items`) or an ARM list (`value`), and
 //! each object is taken by what it is: a `Node`, `Pod`, `PodDisruptionBudget` or `DaemonSet` by
 //! its `kind`; a scale set or an agent pool by its ARM `type`
 //! (`Microsoft.Compute/virtualMachineScaleSets`, `Microsoft.ContainerService/managedClusters/agentPools`).
@@ -15,9 +15,12 @@ use crate::cache::ScaleSet;
 use crate::config::{NodeGroupKind, NodeGroupSpec, PodDemandSettings, ScaleDownSettings, Settings};
 use crate::node_groups::Backing;
 use crate::pods::record::{NodeRecord, PodRecord};
+use crate::pods::volumes::Volumes;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -34,6 +37,14 @@ pub struct Snapshot {
     pub pdbs: Vec<Arc<PodDisruptionBudget>>,
     /// DaemonSets.
     pub daemonsets: Vec<Arc<DaemonSet>>,
+    /// PersistentVolumeClaims.
+    pub claims: Vec<PersistentVolumeClaim>,
+    /// PersistentVolumes.
+    pub volumes: Vec<PersistentVolume>,
+    /// StorageClasses.
+    pub classes: Vec<StorageClass>,
+    /// CSINodes.
+    pub csi_nodes: Vec<CSINode>,
     /// Scale sets, with their resource group.
     pub scale_sets: Vec<(String, ScaleSet)>,
     /// Agent pools, with their managed cluster's resource group and name.
@@ -76,7 +87,7 @@ pub fn load(dir: &Path) -> Result<Snapshot, SnapshotError> {
     if files.is_empty() {
         return Err(err(
             &shown,
-            "no *.json file: save `kubectl get nodes,pods,pdb,daemonsets -A -o json` and `az vmss list -g <node resource group> -o json` (or `az aks nodepool list ... -o json`) there",
+            "no *.json file: save `kubectl get nodes,pods,pdb,daemonsets,pvc,pv,storageclasses,csinodes -A -o json` and `az vmss list -g <node resource group> -o json` (or `az aks nodepool list ... -o json`) there",
         ));
     }
     let mut out = Snapshot::default();
@@ -144,6 +155,37 @@ impl Snapshot {
                 let ds: DaemonSet = serde_json::from_value(item.clone())
                     .map_err(|e| err(label(), format!("not a DaemonSet: {e}")))?;
                 self.daemonsets.push(Arc::new(ds));
+                return Ok(());
+            }
+            "PersistentVolumeClaim" => {
+                self.claims.push(
+                    serde_json::from_value(item.clone())
+                        .map_err(|e| err(label(), format!("not a PersistentVolumeClaim: {e}")))?,
+                );
+                return Ok(());
+            }
+            "PersistentVolume" => {
+                self.volumes.push(
+                    serde_json::from_value(item.clone())
+                        .map_err(|e| err(label(), format!("not a PersistentVolume: {e}")))?,
+                );
+                return Ok(());
+            }
+            "StorageClass" => {
+                self.classes
+                    .push(serde_json::from_value(item.clone()).map_err(|e| {
+                        err(
+                            label(),
+                            format!("not a StorageClass (storage.k8s.io/v1): {e}"),
+                        )
+                    })?);
+                return Ok(());
+            }
+            "CSINode" => {
+                self.csi_nodes
+                    .push(serde_json::from_value(item.clone()).map_err(|e| {
+                        err(label(), format!("not a CSINode (storage.k8s.io/v1): {e}"))
+                    })?);
                 return Ok(());
             }
             "" => {}
@@ -342,6 +384,12 @@ impl Snapshot {
             pods: self.pods,
             pdbs: self.pdbs,
             daemonsets: self.daemonsets,
+            volumes: Arc::new(Volumes::new(
+                &self.claims,
+                &self.volumes,
+                &self.classes,
+                &self.csi_nodes,
+            )),
             pod_demand,
             scale_down,
             now: k8s_openapi::jiff::Timestamp::now(),

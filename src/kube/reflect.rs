@@ -1,5 +1,6 @@
 //! Reflectors: the controller's read-only view of the cluster (Nodes, Pods that are not finished,
-//! PodDisruptionBudgets, DaemonSets), kept by kube-runtime watchers and shared with the planner
+//! PodDisruptionBudgets, DaemonSets, and the storage kinds: claims, volumes, classes, CSI nodes),
+//! kept by kube-runtime watchers and shared with the planner
 //! the same copy-on-write way as the scale-set cache.
 //!
 //! Each kind has one task that owns the live map. It applies watch events to it and publishes an
@@ -23,10 +24,12 @@
 
 use crate::metrics::Metrics;
 use crate::pods::record::{Interner, NodeRecord, PodRecord};
+use crate::pods::volumes::Volumes;
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource, ResourceExt};
@@ -149,6 +152,39 @@ pub struct ClusterView {
     pub pdbs: Arc<Reflected<PodDisruptionBudget>>,
     /// DaemonSets (`apps/v1`).
     pub daemonsets: Arc<Reflected<DaemonSet>>,
+    /// PersistentVolumeClaims, PersistentVolumes, StorageClasses and CSINodes: what the volume
+    /// filters read ([`crate::pods::volumes`]).
+    pub storage: Storage,
+}
+
+/// The storage kinds of a [`ClusterView`].
+pub struct Storage {
+    /// PersistentVolumeClaims.
+    pub claims: Arc<Reflected<PersistentVolumeClaim>>,
+    /// PersistentVolumes.
+    pub volumes: Arc<Reflected<PersistentVolume>>,
+    /// StorageClasses (`storage.k8s.io/v1`).
+    pub classes: Arc<Reflected<StorageClass>>,
+    /// CSINodes (`storage.k8s.io/v1`): each node's attach limits.
+    pub csi_nodes: Arc<Reflected<CSINode>>,
+}
+
+impl Storage {
+    /// The storage objects as of now, as the volume filters read them.
+    pub fn volumes(&self) -> Volumes {
+        let (claims, volumes, classes, csi_nodes) = (
+            self.claims.snapshot(),
+            self.volumes.snapshot(),
+            self.classes.snapshot(),
+            self.csi_nodes.snapshot(),
+        );
+        Volumes::new(
+            claims.values().map(|c| &**c),
+            volumes.values().map(|v| &**v),
+            classes.values().map(|c| &**c),
+            csi_nodes.values().map(|n| &**n),
+        )
+    }
 }
 
 impl ClusterView {
@@ -165,6 +201,10 @@ impl ClusterView {
             self.pods.failing(),
             self.pdbs.failing(),
             self.daemonsets.failing(),
+            self.storage.claims.failing(),
+            self.storage.volumes.failing(),
+            self.storage.classes.failing(),
+            self.storage.csi_nodes.failing(),
         ]
         .into_iter()
         .flatten()
@@ -180,6 +220,10 @@ impl ClusterView {
             self.pods.changes(),
             self.pdbs.changes(),
             self.daemonsets.changes(),
+            self.storage.claims.changes(),
+            self.storage.volumes.changes(),
+            self.storage.classes.changes(),
+            self.storage.csi_nodes.changes(),
         ])
     }
 
@@ -190,6 +234,10 @@ impl ClusterView {
             (PODS, self.pods.synced()),
             (PDBS, self.pdbs.synced()),
             (DAEMONSETS, self.daemonsets.synced()),
+            (CLAIMS, self.storage.claims.synced()),
+            (VOLUMES, self.storage.volumes.synced()),
+            (CLASSES, self.storage.classes.synced()),
+            (CSI_NODES, self.storage.csi_nodes.synced()),
         ]
         .into_iter()
         .filter(|(_, ok)| !ok)
@@ -200,18 +248,22 @@ impl ClusterView {
 
 /// Publications of every kind of a [`ClusterView`], to wait on.
 #[derive(Debug)]
-pub struct ClusterChanges([tokio::sync::watch::Receiver<u64>; 4]);
+pub struct ClusterChanges([tokio::sync::watch::Receiver<u64>; 8]);
 
 impl ClusterChanges {
     /// Returns once any kind published a snapshot not seen through this value yet (at once if
     /// one was published since the last call); never, once every reflector is gone.
     pub async fn changed(&mut self) {
-        let [a, b, c, d] = &mut self.0;
+        let [a, b, c, d, e, f, g, h] = &mut self.0;
         tokio::select! {
             Ok(()) = a.changed() => {}
             Ok(()) = b.changed() => {}
             Ok(()) = c.changed() => {}
             Ok(()) = d.changed() => {}
+            Ok(()) = e.changed() => {}
+            Ok(()) = f.changed() => {}
+            Ok(()) = g.changed() => {}
+            Ok(()) = h.changed() => {}
             else => std::future::pending::<()>().await,
         }
     }
@@ -221,6 +273,10 @@ const NODES: &str = "nodes";
 const PODS: &str = "pods";
 const PDBS: &str = "poddisruptionbudgets";
 const DAEMONSETS: &str = "daemonsets";
+const CLAIMS: &str = "persistentvolumeclaims";
+const VOLUMES: &str = "persistentvolumes";
+const CLASSES: &str = "storageclasses";
+const CSI_NODES: &str = "csinodes";
 
 /// Pods that still hold or want a node: the ones the planner cares about.
 pub const UNFINISHED_PODS: &str = "status.phase!=Succeeded,status.phase!=Failed";
@@ -293,19 +349,47 @@ pub async fn start(
         }
     };
     let (daemonsets, d) = watch(
-        Api::<DaemonSet>::all(client),
-        all,
+        Api::<DaemonSet>::all(client.clone()),
+        all.clone(),
         DAEMONSETS,
-        metrics,
-        stop,
+        metrics.clone(),
+        stop.clone(),
     );
+    let (claims, e) = watch(
+        Api::<PersistentVolumeClaim>::all(client.clone()),
+        all.clone(),
+        CLAIMS,
+        metrics.clone(),
+        stop.clone(),
+    );
+    let (volumes, f) = watch(
+        Api::<PersistentVolume>::all(client.clone()),
+        all.clone(),
+        VOLUMES,
+        metrics.clone(),
+        stop.clone(),
+    );
+    let (classes, g) = watch(
+        Api::<StorageClass>::all(client.clone()),
+        all.clone(),
+        CLASSES,
+        metrics.clone(),
+        stop.clone(),
+    );
+    let (csi_nodes, h) = watch(Api::<CSINode>::all(client), all, CSI_NODES, metrics, stop);
     let view = ClusterView {
         nodes,
         pods,
         pdbs,
         daemonsets,
+        storage: Storage {
+            claims,
+            volumes,
+            classes,
+            csi_nodes,
+        },
     };
-    (Arc::new(view), vec![a, b, c, d])
+    (Arc::new(view), vec![a, b, c, d, e, f, g, h])
 }
 
 /// One reflector: a watcher of `api` with `config`, kept in the returned [`Reflected`] by a task

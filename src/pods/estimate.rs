@@ -274,7 +274,7 @@ impl DomainIndex {
 /// First-fit decreasing for one group.
 pub fn estimate(group: &GroupCapacity, pods: &[Arc<PodRecord>]) -> Estimate {
     let pods = prepare(pods);
-    let topology = Topology::new(&pods, [], &[]);
+    let topology = Topology::new(&pods, [], &[], &super::volumes::Volumes::default());
     estimate_prepared(group, &pods, &topology)
 }
 
@@ -341,7 +341,11 @@ pub fn estimate_prepared(
         n.place(pod.pod.clone());
         topology.placed(pod.class, &n);
         nodes.push(n);
-        start.insert(pod.class, nodes.len() - 1);
+        // A node that refused the class for its own reasons keeps refusing it; one that
+        // refused it for spread or affinity may take it later, so its start stays.
+        if topology.refusal_sticks(pod.class) {
+            start.insert(pod.class, nodes.len() - 1);
+        }
         out.new_nodes += 1;
         out.placed.push(pod.key.clone());
     }

@@ -14,8 +14,8 @@ use super::quantity::{self, Milli};
 use super::record::{NodeRecord, PodRecord};
 use super::topology::SpreadWhy;
 use k8s_openapi::api::core::v1::{
-    Container, NodeSelectorRequirement, NodeSelectorTerm, PodAffinityTerm, PodSpec, Taint,
-    Toleration,
+    Container, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, PodAffinityTerm, PodSpec,
+    Taint, Toleration, TopologySelectorTerm,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use std::collections::BTreeMap;
@@ -204,6 +204,13 @@ pub enum Unfit {
     PodAntiAffinity,
     /// A pod in the node's domain has required anti-affinity against this pod.
     ExistingAntiAffinity,
+    /// A bound volume's node affinity (a zonal disk's zone) does not match the node.
+    VolumeNodeAffinity,
+    /// A claim to be provisioned where the pod goes cannot be provisioned for the node (its
+    /// class's allowed topologies, or a node already chosen for it).
+    VolumeBinding,
+    /// The node would attach more volumes of a driver than it may.
+    VolumeCount,
 }
 
 impl std::fmt::Display for Unfit {
@@ -242,6 +249,11 @@ impl std::fmt::Display for Unfit {
             Unfit::ExistingAntiAffinity => {
                 f.write_str("node(s) didn't satisfy existing pods anti-affinity rules")
             }
+            Unfit::VolumeNodeAffinity => f.write_str("node(s) had volume node affinity conflict"),
+            Unfit::VolumeBinding => {
+                f.write_str("node(s) didn't find available persistent volumes to bind")
+            }
+            Unfit::VolumeCount => f.write_str("node(s) exceed max volume count"),
         }
     }
 }
@@ -264,6 +276,9 @@ impl Unfit {
             Unfit::TopologySpread { .. } => "pod_topology_spread",
             Unfit::PodAffinity => "pod_affinity",
             Unfit::ExistingAntiAffinity => "existing_pod_anti_affinity",
+            Unfit::VolumeNodeAffinity => "volume_node_affinity",
+            Unfit::VolumeBinding => "volume_binding",
+            Unfit::VolumeCount => "max_volume_count",
         }
     }
 }
@@ -461,6 +476,9 @@ pub struct NodeState {
     /// in (Azure chooses). A node selector or required node affinity must match in every one;
     /// `labels` then carries no zone.
     zone_variants: Option<Arc<Vec<BTreeMap<String, String>>>>,
+    /// Per CSI driver, how many volumes the node may attach (a live node's `CSINode`, a
+    /// template's VM size); none: no limit.
+    volume_limits: Option<Arc<BTreeMap<String, u32>>>,
 }
 
 /// What the fit checks need of a pod's spec, computed once per shape (see
@@ -522,6 +540,7 @@ impl NodeState {
             ports: Vec::new(),
             anti_affinity_pods: 0,
             zone_variants: None,
+            volume_limits: None,
         }
     }
 
@@ -541,6 +560,7 @@ impl NodeState {
             ports: Vec::new(),
             anti_affinity_pods: 0,
             zone_variants: None,
+            volume_limits: None,
         };
         for p in pods {
             state.place(p.clone());
@@ -560,6 +580,7 @@ impl NodeState {
             ports: Vec::new(),
             anti_affinity_pods: 0,
             zone_variants: self.zone_variants.clone(),
+            volume_limits: self.volume_limits.clone(),
         }
     }
 
@@ -661,6 +682,55 @@ impl NodeState {
         self.zone_variants.as_deref().map(Vec::as_slice)
     }
 
+    /// Per CSI driver, how many volumes the node may attach, if it says.
+    pub fn volume_limits(&self) -> Option<&BTreeMap<String, u32>> {
+        self.volume_limits.as_deref()
+    }
+
+    /// Sets the attach limits (see [`NodeState::volume_limits`]).
+    pub fn set_volume_limits(&mut self, limits: Option<Arc<BTreeMap<String, u32>>>) {
+        self.volume_limits = limits;
+    }
+
+    /// Whether a volume's required node affinity holds here (terms ORed; in every zone a
+    /// template spanning several may land in).
+    pub(crate) fn matches_node_selector(&self, selector: &NodeSelector) -> bool {
+        let on = |labels: &BTreeMap<String, String>| {
+            selector
+                .node_selector_terms
+                .iter()
+                .any(|t| self.matches_term(labels, t))
+        };
+        match &self.zone_variants {
+            Some(variants) => variants.iter().all(on),
+            None => on(&self.labels),
+        }
+    }
+
+    /// Whether a class's allowed topologies hold here: no term at all allows every node; terms
+    /// are ORed, a term's expressions (`key In values`) ANDed, and a term without any matches
+    /// no node.
+    pub(crate) fn matches_topology(&self, terms: &[TopologySelectorTerm]) -> bool {
+        if terms.is_empty() {
+            return true;
+        }
+        let on = |labels: &BTreeMap<String, String>| {
+            terms.iter().any(|t| {
+                let exprs = t.match_label_expressions.as_deref().unwrap_or_default();
+                !exprs.is_empty()
+                    && exprs.iter().all(|e| {
+                        labels
+                            .get(&e.key)
+                            .is_some_and(|v| e.values.iter().any(|x| x == v))
+                    })
+            })
+        };
+        match &self.zone_variants {
+            Some(variants) => variants.iter().all(on),
+            None => on(&self.labels),
+        }
+    }
+
     /// Whether the pod's node selector and required node affinity hold here (in every zone a
     /// template spanning several may land in).
     pub(crate) fn matches_selector(&self, spec: &PodSpec) -> bool {
@@ -718,19 +788,17 @@ impl NodeState {
     }
 
     fn anti_affinity_conflict(&self, pod: &PodRecord) -> Option<String> {
-        let ns = pod.namespace.as_str();
         let spec = pod.spec();
         for existing in &self.pods {
-            let ens = existing.namespace.as_str();
             // The incoming pod's terms against the pods already there...
             if required_anti_affinity(spec)
-                .any(|t| t.topology_key == HOSTNAME && term_selects(t, ns, existing))
+                .any(|t| t.topology_key == HOSTNAME && term_selects(t, pod, existing))
             {
                 return Some(existing.key());
             }
             // ...and theirs against the incoming pod.
             if required_anti_affinity(existing.spec())
-                .any(|t| t.topology_key == HOSTNAME && term_selects(t, ens, pod))
+                .any(|t| t.topology_key == HOSTNAME && term_selects(t, existing, pod))
             {
                 return Some(existing.key());
             }
@@ -751,8 +819,10 @@ fn required_anti_affinity(spec: &PodSpec) -> impl Iterator<Item = &PodAffinityTe
         .flatten()
 }
 
-/// Whether an affinity term of a pod in namespace `owner_ns` selects `other`.
-fn term_selects(term: &PodAffinityTerm, owner_ns: &str, other: &PodRecord) -> bool {
+/// Whether an affinity term of `owner` selects `other` (with the term's `matchLabelKeys` and
+/// `mismatchLabelKeys` taking their values from `owner`, as the API server merges them).
+fn term_selects(term: &PodAffinityTerm, owner: &PodRecord, other: &PodRecord) -> bool {
+    let owner_ns = owner.namespace.as_str();
     let other_ns = other.namespace.as_str();
     let in_ns = match (&term.namespaces, &term.namespace_selector) {
         // An empty namespace selector selects every namespace.
@@ -760,11 +830,21 @@ fn term_selects(term: &PodAffinityTerm, owner_ns: &str, other: &PodRecord) -> bo
         (Some(list), _) if !list.is_empty() => list.iter().any(|n| n == other_ns),
         _ => owner_ns == other_ns,
     };
-    in_ns
-        && term
+    if !in_ns {
+        return false;
+    }
+    let keys = (
+        term.match_label_keys.as_deref().unwrap_or_default(),
+        term.mismatch_label_keys.as_deref().unwrap_or_default(),
+    );
+    if keys.0.is_empty() && keys.1.is_empty() {
+        return term
             .label_selector
             .as_ref()
-            .is_some_and(|s| label_selector_matches(s, &other.labels))
+            .is_some_and(|s| label_selector_matches(s, &other.labels));
+    }
+    super::topology::merged(term.label_selector.as_ref(), keys.0, keys.1, &owner.labels)
+        .is_some_and(|s| label_selector_matches(&s, &other.labels))
 }
 
 pub(crate) fn is_empty_selector(s: &LabelSelector) -> bool {
@@ -1112,6 +1192,29 @@ mod tests {
         );
         assert_eq!(n.fits(&bind(8080, "UDP", "")), Ok(()));
         assert_eq!(n.fits(&bind(8081, "TCP", "")), Ok(()));
+    }
+
+    #[test]
+    fn hostname_anti_affinity_with_match_label_keys_keeps_apart_only_the_same_revision() {
+        let rev = |name: &str, hash: &str| {
+            Arc::new(pod(
+                json!({"metadata": {"name": name, "namespace": "default",
+                    "labels": {"app": "web", "pod-template-hash": hash}},
+                "spec": {"containers": [], "affinity": {"podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"topologyKey": HOSTNAME, "labelSelector": {"matchLabels": {"app": "web"}},
+                         "matchLabelKeys": ["pod-template-hash"]}]}}}}),
+            ))
+        };
+        let mut n = roomy();
+        n.place(rev("old", "a"));
+        // The new revision's pod may share a node with the old one, not with its own kind.
+        assert_eq!(n.fits(&rev("new-1", "b")), Ok(()));
+        n.place(rev("new-1", "b"));
+        assert!(matches!(
+            n.fits(&rev("new-2", "b")),
+            Err(Unfit::AntiAffinity { .. })
+        ));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! | [`expander`] | which group to grow: least-waste, most-pods, priority, random |
 //! | [`template`] | what a new node of a group would offer: live node, or VM size + tags |
 //! | [`topology`] | the filters that look beyond one node: topology spread, inter-pod (anti-)affinity on any key |
+//! | [`volumes`] | what a pod's claims ask of a node: bound volumes' zones, `WaitForFirstConsumer` classes, attach limits |
 //! | [`pending`] | which pods ask for capacity, and batching a burst of them |
 //! | [`record`] | a pod as the controller keeps it: its own fields, and a spec shared by equal pods |
 //! | [`scale_up`] | one decision: which groups grow by how much for the pods pending now |
@@ -25,3 +26,4 @@ pub mod scale_up;
 pub mod template;
 pub mod topology;
 pub mod unneeded;
+pub mod volumes;

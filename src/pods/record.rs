@@ -84,6 +84,9 @@ pub struct PodRecord {
     /// `status.nominatedNodeName`: the scheduler is preempting lower-priority pods on that node
     /// to make room for it.
     pub nominated_node: Option<String>,
+    /// `metadata.deletionTimestamp` is set: it is going away (spread no longer counts it, as
+    /// the scheduler does not; affinity still does).
+    pub terminating: bool,
     /// Its spec and fit facts (shared with the pods that have the same).
     pub shape: Arc<PodShape>,
 }
@@ -397,6 +400,7 @@ impl Interner {
             });
         let mut annotations = m.annotations.unwrap_or_default();
         annotations.retain(|k, _| kept_annotation(k));
+        let terminating = m.deletion_timestamp.is_some();
         let (phase, unschedulable, nominated_node) = match status {
             Some(s) => {
                 let unschedulable = s.conditions.iter().flatten().any(|c| {
@@ -422,6 +426,7 @@ impl Interner {
             phase,
             unschedulable,
             nominated_node,
+            terminating,
             shape,
         }
     }

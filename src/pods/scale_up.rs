@@ -19,6 +19,7 @@ use super::template::{
     daemonset_pods, from_live_node, from_shape, subtract_daemonsets, zoned, GroupShape,
 };
 use super::topology::Topology;
+use super::volumes::{has_claims, Verdict, Volumes};
 pub use crate::capacity::QuotaPool;
 pub use crate::node_groups::Backing;
 use crate::node_groups::{is_ready, is_starting, parse_provider_id, schedulable, GroupIndex};
@@ -82,6 +83,8 @@ pub struct ScaleUpInput<'a> {
     pub quota: Vec<QuotaPool>,
     /// `balanceSimilarNodeGroups`: split each scale-up across the groups similar to the chosen one.
     pub balance_similar: bool,
+    /// The claims, volumes, storage classes and CSI nodes the volume filters read.
+    pub volumes: Arc<Volumes>,
 }
 
 /// What one decision says.
@@ -99,6 +102,10 @@ pub struct ScaleUpPlan {
     pub unfit: BTreeMap<String, Vec<(String, WhyNot)>>,
     /// Pods whose constraints this planner does not simulate: reported, never planned for.
     pub not_simulated: BTreeMap<String, String>,
+    /// Pods waiting for something no new node brings (an unbound claim of an `Immediate`
+    /// class, a claim not created yet), with kube-scheduler's words: reported, never planned
+    /// for.
+    pub waiting: BTreeMap<String, String>,
     /// Groups whose growth quota cut short: group → what it got and which pool ran out. The
     /// pods the cut left over went on to the next group the expander chose.
     pub capped: BTreeMap<String, QuotaCapped>,
@@ -208,12 +215,14 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
     let mut elsewhere: Vec<NodeState> = Vec::new();
     let mut elsewhere_of: rustc_hash::FxHashMap<&str, usize> = Default::default();
     for n in &input.nodes {
+        let mut state = NodeState::from_node(n, std::iter::empty());
+        state.set_volume_limits(input.volumes.limits(&n.name));
         if is_ready(n) && schedulable(n) {
             room_of.insert(n.name.as_str(), room.len());
-            room.push(NodeState::from_node(n, std::iter::empty()));
+            room.push(state);
         } else {
             elsewhere_of.insert(n.name.as_str(), elsewhere.len());
-            elsewhere.push(NodeState::from_node(n, std::iter::empty()));
+            elsewhere.push(state);
         }
     }
     let mut pending: Vec<Arc<PodRecord>> = Vec::new();
@@ -227,16 +236,30 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
                     elsewhere[*i].place(pod.clone());
                 }
             }
-            None if wants_capacity(pod, input.priority_cutoff) => match not_simulated(pod.spec()) {
-                Some(why) => {
+            None if wants_capacity(pod, input.priority_cutoff) => {
+                if let Some(why) = not_simulated(pod.spec()) {
                     out.not_simulated.insert(pod.key(), why.to_string());
+                    continue;
                 }
-                None => pending.push(pod.clone()),
-            },
+                if has_claims(pod.spec()) {
+                    match input.volumes.of_pod(pod) {
+                        Verdict::Waiting(why) => {
+                            out.waiting.insert(pod.key(), why);
+                            continue;
+                        }
+                        Verdict::NotSimulated(why) => {
+                            out.not_simulated.insert(pod.key(), why.to_string());
+                            continue;
+                        }
+                        Verdict::None | Verdict::Needs(_) => {}
+                    }
+                }
+                pending.push(pod.clone());
+            }
             None => {}
         }
     }
-    out.pending = pending.len() + out.not_simulated.len();
+    out.pending = pending.len() + out.not_simulated.len() + out.waiting.len();
     if pending.is_empty() {
         return out;
     }
@@ -248,7 +271,15 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
     let mut templates: Vec<Result<NodeState, WhyNot>> = Vec::with_capacity(groups.len());
     for (i, g) in groups.iter().enumerate() {
         let t = match (live_template[i], &g.shape) {
-            (Some(node), _) => Ok(from_live_node(node, &g.name)),
+            // A new node attaches what the live one may (CSINode), as cluster-autoscaler copies
+            // the example node's CSINode to its template.
+            (Some(node), _) => {
+                let mut t = from_live_node(node, &g.name);
+                if let Some(limits) = input.volumes.limits(&node.name) {
+                    t.set_volume_limits(Some(limits));
+                }
+                Ok(t)
+            }
             (None, Some(shape)) => {
                 from_shape(shape).map_err(|e| WhyNot::new("no_template", e.to_string()))
             }
@@ -283,14 +314,29 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
         }
     }
     // What other nodes' pods say (spread, affinity), counted over the cluster and the nodes on
-    // their way, then followed through the decision.
-    let possible: Vec<&NodeState> = groups
+    // their way, then followed through the decision. The groups that may grow, and by how many
+    // nodes (their max and the quota left): a zone only they serve is a domain with no pods
+    // yet, and none is when they cannot grow (a zone whose group is out of quota is not one the
+    // pods can spread to, and the scheduler will not count it either).
+    let offers: Vec<(&NodeState, u32)> = groups
         .iter()
         .zip(&templates)
-        .filter(|(g, _)| g.unhealthy.is_none() && g.capacity.is_some_and(|c| c < i64::from(g.max)))
-        .filter_map(|(_, t)| t.as_ref().ok())
+        .filter(|(g, _)| g.unhealthy.is_none())
+        .filter_map(|(g, t)| {
+            let t = t.as_ref().ok()?;
+            let headroom = u32::try_from(i64::from(g.max) - g.capacity?).ok()?;
+            let headroom = quota_room(g, &input.quota).map_or(headroom, |(q, _)| q.min(headroom));
+            Some((t, headroom))
+        })
+        .filter(|(_, n)| *n > 0)
         .collect();
-    let mut topology = Topology::new(&pending, room.iter().chain(&elsewhere), &possible);
+    let possible: Vec<&NodeState> = offers.iter().map(|(t, _)| *t).collect();
+    let mut topology = Topology::new(
+        &pending,
+        room.iter().chain(&elsewhere),
+        &possible,
+        &input.volumes,
+    );
     let mut start = HashMap::new();
     let mut by_domain = DomainIndex::default();
     pending.retain(
@@ -306,27 +352,7 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
     // The spread classes' pods, shared out over the zones the groups that may grow can take
     // them to (a plan the estimates follow, see `Topology::share_out`).
     if !topology.is_empty() {
-        let mut per_class: HashMap<usize, (u32, &Arc<PodRecord>)> = HashMap::new();
-        for p in &pending {
-            per_class.entry(p.class).or_insert((0, &p.pod)).0 += 1;
-        }
-        for (class, (n, pod)) in per_class {
-            if !pod.facts().has_cross_node_rules() {
-                continue;
-            }
-            let offers: Vec<(&NodeState, u32)> = groups
-                .iter()
-                .zip(&templates)
-                .filter(|(g, _)| g.unhealthy.is_none())
-                .filter_map(|(g, t)| {
-                    let t = t.as_ref().ok()?;
-                    let headroom = u32::try_from(i64::from(g.max) - g.capacity?).ok()?;
-                    Some((t, headroom.saturating_mul(t.how_many(pod))))
-                })
-                .filter(|(_, n)| *n > 0)
-                .collect();
-            topology.share_out(class, n, &offers);
-        }
+        topology.share_out(&pending, &offers);
     }
 
     // 2. Rounds of estimate + expander, one group chosen per round. Each round keeps every
@@ -503,12 +529,39 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
         for p in &best.placed {
             out.triggered.insert(p.clone(), groups[i].name.clone());
         }
+        // The estimate's new nodes, dealt out to the groups that take them (in the order of
+        // the split): a node another group adds is that group's template with the same pods,
+        // so its labels (zone) are the ones later rounds count, and its pods say which group
+        // they triggered.
+        let mut nodes = best.nodes.iter();
+        for &(m, k) in &split {
+            let first = added[m] - k;
+            let capacity = u64::try_from(groups[m].capacity.unwrap_or(0).max(0)).unwrap_or(0);
+            for (j, n) in nodes.by_ref().take(k as usize).enumerate() {
+                let n = match (m == i, &templates[m]) {
+                    (false, Ok(t)) => {
+                        let mut moved = t.clone();
+                        moved.name = format!(
+                            "{}-new-{}",
+                            groups[m].name,
+                            capacity + u64::from(first) + j as u64
+                        );
+                        for p in &n.pods {
+                            out.triggered.insert(p.key(), groups[m].name.clone());
+                            moved.place(p.clone());
+                        }
+                        moved
+                    }
+                    _ => n.clone(),
+                };
+                if !topology.is_empty() {
+                    grown.push(n);
+                    grown_group.push(m);
+                }
+            }
+        }
         if !topology.is_empty() {
             topology = best.topology.clone();
-            for n in &best.nodes {
-                grown.push(n.clone());
-                grown_group.push(i);
-            }
         }
         pending.retain(|p| !placed.contains(&p.key));
     }
@@ -729,6 +782,7 @@ mod tests {
             node_startup: std::time::Duration::from_secs(900),
             quota: Vec::new(),
             balance_similar: false,
+            volumes: Arc::default(),
         }
     }
 
@@ -840,6 +894,194 @@ mod tests {
         assert!(p.unfit.values().all(|why| why
             .iter()
             .all(|(_, w)| w.label == "pod_topology_spread" || w.label == "max_size")));
+    }
+
+    /// Pod `i` of StatefulSet `web` (a class of its own: its own pod-name label).
+    fn stateful_pod(i: usize, extra: serde_json::Value) -> Arc<PodRecord> {
+        let mut p = (*app_pod(&format!("web-{i}"), "web", extra)).clone();
+        Arc::make_mut(&mut p.labels).insert(
+            "statefulset.kubernetes.io/pod-name".into(),
+            format!("web-{i}"),
+        );
+        if let Some(o) = p.controller.as_mut() {
+            o.kind = "StatefulSet".into();
+            o.uid = "sts-web".into();
+        }
+        Arc::new(p)
+    }
+
+    #[test]
+    fn a_stateful_sets_zone_spread_pods_a_class_each_are_shared_out_as_one() {
+        let pods: Vec<_> = (0..6).map(|i| stateful_pod(i, spread_by_zone(1))).collect();
+        let p = plan(&input(three_zones(), vec![], pods));
+        assert_eq!(targets(&p), [("z1", 2), ("z2", 2), ("z3", 2)], "{p:?}");
+        assert_eq!(p.triggered.len(), 6);
+        assert!(p.unfit.is_empty(), "{:?}", p.unfit);
+    }
+
+    #[test]
+    fn two_revisions_under_one_spread_selector_are_planned_together_and_none_is_stranded() {
+        // A rollout: ReplicaSets web-a (6 pods) and web-b (3 pods), both app=web, one spread.
+        let pods: Vec<_> = (0..9)
+            .map(|i| {
+                let rs = if i < 6 { "a" } else { "b" };
+                let mut p = (*app_pod(&format!("web-{rs}-{i}"), "web", spread_by_zone(1))).clone();
+                Arc::make_mut(&mut p.labels).insert("pod-template-hash".into(), rs.into());
+                if let Some(o) = p.controller.as_mut() {
+                    o.uid = format!("rs-web-{rs}");
+                }
+                Arc::new(p)
+            })
+            .collect();
+        let p = plan(&input(three_zones(), vec![], pods));
+        assert_eq!(targets(&p), [("z1", 3), ("z2", 3), ("z3", 3)], "{p:?}");
+        assert!(p.unfit.is_empty(), "{:?}", p.unfit);
+    }
+
+    #[test]
+    fn zone_and_hostname_spread_together_are_shared_out_one_pod_per_new_node() {
+        let mut both = spread_by_zone(1);
+        both["topologySpreadConstraints"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}));
+        // Small pods (four would fit a node): the hostname rule keeps them one per node.
+        both["containers"] = json!([{"name": "c", "resources": {"requests": {"cpu": "500m"}}}]);
+        let pods = (0..300)
+            .map(|i| app_pod(&format!("web-{i}"), "web", both.clone()))
+            .collect();
+        let mut groups = three_zones();
+        for g in &mut groups {
+            g.max = 200;
+        }
+        let p = plan(&input(groups, vec![], pods));
+        assert_eq!(targets(&p), [("z1", 100), ("z2", 100), ("z3", 100)]);
+        assert_eq!(p.triggered.len(), 300);
+    }
+
+    #[test]
+    fn a_zone_whose_only_group_is_out_of_quota_is_no_domain_and_the_others_take_the_pods() {
+        let pods = (0..6)
+            .map(|i| app_pod(&format!("web-{i}"), "web", spread_by_zone(1)))
+            .collect();
+        let mut groups = three_zones();
+        groups[0].quota = vec![0];
+        groups[1].quota = vec![0];
+        groups[2].quota = vec![1];
+        let mut input = input(groups, vec![], pods);
+        let pool = |name: &str, remaining| QuotaPool {
+            location: "westeurope".into(),
+            name: name.into(),
+            remaining,
+        };
+        input.quota = vec![pool("standardDSv5Family", 1000), pool("spent", 0)];
+        let p = plan(&input);
+        assert_eq!(targets(&p), [("z1", 3), ("z2", 3)], "{p:?}");
+        assert!(p.unfit.is_empty(), "{:?}", p.unfit);
+    }
+
+    #[test]
+    fn a_pod_following_itself_on_a_group_spanning_zones_makes_the_next_one_no_longer_the_first() {
+        let together = json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": term("web", ZONE)}}});
+        let pods = (0..3)
+            .map(|i| app_pod(&format!("web-{i}"), "web", together.clone()))
+            .collect();
+        // Azure chooses the zone of each new node: only the first pod may go, the others
+        // cannot be said to land next to it.
+        let p = plan(&input(
+            vec![zonal("any", &["1", "2", "3"], 0)],
+            vec![],
+            pods,
+        ));
+        assert_eq!(targets(&p), [("any", 1)], "{p:?}");
+        assert_eq!(p.unfit.len(), 2);
+        for why in p.unfit.values() {
+            assert_eq!(why[0].1.label, "pod_affinity", "{why:?}");
+        }
+    }
+
+    fn with_claim(extra: serde_json::Value, claim: &str) -> serde_json::Value {
+        let mut extra = extra;
+        extra["volumes"] = json!([{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]);
+        extra
+    }
+
+    #[test]
+    fn a_pod_whose_disk_lives_in_one_zone_grows_that_zones_group_only() {
+        use crate::pods::volumes::tests::{claim, class, disk};
+        let pods = vec![app_pod("db-0", "db", with_claim(json!({}), "data-db-0"))];
+        let mut input = input(three_zones(), vec![], pods);
+        input.volumes = Arc::new(Volumes::new(
+            &[claim("data-db-0", Some("pv-0"), "managed-csi")],
+            &[disk("pv-0", "westeurope-2")],
+            &[class("managed-csi", "WaitForFirstConsumer", &[])],
+            &[],
+        ));
+        let p = plan(&input);
+        assert_eq!(targets(&p), [("z2", 1)], "{p:?}");
+        // Alone in zone 1 the pod fits nowhere, and says why as the scheduler would.
+        input.groups = vec![zonal("z1", &["1"], 0)];
+        let p = plan(&input);
+        assert!(p.targets.is_empty());
+        assert_eq!(
+            p.unfit["default/db-0"][0].1.text,
+            "node(s) had volume node affinity conflict"
+        );
+        assert_eq!(p.unfit["default/db-0"][0].1.label, "volume_node_affinity");
+    }
+
+    #[test]
+    fn a_pod_waiting_for_an_immediate_volume_is_reported_and_not_planned_for() {
+        use crate::pods::volumes::tests::{claim, class};
+        let pods = vec![app_pod("db-0", "db", with_claim(json!({}), "data-db-0"))];
+        let mut input = input(three_zones(), vec![], pods);
+        input.volumes = Arc::new(Volumes::new(
+            &[claim("data-db-0", None, "managed-premium")],
+            &[],
+            &[class("managed-premium", "Immediate", &[])],
+            &[],
+        ));
+        let p = plan(&input);
+        assert!(p.targets.is_empty() && p.unfit.is_empty());
+        assert_eq!(
+            p.waiting["default/db-0"],
+            "pod has unbound immediate PersistentVolumeClaims"
+        );
+        assert_eq!(p.pending, 1);
+    }
+
+    #[test]
+    fn new_nodes_take_no_more_disks_than_their_vm_size_attaches() {
+        use crate::pods::volumes::tests::{claim, class};
+        // 20 small pods, one new disk each: a D4s_v5 holds them all by cpu, but attaches 8.
+        let small =
+            json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": "100m"}}}]});
+        let pods = |claims: bool| -> Vec<_> {
+            (0..20)
+                .map(|i| {
+                    let extra = if claims {
+                        with_claim(small.clone(), &format!("c-{i}"))
+                    } else {
+                        small.clone()
+                    };
+                    app_pod(&format!("w-{i}"), "w", extra)
+                })
+                .collect()
+        };
+        let claims: Vec<_> = (0..20)
+            .map(|i| claim(&format!("c-{i}"), None, "managed-csi"))
+            .collect();
+        let mut with = input(vec![zonal("z1", &["1"], 0)], vec![], pods(true));
+        with.volumes = Arc::new(Volumes::new(
+            &claims,
+            &[],
+            &[class("managed-csi", "WaitForFirstConsumer", &[])],
+            &[],
+        ));
+        assert_eq!(targets(&plan(&with)), [("z1", 3)]);
+        let without = input(vec![zonal("z1", &["1"], 0)], vec![], pods(false));
+        assert_eq!(targets(&plan(&without)), [("z1", 1)]);
     }
 
     #[test]
@@ -1168,6 +1410,12 @@ mod tests {
             ])
         );
         assert_eq!(p.triggered.len(), 5);
+        // Each pod names the group whose new node it goes to.
+        let mut by_group: BTreeMap<&str, u32> = BTreeMap::new();
+        for g in p.triggered.values() {
+            *by_group.entry(g.as_str()).or_default() += 1;
+        }
+        assert_eq!(by_group, BTreeMap::from([("z1", 2), ("z2", 1), ("z3", 2)]));
     }
 
     #[test]

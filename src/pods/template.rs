@@ -31,6 +31,9 @@ pub struct VmSize {
     pub temp_disk_gib: u32,
     /// The VM family Azure's vCPU quota counts the size in, e.g. `standardDSv5Family`.
     pub family: &'static str,
+    /// The data disks it may attach (Azure's size pages; the Azure Disk CSI driver's default
+    /// attach limit for the size).
+    pub max_data_disks: u32,
 }
 
 /// AKS's default OS disk size when the pool or scale set does not set one (`osDiskSizeGB: 0`).
@@ -217,6 +220,59 @@ const SIZES: &[(&str, u32, u64, u32, u32, &str)] = &[
     ),
 ];
 
+/// Max data disks per size, as the Azure Disk CSI driver's table (`azure_dd_max_disk_count.go`)
+/// and Azure's size pages give them. Every size of [`SIZES`] is here (a test checks).
+const MAX_DATA_DISKS: &[(&str, u32)] = &[
+    ("Standard_B2s", 4),
+    ("Standard_B2ms", 4),
+    ("Standard_B4ms", 8),
+    ("Standard_DS2_v2", 8),
+    ("Standard_DS3_v2", 16),
+    ("Standard_DS4_v2", 32),
+    ("Standard_D2s_v3", 4),
+    ("Standard_D4s_v3", 8),
+    ("Standard_D8s_v3", 16),
+    ("Standard_D16s_v3", 32),
+    ("Standard_D32s_v3", 32),
+    ("Standard_D2s_v5", 4),
+    ("Standard_D4s_v5", 8),
+    ("Standard_D8s_v5", 16),
+    ("Standard_D16s_v5", 32),
+    ("Standard_D32s_v5", 32),
+    ("Standard_D2ds_v5", 4),
+    ("Standard_D4ds_v5", 8),
+    ("Standard_D8ds_v5", 16),
+    ("Standard_D4as_v5", 8),
+    ("Standard_D8as_v5", 16),
+    ("Standard_E2s_v3", 4),
+    ("Standard_E4s_v3", 8),
+    ("Standard_E8s_v3", 16),
+    ("Standard_E16s_v3", 32),
+    ("Standard_E2s_v5", 4),
+    ("Standard_E4s_v5", 8),
+    ("Standard_E8s_v5", 16),
+    ("Standard_E16s_v5", 32),
+    ("Standard_E32s_v5", 32),
+    ("Standard_F2s_v2", 4),
+    ("Standard_F4s_v2", 8),
+    ("Standard_F8s_v2", 16),
+    ("Standard_F16s_v2", 32),
+    ("Standard_NC6s_v3", 12),
+    ("Standard_NC12s_v3", 24),
+    ("Standard_NC24s_v3", 32),
+    ("Standard_NC4as_T4_v3", 8),
+    ("Standard_NC8as_T4_v3", 16),
+    ("Standard_NC16as_T4_v3", 32),
+    ("Standard_NC64as_T4_v3", 32),
+    ("Standard_NC24ads_A100_v4", 8),
+    ("Standard_ND96asr_v4", 16),
+];
+
+/// The sizes of the built-in table, by name.
+pub fn sizes() -> impl Iterator<Item = (&'static str, VmSize)> {
+    SIZES.iter().filter_map(|(n, ..)| Some((*n, vm_size(n)?)))
+}
+
 /// The size named `name`, if the table has it.
 pub fn vm_size(name: &str) -> Option<VmSize> {
     let want = name.trim().to_ascii_lowercase();
@@ -225,12 +281,16 @@ pub fn vm_size(name: &str) -> Option<VmSize> {
         .iter()
         .find(|(n, ..)| n.to_ascii_lowercase().strip_prefix("standard_") == Some(want))
         .map(
-            |&(_, vcpu, memory_mib, gpu, temp_disk_gib, family)| VmSize {
+            |&(name, vcpu, memory_mib, gpu, temp_disk_gib, family)| VmSize {
                 vcpu,
                 memory_mib,
                 gpu,
                 temp_disk_gib,
                 family,
+                max_data_disks: MAX_DATA_DISKS
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map_or(0, |(_, d)| *d),
             },
         )
 }
@@ -420,7 +480,16 @@ pub fn from_shape(shape: &GroupShape) -> Result<NodeState, TemplateError> {
             });
         }
     }
-    Ok(NodeState::new(&name, labels, taints, alloc))
+    let mut t = NodeState::new(&name, labels, taints, alloc);
+    // A new node attaches as many Azure Disks as its size allows (the CSI driver's default
+    // limit; a pool that changed `--volume-attach-limit` shows it on a live node's CSINode).
+    if size.max_data_disks > 0 {
+        t.set_volume_limits(Some(Arc::new(BTreeMap::from([(
+            super::volumes::AZURE_DISK_DRIVER.to_string(),
+            size.max_data_disks,
+        )]))));
+    }
+    Ok(t)
 }
 
 /// A template copied from a live node of the group: its allocatable, labels (with a fresh
@@ -451,7 +520,7 @@ const LEGACY_ZONE_LABEL: &str = "failure-domain.beta.kubernetes.io/zone";
 /// required node affinity must match in every one of them: a pod that needs one zone is never
 /// counted on a group that may put its node in another (for zonal workloads, one group per zone
 /// is the supported layout, as cluster-autoscaler's FAQ says). A regional group's nodes carry
-/// zone `0`, as AKS labels them. Applied to both kinds of template (a live node's zone is that
+/// zone `0`, as AKS labels them, and an empty disk zone. Applied to both kinds of template (a live node's zone is that
 /// node's, not the next one's).
 pub fn zoned(t: &mut NodeState, location: &str, zones: &[String]) {
     if location.is_empty() {
@@ -461,9 +530,11 @@ pub fn zoned(t: &mut NodeState, location: &str, zones: &[String]) {
     let labels = Arc::make_mut(&mut t.labels);
     labels.insert(REGION_LABEL.into(), location.clone());
     match zones {
+        // AKS labels a node outside any zone with zone `0`; the Azure Disk CSI driver reports
+        // an empty disk zone for it (its NodeGetInfo), which a disk made there names.
         [] => {
             labels.insert(ZONE_LABEL.into(), "0".into());
-            labels.insert(DISK_ZONE_LABEL.into(), "0".into());
+            labels.insert(DISK_ZONE_LABEL.into(), String::new());
         }
         [zone] => {
             let z = format!("{location}-{zone}");

@@ -15,8 +15,10 @@
 //!   constraint's key and pass `nodeAffinityPolicy` (default `Honor`: the pod's node selector and
 //!   required node affinity) and `nodeTaintsPolicy` (default `Ignore`); the skew of a node is its
 //!   domain's count, plus one if the pod matches its own selector, minus the smallest count over
-//!   the domains (0 when there are fewer domains than `minDomains`). A node of a group not yet in
-//!   the cluster is a domain of its own with no pods, as cluster-autoscaler's snapshot makes it.
+//!   the domains (0 when there are fewer domains than `minDomains`). The zone of a group that may
+//!   grow and has no node yet is a domain with no pods (Karpenter counts the zones a NodePool
+//!   offers the same way; cluster-autoscaler adds only the estimated group's template nodes).
+//!   Pods being deleted do not count, as the scheduler skips them.
 //!   `ScheduleAnyway` constraints are preferences and never block.
 //! - **affinity**: every required term must find a matching pod in the node's domain; a pod
 //!   whose terms match no pod anywhere may still go anywhere if it matches its own terms (the
@@ -32,6 +34,7 @@
 use super::estimate::Prepared;
 use super::fit::{label_selector_matches, tolerates, NodeState, Unfit, HOSTNAME};
 use super::record::PodRecord;
+use super::volumes::{Needs, Verdict, Volumes};
 use k8s_openapi::api::core::v1::{PodAffinityTerm, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use rustc_hash::FxHashMap;
@@ -130,6 +133,9 @@ struct Counted {
     key: String,
     namespaces: Namespaces,
     selector: Option<LabelSelector>,
+    /// Affinity: the pod's other required affinity terms. The scheduler counts, for each term,
+    /// only the pods that match every term.
+    also: Vec<(Namespaces, Option<LabelSelector>)>,
     /// Matching pods per domain; for spread, every eligible domain is here (0 when empty).
     counts: HashMap<Arc<str>, i32>,
     /// Spread: how many domains have each count (the smallest key is the global minimum).
@@ -145,11 +151,13 @@ struct Counted {
 
 impl Counted {
     fn selects(&self, pod: &PodRecord) -> bool {
-        self.namespaces.contains(&pod.namespace)
-            && self
-                .selector
-                .as_ref()
-                .is_some_and(|s| label_selector_matches(s, &pod.labels))
+        let one = |namespaces: &Namespaces, selector: &Option<LabelSelector>| {
+            namespaces.contains(&pod.namespace)
+                && selector
+                    .as_ref()
+                    .is_some_and(|s| label_selector_matches(s, &pod.labels))
+        };
+        one(&self.namespaces, &self.selector) && self.also.iter().all(|(n, s)| one(n, s))
     }
 
     fn is_spread(&self) -> bool {
@@ -278,7 +286,7 @@ fn required_terms<'a>(
 
 /// A selector with `matchLabelKeys` (the pod's values: `In`) and `mismatchLabelKeys` (`NotIn`)
 /// folded in, as the API server and the scheduler merge them.
-fn merged(
+pub(crate) fn merged(
     selector: Option<&LabelSelector>,
     match_keys: &[String],
     mismatch_keys: &[String],
@@ -327,6 +335,7 @@ fn compile(pod: &Arc<PodRecord>) -> Rules {
         key: key.to_string(),
         namespaces,
         selector,
+        also: Vec::new(),
         counts: HashMap::new(),
         histogram: BTreeMap::new(),
         total: 0,
@@ -344,9 +353,17 @@ fn compile(pod: &Arc<PodRecord>) -> Rules {
             &[],
             &pod.labels,
         );
-        let self_match = selector
-            .as_ref()
-            .is_some_and(|s| label_selector_matches(s, &pod.labels));
+        // An empty selector counts no pod and matches the pod itself (the scheduler's
+        // `selector.Empty()`): such a constraint never blocks.
+        let (selector, self_match) = match selector {
+            Some(s) if super::fit::is_empty_selector(&s) => (None, true),
+            s => {
+                let m = s
+                    .as_ref()
+                    .is_some_and(|s| label_selector_matches(s, &pod.labels));
+                (s, m)
+            }
+        };
         rules.counted.push(counted(
             Kind::Spread {
                 max_skew: c.max_skew.max(1),
@@ -363,13 +380,7 @@ fn compile(pod: &Arc<PodRecord>) -> Rules {
             rules.spread_keys.push(c.topology_key.clone());
         }
     }
-    for (anti, term) in required_terms(spec, false)
-        .map(|t| (false, t))
-        .chain(required_terms(spec, true).map(|t| (true, t)))
-    {
-        if anti && term.topology_key == HOSTNAME {
-            continue;
-        }
+    let term_of = |term: &PodAffinityTerm| {
         let namespaces = Namespaces::of_term(term, own);
         let selector = merged(
             term.label_selector.as_ref(),
@@ -377,18 +388,43 @@ fn compile(pod: &Arc<PodRecord>) -> Rules {
             term.mismatch_label_keys.as_deref().unwrap_or_default(),
             &pod.labels,
         );
-        let self_match = namespaces.contains(own)
+        (namespaces, selector)
+    };
+    // Affinity terms go together: a pod counts for them if it matches them all, and the first
+    // pod of a group is one that matches them all itself (`podMatchesAllAffinityTerms`).
+    let affinity: Vec<(&PodAffinityTerm, (Namespaces, Option<LabelSelector>))> =
+        required_terms(spec, false)
+            .map(|t| (t, term_of(t)))
+            .collect();
+    let self_match = affinity.iter().all(|(_, (namespaces, selector))| {
+        namespaces.contains(own)
             && selector
                 .as_ref()
-                .is_some_and(|s| label_selector_matches(s, &pod.labels));
-        let kind = if anti {
-            Kind::AntiAffinity
-        } else {
-            Kind::Affinity { self_match }
-        };
-        rules
-            .counted
-            .push(counted(kind, &term.topology_key, namespaces, selector));
+                .is_some_and(|s| label_selector_matches(s, &pod.labels))
+    });
+    for (k, (term, (namespaces, selector))) in affinity.iter().enumerate() {
+        let mut c = counted(
+            Kind::Affinity { self_match },
+            &term.topology_key,
+            namespaces.clone(),
+            selector.clone(),
+        );
+        c.also = affinity
+            .iter()
+            .enumerate()
+            .filter(|(j, _)| *j != k)
+            .map(|(_, (_, t))| t.clone())
+            .collect();
+        rules.counted.push(c);
+    }
+    for term in required_terms(spec, true).filter(|t| t.topology_key != HOSTNAME) {
+        let (namespaces, selector) = term_of(term);
+        rules.counted.push(counted(
+            Kind::AntiAffinity,
+            &term.topology_key,
+            namespaces,
+            selector,
+        ));
     }
     rules
 }
@@ -397,13 +433,55 @@ fn compile(pod: &Arc<PodRecord>) -> Rules {
 /// estimate tries a group without touching the decision's state.
 #[derive(Debug, Clone, Default)]
 pub struct Topology {
-    /// By class: the rules of pending pods that have any (shared with the copies estimates
-    /// work on until one changes them).
-    rules: HashMap<usize, Arc<Rules>>,
-    /// By class: the rules (class, index) a pod of the class counts toward once placed.
+    /// The rule sets of the pending classes that have any, one per distinct set: classes whose
+    /// rules, eligibility and repellers are equal share one (the pods of a StatefulSet, a class
+    /// each, count and plan as one). Shared with the copies estimates work on until one changes
+    /// them.
+    rules: Vec<Arc<Rules>>,
+    /// By class: its rule set in `rules`.
+    of_class: Arc<HashMap<usize, usize>>,
+    /// By class: the rules (rule set, index) a pod of the class counts toward once placed.
     counts_toward: Arc<HashMap<usize, Vec<(usize, usize)>>>,
-    /// By class: the classes its anti-affinity keeps out of where it goes (class, slot).
+    /// By class: the rule sets its anti-affinity keeps out of where it goes (rule set, slot).
     repels: Arc<HashMap<usize, Vec<(usize, usize)>>>,
+    /// By class: what its claims ask of a node (classes with claims only; see
+    /// [`super::volumes`]).
+    needs: Arc<HashMap<usize, Arc<Needs>>>,
+    /// By node name: the volumes attached there per driver, as the simulation places pods
+    /// (only nodes with some, and only when a pending pod attaches any).
+    attached: Arc<HashMap<String, BTreeMap<String, u32>>>,
+}
+
+/// What makes two classes' rule sets one: the rules as compiled (kind, key, namespaces,
+/// selector, whether the pod matches its own), what decides which nodes spread counts on, and
+/// who repels the class (bound pods' domains, pending classes' terms).
+fn signature(r: &Rules, repellers: Option<&Vec<(usize, usize)>>) -> String {
+    let spec = r.pod.spec();
+    let counted: Vec<_> = r
+        .counted
+        .iter()
+        .map(|c| (&c.kind, &c.key, &c.namespaces, &c.selector, &c.also))
+        .collect();
+    let repelled: Vec<(&String, Vec<&Arc<str>>)> = r
+        .repelled
+        .iter()
+        .map(|(k, ds)| {
+            let mut v: Vec<&Arc<str>> = ds.iter().collect();
+            v.sort_unstable();
+            (k, v)
+        })
+        .collect();
+    let mut by = repellers.cloned().unwrap_or_default();
+    by.sort_unstable();
+    format!(
+        "{counted:?}|{:?}|{:?}|{:?}|{:?}|{repelled:?}|{by:?}",
+        r.spread_keys,
+        spec.node_selector,
+        spec.affinity
+            .as_ref()
+            .and_then(|a| a.node_affinity.as_ref()),
+        spec.tolerations,
+    )
 }
 
 /// The cluster as the cross-node filters read it: every node's labels and taints, and the pods
@@ -413,12 +491,15 @@ pub struct Topology {
 #[derive(Debug, Default)]
 pub struct Cluster<'a> {
     nodes: Vec<&'a NodeState>,
-    /// Bound pods sharing a label map and namespace: one of them, and each one's node.
+    /// Bound pods sharing a label map, namespace, shape (their claims) and whether they are
+    /// terminating: one of them, and each one's node.
     bound: Vec<(Arc<PodRecord>, Vec<usize>)>,
     bound_at: FxHashMap<usize, Vec<usize>>,
     /// Bound pods with required anti-affinity on a key other than the hostname, by shape.
     anti: Vec<(Arc<PodRecord>, Vec<usize>)>,
     anti_at: FxHashMap<usize, Vec<usize>>,
+    /// The storage objects, when the volume filters are to run.
+    volumes: Option<&'a Volumes>,
 }
 
 impl<'a> Cluster<'a> {
@@ -453,6 +534,12 @@ impl<'a> Cluster<'a> {
         c
     }
 
+    /// The same, with the storage objects the volume filters read.
+    pub fn with_volumes(mut self, volumes: &'a Volumes) -> Self {
+        self.volumes = Some(volumes);
+        self
+    }
+
     /// `pod` is (now) on node `at`.
     pub fn place(&mut self, pod: &Arc<PodRecord>, at: usize) {
         fn slot(
@@ -478,7 +565,11 @@ impl<'a> Cluster<'a> {
             &mut self.bound_at,
             Arc::as_ptr(&pod.labels) as usize,
             pod,
-            |o| o.namespace == ns,
+            |o| {
+                o.namespace == ns
+                    && o.terminating == pod.terminating
+                    && Arc::ptr_eq(&o.shape, &pod.shape)
+            },
         );
         self.bound[g].1.push(at);
         if pod.facts().has_remote_anti_affinity() {
@@ -504,16 +595,25 @@ impl Topology {
         pending: &[Prepared],
         nodes: impl IntoIterator<Item = &'a NodeState>,
         possible: &[&NodeState],
+        volumes: &Volumes,
     ) -> Self {
         let nodes: Vec<&NodeState> = nodes.into_iter().collect();
         let cross_node = pending.iter().any(|p| p.pod.facts().has_cross_node_rules())
             || nodes
                 .iter()
                 .any(|n| n.pods.iter().any(|p| p.facts().has_remote_anti_affinity()));
-        if !cross_node {
+        let claims = pending
+            .iter()
+            .any(|p| super::volumes::has_claims(p.pod.spec()));
+        if !cross_node && !claims {
             return Self::default();
         }
-        Self::over(pending, &Cluster::new(nodes), |_| false, possible)
+        Self::over(
+            pending,
+            &Cluster::new(nodes).with_volumes(volumes),
+            |_| false,
+            possible,
+        )
     }
 
     /// [`Topology::new`] over a [`Cluster`] built before, leaving out the nodes `skip` names
@@ -522,6 +622,69 @@ impl Topology {
         pending: &[Prepared],
         cluster: &Cluster,
         skip: impl Fn(usize) -> bool,
+        possible: &[&NodeState],
+    ) -> Self {
+        Self::rules_over(pending, cluster, &skip, possible).with_needs(pending, cluster, &skip)
+    }
+
+    /// The volume side of [`Topology::over`]: each pending class's needs, and the volumes
+    /// attached to each node. A pod whose claims wait for something no node brings is refused
+    /// everywhere (a scale-up leaves such pods out before; a scale-down must not move them).
+    fn with_needs(
+        mut self,
+        pending: &[Prepared],
+        cluster: &Cluster,
+        skip: &impl Fn(usize) -> bool,
+    ) -> Self {
+        let Some(volumes) = cluster.volumes else {
+            return self;
+        };
+        let mut needs: HashMap<usize, Arc<Needs>> = HashMap::new();
+        for p in pending {
+            if needs.contains_key(&p.class) || !super::volumes::has_claims(p.pod.spec()) {
+                continue;
+            }
+            match volumes.of_pod(&p.pod) {
+                Verdict::None => {}
+                Verdict::Needs(n) => {
+                    needs.insert(p.class, n);
+                }
+                Verdict::Waiting(_) | Verdict::NotSimulated(_) => {
+                    needs.insert(p.class, Arc::new(Needs::nowhere()));
+                }
+            }
+        }
+        if needs.is_empty() {
+            return self;
+        }
+        let mut attached: HashMap<String, BTreeMap<String, u32>> = HashMap::new();
+        if needs.values().any(|n| !n.attach().is_empty()) {
+            for (pod, on) in &cluster.bound {
+                if !super::volumes::has_claims(pod.spec()) {
+                    continue;
+                }
+                let a = volumes.attached(pod);
+                if a.is_empty() {
+                    continue;
+                }
+                for &n in on.iter().filter(|&&n| !skip(n)) {
+                    let at = attached.entry(cluster.nodes[n].name.clone()).or_default();
+                    for (d, k) in &a {
+                        *at.entry(d.clone()).or_default() += k;
+                    }
+                }
+            }
+        }
+        self.needs = Arc::new(needs);
+        self.attached = Arc::new(attached);
+        self
+    }
+
+    /// The spread and affinity side of [`Topology::over`].
+    fn rules_over(
+        pending: &[Prepared],
+        cluster: &Cluster,
+        skip: &impl Fn(usize) -> bool,
         possible: &[&NodeState],
     ) -> Self {
         let mut reps: Vec<(usize, &Arc<PodRecord>)> = Vec::new();
@@ -568,15 +731,79 @@ impl Topology {
                 }
             }
         }
+        // Pending classes' anti-affinity keeps the classes it matches out of where they go.
+        let anti_classes: Vec<(usize, Vec<Counted>)> = rules
+            .iter()
+            .map(|(class, r)| {
+                (
+                    *class,
+                    r.counted
+                        .iter()
+                        .filter(|c| matches!(c.kind, Kind::AntiAffinity))
+                        .cloned()
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .filter(|(_, terms)| !terms.is_empty())
+            .collect();
+        let mut repels_class: HashMap<usize, Vec<(usize, usize)>> = HashMap::new();
+        for (class, terms) in &anti_classes {
+            for term in terms {
+                for (other, pod) in &reps {
+                    if !term.selects(pod) {
+                        continue;
+                    }
+                    let r = rules
+                        .entry(*other)
+                        .or_insert_with(|| Rules::new((*pod).clone()));
+                    let slot = r.repelled_slot(&term.key);
+                    repels_class.entry(*class).or_default().push((*other, slot));
+                }
+            }
+        }
         if rules.is_empty() {
             return Self::default();
+        }
+        // Which rules each pending class counts toward once placed (by owner class).
+        let mut toward_class: HashMap<usize, Vec<(usize, usize)>> = HashMap::new();
+        for (class, pod) in &reps {
+            for (owner, r) in &rules {
+                for (i, c) in r.counted.iter().enumerate() {
+                    if c.selects(pod) {
+                        toward_class.entry(*class).or_default().push((*owner, i));
+                    }
+                }
+            }
+        }
+        // One rule set per distinct signature, in class order (deterministic).
+        let mut repellers: HashMap<usize, Vec<(usize, usize)>> = HashMap::new();
+        for (class, list) in &repels_class {
+            for &(other, slot) in list {
+                repellers.entry(other).or_default().push((*class, slot));
+            }
+        }
+        let mut classes: Vec<usize> = rules.keys().copied().collect();
+        classes.sort_unstable();
+        let mut by_signature: HashMap<String, usize> = HashMap::new();
+        let mut of_class: HashMap<usize, usize> = HashMap::new();
+        let mut unique: Vec<Rules> = Vec::new();
+        for class in classes {
+            let r = rules.remove(&class).expect("rules of a listed class");
+            let next = unique.len();
+            let at = *by_signature
+                .entry(signature(&r, repellers.get(&class)))
+                .or_insert(next);
+            if at == next {
+                unique.push(r);
+            }
+            of_class.insert(class, at);
         }
         // Per key, each node's value (read once, shared by the rules on that key); per
         // eligibility (keys, node affinity, tolerations: most rules share one), which nodes
         // spread counts on.
         let mut values_by_key: HashMap<String, Vec<Option<Arc<str>>>> = HashMap::new();
         let mut eligible_by: HashMap<String, Arc<Vec<bool>>> = HashMap::new();
-        for r in rules.values_mut() {
+        for r in &mut unique {
             for i in 0..r.counted.len() {
                 let mut c = r.counted[i].clone();
                 let at = values_by_key.entry(c.key.clone()).or_insert_with(|| {
@@ -635,7 +862,8 @@ impl Topology {
                     }
                 }
                 for (pod, on) in &cluster.bound {
-                    if !c.selects(pod) {
+                    // The scheduler's spread skips pods on their way out; affinity counts them.
+                    if !c.selects(pod) || (pod.terminating && c.is_spread()) {
                         continue;
                     }
                     for &n in on.iter().filter(|&&n| !skip(n)) {
@@ -649,69 +877,48 @@ impl Topology {
                 r.counted[i] = c;
             }
         }
-        // Which rules each pending class counts toward, and which classes its anti-affinity
-        // repels, once placed.
-        let mut counts_toward: HashMap<usize, Vec<(usize, usize)>> = HashMap::new();
-        let mut repels: HashMap<usize, Vec<(usize, usize)>> = HashMap::new();
-        for (class, pod) in &reps {
-            for (owner, r) in &rules {
-                for (i, c) in r.counted.iter().enumerate() {
-                    if c.selects(pod) {
-                        counts_toward.entry(*class).or_default().push((*owner, i));
-                    }
-                }
-            }
-        }
-        let anti_classes: Vec<(usize, Vec<Counted>)> = rules
-            .iter()
-            .map(|(class, r)| {
-                (
-                    *class,
-                    r.counted
-                        .iter()
-                        .filter(|c| matches!(c.kind, Kind::AntiAffinity))
-                        .cloned()
-                        .collect::<Vec<_>>(),
-                )
-            })
-            .filter(|(_, terms)| !terms.is_empty())
-            .collect();
-        for (class, terms) in &anti_classes {
-            for term in terms {
-                for (other, pod) in &reps {
-                    if !term.selects(pod) {
-                        continue;
-                    }
-                    let r = rules
-                        .entry(*other)
-                        .or_insert_with(|| Rules::new((*pod).clone()));
-                    let slot = r.repelled_slot(&term.key);
-                    repels.entry(*class).or_default().push((*other, slot));
-                }
-            }
-        }
+        let remap = |by_class: HashMap<usize, Vec<(usize, usize)>>| {
+            by_class
+                .into_iter()
+                .map(|(class, list)| {
+                    let mut list: Vec<(usize, usize)> =
+                        list.into_iter().map(|(c, i)| (of_class[&c], i)).collect();
+                    list.sort_unstable();
+                    list.dedup();
+                    (class, list)
+                })
+                .collect::<HashMap<_, _>>()
+        };
         Self {
-            rules: rules.into_iter().map(|(k, r)| (k, Arc::new(r))).collect(),
-            counts_toward: Arc::new(counts_toward),
-            repels: Arc::new(repels),
+            counts_toward: Arc::new(remap(toward_class)),
+            repels: Arc::new(remap(repels_class)),
+            rules: unique.into_iter().map(Arc::new).collect(),
+            of_class: Arc::new(of_class),
+            ..Self::default()
         }
     }
 
     /// Whether anything here can refuse a pod (else every check is a no-op).
     pub fn is_empty(&self) -> bool {
-        self.rules.is_empty()
+        self.rules.is_empty() && self.needs.is_empty()
     }
 
     /// Whether pods of `class` have or meet a rule here.
     pub fn involves(&self, class: usize) -> bool {
-        self.rules.contains_key(&class) || self.counts_toward.contains_key(&class)
+        self.of_class.contains_key(&class)
+            || self.counts_toward.contains_key(&class)
+            || self.needs.contains_key(&class)
+    }
+
+    fn rules_of(&self, class: usize) -> Option<&Rules> {
+        self.of_class.get(&class).map(|&r| &*self.rules[r])
     }
 
     /// Whether a node that refused a pod of `class` keeps refusing it as the simulation fills
     /// nodes (so a first-fit may skip it next time). Required affinity is not: the pod it
     /// needs may be placed later.
     pub fn refusal_sticks(&self, class: usize) -> bool {
-        self.rules.get(&class).is_none_or(|r| {
+        self.rules_of(class).is_none_or(|r| {
             !r.counted
                 .iter()
                 .any(|c| matches!(c.kind, Kind::Affinity { .. } | Kind::Spread { .. }))
@@ -723,7 +930,11 @@ impl Topology {
     /// is concerned, depends only on the node's value for that key (one verdict per zone, not
     /// per node).
     pub fn domain_key(&self, class: usize) -> Option<&str> {
-        let r = self.rules.get(&class)?;
+        // Volume limits are per node.
+        if self.needs.contains_key(&class) {
+            return None;
+        }
+        let r = self.rules_of(class)?;
         let mut keys = r
             .counted
             .iter()
@@ -733,47 +944,111 @@ impl Topology {
         (first != HOSTNAME && keys.all(|k| k == first)).then_some(first)
     }
 
-    /// Shares `pods` pending pods of `class` out over the domains of its one spread constraint
-    /// (on a key other than the hostname) as the scheduler's skew allows them to end up:
-    /// water-filling, one pod at a time to the emptiest domain that `offers` can grow (each
-    /// offer: a template of a group that may grow, and how many pods of the class its headroom
-    /// holds) while the skew stays within `maxSkew`. The estimates then place a domain's whole
-    /// share in one round, with the other domains counted at their planned sizes: a
-    /// Deployment of 600 zone-spread replicas takes three rounds, not 600. The shares are a
-    /// plan, never a licence: a pod still goes only where the skew allows given the counts and
-    /// the shares not yet placed.
-    pub fn share_out(&mut self, class: usize, pods: u32, offers: &[(&NodeState, u32)]) {
-        let Some(r) = self.rules.get(&class) else {
-            return;
-        };
-        let spread: Vec<usize> = (0..r.counted.len())
-            .filter(|&i| r.counted[i].is_spread())
+    /// Shares the `pending` pods out over the domains of their rule set's one spread
+    /// constraint on a key other than the hostname, as the scheduler's skew allows them to end
+    /// up: water-filling, one pod at a time to the emptiest domain that `offers` can grow (each
+    /// offer: a template of a group that may grow, and how many nodes it may still add) while
+    /// the skew stays within `maxSkew`. The estimates then place a domain's whole share in one
+    /// round, with the other domains counted at their planned sizes: a Deployment of 600
+    /// zone-spread replicas takes three rounds, not 600, and so does a StatefulSet (a class
+    /// per pod, one rule set). The shares are a plan, never a licence: a pod still goes only
+    /// where the skew allows given the counts and the shares not yet placed.
+    ///
+    /// No plan (one pod per round, as the scheduler places them) where the pods could not keep
+    /// to it: a pending pod of another rule set counts toward the constraint (it may land
+    /// anywhere), the rule set also needs affinity, or its anti-affinity repels its own pods
+    /// by a key other than the hostname. Spread by hostname alongside is kept per node (a new
+    /// node takes no more of the pods than its skew allows).
+    pub fn share_out(&mut self, pending: &[Prepared], offers: &[(&NodeState, u32)]) {
+        let mut pods_of: BTreeMap<usize, u32> = BTreeMap::new();
+        let mut classes: HashSet<usize> = HashSet::new();
+        for p in pending {
+            classes.insert(p.class);
+            if let Some(&at) = self.of_class.get(&p.class) {
+                *pods_of.entry(at).or_default() += 1;
+            }
+        }
+        let mut foreign: HashSet<(usize, usize)> = HashSet::new();
+        for class in &classes {
+            let own = self.of_class.get(class);
+            for &(at, i) in self.counts_toward.get(class).into_iter().flatten() {
+                if own != Some(&at) {
+                    foreign.insert((at, i));
+                }
+            }
+        }
+        // Pods their volumes hold to some nodes may not keep to a plan made without them.
+        let pinned: HashSet<usize> = self
+            .needs
+            .iter()
+            .filter(|(_, n)| n.pins())
+            .filter_map(|(class, _)| self.of_class.get(class).copied())
             .collect();
-        let ([i], true) = (
-            spread.as_slice(),
-            r.counted
-                .iter()
-                .all(|c| c.is_spread() || matches!(c.kind, Kind::AntiAffinity)),
-        ) else {
-            return;
+        for (at, pods) in pods_of {
+            if pinned.contains(&at) {
+                continue;
+            }
+            if let Some((i, shares)) = self.shares(at, pods, offers, &foreign) {
+                let c = &mut Arc::make_mut(&mut self.rules[at]).counted[i];
+                for d in shares.keys() {
+                    c.ensure(d);
+                }
+                c.reserved = shares;
+            }
+        }
+    }
+
+    /// The plan of [`Topology::share_out`] for rule set `at`: its zonal rule's index and the
+    /// shares by domain, or nothing when there is no plan to make.
+    fn shares(
+        &self,
+        at: usize,
+        pods: u32,
+        offers: &[(&NodeState, u32)],
+        foreign: &HashSet<(usize, usize)>,
+    ) -> Option<(usize, HashMap<Arc<str>, i32>)> {
+        let r = &*self.rules[at];
+        let zonal: Vec<usize> = (0..r.counted.len())
+            .filter(|&i| r.counted[i].is_spread() && r.counted[i].key != HOSTNAME)
+            .collect();
+        let [i] = zonal.as_slice() else {
+            return None;
         };
-        let c = &r.counted[*i];
+        let i = *i;
+        let c = &r.counted[i];
         let Kind::Spread {
             max_skew,
             min_domains,
-            self_match,
+            self_match: true,
             ..
         } = c.kind
         else {
-            return;
+            return None;
         };
-        if c.key == HOSTNAME || !self_match {
-            return;
+        let plannable = r.counted.iter().all(|o| match o.kind {
+            Kind::Spread { .. } => true,
+            Kind::AntiAffinity => o.key == HOSTNAME || !o.selects(&r.pod),
+            Kind::Affinity { .. } => false,
+        });
+        if !plannable || c.selector.is_none() || foreign.contains(&(at, i)) {
+            return None;
         }
+        // A new node takes no more than its hostname spread allows over an empty node.
+        let per_node = r
+            .counted
+            .iter()
+            .filter_map(|o| match o.kind {
+                Kind::Spread { max_skew, .. } if o.key == HOSTNAME => {
+                    Some(u32::try_from(max_skew).unwrap_or(1))
+                }
+                _ => None,
+            })
+            .min();
         let mut room: BTreeMap<&str, u32> = BTreeMap::new();
-        for (t, n) in offers {
+        for (t, nodes) in offers {
             if let (true, Domain::One(d)) = (r.eligible(c, t), domain(t, &c.key)) {
-                *room.entry(d).or_default() += n;
+                let each = per_node.map_or(t.how_many(&r.pod), |p| p.min(t.how_many(&r.pod)));
+                *room.entry(d).or_default() += nodes.saturating_mul(each);
             }
         }
         let mut planned: BTreeMap<&str, i32> =
@@ -800,22 +1075,13 @@ impl Topology {
             *room.get_mut(d).expect("room") -= 1;
             *shares.entry(Arc::from(d)).or_default() += 1;
         }
-        if shares.is_empty() {
-            return;
-        }
-        let i = *i;
-        let r = Arc::make_mut(self.rules.get_mut(&class).expect("rules"));
-        let domains: Vec<Arc<str>> = shares.keys().cloned().collect();
-        for d in &domains {
-            r.counted[i].ensure(d);
-        }
-        r.counted[i].reserved = shares;
+        (!shares.is_empty()).then_some((i, shares))
     }
 
     /// A node joins the simulation (a new node of a group): a domain for the spread rules it
     /// counts for.
     pub fn node_added(&mut self, node: &NodeState) {
-        for r in self.rules.values_mut() {
+        for r in &mut self.rules {
             for i in 0..r.counted.len() {
                 let c = &r.counted[i];
                 if !c.is_spread() || !r.eligible(c, node) {
@@ -832,11 +1098,17 @@ impl Topology {
 
     /// A pod of `class` placed on `node` in the simulation: it counts there from now on.
     pub fn placed(&mut self, class: usize, node: &NodeState) {
+        if let Some(n) = self.needs.get(&class).filter(|n| !n.attach().is_empty()) {
+            let at = Arc::make_mut(&mut self.attached)
+                .entry(node.name.clone())
+                .or_default();
+            for (d, k) in n.attach() {
+                *at.entry(d.clone()).or_default() += k;
+            }
+        }
         if let Some(toward) = self.counts_toward.get(&class) {
-            for &(owner, i) in toward {
-                let Some(r) = self.rules.get_mut(&owner) else {
-                    continue;
-                };
+            for &(at, i) in toward {
+                let r = &mut self.rules[at];
                 if !r.eligible(&r.counted[i], node) {
                     continue;
                 }
@@ -844,40 +1116,35 @@ impl Topology {
                 match domain(node, &c.key) {
                     Domain::One(d) => {
                         c.add(d);
-                        if owner == class {
-                            if let Some(left) = c.reserved.get_mut(d).filter(|n| **n > 0) {
-                                *left -= 1;
-                            }
+                        // Only the rule set's own classes count toward a rule with shares
+                        // (see `share_out`): this is one of them, placing its share.
+                        if let Some(left) = c.reserved.get_mut(d).filter(|n| **n > 0) {
+                            *left -= 1;
                         }
                     }
-                    // Unknown zone: anti-affinity counts it in each (it may be in any); spread
-                    // and affinity refused such a node for their own pods and do not guess.
+                    // Unknown zone: anti-affinity counts it in each (it may be in any).
                     Domain::Several(ds) if matches!(c.kind, Kind::AntiAffinity) => {
                         for d in ds {
                             c.add(d);
                         }
+                    }
+                    // Affinity: a matching pod exists now, though no one zone can be said to
+                    // hold it, so the next pod is no longer the first of its group. Spread
+                    // refused such a node for its own pods and does not guess.
+                    Domain::Several(_) if matches!(c.kind, Kind::Affinity { .. }) => {
+                        c.total += 1;
                     }
                     _ => {}
                 }
             }
         }
         if let Some(repels) = self.repels.get(&class) {
-            let owner_key: Vec<(usize, usize, String)> = repels
-                .iter()
-                .filter_map(|&(other, slot)| {
-                    Some((
-                        other,
-                        slot,
-                        self.rules.get(&other)?.repelled[slot].0.clone(),
-                    ))
-                })
-                .collect();
-            for (other, slot, key) in owner_key {
-                let ds: Vec<Arc<str>> = values(domain(node, &key)).map(Arc::from).collect();
-                if let Some(r) = self.rules.get_mut(&other) {
-                    if ds.iter().any(|d| !r.repelled[slot].1.contains(d)) {
-                        Arc::make_mut(r).repelled[slot].1.extend(ds);
-                    }
+            for &(at, slot) in repels.iter() {
+                let r = &mut self.rules[at];
+                let ds: Vec<&str> = values(domain(node, &r.repelled[slot].0)).collect();
+                if ds.iter().any(|d| !r.repelled[slot].1.contains(*d)) {
+                    let ds: Vec<Arc<str>> = ds.into_iter().map(Arc::from).collect();
+                    Arc::make_mut(r).repelled[slot].1.extend(ds);
                 }
             }
         }
@@ -886,7 +1153,11 @@ impl Topology {
     /// Whether a pod of `class` may go on `node` as far as other nodes' pods are concerned, or
     /// the scheduler's reason.
     pub fn fits(&self, class: usize, node: &NodeState) -> Result<(), Unfit> {
-        let Some(r) = self.rules.get(&class) else {
+        // The volume filters come before spread and affinity in kube-scheduler's order.
+        if let Some(n) = self.needs.get(&class) {
+            n.fits(node, self.attached.get(&node.name))?;
+        }
+        let Some(r) = self.rules_of(class) else {
             return Ok(());
         };
         for c in r.counted.iter().filter(|c| c.is_spread()) {
@@ -950,6 +1221,13 @@ impl Topology {
             .iter()
             .filter(|c| matches!(c.kind, Kind::Affinity { .. }))
             .collect();
+        // Every term's key must be on the node, first pod or not.
+        if affinity
+            .iter()
+            .any(|c| matches!(domain(node, &c.key), Domain::Missing))
+        {
+            return Err(Unfit::PodAffinity);
+        }
         let satisfied = affinity.iter().all(|c| match domain(node, &c.key) {
             Domain::One(d) => c.count(d) > 0,
             Domain::Several(ds) => ds.iter().all(|d| c.count(d) > 0),
@@ -1050,7 +1328,7 @@ mod tests {
     /// Which of `nodes` the scheduler would take `incoming` on, by name.
     fn allowed(incoming: &Arc<PodRecord>, nodes: &[NodeState]) -> Vec<String> {
         let pending = prepare(std::slice::from_ref(incoming));
-        let t = Topology::new(&pending, nodes, &[]);
+        let t = Topology::new(&pending, nodes, &[], &Volumes::default());
         nodes
             .iter()
             .filter(|n| n.fits(incoming).is_ok() && t.fits(pending[0].class, n).is_ok())
@@ -1079,6 +1357,34 @@ mod tests {
     }
 
     #[test]
+    fn pods_on_their_way_out_no_longer_count_for_spread_but_still_repel() {
+        let leaving = |name: &str| {
+            let mut p = (*foo(name)).clone();
+            p.terminating = true;
+            Arc::new(p)
+        };
+        // zoneA's two pods are terminating: A counts 0, B 1, so only A is within the skew.
+        let nodes = vec![
+            node("node1", "zoneA", &[leaving("p1"), leaving("p2")]),
+            node("node3", "zoneB", &[foo("p3")]),
+        ];
+        let incoming = pod(
+            "mypod",
+            json!({"foo": "bar"}),
+            json!({"topologySpreadConstraints": [spread("zone")]}),
+        );
+        assert_eq!(allowed(&incoming, &nodes), ["node1"]);
+        // Anti-affinity still sees them, as the scheduler does until they are gone.
+        let shy = pod(
+            "shy",
+            json!({"app": "shy"}),
+            json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "zone", "labelSelector": {"matchLabels": {"foo": "bar"}}}]}}}),
+        );
+        assert!(allowed(&shy, &nodes).is_empty());
+    }
+
+    #[test]
     fn constraints_by_zone_and_by_node_together_leave_only_the_empty_node_of_that_zone() {
         let incoming = pod(
             "mypod",
@@ -1086,6 +1392,21 @@ mod tests {
             json!({"topologySpreadConstraints": [spread("zone"), spread(HOSTNAME)]}),
         );
         assert_eq!(allowed(&incoming, &four_nodes()), ["node4"]);
+    }
+
+    #[test]
+    fn a_spread_with_an_empty_selector_counts_no_pod_and_never_blocks() {
+        let mut c = spread("zone");
+        c["labelSelector"] = json!({});
+        let incoming = pod(
+            "mypod",
+            json!({"foo": "bar"}),
+            json!({"topologySpreadConstraints": [c]}),
+        );
+        assert_eq!(
+            allowed(&incoming, &four_nodes()),
+            ["node1", "node2", "node3", "node4"]
+        );
     }
 
     #[test]
@@ -1102,7 +1423,7 @@ mod tests {
         );
         assert!(allowed(&incoming, &nodes).is_empty());
         let pending = prepare(std::slice::from_ref(&incoming));
-        let t = Topology::new(&pending, &nodes, &[]);
+        let t = Topology::new(&pending, &nodes, &[], &Volumes::default());
         assert_eq!(
             t.fits(pending[0].class, &nodes[2]).unwrap_err().to_string(),
             "node(s) didn't match pod topology spread constraints"
@@ -1174,7 +1495,7 @@ mod tests {
             json!({"topologySpreadConstraints": [spread("zone")]}),
         );
         let pending = prepare(std::slice::from_ref(&incoming));
-        let t = Topology::new(&pending, &nodes, &[]);
+        let t = Topology::new(&pending, &nodes, &[], &Volumes::default());
         assert_eq!(
             t.fits(pending[0].class, &nodes[3]).unwrap_err().to_string(),
             "node(s) didn't match pod topology spread constraints (missing required label)"
@@ -1243,6 +1564,40 @@ mod tests {
             json!({"affinity": web.spec().affinity}),
         );
         assert_eq!(allowed(&web2, &nodes), ["node2"]);
+    }
+
+    #[test]
+    fn affinity_terms_count_only_pods_that_match_them_all_and_the_first_pod_needs_a_key() {
+        let terms = json!({"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": "zone", "labelSelector": {"matchLabels": {"app": "db"}}},
+            {"topologyKey": HOSTNAME, "labelSelector": {"matchLabels": {"tier": "cache"}}}]}});
+        // A db pod and a cache pod, different pods: no pod matches both terms, so the
+        // scheduler finds no node, and the incoming pod matches neither itself.
+        let nodes = vec![
+            node(
+                "node1",
+                "zoneA",
+                &[pod("db", json!({"app": "db"}), json!({}))],
+            ),
+            node(
+                "node2",
+                "zoneA",
+                &[pod("cache", json!({"tier": "cache"}), json!({}))],
+            ),
+        ];
+        let web = pod("web", json!({"app": "web"}), json!({"affinity": terms}));
+        assert!(allowed(&web, &nodes).is_empty());
+        // A pod matching its own two terms, with a pod around matching only one of them: it
+        // is the first of its group and may go anywhere that has both keys.
+        let both = pod(
+            "both",
+            json!({"app": "db", "tier": "cache"}),
+            json!({"affinity": terms}),
+        );
+        assert_eq!(allowed(&both, &nodes), ["node1", "node2"]);
+        let mut nodes = nodes;
+        Arc::make_mut(&mut nodes[1].labels).remove("zone");
+        assert_eq!(allowed(&both, &nodes), ["node1"]);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use super::fit::NodeState;
 use super::record::{NodeRecord, PodRecord};
 use super::scale_down::{pods_to_move, removable, utilization, Blocker};
 use super::topology::Cluster;
+use super::volumes::{has_claims, Volumes};
 use crate::cache::Instance;
 use crate::node_groups::{is_ready, parse_provider_id, schedulable, Backing, GroupIndex};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -71,6 +72,9 @@ pub struct DownInput<'a> {
     pub previously: &'a HashSet<String>,
     /// `scaleDown.nonEmptyCandidatesCount`: nodes with pods simulated per pass.
     pub non_empty_candidates: u32,
+    /// The claims, volumes, storage classes and CSI nodes: a pod moves only where its volumes
+    /// can follow (a zonal disk's zone, a node's attach limit).
+    pub volumes: &'a Volumes,
 }
 
 /// A node nobody needs, as of this pass.
@@ -124,16 +128,23 @@ pub fn unneeded(input: &DownInput) -> Candidates {
     let mut candidates: Vec<Candidate> = Vec::new();
     // Unready nodes' states sit in `room` for their own simulation, never as a destination.
     let mut not_room: Vec<usize> = Vec::new();
+    // Nodes that take no pod (being drained, not Ready, cordoned): the scheduler still counts
+    // their pods for spread and affinity, so the simulation does.
+    let mut elsewhere: Vec<NodeState> = Vec::new();
     for node in input.nodes {
         let n = node.name.as_str();
         let unready = input.unready.contains(n);
         if input.busy.contains(n) || !(is_ready(node) || unready) || !schedulable(node) {
+            let mut state = NodeState::from_node(node, by_node.get(n).unwrap_or(&none));
+            state.set_volume_limits(input.volumes.limits(n));
+            elsewhere.push(state);
             continue;
         }
         if unready {
             not_room.push(room.len());
         }
-        let state = NodeState::from_node(node, by_node.get(n).unwrap_or(&none));
+        let mut state = NodeState::from_node(node, by_node.get(n).unwrap_or(&none));
+        state.set_volume_limits(input.volumes.limits(n));
         if let Some(group) = index
             .group_of(node)
             .filter(|g| input.groups[*g].refused.is_none())
@@ -166,13 +177,17 @@ pub fn unneeded(input: &DownInput) -> Candidates {
             .then_with(|| a.node.name.cmp(&b.node.name))
     });
     // Spread and affinity of the pods that would move, when any pod has such a rule (over the
-    // nodes' labels and taints, copied: `room` fills up as the pass goes).
+    // nodes' labels and taints, copied: `room` fills up as the pass goes). The other nodes
+    // come after `room`, so a destination's index is the same in both.
     let cross_node = room
         .iter()
+        .chain(&elsewhere)
         .flat_map(|n| &n.pods)
-        .any(|p| p.facts().has_cross_node_rules());
+        .any(|p| {
+            p.facts().has_cross_node_rules() || (!input.volumes.is_empty() && has_claims(p.spec()))
+        });
     let bare: Vec<NodeState> = if cross_node {
-        room.iter().map(NodeState::bare).collect()
+        room.iter().chain(&elsewhere).map(NodeState::bare).collect()
     } else {
         Vec::new()
     };
@@ -180,9 +195,11 @@ pub fn unneeded(input: &DownInput) -> Candidates {
         Cluster::of_parts(
             &bare,
             room.iter()
+                .chain(&elsewhere)
                 .enumerate()
                 .flat_map(|(i, n)| n.pods.iter().map(move |p| (i, p))),
         )
+        .with_volumes(input.volumes)
     });
     let mut pdbs: Vec<Arc<PodDisruptionBudget>> = input.pdbs.to_vec();
     // Nodes found unneeded so far this pass, by index in `room`: no longer destinations.
@@ -217,7 +234,8 @@ pub fn unneeded(input: &DownInput) -> Candidates {
             }
             simulated += 1;
         }
-        let skip = |i: usize| i == c.at || gone[i];
+        // Indices past `room` are the nodes that take no pod: never skipped.
+        let skip = |i: usize| i == c.at || gone.get(i).copied().unwrap_or(false);
         match removable(
             state,
             &c.node.annotations,
@@ -536,6 +554,7 @@ mod tests {
             unready: &HashSet::new(),
             previously: &HashSet::new(),
             non_empty_candidates: 30,
+            volumes: Volumes::none(),
         })
     }
 
@@ -588,6 +607,7 @@ mod tests {
             unready,
             previously: &none,
             non_empty_candidates: 30,
+            volumes: Volumes::none(),
         };
         let c = unneeded(&input(&unready));
         // `p` (3 cpu) fits on no Ready node (ok has 2 left) and never on `dead`: sick stays;
@@ -685,6 +705,7 @@ mod tests {
             unready: &HashSet::new(),
             previously: &previously,
             non_empty_candidates: 2,
+            volumes: Volumes::none(),
         });
         // Two simulations: d first (unneeded last pass), then the least utilised by name (a);
         // b and c wait for a later pass.
@@ -738,6 +759,95 @@ mod tests {
     }
 
     #[test]
+    fn a_cordoned_nodes_pod_still_repels_so_a_pod_is_not_moved_where_it_would_stay_pending() {
+        let zoned = |name: &str, id: u32, zone: &str, cordoned: bool| {
+            let mut n = (*node(name, "ss", id, "4")).clone();
+            Arc::make_mut(&mut n.labels).insert("topology.kubernetes.io/zone".into(), zone.into());
+            n.unschedulable = cordoned;
+            Arc::new(n)
+        };
+        // a (zone 1) has a cache pod; b (zone 2) has room for it; c (zone 2, cordoned) runs
+        // a pod that keeps cache pods out of its zone.
+        let nodes = [
+            zoned("a", 0, "1", false),
+            zoned("b", 1, "2", false),
+            zoned("c", 2, "2", true),
+        ];
+        let cache = (*pod("cache", "a", "500m")).clone();
+        let mut cache = cache;
+        Arc::make_mut(&mut cache.labels).insert("app".into(), "cache".into());
+        let guard = Arc::new(PodRecord::of(
+            serde_json::from_value(json!({
+                "metadata": {"name": "guard", "namespace": "default", "uid": "uid-guard", "labels": {"app": "guard"},
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "g", "uid": "g", "controller": true}]},
+                "spec": {"nodeName": "c", "containers": [{"name": "c", "resources": {"requests": {"cpu": "3"}}}],
+                    "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": {"app": "cache"}}}]}}},
+            }))
+            .unwrap(),
+        ));
+        // b is busy enough to stay (3 of 4 cpu) and has room for the cache pod.
+        let busy = pod("busy", "b", "3");
+        let out = run(
+            &[group("ss", Some(3), 0)],
+            &nodes,
+            &[Arc::new(cache), guard, busy],
+            &[],
+        );
+        assert!(
+            matches!(out.blocked.get("a"), Some(Blocker::NoPlaceFor(p)) if p == "default/cache"),
+            "{out:?}"
+        );
+        assert!(names(&out).is_empty(), "{out:?}");
+    }
+
+    #[test]
+    fn a_pod_whose_disk_lives_in_its_zone_is_never_moved_to_another_zone() {
+        use crate::pods::volumes::tests::{claim, class, disk};
+        let zoned = |name: &str, id: u32, zone: &str| {
+            let mut n = (*node(name, "ss", id, "4")).clone();
+            Arc::make_mut(&mut n.labels)
+                .insert("topology.disk.csi.azure.com/zone".into(), zone.into());
+            Arc::new(n)
+        };
+        let nodes = [zoned("a", 0, "westeurope-1"), zoned("b", 1, "westeurope-2")];
+        let mut db = (*pod("db-0", "a", "500m")).clone();
+        let mut spec = db.spec().clone();
+        spec.volumes = Some(vec![serde_json::from_value(
+            json!({"name": "data", "persistentVolumeClaim": {"claimName": "data-db-0"}}),
+        )
+        .unwrap()]);
+        db.shape = Arc::new(crate::pods::record::PodShape::new(spec));
+        // b is busy enough to stay, with room for db-0.
+        let pods = [Arc::new(db), pod("busy", "b", "3")];
+        let volumes = Volumes::new(
+            &[claim("data-db-0", Some("pv-0"), "managed-csi")],
+            &[disk("pv-0", "westeurope-1")],
+            &[class("managed-csi", "WaitForFirstConsumer", &[])],
+            &[],
+        );
+        let c = unneeded(&DownInput {
+            groups: &[group("ss", Some(2), 0)],
+            nodes: &nodes,
+            pods: &pods,
+            pdbs: &[],
+            threshold: 0.5,
+            busy: &HashSet::new(),
+            unready: &HashSet::new(),
+            previously: &HashSet::new(),
+            non_empty_candidates: 30,
+            volumes: &volumes,
+        });
+        assert!(
+            matches!(c.blocked.get("a"), Some(Blocker::NoPlaceFor(p)) if p == "default/db-0"),
+            "{c:?}"
+        );
+        // Without the volume's zone, it would have moved.
+        let c = run(&[group("ss", Some(2), 0)], &nodes, &pods, &[]);
+        assert_eq!(names(&c), ["a"]);
+    }
+
+    #[test]
     fn empty_nodes_come_first_then_underused_ones_and_busy_nodes_are_left_alone() {
         let nodes = [
             node("a", "ss", 0, "4"),
@@ -763,6 +873,7 @@ mod tests {
             unready: &HashSet::new(),
             previously: &HashSet::new(),
             non_empty_candidates: 30,
+            volumes: Volumes::none(),
         });
         assert_eq!(names(&c), ["d", "b"]);
     }
