@@ -318,6 +318,7 @@ fn scenario(
         quota: Vec::new(),
         balance_similar: false,
         volumes: Default::default(),
+        namespaces: Default::default(),
     };
     let first = plan(&input);
     let mut reasons: std::collections::BTreeMap<&str, usize> = Default::default();
@@ -373,6 +374,7 @@ fn scenario(
         previously: &busy,
         non_empty_candidates: vmss_capacity_controller::config::DEFAULT_NON_EMPTY_CANDIDATES,
         volumes: vmss_capacity_controller::pods::volumes::Volumes::none(),
+        namespaces: vmss_capacity_controller::pods::topology::NamespaceLabels::none(),
     };
     let candidates = unneeded(&down_input);
     println!(

@@ -238,7 +238,10 @@ for v in get list watch; do
   can yes "$v" persistentvolumes
   can yes "$v" storageclasses.storage.k8s.io
   can yes "$v" csinodes.storage.k8s.io
+  can yes "$v" namespaces
 done
+can no update namespaces
+can no delete namespaces
 can no update persistentvolumeclaims -A
 can no delete persistentvolumes
 can yes create pods --subresource=eviction -A

@@ -249,7 +249,7 @@ pub async fn explain(args: ExplainArgs) -> anyhow::Result<ExitCode> {
     ) {
         (None, true, None) => {
             eprintln!(
-                "error: explain reads the cluster and Azure as `run` does (give --config), or from files with no credentials (give --snapshot DIR holding `kubectl get nodes,pods,pdb,daemonsets,pvc,pv,storageclasses,csinodes -A -o json` and `az vmss list -g <node resource group> -o json`)"
+                "error: explain reads the cluster and Azure as `run` does (give --config), or from files with no credentials (give --snapshot DIR holding `kubectl get nodes,pods,pdb,daemonsets,pvc,pv,storageclasses,csinodes,namespaces -A -o json` and `az vmss list -g <node resource group> -o json`)"
             );
             return Ok(ExitCode(2));
         }

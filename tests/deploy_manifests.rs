@@ -505,6 +505,7 @@ fn the_cluster_role_grants_exactly_reads_a_node_patch_evictions_and_events() {
                 &[],
                 &read
             ),
+            rule(&[""], &["namespaces"], &[], &read),
             rule(&["events.k8s.io"], &["events"], &[], &["create", "patch"]),
         ]
     );

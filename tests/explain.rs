@@ -371,7 +371,7 @@ fn explain_without_a_snapshot_or_with_an_empty_one_says_what_to_save() {
     assert!(
         err.contains("give --config")
             && err.contains(
-                "kubectl get nodes,pods,pdb,daemonsets,pvc,pv,storageclasses,csinodes -A -o json"
+                "kubectl get nodes,pods,pdb,daemonsets,pvc,pv,storageclasses,csinodes,namespaces -A -o json"
             ),
         "{err}"
     );

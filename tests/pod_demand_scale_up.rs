@@ -459,10 +459,11 @@ async fn a_pod_whose_disk_lives_in_zone_two_grows_the_zone_two_group_and_an_imme
         "1Gi",
         with_claim("data-db-0"),
     );
+    // 3 cpu: if it were planned for, it would need a node of its own.
     c.pending_labelled(
         "q-0",
         json!({"app": "q"}),
-        "1",
+        "3",
         "1Gi",
         with_claim("data-q-0"),
     );

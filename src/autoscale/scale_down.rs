@@ -298,7 +298,8 @@ impl ScaleDownLoop {
         let groups = s.groups.groups();
         let pods: Vec<Arc<PodRecord>> = s.cluster.pods.snapshot().values().cloned().collect();
         let pdbs: Vec<_> = s.cluster.pdbs.snapshot().values().cloned().collect();
-        let volumes = s.cluster.storage.volumes();
+        let volumes = s.cluster.storage.volumes_for(pods.iter());
+        let namespaces = s.cluster.namespace_labels();
         let (busy, deleting, draining) = {
             let f = s.flight.lock();
             (f.busy.clone(), f.deleting.clone(), f.draining)
@@ -354,6 +355,7 @@ impl ScaleDownLoop {
             previously: &self.since.keys().cloned().collect(),
             non_empty_candidates: settings.non_empty_candidates_count,
             volumes: &volumes,
+            namespaces: &namespaces,
         });
         unneeded::track(&mut self.since, &candidates, now);
         self.report(&down, &candidates);
@@ -980,7 +982,8 @@ impl Shared {
         );
         // Destinations: Ready, schedulable nodes not being removed. The rest (but this node,
         // whose pods are the ones moving) still count for spread and affinity.
-        let volumes = self.cluster.storage.volumes();
+        let volumes = self.cluster.storage.volumes_for(state.pods.iter());
+        let namespaces = self.cluster.namespace_labels();
         let (others, rest): (Vec<_>, Vec<_>) = self
             .cluster
             .nodes
@@ -1008,8 +1011,11 @@ impl Shared {
             .chain(&rest)
             .flat_map(|n| &n.pods)
             .any(|p| p.facts().has_remote_anti_affinity());
-        let topology =
-            cross_node.then(|| Cluster::new(others.iter().chain(&rest)).with_volumes(&volumes));
+        let topology = cross_node.then(|| {
+            Cluster::new(others.iter().chain(&rest))
+                .with_volumes(&volumes)
+                .with_namespaces(&namespaces)
+        });
         removable(
             &state,
             &node.annotations,

@@ -466,6 +466,7 @@ impl ScaleUpLoop {
             }
         }
         self.decisions += 1;
+        let volumes = self.cluster.storage.volumes_for(pods.iter());
         let input = ScaleUpInput {
             groups: inputs,
             nodes,
@@ -480,7 +481,8 @@ impl ScaleUpLoop {
             node_startup: limit,
             quota,
             balance_similar: self.settings.pod_demand.balance_similar_node_groups,
-            volumes: Arc::new(self.cluster.storage.volumes()),
+            volumes: Arc::new(volumes),
+            namespaces: Arc::new(self.cluster.namespace_labels()),
         };
         let started = std::time::Instant::now();
         let plan = scale_up::plan(&input);

@@ -10,7 +10,7 @@ use crate::metrics::Metrics;
 use crate::pods::record::{NodeRecord, PodRecord};
 use anyhow::Context;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use std::collections::BTreeSet;
@@ -89,6 +89,11 @@ pub async fn read(settings: &Settings) -> anyhow::Result<Snapshot> {
     snap.volumes = list(&client, "persistentvolumes").await?;
     snap.classes = list(&client, "storageclasses (storage.k8s.io/v1)").await?;
     snap.csi_nodes = list(&client, "csinodes (storage.k8s.io/v1)").await?;
+    snap.namespaces = list::<Namespace>(&client, "namespaces")
+        .await?
+        .into_iter()
+        .filter_map(|n| Some((n.metadata.name?, n.metadata.labels.unwrap_or_default())))
+        .collect();
     Ok(snap)
 }
 

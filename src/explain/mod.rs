@@ -23,6 +23,7 @@ use crate::pods::pending::wants_capacity;
 use crate::pods::record::{NodeRecord, PodRecord};
 use crate::pods::scale_down::Blocker;
 use crate::pods::scale_up::{self, GroupInput, ScaleUpInput, ScaleUpPlan, WhyNot};
+use crate::pods::topology::NamespaceLabels;
 use crate::pods::unneeded::{self, DownGroup, DownInput, Limits};
 use crate::pods::volumes::Volumes;
 use k8s_openapi::api::apps::v1::DaemonSet;
@@ -60,6 +61,8 @@ pub struct World {
     pub daemonsets: Vec<Arc<DaemonSet>>,
     /// Claims, volumes, storage classes and CSI nodes (the volume filters).
     pub volumes: Arc<Volumes>,
+    /// Namespaces' labels (affinity terms with a `namespaceSelector`).
+    pub namespaces: Arc<NamespaceLabels>,
     /// `podDemand` settings (expander, priority cutoff, `maxNodeProvisionTime`).
     pub pod_demand: PodDemandSettings,
     /// `scaleDown` settings.
@@ -303,6 +306,7 @@ impl World {
             quota: Vec::new(),
             balance_similar: self.pod_demand.balance_similar_node_groups,
             volumes: self.volumes.clone(),
+            namespaces: self.namespaces.clone(),
         }
     }
 
@@ -352,6 +356,7 @@ impl World {
             previously: &none,
             non_empty_candidates: u32::MAX,
             volumes: &self.volumes,
+            namespaces: &self.namespaces,
         });
         (groups, unready, candidates)
     }

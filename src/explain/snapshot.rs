@@ -1,7 +1,7 @@
 //! A [`World`] from files, for `explain --snapshot DIR`: no credentials, no network.
 //!
 //! Every `*.json` file of the directory is read. A file holds one object, a Kubernetes list
-//! (`kubectl get nodes,pods,pdb,daemonsets,pvc,pv,storageclasses,csinodes -A -o json`: `items`) or an ARM list (`value`), and
+//! (`kubectl get nodes,pods,pdb,daemonsets,pvc,pv,storageclasses,csinodes,namespaces -A -o json`: `items`) or an ARM list (`value`), and
 //! each object is taken by what it is: a `Node`, `Pod`, `PodDisruptionBudget` or `DaemonSet` by
 //! its `kind`; a scale set or an agent pool by its ARM `type`
 //! (`Microsoft.Compute/virtualMachineScaleSets`, `Microsoft.ContainerService/managedClusters/agentPools`).
@@ -15,10 +15,11 @@ use crate::cache::ScaleSet;
 use crate::config::{NodeGroupKind, NodeGroupSpec, PodDemandSettings, ScaleDownSettings, Settings};
 use crate::node_groups::Backing;
 use crate::pods::record::{NodeRecord, PodRecord};
+use crate::pods::topology::NamespaceLabels;
 use crate::pods::volumes::Volumes;
 use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use serde_json::Value;
@@ -45,6 +46,8 @@ pub struct Snapshot {
     pub classes: Vec<StorageClass>,
     /// CSINodes.
     pub csi_nodes: Vec<CSINode>,
+    /// Namespaces, with their labels.
+    pub namespaces: Vec<(String, BTreeMap<String, String>)>,
     /// Scale sets, with their resource group.
     pub scale_sets: Vec<(String, ScaleSet)>,
     /// Agent pools, with their managed cluster's resource group and name.
@@ -87,7 +90,7 @@ pub fn load(dir: &Path) -> Result<Snapshot, SnapshotError> {
     if files.is_empty() {
         return Err(err(
             &shown,
-            "no *.json file: save `kubectl get nodes,pods,pdb,daemonsets,pvc,pv,storageclasses,csinodes -A -o json` and `az vmss list -g <node resource group> -o json` (or `az aks nodepool list ... -o json`) there",
+            "no *.json file: save `kubectl get nodes,pods,pdb,daemonsets,pvc,pv,storageclasses,csinodes,namespaces -A -o json` and `az vmss list -g <node resource group> -o json` (or `az aks nodepool list ... -o json`) there",
         ));
     }
     let mut out = Snapshot::default();
@@ -179,6 +182,15 @@ impl Snapshot {
                             format!("not a StorageClass (storage.k8s.io/v1): {e}"),
                         )
                     })?);
+                return Ok(());
+            }
+            "Namespace" => {
+                let ns: Namespace = serde_json::from_value(item.clone())
+                    .map_err(|e| err(label(), format!("not a Namespace: {e}")))?;
+                if let Some(name) = ns.metadata.name {
+                    self.namespaces
+                        .push((name, ns.metadata.labels.unwrap_or_default()));
+                }
                 return Ok(());
             }
             "CSINode" => {
@@ -390,6 +402,7 @@ impl Snapshot {
                 &self.classes,
                 &self.csi_nodes,
             )),
+            namespaces: Arc::new(NamespaceLabels::new(self.namespaces)),
             pod_demand,
             scale_down,
             now: k8s_openapi::jiff::Timestamp::now(),
@@ -484,8 +497,9 @@ mod tests {
         std::fs::write(dir.path().join("pools.json"), pools.to_string()).unwrap();
         std::fs::write(
             dir.path().join("ns.json"),
-            json!({"kind": "List", "items": [{"kind": "Namespace", "metadata": {"name": "a"}}]})
-                .to_string(),
+            json!({"kind": "List", "items": [{"kind": "Namespace", "metadata": {"name": "a"}},
+                {"kind": "Service", "metadata": {"name": "s", "namespace": "a"}}]})
+            .to_string(),
         )
         .unwrap();
         let snap = load(dir.path()).unwrap();
@@ -500,7 +514,12 @@ mod tests {
         assert_eq!((prg.as_str(), cluster.as_str()), ("rg-prod", "aks-prod"));
         assert_eq!(pool.capacity, Some(2));
         assert!(pool.agent_pool.as_ref().unwrap().enable_auto_scaling);
-        assert_eq!(snap.ignored.get("Namespace"), Some(&1));
+        assert_eq!(
+            snap.namespaces.len(),
+            1,
+            "namespaces are read for their labels"
+        );
+        assert_eq!(snap.ignored.get("Service"), Some(&1));
 
         let (world, notes) = snap.world(None);
         assert_eq!(world.groups.len(), 2);
@@ -509,7 +528,7 @@ mod tests {
             (1, 9),
             "bounds from cluster-autoscaler's tags"
         );
-        assert!(notes.iter().any(|n| n.contains("1 Namespace")), "{notes:?}");
+        assert!(notes.iter().any(|n| n.contains("1 Service")), "{notes:?}");
         // A pool AKS's own autoscaler scales is out of scale-up, and says so.
         let g = world.group("user2").unwrap();
         assert!(

@@ -1,5 +1,6 @@
 //! Reflectors: the controller's read-only view of the cluster (Nodes, Pods that are not finished,
-//! PodDisruptionBudgets, DaemonSets, and the storage kinds: claims, volumes, classes, CSI nodes),
+//! PodDisruptionBudgets, DaemonSets, the storage kinds: claims, volumes, classes, CSI nodes, and
+//! Namespaces),
 //! kept by kube-runtime watchers and shared with the planner
 //! the same copy-on-write way as the scale-set cache.
 //!
@@ -24,10 +25,11 @@
 
 use crate::metrics::Metrics;
 use crate::pods::record::{Interner, NodeRecord, PodRecord};
+use crate::pods::topology::NamespaceLabels;
 use crate::pods::volumes::Volumes;
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
@@ -155,6 +157,8 @@ pub struct ClusterView {
     /// PersistentVolumeClaims, PersistentVolumes, StorageClasses and CSINodes: what the volume
     /// filters read ([`crate::pods::volumes`]).
     pub storage: Storage,
+    /// Namespaces: their labels, for affinity terms with a `namespaceSelector`.
+    pub namespaces: Arc<Reflected<Namespace>>,
 }
 
 /// The storage kinds of a [`ClusterView`].
@@ -170,6 +174,16 @@ pub struct Storage {
 }
 
 impl Storage {
+    /// The storage objects as of now, as the volume filters read them, when a pod of `pods`
+    /// has a claim (else there is nothing for them to decide: no objects are copied).
+    pub fn volumes_for<'a>(&self, mut pods: impl Iterator<Item = &'a Arc<PodRecord>>) -> Volumes {
+        if pods.any(|p| crate::pods::volumes::has_claims(p.spec())) {
+            self.volumes()
+        } else {
+            Volumes::default()
+        }
+    }
+
     /// The storage objects as of now, as the volume filters read them.
     pub fn volumes(&self) -> Volumes {
         let (claims, volumes, classes, csi_nodes) = (
@@ -188,6 +202,16 @@ impl Storage {
 }
 
 impl ClusterView {
+    /// The namespaces' labels as of now.
+    pub fn namespace_labels(&self) -> NamespaceLabels {
+        NamespaceLabels::new(self.namespaces.snapshot().values().filter_map(|n| {
+            Some((
+                n.metadata.name.clone()?,
+                n.metadata.labels.clone().unwrap_or_default(),
+            ))
+        }))
+    }
+
     /// Whether every kind has had its first full list (readiness waits for this).
     pub fn synced(&self) -> bool {
         self.unsynced().is_empty()
@@ -205,6 +229,7 @@ impl ClusterView {
             self.storage.volumes.failing(),
             self.storage.classes.failing(),
             self.storage.csi_nodes.failing(),
+            self.namespaces.failing(),
         ]
         .into_iter()
         .flatten()
@@ -224,6 +249,7 @@ impl ClusterView {
             self.storage.volumes.changes(),
             self.storage.classes.changes(),
             self.storage.csi_nodes.changes(),
+            self.namespaces.changes(),
         ])
     }
 
@@ -238,6 +264,7 @@ impl ClusterView {
             (VOLUMES, self.storage.volumes.synced()),
             (CLASSES, self.storage.classes.synced()),
             (CSI_NODES, self.storage.csi_nodes.synced()),
+            (NAMESPACES, self.namespaces.synced()),
         ]
         .into_iter()
         .filter(|(_, ok)| !ok)
@@ -248,13 +275,13 @@ impl ClusterView {
 
 /// Publications of every kind of a [`ClusterView`], to wait on.
 #[derive(Debug)]
-pub struct ClusterChanges([tokio::sync::watch::Receiver<u64>; 8]);
+pub struct ClusterChanges([tokio::sync::watch::Receiver<u64>; 9]);
 
 impl ClusterChanges {
     /// Returns once any kind published a snapshot not seen through this value yet (at once if
     /// one was published since the last call); never, once every reflector is gone.
     pub async fn changed(&mut self) {
-        let [a, b, c, d, e, f, g, h] = &mut self.0;
+        let [a, b, c, d, e, f, g, h, i] = &mut self.0;
         tokio::select! {
             Ok(()) = a.changed() => {}
             Ok(()) = b.changed() => {}
@@ -264,6 +291,7 @@ impl ClusterChanges {
             Ok(()) = f.changed() => {}
             Ok(()) = g.changed() => {}
             Ok(()) = h.changed() => {}
+            Ok(()) = i.changed() => {}
             else => std::future::pending::<()>().await,
         }
     }
@@ -277,6 +305,7 @@ const CLAIMS: &str = "persistentvolumeclaims";
 const VOLUMES: &str = "persistentvolumes";
 const CLASSES: &str = "storageclasses";
 const CSI_NODES: &str = "csinodes";
+const NAMESPACES: &str = "namespaces";
 
 /// Pods that still hold or want a node: the ones the planner cares about.
 pub const UNFINISHED_PODS: &str = "status.phase!=Succeeded,status.phase!=Failed";
@@ -376,7 +405,20 @@ pub async fn start(
         metrics.clone(),
         stop.clone(),
     );
-    let (csi_nodes, h) = watch(Api::<CSINode>::all(client), all, CSI_NODES, metrics, stop);
+    let (csi_nodes, h) = watch(
+        Api::<CSINode>::all(client.clone()),
+        all.clone(),
+        CSI_NODES,
+        metrics.clone(),
+        stop.clone(),
+    );
+    let (namespaces, i) = watch(
+        Api::<Namespace>::all(client),
+        all,
+        NAMESPACES,
+        metrics,
+        stop,
+    );
     let view = ClusterView {
         nodes,
         pods,
@@ -388,8 +430,9 @@ pub async fn start(
             classes,
             csi_nodes,
         },
+        namespaces,
     };
-    (Arc::new(view), vec![a, b, c, d, e, f, g, h])
+    (Arc::new(view), vec![a, b, c, d, e, f, g, h, i])
 }
 
 /// One reflector: a watcher of `api` with `config`, kept in the returned [`Reflected`] by a task

@@ -98,9 +98,18 @@ pub fn prepare(pods: &[Arc<PodRecord>]) -> Vec<Prepared> {
     };
     pods.iter()
         .map(|pod| {
+            // A generic ephemeral volume's claim is the pod's own (`<pod>-<volume>`), bound or
+            // being provisioned on its own: such pods are a class each.
+            let own_claims = pod
+                .spec()
+                .volumes
+                .iter()
+                .flatten()
+                .any(|v| v.ephemeral.is_some());
             let owner = pod
                 .controller
                 .as_ref()
+                .filter(|_| !own_claims)
                 .filter(|o| {
                     matches!(
                         o.kind.as_str(),
@@ -274,7 +283,13 @@ impl DomainIndex {
 /// First-fit decreasing for one group.
 pub fn estimate(group: &GroupCapacity, pods: &[Arc<PodRecord>]) -> Estimate {
     let pods = prepare(pods);
-    let topology = Topology::new(&pods, [], &[], &super::volumes::Volumes::default());
+    let topology = Topology::new(
+        &pods,
+        [],
+        &[],
+        super::volumes::Volumes::none(),
+        super::topology::NamespaceLabels::none(),
+    );
     estimate_prepared(group, &pods, &topology)
 }
 

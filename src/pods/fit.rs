@@ -4,11 +4,10 @@
 //! the scheduler counts them, plus pod overhead), `nodeSelector`, required node affinity
 //! (`In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt`, `Lt`, and `matchFields` on `metadata.name`),
 //! taints and tolerations (`NoSchedule` and `NoExecute`), host ports, and required pod
-//! anti-affinity on `kubernetes.io/hostname` (both directions). The filters that look at other
-//! nodes' pods (topology spread, affinity on other keys) are [`super::topology`]'s.
-//!
-//! What neither simulates (see [`not_simulated`]) is reported, never silently planned for. Pure
-//! code: no I/O, no clock.
+//! anti-affinity on `kubernetes.io/hostname` (both directions; a term that picks namespaces by
+//! their labels is [`super::topology`]'s, which reads them). The filters that look at other
+//! nodes' pods (topology spread, affinity on other keys) are [`super::topology`]'s, and those
+//! that read storage objects [`super::volumes`]'. Pure code: no I/O, no clock.
 
 use super::quantity::{self, Milli};
 use super::record::{NodeRecord, PodRecord};
@@ -281,32 +280,6 @@ impl Unfit {
             Unfit::VolumeCount => "max_volume_count",
         }
     }
-}
-
-/// A constraint of the pod the controller does not simulate, if any: a required pod affinity or
-/// anti-affinity term with a non-empty `namespaceSelector` (namespaces' labels are not read).
-/// Topology spread and affinity on any key are simulated ([`super::topology`]).
-pub fn not_simulated(spec: &PodSpec) -> Option<&'static str> {
-    let affinity = spec.affinity.as_ref();
-    let terms = affinity
-        .and_then(|a| a.pod_affinity.as_ref())
-        .and_then(|a| {
-            a.required_during_scheduling_ignored_during_execution
-                .as_ref()
-        })
-        .into_iter()
-        .flatten()
-        .chain(required_anti_affinity(spec));
-    for term in terms {
-        if term
-            .namespace_selector
-            .as_ref()
-            .is_some_and(|s| !is_empty_selector(s))
-        {
-            return Some("required pod affinity or anti-affinity with a namespace selector");
-        }
-    }
-    None
 }
 
 /// What the scheduler counts for a pod: the larger of (containers + sidecars) and the largest
@@ -792,13 +765,13 @@ impl NodeState {
         for existing in &self.pods {
             // The incoming pod's terms against the pods already there...
             if required_anti_affinity(spec)
-                .any(|t| t.topology_key == HOSTNAME && term_selects(t, pod, existing))
+                .any(|t| on_this_node(t) && term_selects(t, pod, existing))
             {
                 return Some(existing.key());
             }
             // ...and theirs against the incoming pod.
             if required_anti_affinity(existing.spec())
-                .any(|t| t.topology_key == HOSTNAME && term_selects(t, existing, pod))
+                .any(|t| on_this_node(t) && term_selects(t, existing, pod))
             {
                 return Some(existing.key());
             }
@@ -817,6 +790,20 @@ fn required_anti_affinity(spec: &PodSpec) -> impl Iterator<Item = &PodAffinityTe
         })
         .into_iter()
         .flatten()
+}
+
+/// Whether an anti-affinity term is decided here: on the hostname, in namespaces known without
+/// reading any namespace's labels.
+fn on_this_node(term: &PodAffinityTerm) -> bool {
+    term.topology_key == HOSTNAME && !has_namespace_selector(term)
+}
+
+/// Whether a term picks namespaces by their labels (a non-empty `namespaceSelector`; an empty
+/// one is every namespace).
+pub(crate) fn has_namespace_selector(term: &PodAffinityTerm) -> bool {
+    term.namespace_selector
+        .as_ref()
+        .is_some_and(|s| !is_empty_selector(s))
 }
 
 /// Whether an affinity term of `owner` selects `other` (with the term's `matchLabelKeys` and
@@ -1244,40 +1231,6 @@ mod tests {
         // Another namespace is not selected by a term without namespaces.
         assert_eq!(n.fits(&plain("web-4", "web", "other")), Ok(()));
         assert_eq!(n.fits(&anti("db-1", "db")), Ok(()));
-    }
-
-    #[test]
-    fn only_affinity_by_namespace_labels_is_left_unsimulated_and_named() {
-        let with = |affinity: serde_json::Value| {
-            pod(json!({"spec": {"containers": [], "affinity": affinity}}))
-                .spec()
-                .clone()
-        };
-        let term = |key: &str, ns: serde_json::Value| json!([{"topologyKey": key, "labelSelector": {"matchLabels": {"a": "b"}}, "namespaceSelector": ns}]);
-        for kind in ["podAffinity", "podAntiAffinity"] {
-            assert_eq!(
-                not_simulated(&with(
-                    json!({kind: {"requiredDuringSchedulingIgnoredDuringExecution": term(HOSTNAME, json!({"matchLabels": {"team": "a"}}))}})
-                )),
-                Some("required pod affinity or anti-affinity with a namespace selector"),
-                "{kind}"
-            );
-            // An empty namespace selector means every namespace: decided, not skipped.
-            assert_eq!(
-                not_simulated(&with(
-                    json!({kind: {"requiredDuringSchedulingIgnoredDuringExecution": term("topology.kubernetes.io/zone", json!({}))}})
-                )),
-                None,
-                "{kind}"
-            );
-        }
-        let spread = pod(
-            json!({"spec": {"containers": [], "topologySpreadConstraints": [
-            {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule"}]}}),
-        )
-        .spec()
-        .clone();
-        assert_eq!(not_simulated(&spread), None);
     }
 
     #[test]

@@ -11,14 +11,14 @@
 use super::estimate::Estimate;
 use super::estimate::{estimate_prepared, first_fit, prepare, DomainIndex, GroupCapacity, Refusal};
 use super::expander::{choose_ref, Expander};
-use super::fit::{not_simulated, NodeState};
+use super::fit::NodeState;
 use super::pending::wants_capacity;
 use super::record::NodeRecord;
 use super::record::PodRecord;
 use super::template::{
     daemonset_pods, from_live_node, from_shape, subtract_daemonsets, zoned, GroupShape,
 };
-use super::topology::Topology;
+use super::topology::{NamespaceLabels, Topology};
 use super::volumes::{has_claims, Verdict, Volumes};
 pub use crate::capacity::QuotaPool;
 pub use crate::node_groups::Backing;
@@ -85,6 +85,8 @@ pub struct ScaleUpInput<'a> {
     pub balance_similar: bool,
     /// The claims, volumes, storage classes and CSI nodes the volume filters read.
     pub volumes: Arc<Volumes>,
+    /// Namespaces' labels, for affinity terms that select namespaces by them.
+    pub namespaces: Arc<NamespaceLabels>,
 }
 
 /// What one decision says.
@@ -109,6 +111,8 @@ pub struct ScaleUpPlan {
     /// Groups whose growth quota cut short: group → what it got and which pool ran out. The
     /// pods the cut left over went on to the next group the expander chose.
     pub capped: BTreeMap<String, QuotaCapped>,
+    /// Rounds the decision took (one group chosen per round).
+    pub rounds: u32,
 }
 
 /// A group's growth cut short by quota in one decision.
@@ -237,10 +241,6 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
                 }
             }
             None if wants_capacity(pod, input.priority_cutoff) => {
-                if let Some(why) = not_simulated(pod.spec()) {
-                    out.not_simulated.insert(pod.key(), why.to_string());
-                    continue;
-                }
                 if has_claims(pod.spec()) {
                     match input.volumes.of_pod(pod) {
                         Verdict::Waiting(why) => {
@@ -318,7 +318,7 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
     // nodes (their max and the quota left): a zone only they serve is a domain with no pods
     // yet, and none is when they cannot grow (a zone whose group is out of quota is not one the
     // pods can spread to, and the scheduler will not count it either).
-    let offers: Vec<(&NodeState, u32)> = groups
+    let growable: Vec<(&GroupInput, &NodeState, u32)> = groups
         .iter()
         .zip(&templates)
         .filter(|(g, _)| g.unhealthy.is_none())
@@ -326,16 +326,44 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
             let t = t.as_ref().ok()?;
             let headroom = u32::try_from(i64::from(g.max) - g.capacity?).ok()?;
             let headroom = quota_room(g, &input.quota).map_or(headroom, |(q, _)| q.min(headroom));
-            Some((t, headroom))
+            Some((g, t, headroom))
         })
-        .filter(|(_, n)| *n > 0)
+        .filter(|(_, _, n)| *n > 0)
         .collect();
-    let possible: Vec<&NodeState> = offers.iter().map(|(t, _)| *t).collect();
+    let possible: Vec<&NodeState> = growable.iter().map(|(_, t, _)| *t).collect();
+    // What a share-out may count on: a quota pool several of these groups draw on is split
+    // evenly between them, so the plan never reserves more than the pool holds (a group that
+    // could take more simply gets less of the plan; the rest go a round at a time).
+    let mut sharing: HashMap<usize, i64> = HashMap::new();
+    for (g, _, _) in &growable {
+        for &p in &g.quota {
+            *sharing.entry(p).or_default() += 1;
+        }
+    }
+    let offers: Vec<(&NodeState, u32)> = growable
+        .iter()
+        .map(|(g, t, headroom)| {
+            let vcpus = i64::from(g.vcpus.unwrap_or(0).max(1));
+            let pooled = g
+                .quota
+                .iter()
+                .filter_map(|p| {
+                    let pool = input.quota.get(*p)?;
+                    Some(pool.remaining.max(0) / vcpus / sharing[p].max(1))
+                })
+                .min();
+            let n = pooled.map_or(*headroom, |q| {
+                u32::try_from(q).unwrap_or(u32::MAX).min(*headroom)
+            });
+            (*t, n)
+        })
+        .collect();
     let mut topology = Topology::new(
         &pending,
         room.iter().chain(&elsewhere),
         &possible,
         &input.volumes,
+        &input.namespaces,
     );
     let mut start = HashMap::new();
     let mut by_domain = DomainIndex::default();
@@ -368,202 +396,211 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
     let mut quota = input.quota.clone();
     // Per group, this round: the max the quota allows when it is below the group's own.
     let mut quota_max: Vec<Option<(u32, usize)>> = vec![None; groups.len()];
-    while !pending.is_empty() {
-        if !grown.is_empty() {
-            let mut start = HashMap::new();
-            pending.retain(
-                |pod| match first_fit(&mut grown, pod, &mut start, &mut topology) {
-                    Some(n) => {
-                        out.triggered
-                            .insert(pod.key.clone(), groups[grown_group[n]].name.clone());
-                        false
-                    }
-                    None => true,
-                },
-            );
-            if pending.is_empty() {
-                break;
-            }
-        }
-        answers.clear();
-        for (i, g) in groups.iter().enumerate() {
-            let why_not = if let Some(c) = out.capped.get(&g.name) {
-                Some(WhyNot::new(
-                    "quota",
-                    format!("already grown in this decision, {c}"),
-                ))
-            } else if let Some(u) = &g.unhealthy {
-                Some(u.clone())
-            } else if g.capacity.is_none() {
-                Some(WhyNot::new(
-                    "unknown_size",
-                    "size unknown: never planned from",
-                ))
-            } else {
-                templates[i].as_ref().err().cloned()
-            };
-            let (Ok(template), None) = (&templates[i], why_not.clone()) else {
-                answers.push((
-                    i,
-                    Err(why_not.unwrap_or_else(|| WhyNot::new("no_template", "no template"))),
-                ));
-                continue;
-            };
-            let capacity = g.capacity.unwrap_or(0).max(0);
-            let capacity = u32::try_from(capacity)
-                .unwrap_or(u32::MAX)
-                .saturating_add(added[i]);
-            let mut max = g.max;
-            quota_max[i] = None;
-            if let Some((room, pool)) = quota_room(g, &quota) {
-                let allowed = capacity.saturating_add(room);
-                if allowed < g.max && capacity < g.max {
-                    if room == 0 {
-                        answers.push((
-                            i,
-                            Err(WhyNot::new(
-                                "quota",
-                                format!(
-                                    "no vCPU quota left: {} has {} vCPUs, a node needs {}",
-                                    quota[pool],
-                                    quota[pool].remaining.max(0),
-                                    g.vcpus.unwrap_or(0)
-                                ),
-                            )),
-                        ));
-                        continue;
-                    }
-                    max = allowed;
-                    quota_max[i] = Some((room, pool));
-                }
-            }
-            // Upcoming nodes were filled in step 1: the estimate starts from new nodes only.
-            let e = estimate_prepared(
-                &GroupCapacity {
-                    name: g.name.clone(),
-                    template: template.clone(),
-                    capacity,
-                    registered: capacity,
-                    max,
-                },
-                &pending,
-                &topology,
-            );
-            answers.push((i, Ok(e)));
-        }
-        let options: Vec<&Estimate> = answers
-            .iter()
-            .filter_map(|(_, a)| a.as_ref().ok())
-            .collect();
-        let Some(best) = choose_ref(&input.expander, &options, input.seed) else {
-            break;
-        };
-        let Some(i) = answers
-            .iter()
-            .find(|(_, a)| a.as_ref().is_ok_and(|e| std::ptr::eq(e, best)))
-            .map(|(i, _)| *i)
-        else {
-            break;
-        };
-        // What quota cut short, against the pool as it was before this group drew on it.
-        if let Some((room, pool)) = quota_max[i] {
-            if best.new_nodes >= room {
-                out.capped.insert(
-                    groups[i].name.clone(),
-                    QuotaCapped {
-                        nodes: best.new_nodes,
-                        pool: quota[pool].to_string(),
-                        remaining: quota[pool].remaining,
+    loop {
+        while !pending.is_empty() {
+            out.rounds += 1;
+            if !grown.is_empty() {
+                let mut start = HashMap::new();
+                pending.retain(
+                    |pod| match first_fit(&mut grown, pod, &mut start, &mut topology) {
+                        Some(n) => {
+                            out.triggered
+                                .insert(pod.key.clone(), groups[grown_group[n]].name.clone());
+                            false
+                        }
+                        None => true,
                     },
                 );
-            }
-        }
-        let placed: HashSet<&String> = best.placed.iter().collect();
-        // With balanceSimilarNodeGroups, the new nodes are spread over the groups similar to
-        // the chosen one that take every placed pod too (not when quota bounds the choice).
-        // Not when a placed pod spreads or follows others: its count is in the chosen group's
-        // zone.
-        let split = if input.balance_similar
-            && quota_max[i].is_none()
-            && !pending
-                .iter()
-                .any(|p| placed.contains(&p.key) && topology.involves(p.class))
-        {
-            let pods: Vec<&Arc<PodRecord>> = pending
-                .iter()
-                .filter(|p| placed.contains(&p.key))
-                .map(|p| &p.pod)
-                .collect();
-            let members: Vec<usize> = std::iter::once(i)
-                .chain((0..groups.len()).filter(|&j| {
-                    j != i
-                        && !out.capped.contains_key(&groups[j].name)
-                        && groups[j].unhealthy.is_none()
-                        && groups[j].capacity.is_some()
-                        && quota_max[j].is_none()
-                        && match (&templates[i], &templates[j]) {
-                            (Ok(a), Ok(b)) => {
-                                similar(a, b) && pods.iter().all(|p| b.fits(p).is_ok())
-                            }
-                            _ => false,
-                        }
-                }))
-                .collect();
-            balance(best.new_nodes, &members, groups, &added)
-        } else {
-            vec![(i, best.new_nodes)]
-        };
-        for &(m, new_nodes) in &split {
-            let g = &groups[m];
-            added[m] = added[m].saturating_add(new_nodes);
-            let capacity = g.capacity.unwrap_or(0).max(0);
-            let target = (capacity + i64::from(added[m])).max(i64::from(g.min));
-            out.targets.insert(g.name.clone(), target);
-            let drawn = i64::from(new_nodes) * i64::from(g.vcpus.unwrap_or(0));
-            for &p in &g.quota {
-                if let Some(pool) = quota.get_mut(p) {
-                    pool.remaining -= drawn;
+                if pending.is_empty() {
+                    break;
                 }
             }
-        }
-        for p in &best.placed {
-            out.triggered.insert(p.clone(), groups[i].name.clone());
-        }
-        // The estimate's new nodes, dealt out to the groups that take them (in the order of
-        // the split): a node another group adds is that group's template with the same pods,
-        // so its labels (zone) are the ones later rounds count, and its pods say which group
-        // they triggered.
-        let mut nodes = best.nodes.iter();
-        for &(m, k) in &split {
-            let first = added[m] - k;
-            let capacity = u64::try_from(groups[m].capacity.unwrap_or(0).max(0)).unwrap_or(0);
-            for (j, n) in nodes.by_ref().take(k as usize).enumerate() {
-                let n = match (m == i, &templates[m]) {
-                    (false, Ok(t)) => {
-                        let mut moved = t.clone();
-                        moved.name = format!(
-                            "{}-new-{}",
-                            groups[m].name,
-                            capacity + u64::from(first) + j as u64
-                        );
-                        for p in &n.pods {
-                            out.triggered.insert(p.key(), groups[m].name.clone());
-                            moved.place(p.clone());
-                        }
-                        moved
-                    }
-                    _ => n.clone(),
+            answers.clear();
+            for (i, g) in groups.iter().enumerate() {
+                let why_not = if let Some(c) = out.capped.get(&g.name) {
+                    Some(WhyNot::new(
+                        "quota",
+                        format!("already grown in this decision, {c}"),
+                    ))
+                } else if let Some(u) = &g.unhealthy {
+                    Some(u.clone())
+                } else if g.capacity.is_none() {
+                    Some(WhyNot::new(
+                        "unknown_size",
+                        "size unknown: never planned from",
+                    ))
+                } else {
+                    templates[i].as_ref().err().cloned()
                 };
-                if !topology.is_empty() {
-                    grown.push(n);
-                    grown_group.push(m);
+                let (Ok(template), None) = (&templates[i], why_not.clone()) else {
+                    answers.push((
+                        i,
+                        Err(why_not.unwrap_or_else(|| WhyNot::new("no_template", "no template"))),
+                    ));
+                    continue;
+                };
+                let capacity = g.capacity.unwrap_or(0).max(0);
+                let capacity = u32::try_from(capacity)
+                    .unwrap_or(u32::MAX)
+                    .saturating_add(added[i]);
+                let mut max = g.max;
+                quota_max[i] = None;
+                if let Some((room, pool)) = quota_room(g, &quota) {
+                    let allowed = capacity.saturating_add(room);
+                    if allowed < g.max && capacity < g.max {
+                        if room == 0 {
+                            answers.push((
+                                i,
+                                Err(WhyNot::new(
+                                    "quota",
+                                    format!(
+                                        "no vCPU quota left: {} has {} vCPUs, a node needs {}",
+                                        quota[pool],
+                                        quota[pool].remaining.max(0),
+                                        g.vcpus.unwrap_or(0)
+                                    ),
+                                )),
+                            ));
+                            continue;
+                        }
+                        max = allowed;
+                        quota_max[i] = Some((room, pool));
+                    }
+                }
+                // Upcoming nodes were filled in step 1: the estimate starts from new nodes only.
+                let e = estimate_prepared(
+                    &GroupCapacity {
+                        name: g.name.clone(),
+                        template: template.clone(),
+                        capacity,
+                        registered: capacity,
+                        max,
+                    },
+                    &pending,
+                    &topology,
+                );
+                answers.push((i, Ok(e)));
+            }
+            let options: Vec<&Estimate> = answers
+                .iter()
+                .filter_map(|(_, a)| a.as_ref().ok())
+                .collect();
+            let Some(best) = choose_ref(&input.expander, &options, input.seed) else {
+                break;
+            };
+            let Some(i) = answers
+                .iter()
+                .find(|(_, a)| a.as_ref().is_ok_and(|e| std::ptr::eq(e, best)))
+                .map(|(i, _)| *i)
+            else {
+                break;
+            };
+            // What quota cut short, against the pool as it was before this group drew on it.
+            if let Some((room, pool)) = quota_max[i] {
+                if best.new_nodes >= room {
+                    out.capped.insert(
+                        groups[i].name.clone(),
+                        QuotaCapped {
+                            nodes: best.new_nodes,
+                            pool: quota[pool].to_string(),
+                            remaining: quota[pool].remaining,
+                        },
+                    );
                 }
             }
+            let placed: HashSet<&String> = best.placed.iter().collect();
+            // With balanceSimilarNodeGroups, the new nodes are spread over the groups similar to
+            // the chosen one that take every placed pod too (not when quota bounds the choice).
+            // Not when a placed pod spreads or follows others: its count is in the chosen group's
+            // zone.
+            let split = if input.balance_similar
+                && quota_max[i].is_none()
+                && !pending
+                    .iter()
+                    .any(|p| placed.contains(&p.key) && topology.involves(p.class))
+            {
+                let pods: Vec<&Arc<PodRecord>> = pending
+                    .iter()
+                    .filter(|p| placed.contains(&p.key))
+                    .map(|p| &p.pod)
+                    .collect();
+                let members: Vec<usize> = std::iter::once(i)
+                    .chain((0..groups.len()).filter(|&j| {
+                        j != i
+                            && !out.capped.contains_key(&groups[j].name)
+                            && groups[j].unhealthy.is_none()
+                            && groups[j].capacity.is_some()
+                            && quota_max[j].is_none()
+                            && match (&templates[i], &templates[j]) {
+                                (Ok(a), Ok(b)) => {
+                                    similar(a, b) && pods.iter().all(|p| b.fits(p).is_ok())
+                                }
+                                _ => false,
+                            }
+                    }))
+                    .collect();
+                balance(best.new_nodes, &members, groups, &added)
+            } else {
+                vec![(i, best.new_nodes)]
+            };
+            for &(m, new_nodes) in &split {
+                let g = &groups[m];
+                added[m] = added[m].saturating_add(new_nodes);
+                let capacity = g.capacity.unwrap_or(0).max(0);
+                let target = (capacity + i64::from(added[m])).max(i64::from(g.min));
+                out.targets.insert(g.name.clone(), target);
+                let drawn = i64::from(new_nodes) * i64::from(g.vcpus.unwrap_or(0));
+                for &p in &g.quota {
+                    if let Some(pool) = quota.get_mut(p) {
+                        pool.remaining -= drawn;
+                    }
+                }
+            }
+            for p in &best.placed {
+                out.triggered.insert(p.clone(), groups[i].name.clone());
+            }
+            // The estimate's new nodes, dealt out to the groups that take them (in the order of
+            // the split): a node another group adds is that group's template with the same pods,
+            // so its labels (zone) are the ones later rounds count, and its pods say which group
+            // they triggered.
+            let mut nodes = best.nodes.iter();
+            for &(m, k) in &split {
+                let first = added[m] - k;
+                let capacity = u64::try_from(groups[m].capacity.unwrap_or(0).max(0)).unwrap_or(0);
+                for (j, n) in nodes.by_ref().take(k as usize).enumerate() {
+                    let n = match (m == i, &templates[m]) {
+                        (false, Ok(t)) => {
+                            let mut moved = t.clone();
+                            moved.name = format!(
+                                "{}-new-{}",
+                                groups[m].name,
+                                capacity + u64::from(first) + j as u64
+                            );
+                            for p in &n.pods {
+                                out.triggered.insert(p.key(), groups[m].name.clone());
+                                moved.place(p.clone());
+                            }
+                            moved
+                        }
+                        _ => n.clone(),
+                    };
+                    if !topology.is_empty() {
+                        grown.push(n);
+                        grown_group.push(m);
+                    }
+                }
+            }
+            if !topology.is_empty() {
+                topology = best.topology.clone();
+            }
+            pending.retain(|p| !placed.contains(&p.key));
         }
-        if !topology.is_empty() {
-            topology = best.topology.clone();
+        // Pods left over while a share-out plan is in force: the plan may have counted on room the
+        // decision could not use (a quota pool several groups share, attach limits); the rest go
+        // on the plain skew, a round at a time, as the scheduler would place them.
+        if pending.is_empty() || !topology.clear_shares() {
+            break;
         }
-        pending.retain(|p| !placed.contains(&p.key));
     }
     // Why each pod left over fits nowhere: per group, the last round's answer.
     let refusals: Vec<HashMap<&str, &Refusal>> = answers
@@ -783,6 +820,7 @@ mod tests {
             quota: Vec::new(),
             balance_similar: false,
             volumes: Arc::default(),
+            namespaces: Arc::default(),
         }
     }
 
@@ -917,6 +955,37 @@ mod tests {
         assert_eq!(targets(&p), [("z1", 2), ("z2", 2), ("z3", 2)], "{p:?}");
         assert_eq!(p.triggered.len(), 6);
         assert!(p.unfit.is_empty(), "{:?}", p.unfit);
+        assert_eq!(p.rounds, 3, "one round per zone, not one per pod");
+    }
+
+    #[test]
+    fn a_quota_pool_the_zonal_groups_share_is_split_between_them_in_the_plan() {
+        // 40 vCPUs for three zonal D4s_v5 groups: ten nodes in all, not ten per zone.
+        let pods = (0..30)
+            .map(|i| app_pod(&format!("web-{i}"), "web", spread_by_zone(1)))
+            .collect();
+        let mut groups = three_zones();
+        for g in &mut groups {
+            g.quota = vec![0];
+        }
+        let mut input = input(groups, vec![], pods);
+        input.quota = vec![QuotaPool {
+            location: "westeurope".into(),
+            name: "standardDSv5Family".into(),
+            remaining: 40,
+        }];
+        let p = plan(&input);
+        let sizes: Vec<i64> = ["z1", "z2", "z3"]
+            .iter()
+            .map(|g| p.targets.get(*g).copied().unwrap_or(0))
+            .collect();
+        assert_eq!(sizes.iter().sum::<i64>(), 10, "{p:?}");
+        let (min, max) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
+        assert!(
+            max - min <= 1,
+            "as the scheduler would fill them: {sizes:?}"
+        );
+        assert_eq!(p.triggered.len(), 10);
     }
 
     #[test]
@@ -936,6 +1005,7 @@ mod tests {
         let p = plan(&input(three_zones(), vec![], pods));
         assert_eq!(targets(&p), [("z1", 3), ("z2", 3), ("z3", 3)], "{p:?}");
         assert!(p.unfit.is_empty(), "{:?}", p.unfit);
+        assert_eq!(p.rounds, 3, "both revisions shared out together");
     }
 
     #[test]
@@ -958,6 +1028,7 @@ mod tests {
         let p = plan(&input(groups, vec![], pods));
         assert_eq!(targets(&p), [("z1", 100), ("z2", 100), ("z3", 100)]);
         assert_eq!(p.triggered.len(), 300);
+        assert_eq!(p.rounds, 3, "one round per zone, not one per pod");
     }
 
     #[test]
@@ -1831,22 +1902,43 @@ mod tests {
     }
 
     #[test]
-    fn pods_with_constraints_not_simulated_are_reported_and_never_planned_for() {
-        let by_team = pending(
-            "by-team",
-            "1",
-            "1Gi",
+    fn anti_affinity_by_namespace_labels_reads_the_namespaces_labels() {
+        // A db pod runs in namespace `data` on the zone-1 node; the pending pod keeps out of
+        // zones holding db pods of namespaces labelled team=data.
+        let db = Arc::new(PodRecord::of(
+            serde_json::from_value(json!({
+                "metadata": {"name": "db", "namespace": "data", "labels": {"app": "db"}},
+                "spec": {"nodeName": "sys-1", "containers": [{"name": "c"}]},
+            }))
+            .unwrap(),
+        ));
+        let shy = app_pod(
+            "shy",
+            "shy",
             json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                {"topologyKey": "topology.kubernetes.io/zone", "labelSelector": {"matchLabels": {"app": "db"}},
+                {"topologyKey": ZONE, "labelSelector": {"matchLabels": {"app": "db"}},
                  "namespaceSelector": {"matchLabels": {"team": "data"}}}]}}}),
         );
-        let p = plan(&input(
-            vec![group("general", "Standard_D4s_v5", 0, 10)],
-            vec![],
-            vec![by_team],
-        ));
-        assert!(p.targets.is_empty());
-        assert!(p.not_simulated.contains_key("default/by-team"));
+        let nodes = vec![system_node("sys-1", 0, "1")];
+        let groups = || vec![zonal("z1", &["1"], 0), zonal("z2", &["2"], 0)];
+        let mut labelled = input(groups(), nodes.clone(), vec![db.clone(), shy.clone()]);
+        labelled.namespaces = Arc::new(NamespaceLabels::new([(
+            "data".to_string(),
+            BTreeMap::from([("team".to_string(), "data".to_string())]),
+        )]));
+        labelled.expander =
+            Expander::Priority(vec![(10, vec!["z1".into()]), (1, vec!["z2".into()])]);
+        let p = plan(&labelled);
+        assert_eq!(targets(&p), [("z2", 1)], "{p:?}");
+        // The same namespace without the label: the db pod is not counted, zone 1 is fine.
+        let mut unlabelled = input(groups(), nodes, vec![db, shy]);
+        unlabelled.expander =
+            Expander::Priority(vec![(10, vec!["z1".into()]), (1, vec!["z2".into()])]);
+        unlabelled.namespaces = Arc::new(NamespaceLabels::new([(
+            "data".to_string(),
+            BTreeMap::new(),
+        )]));
+        assert_eq!(targets(&plan(&unlabelled)), [("z1", 1)]);
     }
 
     #[test]

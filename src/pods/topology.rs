@@ -87,17 +87,19 @@ enum Namespaces {
 }
 
 impl Namespaces {
-    fn of_term(term: &PodAffinityTerm, own: &str) -> Self {
-        if term
-            .namespace_selector
-            .as_ref()
-            .is_some_and(super::fit::is_empty_selector)
-        {
-            return Namespaces::All;
-        }
-        match &term.namespaces {
-            Some(list) if !list.is_empty() => Namespaces::List(list.clone()),
-            _ => Namespaces::List(vec![own.to_string()]),
+    /// As the scheduler reads a term: the namespaces it lists and those its
+    /// `namespaceSelector` matches (an empty selector: every namespace); neither: the pod's own.
+    fn of_term(term: &PodAffinityTerm, own: &str, labels: &NamespaceLabels) -> Self {
+        let listed = term.namespaces.clone().unwrap_or_default();
+        match &term.namespace_selector {
+            Some(s) if super::fit::is_empty_selector(s) => Namespaces::All,
+            Some(s) => {
+                let mut list = listed;
+                list.extend(labels.matching(s));
+                Namespaces::List(list)
+            }
+            None if listed.is_empty() => Namespaces::List(vec![own.to_string()]),
+            None => Namespaces::List(listed),
         }
     }
 
@@ -106,6 +108,37 @@ impl Namespaces {
             Namespaces::All => true,
             Namespaces::List(l) => l.iter().any(|n| n == ns),
         }
+    }
+}
+
+/// The namespaces of the cluster with their labels, for terms that pick namespaces by them
+/// (`namespaceSelector`), from the Namespace reflector.
+#[derive(Debug, Clone, Default)]
+pub struct NamespaceLabels(HashMap<String, BTreeMap<String, String>>);
+
+impl NamespaceLabels {
+    /// The labels of `namespaces` (name, labels).
+    pub fn new(namespaces: impl IntoIterator<Item = (String, BTreeMap<String, String>)>) -> Self {
+        Self(namespaces.into_iter().collect())
+    }
+
+    /// No namespace known: a selector matches none.
+    pub fn none() -> &'static NamespaceLabels {
+        static NONE: std::sync::LazyLock<NamespaceLabels> =
+            std::sync::LazyLock::new(NamespaceLabels::default);
+        &NONE
+    }
+
+    /// The namespaces `selector` matches, by name, sorted.
+    fn matching(&self, selector: &LabelSelector) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .0
+            .iter()
+            .filter(|(_, labels)| label_selector_matches(selector, labels))
+            .map(|(name, _)| name.clone())
+            .collect();
+        out.sort_unstable();
+        out
     }
 }
 
@@ -323,10 +356,16 @@ pub fn has_rules(spec: &PodSpec) -> bool {
 
 /// Whether `spec` has required anti-affinity on a key other than the hostname.
 pub fn has_remote_anti_affinity(spec: &PodSpec) -> bool {
-    required_terms(spec, true).any(|t| t.topology_key != HOSTNAME)
+    required_terms(spec, true).any(decided_here)
 }
 
-fn compile(pod: &Arc<PodRecord>) -> Rules {
+/// Whether this module decides an anti-affinity term: on a key other than the hostname, or
+/// picking namespaces by their labels (which only this module reads).
+fn decided_here(term: &PodAffinityTerm) -> bool {
+    term.topology_key != HOSTNAME || super::fit::has_namespace_selector(term)
+}
+
+fn compile(pod: &Arc<PodRecord>, labels: &NamespaceLabels) -> Rules {
     let spec = pod.spec();
     let mut rules = Rules::new(pod.clone());
     let own = pod.namespace.as_str();
@@ -381,7 +420,7 @@ fn compile(pod: &Arc<PodRecord>) -> Rules {
         }
     }
     let term_of = |term: &PodAffinityTerm| {
-        let namespaces = Namespaces::of_term(term, own);
+        let namespaces = Namespaces::of_term(term, own, labels);
         let selector = merged(
             term.label_selector.as_ref(),
             term.match_label_keys.as_deref().unwrap_or_default(),
@@ -417,7 +456,7 @@ fn compile(pod: &Arc<PodRecord>) -> Rules {
             .collect();
         rules.counted.push(c);
     }
-    for term in required_terms(spec, true).filter(|t| t.topology_key != HOSTNAME) {
+    for term in required_terms(spec, true).filter(|t| decided_here(t)) {
         let (namespaces, selector) = term_of(term);
         rules.counted.push(counted(
             Kind::AntiAffinity,
@@ -473,14 +512,17 @@ fn signature(r: &Rules, repellers: Option<&Vec<(usize, usize)>>) -> String {
         .collect();
     let mut by = repellers.cloned().unwrap_or_default();
     by.sort_unstable();
+    // The pod's fit facts (requests, host ports, hostname anti-affinity) decide which templates
+    // take it and how many: the zones a plan counts as domains, and their room.
     format!(
-        "{counted:?}|{:?}|{:?}|{:?}|{:?}|{repelled:?}|{by:?}",
+        "{counted:?}|{:?}|{:?}|{:?}|{:?}|{repelled:?}|{by:?}|{:?}",
         r.spread_keys,
         spec.node_selector,
         spec.affinity
             .as_ref()
             .and_then(|a| a.node_affinity.as_ref()),
         spec.tolerations,
+        r.pod.facts(),
     )
 }
 
@@ -500,6 +542,8 @@ pub struct Cluster<'a> {
     anti_at: FxHashMap<usize, Vec<usize>>,
     /// The storage objects, when the volume filters are to run.
     volumes: Option<&'a Volumes>,
+    /// Namespaces' labels, for terms that select namespaces by them.
+    namespaces: Option<&'a NamespaceLabels>,
 }
 
 impl<'a> Cluster<'a> {
@@ -537,6 +581,12 @@ impl<'a> Cluster<'a> {
     /// The same, with the storage objects the volume filters read.
     pub fn with_volumes(mut self, volumes: &'a Volumes) -> Self {
         self.volumes = Some(volumes);
+        self
+    }
+
+    /// The same, with the namespaces' labels terms may select by.
+    pub fn with_namespaces(mut self, namespaces: &'a NamespaceLabels) -> Self {
+        self.namespaces = Some(namespaces);
         self
     }
 
@@ -596,6 +646,7 @@ impl Topology {
         nodes: impl IntoIterator<Item = &'a NodeState>,
         possible: &[&NodeState],
         volumes: &Volumes,
+        namespaces: &NamespaceLabels,
     ) -> Self {
         let nodes: Vec<&NodeState> = nodes.into_iter().collect();
         let cross_node = pending.iter().any(|p| p.pod.facts().has_cross_node_rules())
@@ -610,7 +661,9 @@ impl Topology {
         }
         Self::over(
             pending,
-            &Cluster::new(nodes).with_volumes(volumes),
+            &Cluster::new(nodes)
+                .with_volumes(volumes)
+                .with_namespaces(namespaces),
             |_| false,
             possible,
         )
@@ -695,16 +748,17 @@ impl Topology {
             }
         }
         let nodes: &[&NodeState] = &cluster.nodes;
+        let labels = cluster.namespaces.unwrap_or(NamespaceLabels::none());
         let mut rules: HashMap<usize, Rules> = HashMap::new();
         for (class, pod) in &reps {
             if pod.facts().has_cross_node_rules() {
-                rules.insert(*class, compile(pod));
+                rules.insert(*class, compile(pod, labels));
             }
         }
         // Bound pods' anti-affinity keeps matching pending pods out of the domains they are in.
         for (owner, on) in &cluster.anti {
-            for term in required_terms(owner.spec(), true).filter(|t| t.topology_key != HOSTNAME) {
-                let namespaces = Namespaces::of_term(term, &owner.namespace);
+            for term in required_terms(owner.spec(), true).filter(|t| decided_here(t)) {
+                let namespaces = Namespaces::of_term(term, &owner.namespace, labels);
                 let selector = merged(
                     term.label_selector.as_ref(),
                     term.match_label_keys.as_deref().unwrap_or_default(),
@@ -907,7 +961,7 @@ impl Topology {
     pub fn involves(&self, class: usize) -> bool {
         self.of_class.contains_key(&class)
             || self.counts_toward.contains_key(&class)
-            || self.needs.contains_key(&class)
+            || self.needs.get(&class).is_some_and(|n| n.pins())
     }
 
     fn rules_of(&self, class: usize) -> Option<&Rules> {
@@ -1048,7 +1102,11 @@ impl Topology {
         for (t, nodes) in offers {
             if let (true, Domain::One(d)) = (r.eligible(c, t), domain(t, &c.key)) {
                 let each = per_node.map_or(t.how_many(&r.pod), |p| p.min(t.how_many(&r.pod)));
-                *room.entry(d).or_default() += nodes.saturating_mul(each);
+                // A zone only templates the pod does not fit is no domain of the plan (nor of
+                // the counts: see `rules_over`).
+                if each > 0 && *nodes > 0 {
+                    *room.entry(d).or_default() += nodes.saturating_mul(each);
+                }
             }
         }
         let mut planned: BTreeMap<&str, i32> =
@@ -1076,6 +1134,23 @@ impl Topology {
             *shares.entry(Arc::from(d)).or_default() += 1;
         }
         (!shares.is_empty()).then_some((i, shares))
+    }
+
+    /// Drops every share-out plan, so each pod goes where the plain skew allows. A plan made
+    /// from offers the decision could not keep (a quota pool several groups share, attach
+    /// limits, a group that refused) would otherwise refuse pods the scheduler would place.
+    /// Returns whether there was one.
+    pub fn clear_shares(&mut self) -> bool {
+        let mut any = false;
+        for r in &mut self.rules {
+            if r.counted.iter().any(|c| !c.reserved.is_empty()) {
+                any = true;
+                for c in &mut Arc::make_mut(r).counted {
+                    c.reserved.clear();
+                }
+            }
+        }
+        any
     }
 
     /// A node joins the simulation (a new node of a group): a domain for the spread rules it
@@ -1328,7 +1403,13 @@ mod tests {
     /// Which of `nodes` the scheduler would take `incoming` on, by name.
     fn allowed(incoming: &Arc<PodRecord>, nodes: &[NodeState]) -> Vec<String> {
         let pending = prepare(std::slice::from_ref(incoming));
-        let t = Topology::new(&pending, nodes, &[], &Volumes::default());
+        let t = Topology::new(
+            &pending,
+            nodes,
+            &[],
+            Volumes::none(),
+            NamespaceLabels::none(),
+        );
         nodes
             .iter()
             .filter(|n| n.fits(incoming).is_ok() && t.fits(pending[0].class, n).is_ok())
@@ -1423,7 +1504,13 @@ mod tests {
         );
         assert!(allowed(&incoming, &nodes).is_empty());
         let pending = prepare(std::slice::from_ref(&incoming));
-        let t = Topology::new(&pending, &nodes, &[], &Volumes::default());
+        let t = Topology::new(
+            &pending,
+            &nodes,
+            &[],
+            Volumes::none(),
+            NamespaceLabels::none(),
+        );
         assert_eq!(
             t.fits(pending[0].class, &nodes[2]).unwrap_err().to_string(),
             "node(s) didn't match pod topology spread constraints"
@@ -1495,7 +1582,13 @@ mod tests {
             json!({"topologySpreadConstraints": [spread("zone")]}),
         );
         let pending = prepare(std::slice::from_ref(&incoming));
-        let t = Topology::new(&pending, &nodes, &[], &Volumes::default());
+        let t = Topology::new(
+            &pending,
+            &nodes,
+            &[],
+            Volumes::none(),
+            NamespaceLabels::none(),
+        );
         assert_eq!(
             t.fits(pending[0].class, &nodes[3]).unwrap_err().to_string(),
             "node(s) didn't match pod topology spread constraints (missing required label)"

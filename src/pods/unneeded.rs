@@ -14,7 +14,7 @@
 use super::fit::NodeState;
 use super::record::{NodeRecord, PodRecord};
 use super::scale_down::{pods_to_move, removable, utilization, Blocker};
-use super::topology::Cluster;
+use super::topology::{Cluster, NamespaceLabels};
 use super::volumes::{has_claims, Volumes};
 use crate::cache::Instance;
 use crate::node_groups::{is_ready, parse_provider_id, schedulable, Backing, GroupIndex};
@@ -75,6 +75,8 @@ pub struct DownInput<'a> {
     /// The claims, volumes, storage classes and CSI nodes: a pod moves only where its volumes
     /// can follow (a zonal disk's zone, a node's attach limit).
     pub volumes: &'a Volumes,
+    /// Namespaces' labels, for affinity terms that select namespaces by them.
+    pub namespaces: &'a NamespaceLabels,
 }
 
 /// A node nobody needs, as of this pass.
@@ -200,6 +202,7 @@ pub fn unneeded(input: &DownInput) -> Candidates {
                 .flat_map(|(i, n)| n.pods.iter().map(move |p| (i, p))),
         )
         .with_volumes(input.volumes)
+        .with_namespaces(input.namespaces)
     });
     let mut pdbs: Vec<Arc<PodDisruptionBudget>> = input.pdbs.to_vec();
     // Nodes found unneeded so far this pass, by index in `room`: no longer destinations.
@@ -555,6 +558,7 @@ mod tests {
             previously: &HashSet::new(),
             non_empty_candidates: 30,
             volumes: Volumes::none(),
+            namespaces: NamespaceLabels::none(),
         })
     }
 
@@ -608,6 +612,7 @@ mod tests {
             previously: &none,
             non_empty_candidates: 30,
             volumes: Volumes::none(),
+            namespaces: NamespaceLabels::none(),
         };
         let c = unneeded(&input(&unready));
         // `p` (3 cpu) fits on no Ready node (ok has 2 left) and never on `dead`: sick stays;
@@ -706,6 +711,7 @@ mod tests {
             previously: &previously,
             non_empty_candidates: 2,
             volumes: Volumes::none(),
+            namespaces: NamespaceLabels::none(),
         });
         // Two simulations: d first (unneeded last pass), then the least utilised by name (a);
         // b and c wait for a later pass.
@@ -837,6 +843,7 @@ mod tests {
             previously: &HashSet::new(),
             non_empty_candidates: 30,
             volumes: &volumes,
+            namespaces: NamespaceLabels::none(),
         });
         assert!(
             matches!(c.blocked.get("a"), Some(Blocker::NoPlaceFor(p)) if p == "default/db-0"),
@@ -874,6 +881,7 @@ mod tests {
             previously: &HashSet::new(),
             non_empty_candidates: 30,
             volumes: Volumes::none(),
+            namespaces: NamespaceLabels::none(),
         });
         assert_eq!(names(&c), ["d", "b"]);
     }

@@ -591,6 +591,83 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn ephemeral_claims_are_the_pods_own_and_a_chosen_node_holds_its_claim() {
+        // A generic ephemeral volume `scratch` of pod `db-0` is claim `db-0-scratch`.
+        let pod = PodRecord::of(
+            serde_json::from_value(json!({"metadata": {"name": "db-0", "namespace": "default"},
+                "spec": {"containers": [{"name": "c"}], "volumes": [{"name": "scratch",
+                    "ephemeral": {"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"]}}}}]}}))
+            .unwrap(),
+        );
+        let class = || class("managed-csi", "WaitForFirstConsumer", &[]);
+        let v = Volumes::new(&[], &[], &[class()], &[]);
+        assert_eq!(
+            v.of_pod(&pod),
+            Verdict::Waiting(
+                "waiting for ephemeral volume controller to create the persistentvolumeclaim \"db-0-scratch\"".into()
+            )
+        );
+        // Being provisioned for node n1 (the scheduler chose it): only n1 will do.
+        let mut c = claim("db-0-scratch", None, "managed-csi");
+        c.metadata.annotations = Some(BTreeMap::from([(
+            SELECTED_NODE.to_string(),
+            "n1".to_string(),
+        )]));
+        let v = Volumes::new(&[c], &[], &[class()], &[]);
+        let n = needs(&v, &pod);
+        let mut n1 = node_in("westeurope-1");
+        n1.name = "n1".into();
+        assert_eq!(n.fits(&n1, None), Ok(()));
+        assert_eq!(
+            n.fits(&node_in("westeurope-1"), None),
+            Err(Unfit::VolumeBinding)
+        );
+    }
+
+    #[test]
+    fn classes_are_read_as_the_scheduler_reads_them() {
+        // The beta annotation names the class before `storageClassName`; a class without a
+        // provisioner means static volumes, which are not simulated.
+        let mut c = claim("local", None, "managed-csi");
+        c.metadata.annotations = Some(BTreeMap::from([(
+            BETA_CLASS.to_string(),
+            "local-storage".to_string(),
+        )]));
+        let mut local = class("local-storage", "WaitForFirstConsumer", &[]);
+        local.provisioner = "kubernetes.io/no-provisioner".into();
+        let v = Volumes::new(
+            &[c],
+            &[],
+            &[class("managed-csi", "WaitForFirstConsumer", &[]), local],
+            &[],
+        );
+        assert!(matches!(
+            v.of_pod(&pod_with(&["local"])),
+            Verdict::NotSimulated(_)
+        ));
+    }
+
+    #[test]
+    fn a_running_pods_disks_count_on_its_node_in_tree_ones_as_the_csi_driver() {
+        let in_tree: PersistentVolume = serde_json::from_value(json!({"metadata": {"name": "old"},
+            "spec": {"azureDisk": {"diskName": "d", "diskURI": "/disks/d"}}}))
+        .unwrap();
+        let v = Volumes::new(
+            &[
+                claim("a", Some("old"), "managed-csi"),
+                claim("b", None, "managed-csi"),
+            ],
+            &[in_tree],
+            &[class("managed-csi", "WaitForFirstConsumer", &[])],
+            &[],
+        );
+        assert_eq!(
+            v.attached(&pod_with(&["a", "b", "gone"])),
+            BTreeMap::from([(AZURE_DISK_DRIVER.to_string(), 2)])
+        );
+    }
+
+    #[test]
     fn every_vm_size_in_the_table_knows_its_data_disks() {
         for (name, ..) in crate::pods::template::sizes() {
             let size = crate::pods::template::vm_size(name).unwrap();
