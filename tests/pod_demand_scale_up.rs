@@ -329,22 +329,16 @@ async fn with_balancing_a_burst_grows_three_similar_zonal_groups_evenly_in_one_w
     for i in 0..9 {
         c.pending(&format!("web-{i}"), "3", "1Gi", json!({}));
     }
-    let sizes = |c: &Cluster| {
-        ["zone1", "zone2", "zone3"]
-            .iter()
-            .map(|g| c.capacity(g))
-            .collect::<Vec<_>>()
-    };
     assert!(
-        eventually(Duration::from_secs(10), || sizes(&c) == [3, 3, 3]).await,
+        eventually(Duration::from_secs(10), || zone_sizes(&c) == [3, 3, 3]).await,
         "sizes {:?}",
-        sizes(&c)
+        zone_sizes(&c)
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
     for g in ["zone1", "zone2", "zone3"] {
         assert_eq!(c.capacity_puts(g), 1, "{g}: one write");
     }
-    assert_eq!(sizes(&c), [3, 3, 3]);
+    assert_eq!(zone_sizes(&c), [3, 3, 3]);
     c.stop().await;
 }
 
@@ -370,23 +364,25 @@ async fn a_zone_spread_deployment_from_zero_grows_the_three_zonal_groups_evenly(
             spread.clone(),
         );
     }
-    let sizes = |c: &Cluster| {
-        ["zone1", "zone2", "zone3"]
-            .iter()
-            .map(|g| c.capacity(g))
-            .collect::<Vec<_>>()
-    };
     assert!(
-        eventually(Duration::from_secs(10), || sizes(&c) == [2, 2, 2]).await,
+        eventually(Duration::from_secs(10), || zone_sizes(&c) == [2, 2, 2]).await,
         "sizes {:?}",
-        sizes(&c)
+        zone_sizes(&c)
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(sizes(&c), [2, 2, 2], "and no more");
+    assert_eq!(zone_sizes(&c), [2, 2, 2], "and no more");
     for g in ["zone1", "zone2", "zone3"] {
         assert_eq!(c.capacity_puts(g), 1, "{g}: one write");
     }
     c.stop().await;
+}
+
+/// The capacities of the three zonal groups of [`three_zonal_seeds`].
+fn zone_sizes(c: &Cluster) -> Vec<i64> {
+    ["zone1", "zone2", "zone3"]
+        .iter()
+        .map(|g| c.capacity(g))
+        .collect()
 }
 
 /// Three empty scale sets of D4s_v5, one per zone of westeurope.
@@ -467,19 +463,13 @@ async fn a_pod_whose_disk_lives_in_zone_two_grows_the_zone_two_group_and_an_imme
         "1Gi",
         with_claim("data-q-0"),
     );
-    let sizes = |c: &Cluster| {
-        ["zone1", "zone2", "zone3"]
-            .iter()
-            .map(|g| c.capacity(g))
-            .collect::<Vec<_>>()
-    };
     assert!(
-        eventually(Duration::from_secs(10), || sizes(&c) == [0, 1, 0]).await,
+        eventually(Duration::from_secs(10), || zone_sizes(&c) == [0, 1, 0]).await,
         "sizes {:?}",
-        sizes(&c)
+        zone_sizes(&c)
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(sizes(&c), [0, 1, 0], "the waiting pod grows nothing");
+    assert_eq!(zone_sizes(&c), [0, 1, 0], "the waiting pod grows nothing");
     let waiting = c.events("NotTriggerScaleUp").await;
     assert!(
         waiting.iter().any(|e| e

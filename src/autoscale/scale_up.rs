@@ -624,21 +624,20 @@ impl ScaleUpLoop {
                 why,
             );
         }
-        for (key, why) in &plan.waiting {
-            let Some(pod) = by_key.get(key) else { continue };
-            let why = format!("{why}: waiting for its volume, not for a node; not planned for");
-            tell(
+        let waiting = plan.waiting.iter().map(|(key, why)| {
+            (
                 key,
-                ControllerEvent::PodNotTriggeredScaleUp {
-                    pod: pod_ref(pod),
-                    why: why.clone(),
-                },
-                why,
-            );
-        }
-        for (key, why) in &plan.not_simulated {
+                format!("{why}: waiting for its volume, not for a node; not planned for"),
+            )
+        });
+        let not_simulated = plan.not_simulated.iter().map(|(key, why)| {
+            (
+                key,
+                format!("its {why} is not simulated by this controller; not planned for"),
+            )
+        });
+        for (key, why) in waiting.chain(not_simulated) {
             let Some(pod) = by_key.get(key) else { continue };
-            let why = format!("its {why} is not simulated by this controller; not planned for");
             tell(
                 key,
                 ControllerEvent::PodNotTriggeredScaleUp {

@@ -1400,16 +1400,21 @@ mod tests {
                "labelSelector": {"matchLabels": {"foo": "bar"}}})
     }
 
-    /// Which of `nodes` the scheduler would take `incoming` on, by name.
-    fn allowed(incoming: &Arc<PodRecord>, nodes: &[NodeState]) -> Vec<String> {
-        let pending = prepare(std::slice::from_ref(incoming));
-        let t = Topology::new(
-            &pending,
+    /// The topology of `pending` over `nodes`, with no storage objects or namespace labels.
+    fn over_nodes(pending: &[Prepared], nodes: &[NodeState]) -> Topology {
+        Topology::new(
+            pending,
             nodes,
             &[],
             Volumes::none(),
             NamespaceLabels::none(),
-        );
+        )
+    }
+
+    /// Which of `nodes` the scheduler would take `incoming` on, by name.
+    fn allowed(incoming: &Arc<PodRecord>, nodes: &[NodeState]) -> Vec<String> {
+        let pending = prepare(std::slice::from_ref(incoming));
+        let t = over_nodes(&pending, nodes);
         nodes
             .iter()
             .filter(|n| n.fits(incoming).is_ok() && t.fits(pending[0].class, n).is_ok())
@@ -1504,13 +1509,7 @@ mod tests {
         );
         assert!(allowed(&incoming, &nodes).is_empty());
         let pending = prepare(std::slice::from_ref(&incoming));
-        let t = Topology::new(
-            &pending,
-            &nodes,
-            &[],
-            Volumes::none(),
-            NamespaceLabels::none(),
-        );
+        let t = over_nodes(&pending, &nodes);
         assert_eq!(
             t.fits(pending[0].class, &nodes[2]).unwrap_err().to_string(),
             "node(s) didn't match pod topology spread constraints"
@@ -1582,13 +1581,7 @@ mod tests {
             json!({"topologySpreadConstraints": [spread("zone")]}),
         );
         let pending = prepare(std::slice::from_ref(&incoming));
-        let t = Topology::new(
-            &pending,
-            &nodes,
-            &[],
-            Volumes::none(),
-            NamespaceLabels::none(),
-        );
+        let t = over_nodes(&pending, &nodes);
         assert_eq!(
             t.fits(pending[0].class, &nodes[3]).unwrap_err().to_string(),
             "node(s) didn't match pod topology spread constraints (missing required label)"
