@@ -27,8 +27,9 @@ use tokio_util::sync::CancellationToken;
     version,
     about,
     after_help = "Examples:
-  vmss-capacity-controller demo                          zero-setup showcase (about 40 s)
-  vmss-capacity-controller demo --no-etag                the same with blind writes: lost updates
+  vmss-capacity-controller demo                          zero-setup showcase: pending pods drive
+                                                         scale sets, ETags on then blind (~70 s)
+  vmss-capacity-controller demo --plan                   scale sets kept at a static plan
   vmss-capacity-controller demo --kubernetes             two replicas, a Lease, a leader change
   vmss-capacity-controller check-config -c config.yaml   every problem, with its path
   vmss-capacity-controller run -c config.yaml --once --dry-run
@@ -65,7 +66,8 @@ pub enum LogFormat {
 pub enum Command {
     /// Run the controller (the daemon). Reads scale sets, plans, writes with If-Match.
     Run(RunArgs),
-    /// Zero-setup showcase: built-in ARM emulator, scale sets, a rival writer, the controller.
+    /// Zero-setup showcase: built-in emulator (ARM and a simulated cluster), pending pods, a rival
+    /// writer, the controller; run with ETags and then blind, side by side.
     #[cfg(feature = "emulator")]
     Demo(DemoArgs),
     /// Run the ARM emulator as a standalone server (for tests, demos and your own CI).

@@ -26,7 +26,7 @@
 //! | [`autoscale`] | `demand: pods`'s loops: [`autoscale::scale_up`] (batching pending pods, one decision per batch, the reconciler's demand source) and [`autoscale::scale_down`] (taint, re-check, drain through evictions, delete exactly that instance) |
 //! | [`kube`] | the Kubernetes side: client, Lease leader election, reflectors of nodes and pods (as records), PDBs, DaemonSets |
 //! | [`emulator`] | feature `emulator` (default): ARM (scale sets, AKS, identity, throttling, faults) and Kubernetes API emulators, separate rooms |
-//! | [`demo`] | feature `emulator`: the zero-setup showcase: emulator, rival writer, controller, summary |
+//! | [`demo`] | feature `emulator`: the zero-setup showcase: pod-driven scaling with a rival writer, ETags on and off side by side; the plan, AKS and Lease showcases by flag |
 //! | [`app`] | one controller replica wired from its settings (`run` builds one, the demo two) |
 //! | [`cli`] | subcommands and their implementations; `main.rs` only dispatches |
 

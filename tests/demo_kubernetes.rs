@@ -15,6 +15,7 @@ async fn two_replicas_hand_the_lease_over_halfway_and_only_the_leader_writes_to_
         rival_interval: Duration::from_millis(700),
         seed: 7,
         quiet: true,
+        plan: false,
         aks: false,
         kubernetes: true,
         pods: false,

@@ -1,6 +1,13 @@
 //! `demo`: the zero-setup showcase, like `vault server -dev`.
 //!
-//! It starts the built-in ARM emulator, seeds a handful of scale sets (one with a schedule
+//! By default ([`pods::compare`]) it shows the product: pending pods on a simulated cluster make
+//! one controller grow three scale sets, unneeded nodes are drained and removed, a rival writer
+//! changes the scale sets meanwhile, and the same seeded scenario runs twice, with ETags and
+//! with blind writes, so the summary puts the lost updates side by side (0 with ETags).
+//! `--pods` runs it once.
+//!
+//! `--plan` is the capacity-plan showcase: it starts the built-in ARM emulator, seeds a handful
+//! of scale sets (one with a schedule
 //! window that opens and closes during the run), lets a seeded rival writer (think Terraform or
 //! the portal) change capacities and tags, and runs the real controller against it through the
 //! real credential path (client secret exchanged at the emulator's token endpoint). It prints
@@ -11,7 +18,7 @@
 //! (their count and tags) and the cluster itself (a tag: under AKS's scoping rule that changes
 //! every pool's ETag), and the summary says how many 412s followed a cluster-level write.
 //!
-//! `--kubernetes` (composable with both) turns on the emulator's Kubernetes API and runs two
+//! `--kubernetes` (composable with `--aks` and `--no-etag`) turns on the emulator's Kubernetes API and runs two
 //! replicas in the process, each wired exactly as `run` wires one ([`crate::app::Replica`]: its
 //! own service principal, so the emulator's request log tells their Azure calls apart, its own
 //! candidacy on the Lease, Events recorder, status writer and fenced reconciler), with short
@@ -295,16 +302,17 @@ impl Drop for Stage {
 }
 
 /// `demo` flags.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 #[cfg(feature = "emulator")]
 pub struct DemoArgs {
-    /// How long the scenario runs.
-    #[arg(long, default_value = "40s", value_parser = crate::config::parse_duration_arg)]
+    /// How long the scenario runs (each arm of the A/B: the default demo runs it twice).
+    #[arg(long, default_value = "30s", value_parser = crate::config::parse_duration_arg)]
     pub duration: Duration,
-    /// Blind writes (no If-Match): shows the lost updates that ETags prevent.
+    /// Blind writes (no If-Match): shows the lost updates that ETags prevent. With the default
+    /// demo: only the blind arm.
     #[arg(long)]
     pub no_etag: bool,
-    /// Number of scale sets (agent pools with `--aks`).
+    /// Number of scale sets (agent pools with `--aks`) of the `--plan` showcase.
     #[arg(long, default_value_t = 4)]
     pub scale_sets: usize,
     /// How often the rival writer changes a scale set.
@@ -316,7 +324,11 @@ pub struct DemoArgs {
     /// Only the summary, no live progress.
     #[arg(long)]
     pub quiet: bool,
-    /// The same showcase on the agent pools of one AKS managed cluster, with a rival making
+    /// The capacity-plan showcase: four scale sets kept at a static plan (schedule windows)
+    /// while a rival writer changes them.
+    #[arg(long, conflicts_with = "pods")]
+    pub plan: bool,
+    /// The plan showcase on the agent pools of one AKS managed cluster, with a rival making
     /// pool-level and cluster-level writes.
     #[arg(long)]
     pub aks: bool,
@@ -324,21 +336,63 @@ pub struct DemoArgs {
     /// leader stops halfway and the standby takes over; then the status ConfigMap and the Events.
     #[arg(long)]
     pub kubernetes: bool,
-    /// Pod-driven demand on a simulated cluster (instances become Nodes, a scheduler binds pods):
-    /// bursts of pending pods over three node groups (general, memory, a tainted GPU group from
-    /// zero), then a shrink, with the rival writer still at work.
+    /// The default demo's pod-driven scenario once, ETags on (off with `--no-etag`), instead of
+    /// the A/B: bursts of pending pods over three node groups (general, memory, a tainted GPU
+    /// group from zero), then a shrink, with the rival writer still at work.
     #[arg(long, conflicts_with_all = ["aks", "kubernetes"])]
     pub pods: bool,
 }
 
-/// `demo`: the single controller, or with `--kubernetes` two replicas electing a leader.
+/// Which showcase the flags select.
+#[cfg(feature = "emulator")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Showcase {
+    /// The default: pod-driven scaling twice on one seed, ETags on then blind, side by side.
+    PodsAb,
+    /// Pod-driven scaling once (`--pods`, or `--no-etag` alone).
+    Pods,
+    /// The capacity-plan showcase (`--plan`, `--aks`).
+    Plan,
+    /// Two replicas and a Lease (`--kubernetes`).
+    Kubernetes,
+}
+
+#[cfg(feature = "emulator")]
+impl DemoArgs {
+    /// The showcase these flags select.
+    pub fn showcase(&self) -> Showcase {
+        if self.kubernetes {
+            Showcase::Kubernetes
+        } else if self.plan || self.aks {
+            Showcase::Plan
+        } else if self.pods || self.no_etag {
+            Showcase::Pods
+        } else {
+            Showcase::PodsAb
+        }
+    }
+}
+
+/// `demo`: by default pod-driven scaling as an ETag A/B; the other showcases by flag.
 pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
-    if args.pods {
-        pods::run(&args).await?;
-    } else if args.kubernetes {
-        kubernetes(&args).await?;
-    } else {
-        single(&args).await?;
+    match args.showcase() {
+        Showcase::PodsAb => {
+            let ab = pods::compare(&args).await?;
+            if ab.with_etags.lost_updates > 0 {
+                eprintln!(
+                    "error: {} updates were lost with ETags on: a defect, please report it with this output",
+                    ab.with_etags.lost_updates
+                );
+                return Ok(ExitCode(1));
+            }
+        }
+        Showcase::Pods => {
+            pods::run(&args).await?;
+        }
+        Showcase::Plan => single(&args).await?,
+        Showcase::Kubernetes => {
+            kubernetes(&args).await?;
+        }
     }
     Ok(ExitCode(0))
 }
