@@ -19,6 +19,7 @@ async fn two_replicas_hand_the_lease_over_halfway_and_only_the_leader_writes_to_
         aks: false,
         kubernetes: true,
         pods: false,
+        report: None,
     };
     let r = demo::kubernetes(&args).await.expect("the demo runs");
 

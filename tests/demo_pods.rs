@@ -18,6 +18,7 @@ fn args() -> DemoArgs {
         aks: false,
         kubernetes: false,
         pods: false,
+        report: None,
     }
 }
 

@@ -68,3 +68,23 @@ ensure_prometheus() {
   [ $rc = 0 ] || { echo "FAIL: apt-get install prometheus (rc=$rc)" >&2; return 1; }
   echo "prometheus: installed $(prometheus --version 2>&1 | head -1)"
 }
+
+# Chromium from Debian's `chromium` package, for the test that opens the demo's HTML report in a
+# real browser (headless). Sets CHROMIUM.
+ensure_chromium() {
+  if [ -n "${CHROMIUM:-}" ] && [ -x "$CHROMIUM" ]; then :;
+  elif command -v chromium >/dev/null 2>&1; then CHROMIUM="$(command -v chromium)"; fi
+  if [ -z "${CHROMIUM:-}" ]; then
+    if [ "$(id -u)" != 0 ]; then
+      echo "FAIL: chromium missing and not root: apt-get install chromium yourself" >&2
+      return 1
+    fi
+    echo "chromium: installing Debian package chromium"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null \
+      && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
+      || { echo "FAIL: apt-get install chromium" >&2; return 1; }
+    CHROMIUM="$(command -v chromium)"
+  fi
+  export CHROMIUM
+  echo "chromium: using $CHROMIUM ($("$CHROMIUM" --version 2>/dev/null))"
+}

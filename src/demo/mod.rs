@@ -28,6 +28,7 @@
 //! `kubectl get events` prints them.
 
 pub mod pods;
+pub mod report;
 
 use crate::app::{ExitCode, Replica, ReplicaOptions};
 use crate::azure::arm::{http_client, ArmTarget};
@@ -295,6 +296,54 @@ impl Stage {
     }
 }
 
+impl Stage {
+    /// Starts recording the run for `--report` (the controllers are these service principals).
+    fn recorder(&self, args: &DemoArgs, controllers: &[&str]) -> report::Recorder {
+        report::Recorder::start(
+            etag_mode(args),
+            self.state.clone(),
+            None,
+            &self.groups,
+            report::Writers {
+                controllers: controllers.iter().map(|c| c.to_string()).collect(),
+                rivals: vec![RIVAL.to_string()],
+            },
+        )
+    }
+
+    /// Writes the plan showcases' report, when `--report` asks for one: the timeline and the
+    /// summary as printed.
+    fn write_report(
+        &self,
+        args: &DemoArgs,
+        timeline: report::Timeline,
+        summary: String,
+        notes: Vec<String>,
+    ) -> anyhow::Result<()> {
+        let Some(path) = &args.report else {
+            return Ok(());
+        };
+        report::write(
+            path,
+            &report::Report {
+                title: format!("vmss-capacity-controller demo: {}", self.what(args)),
+                intro: vec![format!(
+                    "The built-in ARM emulator held {}; the controller kept them at a capacity plan while a rival changed them every {:?} (seed {}). ETag concurrency {}. The chart shows each one's capacity as Azure held it, sampled every 200 ms, and below it every write as the emulator saw it.",
+                    self.what(args),
+                    args.rival_interval,
+                    args.seed,
+                    etag_mode(args)
+                )],
+                timelines: vec![timeline],
+                table: report::Table::default(),
+                preformatted: Some(summary),
+                notes,
+            },
+        )?;
+        Ok(())
+    }
+}
+
 impl Drop for Stage {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
@@ -341,7 +390,16 @@ pub struct DemoArgs {
     /// group from zero), then a shrink, with the rival writer still at work.
     #[arg(long, conflicts_with_all = ["aks", "kubernetes"])]
     pub pods: bool,
+    /// Write a self-contained HTML report (timelines of capacity, Ready nodes and pending pods,
+    /// the writes, 412s, rival writes and lost updates, the summary) to FILE. The default demo
+    /// writes `demo-report.html` unless given another FILE.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<std::path::PathBuf>,
 }
+
+/// Where the default demo writes its report when `--report` is not given.
+#[cfg(feature = "emulator")]
+pub const DEFAULT_REPORT: &str = "demo-report.html";
 
 /// Which showcase the flags select.
 #[cfg(feature = "emulator")]
@@ -375,8 +433,10 @@ impl DemoArgs {
 
 /// `demo`: by default pod-driven scaling as an ETag A/B; the other showcases by flag.
 pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
+    let mut args = args;
     match args.showcase() {
         Showcase::PodsAb => {
+            args.report.get_or_insert_with(|| DEFAULT_REPORT.into());
             let ab = pods::compare(&args).await?;
             if ab.with_etags.lost_updates > 0 {
                 eprintln!(
@@ -432,6 +492,7 @@ async fn single(args: &DemoArgs) -> anyhow::Result<()> {
     };
     let rival_writes = Arc::new(AtomicU64::new(0));
     let rival = stage.rival(args, rival_writes.clone(), stop.clone());
+    let recorder = stage.recorder(args, &[CLIENT_ID]);
     let all_metrics = [metrics];
 
     let started = tokio::time::Instant::now();
@@ -460,7 +521,8 @@ async fn single(args: &DemoArgs) -> anyhow::Result<()> {
         let _ = reconciler.run_once().await;
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    summary(
+    let timeline = recorder.finish().await?;
+    let text = summary(
         args,
         &all_metrics,
         &state,
@@ -469,7 +531,7 @@ async fn single(args: &DemoArgs) -> anyhow::Result<()> {
         &[CLIENT_ID],
         time::OffsetDateTime::now_utc(),
     );
-    Ok(())
+    stage.write_report(args, timeline, text, Vec::new())
 }
 
 fn etag_mode(args: &DemoArgs) -> &'static str {
@@ -754,7 +816,21 @@ fn summary(
     rival: u64,
     controllers: &[&str],
     stopped: time::OffsetDateTime,
-) {
+) -> String {
+    // Printed as it goes, and kept for the report.
+    let mut text = String::new();
+    macro_rules! println {
+        () => {{
+            std::println!();
+            text.push('\n');
+        }};
+        ($($t:tt)*) => {{
+            let line = format!($($t)*);
+            std::println!("{line}");
+            text.push_str(&line);
+            text.push('\n');
+        }};
+    }
     let sum = |c: fn(&Metrics) -> &prometheus::IntCounterVec, l: &[(&str, &str)]| total(m, c, l);
     let lost = state.lost_updates();
     println!();
@@ -874,6 +950,7 @@ fn summary(
     } else if lost.is_empty() {
         println!("\nNo update was lost: every write carried If-Match, and each 412 made the controller re-read and re-plan. Try --no-etag.");
     }
+    text
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1149,6 +1226,7 @@ pub async fn kubernetes(args: &DemoArgs) -> anyhow::Result<KubernetesReport> {
     let rival_stop = CancellationToken::new();
     let rival_writes = Arc::new(AtomicU64::new(0));
     let rival = stage.rival(args, rival_writes.clone(), rival_stop.clone());
+    let recorder = stage.recorder(args, &REPLICAS);
     let all_metrics: Vec<Arc<Metrics>> = replicas.iter().map(|r| r.metrics.clone()).collect();
     let leader_name =
         |replicas: &[Running]| replicas.iter().find(|r| r.leads()).map(|r| r.name.clone());
@@ -1230,7 +1308,8 @@ pub async fn kubernetes(args: &DemoArgs) -> anyhow::Result<KubernetesReport> {
         status,
         events,
     );
-    summary(
+    let timeline = recorder.finish().await?;
+    let text = summary(
         args,
         &all_metrics,
         &stage.state,
@@ -1240,6 +1319,14 @@ pub async fn kubernetes(args: &DemoArgs) -> anyhow::Result<KubernetesReport> {
         stopped,
     );
     print_kubernetes(&report, &replicas);
+    let handover = match (&report.deposed, &report.successor, report.handover) {
+        (Some(d), Some(s), Some(t)) => format!(
+            "Halfway the leader {d} stopped as on SIGTERM and released the Lease; {s} took it over {t:?} later. Samples with two leaders: {}; writes of the deposed leader after its release: {}.",
+            report.samples_with_two_leaders, report.deposed_writes_after_release
+        ),
+        _ => "No hand-over was seen.".to_string(),
+    };
+    stage.write_report(args, timeline, text, vec![handover])?;
     Ok(report)
 }
 

@@ -110,24 +110,79 @@ pub async fn compare(args: &DemoArgs) -> anyhow::Result<AbReport> {
     let mut arm = args.clone();
     arm.no_etag = false;
     println!("\n== arm 1 of 2: {} ==", etag_mode(&arm));
-    let with_etags = scenario(&arm).await?;
+    let (with_etags, on) = scenario(&arm, "ETags on: If-Match on every write").await?;
     arm.no_etag = true;
     println!("\n== arm 2 of 2: {} ==", etag_mode(&arm));
-    let blind = scenario(&arm).await?;
+    let (blind, off) = scenario(&arm, "Blind writes: no If-Match").await?;
     let ab = AbReport { with_etags, blind };
     print_comparison(&ab);
+    if let Some(path) = &args.report {
+        let table = report::Table {
+            header: ["", "ETags on", "blind writes"].map(String::from).to_vec(),
+            rows: figures(&ab.with_etags)
+                .into_iter()
+                .zip(figures(&ab.blind))
+                .map(|((label, on), (_, off))| vec![label.to_string(), on, off])
+                .collect(),
+        };
+        report::write(
+            path,
+            &report::Report {
+                title: "vmss-capacity-controller demo: pod-driven scaling, ETags on and off".into(),
+                intro: intro(
+                    args,
+                    "The same seeded scenario ran twice, with ETags and with blind writes.",
+                ),
+                timelines: vec![on, off],
+                table,
+                preformatted: None,
+                notes: vec![conclusion(&ab)],
+            },
+        )?;
+    }
     Ok(ab)
+}
+
+/// What the report says before its charts.
+fn intro(args: &DemoArgs, runs: &str) -> Vec<String> {
+    vec![
+        format!(
+            "The built-in emulator ran a simulated cluster (a Node per VM instance, Ready {BOOT_DELAY:?} after it appears) and three scale sets: general (Standard_D4s_v5, 1..20), memory (Standard_E8s_v5, 0..8) and gpu (Standard_NC6s_v3, tainted, 0..4). Pods came in two bursts, then the web and cache ReplicaSets shrank, while a rival changed the scale sets every {:?} (seed {}). {runs}",
+            args.rival_interval, args.seed
+        ),
+        "Each chart shows what Azure and the cluster held, sampled every 200 ms, and below it every write as the emulator saw it: the rival's, the controller's, the controller's writes refused with 412 Precondition Failed, and the writes that replaced a version their writer had never read (lost updates).".into(),
+    ]
 }
 
 /// `demo --pods`: the scenario once, with its summary.
 pub async fn run(args: &DemoArgs) -> anyhow::Result<PodsReport> {
-    let report = scenario(args).await?;
-    print_report(args, &report);
-    Ok(report)
+    let (r, timeline) = scenario(args, etag_mode(args)).await?;
+    print_report(args, &r);
+    if let Some(path) = &args.report {
+        report::write(
+            path,
+            &report::Report {
+                title: "vmss-capacity-controller demo: pod-driven scaling".into(),
+                intro: intro(args, &format!("ETag concurrency {}.", etag_mode(args))),
+                timelines: vec![timeline],
+                table: report::Table {
+                    header: vec![String::new(), etag_mode(args).to_string()],
+                    rows: figures(&r)
+                        .into_iter()
+                        .map(|(label, v)| vec![label.to_string(), v])
+                        .collect(),
+                },
+                preformatted: None,
+                notes: Vec::new(),
+            },
+        )?;
+    }
+    Ok(r)
 }
 
-/// The scenario: emulator, simulated cluster, controller, rival, workload; what it measured.
-async fn scenario(args: &DemoArgs) -> anyhow::Result<PodsReport> {
+/// The scenario: emulator, simulated cluster, controller, rival, workload; what it measured, and
+/// its timeline.
+async fn scenario(args: &DemoArgs, title: &str) -> anyhow::Result<(PodsReport, report::Timeline)> {
     let emulator = EmulatorBuilder::new()
         .lro_delay(Duration::from_millis(800))
         .kubernetes(true)
@@ -241,6 +296,16 @@ async fn scenario(args: &DemoArgs) -> anyhow::Result<PodsReport> {
         rival_stop.clone(),
     ));
 
+    let recorder = report::Recorder::start(
+        title,
+        state.clone(),
+        Some(kube.clone()),
+        &groups,
+        report::Writers {
+            controllers: vec![CLIENT_ID.into()],
+            rivals: vec![RIVAL.into()],
+        },
+    );
     let web = PodTemplate::new("500m", "1Gi");
     let cache = PodTemplate::new("1", "12Gi").node_selector("workload", "memory");
     let train = PodTemplate::new("2", "8Gi")
@@ -287,6 +352,7 @@ async fn scenario(args: &DemoArgs) -> anyhow::Result<PodsReport> {
     }
     rival_stop.cancel();
     let _ = rival.await;
+    let timeline = recorder.finish().await?;
     let report = seen.report(
         &kube,
         &state,
@@ -314,7 +380,7 @@ async fn scenario(args: &DemoArgs) -> anyhow::Result<PodsReport> {
         Ok(Err(e)) => tracing::warn!(error = %e, "the controller ended with an error"),
         Err(e) => tracing::warn!(error = %e, "the controller task failed"),
     }
-    Ok(report)
+    Ok((report, timeline))
 }
 
 fn say(args: &DemoArgs, started: tokio::time::Instant, what: &str) {
@@ -388,14 +454,14 @@ fn milli(v: Option<&Value>) -> i128 {
 }
 
 /// The scale set of a Node, from its provider ID.
-fn group_of_node(node: &Value) -> Option<String> {
+pub(super) fn group_of_node(node: &Value) -> Option<String> {
     node.pointer("/spec/providerID")
         .and_then(Value::as_str)
         .and_then(crate::node_groups::parse_provider_id)
         .map(|(_, vmss, _)| vmss.to_string())
 }
 
-fn ready(node: &Value) -> bool {
+pub(super) fn ready(node: &Value) -> bool {
     node.pointer("/status/conditions")
         .and_then(Value::as_array)
         .is_some_and(|cs| {
@@ -710,12 +776,13 @@ fn print_comparison(ab: &AbReport) {
         println!("  {label:<32} {on:>16} {off:>16}");
     }
     println!();
-    println!(
-        "  With ETags every write carried If-Match: {} met a 412 (the rival had changed the scale set since it was read), was re-read and re-planned, and none of the rival's {} changes was lost.",
-        ab.with_etags.conflicts, ab.with_etags.rival_writes
-    );
-    println!(
-        "  Blind, the same scenario overwrote {} of the rival's changes (the emulator counts a write that replaced a version its writer never read).",
-        ab.blind.lost_updates
-    );
+    println!("  {}", conclusion(ab));
+}
+
+/// What the A/B shows, in two sentences.
+fn conclusion(ab: &AbReport) -> String {
+    format!(
+        "With ETags every write carried If-Match: {} met a 412 (the rival had changed the scale set since it was read), was re-read and re-planned, and none of the rival's {} changes was lost. Blind, the same scenario overwrote {} of the rival's changes (the emulator counts a write that replaced a version its writer never read).",
+        ab.with_etags.conflicts, ab.with_etags.rival_writes, ab.blind.lost_updates
+    )
 }

@@ -167,6 +167,18 @@ pub struct InstanceDeletion {
     pub capacity_after: i64,
 }
 
+/// A new version of a resource, whoever made it (a client's write, a rival's, AKS reconciling a
+/// pool's scale set, a spot eviction): the journal the demo's report draws its marks from.
+#[derive(Clone, Debug, Serialize)]
+pub struct ChangeRecord {
+    /// Lowercased ARM id of the resource.
+    pub resource: String,
+    /// Who made it (a client id, or the emulator's own writers: `aks`, `azure-spot-eviction`).
+    pub writer: String,
+    /// What changed, e.g. `capacity 3 -> 7`.
+    pub change: String,
+}
+
 /// A write that replaced a version its writer had never been shown.
 #[derive(Clone, Debug, Serialize)]
 pub struct LostUpdate {
@@ -383,6 +395,9 @@ pub(crate) struct Data {
     pub lost: Vec<LostUpdate>,
     pub deletions: Vec<InstanceDeletion>,
     pub log: VecDeque<RequestRecord>,
+    /// Every new version, oldest first; `journal_dropped` older ones fell off the front.
+    pub journal: VecDeque<ChangeRecord>,
+    pub journal_dropped: u64,
     pub seq: u64,
     pub faults: Vec<ActiveFault>,
     pub next_fault_id: u64,
@@ -458,6 +473,15 @@ impl Data {
     }
 
     pub fn record_version(&mut self, key: &str, etag: &str, writer: &str, change: String) {
+        if self.journal.len() >= MAX_LOG {
+            self.journal.pop_front();
+            self.journal_dropped += 1;
+        }
+        self.journal.push_back(ChangeRecord {
+            resource: key.to_string(),
+            writer: writer.to_string(),
+            change: change.clone(),
+        });
         self.versions.insert(
             (key.to_string(), etag.to_string()),
             VersionInfo {
@@ -926,6 +950,23 @@ impl EmulatorState {
     /// Every accepted deletion of named instances, oldest first.
     pub fn instance_deletions(&self) -> Vec<InstanceDeletion> {
         self.lock().deletions.clone()
+    }
+
+    /// The new versions made since `cursor` (0: since the start), and the cursor to pass next.
+    pub fn changes_since(&self, cursor: u64) -> (Vec<ChangeRecord>, u64) {
+        let d = self.lock();
+        let end = d.journal_dropped + d.journal.len() as u64;
+        // A cursor past the end means the journal was reset since: read it from its start.
+        let cursor = if cursor > end { 0 } else { cursor };
+        let skip = cursor.saturating_sub(d.journal_dropped) as usize;
+        (d.journal.iter().skip(skip).cloned().collect(), end)
+    }
+
+    /// The requests answered after request number `seq` (0: every one still in the log).
+    pub fn requests_since(&self, seq: u64) -> Vec<RequestRecord> {
+        let d = self.lock();
+        let newer = d.log.iter().rev().take_while(|r| r.seq > seq).count();
+        d.log.iter().skip(d.log.len() - newer).cloned().collect()
     }
 
     /// Every lost update detected so far.
