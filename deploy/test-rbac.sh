@@ -135,6 +135,10 @@ azure:
 scanInterval: 1s
 vmssCacheTTL: 2s
 metricsListen: 127.0.0.1:$mport
+# Pending pods drive capacity and scale-down is on: every watch and every verb the start-up
+# RBAC check asks for (SelfSubjectAccessReview) is exercised as the ServiceAccount.
+demand: pods
+scaleDown: {enabled: true}
 kubernetes:
   enabled: true
   kubeconfig: $WORK/sa.kubeconfig
@@ -171,10 +175,38 @@ YAML
   CTRL_PID=""
   if [ -z "$(lease_holder)" ]; then pass "controller released the Lease on SIGTERM"; else
     fail "controller run: the Lease is still held by $(lease_holder) after SIGTERM"; fi
-  if grep -Eiq 'forbidden|\b403\b' "$WORK/controller.log"; then
-    fail "controller run: the controller met a 403: $(grep -Ei 'forbidden|\b403\b' "$WORK/controller.log" | head -3)"
+  if grep -Eiq 'forbidden|\b403\b|kubernetes RBAC' "$WORK/controller.log"; then
+    fail "controller run: the controller met a 403: $(grep -Ei 'forbidden|\b403\b|kubernetes RBAC' "$WORK/controller.log" | head -3)"
   else
-    pass "controller log has no 403 ($(wc -l < "$WORK/controller.log") lines)"
+    pass "controller log has no 403 and its start-up RBAC check passed ($(wc -l < "$WORK/controller.log") lines)"
+  fi
+
+  # The same configuration as a ServiceAccount no role is bound to: the start-up check refuses,
+  # one line per missing verb with its `kubectl auth can-i` check, and the controller exits 1
+  # before it watches or writes anything.
+  k create serviceaccount "nobody$SUFFIX" -n "$NS" >/dev/null 2>&1
+  local nobody
+  nobody="$(k create token "nobody$SUFFIX" -n "$NS" --duration=1h 2>"$WORK/err")" \
+    || { fail "start-up check: kubectl create token: $(cat "$WORK/err")"; return; }
+  sed "s|token: \"$token\"|token: \"$nobody\"|" "$WORK/sa.kubeconfig" > "$WORK/nobody.kubeconfig"
+  sed "s|$WORK/sa.kubeconfig|$WORK/nobody.kubeconfig|" "$WORK/config.yaml" > "$WORK/nobody.yaml"
+  local rc=0
+  ARM_CLIENT_SECRET=s3cret timeout 60 "$VMSS_BIN" run --once --config "$WORK/nobody.yaml" \
+    > "$WORK/nobody.log" 2>&1 || rc=$?
+  local lines
+  lines="$(grep -c '^error: kubernetes RBAC: ' "$WORK/nobody.log")"
+  if [ "$rc" = 1 ] \
+    && grep -q "may not create leases.coordination.k8s.io in namespace $NS (needed to hold the Lease); fix: apply the ClusterRole and Role of deploy/base" "$WORK/nobody.log" \
+    && grep -q "\`kubectl auth can-i list pods -A --as=system:serviceaccount:$NS:nobody$SUFFIX\`" "$WORK/nobody.log"; then
+    pass "start-up check as a ServiceAccount without roles: exit 1, $lines one-line refusals with their can-i checks"
+  else
+    fail "start-up check as a ServiceAccount without roles: exit $rc: $(head -5 "$WORK/nobody.log")"
+  fi
+  echo "info first refusal: $(grep -m1 '^error: kubernetes RBAC: ' "$WORK/nobody.log")"
+  if grep -q "may not list nodes" "$WORK/nobody.log" && ! grep -q "controller ready\|capacity write" "$WORK/nobody.log"; then
+    pass "start-up check: every pod-demand read named, nothing watched or written"
+  else
+    fail "start-up check: $(cat "$WORK/nobody.log" | head -20)"
   fi
 }
 

@@ -14,7 +14,6 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-#[cfg(feature = "emulator")]
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
@@ -338,6 +337,10 @@ pub fn check_config(args: &ConfigArgs) -> ExitCode {
     }
 }
 
+/// How long `run` waits at start-up for the Kubernetes API server to answer (it may be starting
+/// with the controller) before it gives up and says so.
+const KUBE_REACH: Duration = Duration::from_secs(30);
+
 /// `run`: the daemon, or one pass with `--once`.
 pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut settings = match load_settings(&args.config) {
@@ -349,6 +352,19 @@ pub async fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     if !settings.enable_vmss_etag {
         tracing::warn!("enableVMSSEtag is off: capacity writes are blind and can overwrite other writers' changes");
+    }
+    if settings.kubernetes.enabled {
+        // Before any watch or write: the API server answers and RBAC grants what this
+        // configuration needs, or every missing piece is said with its fix.
+        let client = crate::app::kube_client(&settings.kubernetes).await?;
+        let problems =
+            crate::kube::access::check(&client, &settings, args.dry_run, KUBE_REACH).await;
+        if !problems.is_empty() {
+            for p in &problems {
+                eprintln!("error: {p}");
+            }
+            return Ok(ExitCode(1));
+        }
     }
     let replica = Replica::build(
         Arc::new(settings),
@@ -493,7 +509,7 @@ pub async fn scale(args: ScaleArgs) -> anyhow::Result<ExitCode> {
         None => bail!("{what} not found; `scale` changes capacity, it does not create resources"),
     };
     if let Some(reason) = resource.write_refusal(&current) {
-        eprintln!("{what} is scaled by AKS's own autoscaler (enableAutoScaling: true): not writing ({reason}); `az aks nodepool update --disable-cluster-autoscaler` first");
+        eprintln!("error: {}", resource.refusal_problem(&name, reason));
         return Ok(ExitCode(1));
     }
     match resource

@@ -51,5 +51,6 @@ pub mod node_groups;
 pub mod notify;
 pub mod planner;
 pub mod pods;
+pub mod problem;
 pub mod reconciler;
 pub mod resource;

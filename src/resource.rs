@@ -77,10 +77,30 @@ pub trait CapacityResource: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// A refusal of [`CapacityResource::write_refusal`] as a person can act on it: which
+    /// object, why, and the command that lifts it.
+    fn refusal_problem(&self, name: &str, refusal: WriteRefusal) -> crate::problem::Problem {
+        crate::problem::Problem {
+            object: format!("{} {name}", self.kind()),
+            what: format!("not written ({refusal})"),
+            fix: "change the resource so the refusal no longer applies".into(),
+        }
+    }
+
     /// The lowest capacity the resource, as read, may have whatever the config says.
     fn capacity_floor(&self, _current: &ScaleSet) -> u32 {
         0
     }
+}
+
+/// Why an agent pool, as read, must never be written: AKS's own autoscaler scales a pool with
+/// `enableAutoScaling: true`, and writing its count would fight it. (`explain` asks the same.)
+pub fn pool_refusal(current: &ScaleSet) -> Option<WriteRefusal> {
+    current
+        .agent_pool
+        .as_ref()
+        .is_some_and(|p| p.enable_auto_scaling)
+        .then_some(WriteRefusal::AksAutoscaler)
 }
 
 #[async_trait::async_trait]
@@ -167,13 +187,15 @@ impl CapacityResource for AgentPools {
     }
 
     fn write_refusal(&self, current: &ScaleSet) -> Option<WriteRefusal> {
-        // An agent pool with AKS's own autoscaler on is scaled by AKS: writing its count would
-        // fight it.
-        current
-            .agent_pool
-            .as_ref()
-            .is_some_and(|p| p.enable_auto_scaling)
-            .then_some(WriteRefusal::AksAutoscaler)
+        pool_refusal(current)
+    }
+
+    fn refusal_problem(&self, name: &str, refusal: WriteRefusal) -> crate::problem::Problem {
+        match refusal {
+            WriteRefusal::AksAutoscaler => {
+                crate::problem::Problem::aks_autoscaler(self.resource_group(), self.cluster(), name)
+            }
+        }
     }
 
     fn capacity_floor(&self, current: &ScaleSet) -> u32 {

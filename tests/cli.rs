@@ -439,3 +439,87 @@ async fn get_and_scale_address_an_agent_pool_by_cluster_and_pool_and_a_stale_if_
         "the stale write changed nothing"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scale_refuses_a_pool_under_aks_autoscaling_in_one_line_with_the_az_command_that_frees_it()
+{
+    let emu = emulator().await;
+    let token = emu.state().issue_token("seeder");
+    let url = format!(
+        "{}/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.ContainerService/managedClusters/aks-1?api-version=2024-09-01",
+        emu.base_url()
+    );
+    let body = serde_json::json!({"location": "westeurope", "properties": {"dnsPrefix": "aks-1",
+        "agentPoolProfiles": [{"name": "auto", "count": 2, "vmSize": "Standard_D2s_v5", "mode": "User",
+            "enableAutoScaling": true, "minCount": 1, "maxCount": 5}]}});
+    let rsp = reqwest::Client::new()
+        .put(url)
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert!(rsp.status().is_success(), "cluster created");
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &emu.base_url(), true)
+        .display()
+        .to_string();
+    let out = run_async(
+        [
+            "scale",
+            "--config",
+            &config,
+            "--cluster",
+            "aks-1",
+            "--pool",
+            "auto",
+            "--to",
+            "3",
+        ]
+        .map(String::from)
+        .to_vec(),
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.trim_end(),
+        format!("error: agent pool auto of managed cluster aks-1: AKS's own cluster autoscaler scales it (enableAutoScaling: true), so this controller does not write it; fix: `az aks nodepool update -g {RG} --cluster-name aks-1 -n auto --disable-cluster-autoscaler`, or remove it from nodeGroups")
+    );
+    assert_eq!(
+        emu.state().agent_pool_count(SUB, RG, "aks-1", "auto"),
+        Some(2),
+        "not written"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_group_azure_does_not_have_is_named_with_its_resource_group_and_the_az_command() {
+    let emu = EmulatorBuilder::new().start().await.unwrap();
+    emu.state().register_client("cli-controller", SECRET);
+    // pool-a exists, pool-b (a typo, say) does not.
+    emu.state()
+        .seed_scale_set(ScaleSetSeed::new(SUB, RG, "pool-a", 2));
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &emu.base_url(), true);
+    let out = run_once(&config, &[]).await;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let line = text
+        .lines()
+        .find(|l| l.contains("node group pool-b:"))
+        .unwrap_or_else(|| panic!("no line names pool-b:\n{text}"));
+    assert!(
+        line.contains(&format!(
+            "node group pool-b: no scale set named pool-b in resource group {RG} (subscription {SUB}), so nothing is written for it; fix: check the name with `az vmss list -g {RG} --subscription {SUB} -o table`"
+        )),
+        "{line}"
+    );
+    assert!(
+        !text.lines().any(|l| l.contains("node group pool-a:")),
+        "the group that exists is not reported:\n{text}"
+    );
+}

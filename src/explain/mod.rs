@@ -249,13 +249,7 @@ impl World {
     }
 
     fn refusal(g: &Group) -> Option<WhyNot> {
-        let refused = g
-            .resource
-            .as_ref()?
-            .agent_pool
-            .as_ref()
-            .is_some_and(|p| p.enable_auto_scaling)
-            .then_some(crate::hold::WriteRefusal::AksAutoscaler)?;
+        let refused = crate::resource::pool_refusal(g.resource.as_ref()?)?;
         let u = Unhealthy::Refused(refused);
         Some(WhyNot {
             label: u.label(),

@@ -8,6 +8,7 @@
 //! The reconciler knows nothing of Kubernetes: it asks a [`crate::fence::WriteFence`] before
 //! every Azure write and reports through [`crate::notify::EventSink`].
 
+pub mod access;
 pub mod ca_status;
 pub mod events;
 pub mod lease;

@@ -413,7 +413,12 @@ impl NodeGroups {
         for g in self.groups().iter() {
             self.sizes.invalidate(&g.name);
             if !present.contains(&g.name) {
-                warn!(scale_set = %g.name, kind = g.kind.as_str(), "configured node group not found: no writes until it exists");
+                let problem = crate::problem::Problem::node_group_missing(
+                    &self.settings.azure.subscription_id,
+                    &self.settings.azure.resource_group,
+                    g,
+                );
+                warn!(scale_set = %g.name, kind = g.kind.as_str(), "{problem}");
             }
         }
         present

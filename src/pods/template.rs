@@ -315,9 +315,17 @@ pub fn aks_reserved(vcpu: u32, memory_mib: u64, max_pods: u32) -> (i128, i128) {
 /// Why no template could be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TemplateError {
-    /// The VM size is not in the built-in table and no live node shows the group's shape.
-    #[error("VM size {0:?} is not in the built-in table and the group has no Ready node to copy")]
-    UnknownVmSize(String),
+    /// The VM size is not in the built-in table, no live node shows the group's shape, and the
+    /// group's tags do not give its cpu and memory.
+    #[error(
+        "node group {group}: VM size {size:?} is not in the built-in table, the group has no Ready node to copy and its tags give no cpu and memory, so no pod is planned onto it from zero; fix: tag it with its shape ({TAG_RESOURCE}cpu and {TAG_RESOURCE}memory: `az vmss update -g RESOURCE_GROUP -n {group} --set tags.{TAG_RESOURCE}cpu=8 tags.{TAG_RESOURCE}memory=32Gi`, for an agent pool `az aks nodepool update --tags ...`), or keep one node (minSize: 1)"
+    )]
+    UnknownVmSize {
+        /// The group.
+        group: String,
+        /// Its VM size.
+        size: String,
+    },
 }
 
 const TAG_LABEL: &str = "k8s.io_cluster-autoscaler_node-template_label_";
@@ -395,10 +403,38 @@ pub fn ephemeral_storage_bytes(size: &VmSize, profile: &VmProfile) -> i128 {
     bytes - bytes * NODEFS_EVICTION_PERCENT / 100
 }
 
+/// The shape of a VM size the built-in table does not know, from cluster-autoscaler's template
+/// tags: `..._resources_cpu` and `..._resources_memory` (both needed), `..._resources_nvidia.com_gpu`
+/// if any. Its quota family is unknown (no quota cap), it has no temporary disk, and it may
+/// attach two data disks per vCPU up to 32, as Azure's general-purpose and memory-optimized
+/// sizes do (D2s_v5 4, D4s_v5 8, D8s_v5 16, D16s_v5 and larger 32).
+fn size_from_tags(tags: &BTreeMap<String, String>) -> Option<VmSize> {
+    let tag = |k: &str| {
+        tags.get(&format!("{TAG_RESOURCE}{k}"))
+            .and_then(|v| quantity::parse(v).ok())
+    };
+    // Quantities are in thousandths: 8 cores = 8000, 32Gi = 32 Gi bytes x 1000.
+    let cpu = tag("cpu").filter(|c| *c > 0)?;
+    let memory = tag("memory").filter(|m| *m > 0)?;
+    let vcpu = u32::try_from((cpu + 999) / 1000).ok()?;
+    Some(VmSize {
+        vcpu,
+        memory_mib: u64::try_from(memory / 1000 / (1024 * 1024)).ok()?,
+        gpu: tag("nvidia.com_gpu").map_or(0, |g| u32::try_from(g / 1000).unwrap_or(0)),
+        temp_disk_gib: 0,
+        family: "",
+        max_data_disks: (2 * vcpu).min(32),
+    })
+}
+
 /// A template from the VM size and the group's tags or pool properties.
 pub fn from_shape(shape: &GroupShape) -> Result<NodeState, TemplateError> {
-    let size =
-        vm_size(shape.vm_size).ok_or_else(|| TemplateError::UnknownVmSize(shape.vm_size.into()))?;
+    let size = vm_size(shape.vm_size)
+        .or_else(|| size_from_tags(&shape.tags))
+        .ok_or_else(|| TemplateError::UnknownVmSize {
+            group: shape.name.into(),
+            size: shape.vm_size.into(),
+        })?;
     let max_pods = shape.max_pods.unwrap_or(110);
     let (cpu_reserved, mem_reserved) = aks_reserved(size.vcpu, size.memory_mib, max_pods);
     let mut alloc = Resources::from([
@@ -632,6 +668,45 @@ mod tests {
         assert_eq!(aks_reserved(4, 16 * 1024, 110).1, 2350 * 1024 * 1024);
         // A 4 GiB node: capped at a quarter (1024 MiB), + 100 MiB.
         assert_eq!(aks_reserved(2, 4 * 1024, 110).1, 1124 * 1024 * 1024);
+    }
+
+    #[test]
+    fn a_size_missing_from_the_table_takes_its_shape_from_the_resource_tags_or_says_how_to_give_it()
+    {
+        let mut shape = GroupShape {
+            name: "future",
+            vm_size: "Standard_Z8s_v9",
+            ..Default::default()
+        };
+        let err = from_shape(&shape).unwrap_err().to_string();
+        assert!(!err.contains('\n'), "one line: {err}");
+        assert!(
+            err.starts_with(
+                "node group future: VM size \"Standard_Z8s_v9\" is not in the built-in table"
+            ),
+            "{err}"
+        );
+        assert!(err.contains(&format!("`az vmss update -g RESOURCE_GROUP -n future --set tags.{TAG_RESOURCE}cpu=8 tags.{TAG_RESOURCE}memory=32Gi`")), "{err}");
+        assert!(err.contains("or keep one node (minSize: 1)"));
+        // cpu alone is not a shape.
+        shape.tags = BTreeMap::from([(format!("{TAG_RESOURCE}cpu"), "8".to_string())]);
+        assert!(from_shape(&shape).is_err());
+        shape
+            .tags
+            .insert(format!("{TAG_RESOURCE}memory"), "32Gi".into());
+        shape
+            .tags
+            .insert(format!("{TAG_RESOURCE}nvidia.com_gpu"), "2".into());
+        let t = from_shape(&shape).expect("the tags give the shape");
+        assert_eq!(t.allocatable["cpu"], 8000, "the tag's cpu, as allocatable");
+        assert_eq!(t.allocatable["memory"], (32i128 << 30) * 1000);
+        assert_eq!(t.allocatable["nvidia.com/gpu"], 2000);
+        assert_eq!(
+            t.labels["node.kubernetes.io/instance-type"],
+            "Standard_Z8s_v9"
+        );
+        // Two data disks per vCPU, as the D and E series attach.
+        assert_eq!(size_from_tags(&shape.tags).unwrap().max_data_disks, 16);
     }
 
     #[test]

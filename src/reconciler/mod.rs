@@ -877,7 +877,8 @@ impl Inner {
         });
         if changed {
             if let Some(reason) = reason {
-                warn!(scale_set = %group.name, kind = group.kind.as_str(), %reason, "not writing: AKS's own autoscaler scales this agent pool (enableAutoScaling: true); turn it off to let this controller manage the pool");
+                let problem = resource.refusal_problem(&group.name, reason);
+                warn!(scale_set = %group.name, kind = group.kind.as_str(), %reason, "{problem}");
             }
         }
         reason

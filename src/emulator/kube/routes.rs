@@ -142,6 +142,9 @@ pub(crate) fn handle(kube: &KubeState, parts: &Parts, body: &[u8]) -> Result<Res
         ["apis", g] => {
             return discovery::api_group(g).map_or_else(|| Err(status::no_route()), |v| ok(200, v))
         }
+        ["apis", "authorization.k8s.io", "v1", "selfsubjectaccessreviews"] => {
+            return self_subject_access_review(kube, parts, body)
+        }
         _ => {}
     }
     let target = parse_target(&segs).ok_or_else(status::no_route)?;
@@ -163,6 +166,31 @@ pub(crate) fn handle(kube: &KubeState, parts: &Parts, body: &[u8]) -> Result<Res
             sub,
         } => item(kube, parts, rt, namespace, name, sub, body),
     }
+}
+
+/// `kubectl auth can-i`'s API: the emulator's one user may do everything, except read what
+/// [`KubeState::forbid_reads`] took away (as after an RBAC change).
+fn self_subject_access_review(
+    kube: &KubeState,
+    parts: &Parts,
+    body: &[u8],
+) -> Result<Response, KubeError> {
+    if parts.method != Method::POST {
+        return Err(status::method_not_allowed());
+    }
+    let mut review = parse_json(body)?;
+    let attrs = &review["spec"]["resourceAttributes"];
+    let verb = attrs["verb"].as_str().unwrap_or_default();
+    let resource = attrs["resource"].as_str().unwrap_or_default();
+    let denied = matches!(verb, "get" | "list" | "watch") && kube.reads_forbidden(resource);
+    review["status"] = if denied {
+        json!({"allowed": false, "reason": format!("the emulator forbids reading {resource}")})
+    } else {
+        json!({"allowed": true, "reason": "the emulator's one user may do anything"})
+    };
+    review["apiVersion"] = json!("authorization.k8s.io/v1");
+    review["kind"] = json!("SelfSubjectAccessReview");
+    ok(201, review)
 }
 
 fn collection(
