@@ -380,3 +380,68 @@ fn explain_without_a_snapshot_or_with_an_empty_one_says_what_to_save() {
     assert_eq!(code, 2);
     assert!(err.contains("no *.json file"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_applies_the_regions_vcpu_quota_from_a_saved_usage_list() {
+    let (emulator, _, _) = cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    save(&emulator, dir.path()).await;
+    let web = json_of(dir.path(), &["pod", "default/web"]);
+    let verdict = |e: &Value, group: &str| {
+        e["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["group"] == group)
+            .cloned()
+            .unwrap_or_else(|| panic!("no verdict for {group}: {e:#}"))
+    };
+    assert_eq!(verdict(&web, "pool-a")["fits"], true, "{web:#}");
+
+    // `az vm list-usage -l westeurope -o json` (numbers as strings): the D-series v5 family is
+    // used up; the region has room.
+    std::fs::write(
+        dir.path().join("usages-westeurope.json"),
+        json!([
+            {"currentValue": "20", "limit": "20", "localName": "Standard DSv5 Family vCPUs",
+             "name": {"localizedValue": "Standard DSv5 Family vCPUs", "value": "standardDSv5Family"}},
+            {"currentValue": "20", "limit": "100", "localName": "Total Regional vCPUs",
+             "name": {"localizedValue": "Total Regional vCPUs", "value": "cores"}}
+        ])
+        .to_string(),
+    )
+    .unwrap();
+    let group = json_of(dir.path(), &["group", "pool-a"]);
+    assert_eq!(
+        group["quota"],
+        json!([
+            "cores in westeurope: 80 vCPUs left",
+            "standardDSv5Family in westeurope: 0 vCPUs left"
+        ]),
+        "{group:#}"
+    );
+    let web = json_of(dir.path(), &["pod", "default/web"]);
+    let a = verdict(&web, "pool-a");
+    assert_eq!(a["fits"], false, "no vCPU left for a D4s_v5: {web:#}");
+    assert_eq!(a["reason"], "quota", "{a}");
+    assert_eq!(
+        a["message"],
+        "no vCPU quota left: standardDSv5Family in westeurope has 0 vCPUs, a node needs 4"
+    );
+    let (_, text, _) = explain(dir.path(), &["group", "pool-a"]);
+    assert!(
+        text.contains("  quota: cores in westeurope: 80 vCPUs left, standardDSv5Family in westeurope: 0 vCPUs left"),
+        "{text}"
+    );
+
+    // A usage list whose file does not say its region is an error that says how to name it.
+    std::fs::rename(
+        dir.path().join("usages-westeurope.json"),
+        dir.path().join("usages.json"),
+    )
+    .unwrap();
+    let (code, _, err) = explain(dir.path(), &["group", "pool-a"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("usages.json[0]"), "{err}");
+    assert!(err.contains("usages-westeurope.json"), "{err}");
+}

@@ -102,7 +102,9 @@ pub struct QuotaCache {
     /// When each region was last asked, answered or not: a read that failed (a role without
     /// `Microsoft.Compute/locations/usages/read`) is not tried again before the TTL either.
     attempted: Mutex<HashMap<String, Instant>>,
-    stale: Mutex<std::collections::HashSet<String>>,
+    /// Regions made due at once, with when: only a read sent since then answers it (a read
+    /// already on its way carries what Azure said before the refusal).
+    stale: Mutex<HashMap<String, Instant>>,
 }
 
 impl QuotaCache {
@@ -127,7 +129,7 @@ impl QuotaCache {
     /// Whether `location` should be read again now.
     pub fn due(&self, location: &str, stretch: f64) -> bool {
         let key = location.to_ascii_lowercase();
-        if self.stale.lock().contains(&key) {
+        if self.stale.lock().contains_key(&key) {
             return true;
         }
         self.attempted
@@ -136,10 +138,16 @@ impl QuotaCache {
             .is_none_or(|at| *at + self.ttl.mul_f64(stretch.max(1.0)) <= Instant::now())
     }
 
-    /// Records that `location` was asked at `at` (whatever the answer).
+    /// Records that `location` was asked at `at` (whatever the answer). An invalidation after
+    /// `at` stands: that read was sent before it.
     pub fn attempted(&self, location: &str, at: Instant) {
         let key = location.to_ascii_lowercase();
-        self.stale.lock().remove(&key);
+        {
+            let mut stale = self.stale.lock();
+            if stale.get(&key).is_some_and(|since| at >= *since) {
+                stale.remove(&key);
+            }
+        }
         self.attempted.lock().insert(key, at);
     }
 
@@ -153,7 +161,10 @@ impl QuotaCache {
 
     /// Makes `location` due at once (after a quota refusal: what Azure said is newer).
     pub fn invalidate(&self, location: &str) {
-        self.stale.lock().insert(location.to_ascii_lowercase());
+        // The latest refusal counts: a read sent between two refusals predates the second.
+        self.stale
+            .lock()
+            .insert(location.to_ascii_lowercase(), Instant::now());
     }
 
     /// The pools the `offerings` (one per group, `None`: unknown) draw from, each pool once,
@@ -286,5 +297,22 @@ mod tests {
         cache.attempted("westeurope", Instant::now());
         assert!(!cache.due("westeurope", 1.0));
         assert!(cache.get("westeurope").is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_read_sent_before_a_quota_refusal_does_not_answer_it() {
+        let cache = QuotaCache::new(Duration::from_secs(60));
+        let sent = Instant::now();
+        tokio::time::advance(Duration::from_millis(100)).await;
+        // The refusal comes while that read is on its way; then the read lands.
+        cache.invalidate("westeurope");
+        tokio::time::advance(Duration::from_millis(100)).await;
+        cache.insert("westeurope", Usages::new(&usages(), sent));
+        assert!(
+            cache.due("westeurope", 1.0),
+            "the read predates the refusal: read again"
+        );
+        cache.insert("westeurope", Usages::new(&usages(), Instant::now()));
+        assert!(!cache.due("westeurope", 1.0));
     }
 }

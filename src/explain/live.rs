@@ -64,6 +64,25 @@ pub async fn read(settings: &Settings) -> anyhow::Result<Snapshot> {
             snap.pools.push((crg.clone(), cluster.clone(), p));
         }
     }
+    // The vCPU quota left in every region the groups are in, as the controller reads it.
+    let regions: BTreeSet<String> = snap
+        .scale_sets
+        .iter()
+        .map(|(_, s)| s)
+        .chain(snap.pools.iter().map(|(_, _, p)| p))
+        .filter(|s| !s.location.is_empty())
+        .map(|s| s.location.to_ascii_lowercase())
+        .collect();
+    for region in regions {
+        match arm.list_usages(&region).await {
+            Ok(rows) => {
+                snap.usages.insert(region, rows);
+            }
+            Err(e) => snap.notes.push(format!(
+                "compute usages of {region} not read ({e}): quota not applied here (the role needs Microsoft.Compute/locations/usages/read at subscription scope)"
+            )),
+        }
+    }
     let client = crate::app::kube_client(&settings.kubernetes).await?;
     snap.nodes = list::<Node>(&client, "nodes")
         .await?

@@ -63,6 +63,8 @@ pub struct World {
     pub volumes: Arc<Volumes>,
     /// Namespaces' labels (affinity terms with a `namespaceSelector`).
     pub namespaces: Arc<NamespaceLabels>,
+    /// The regions' compute usages as read (the vCPU quota a scale-up is capped by).
+    pub quota: Arc<crate::capacity::QuotaCache>,
     /// `podDemand` settings (expander, priority cutoff, `maxNodeProvisionTime`).
     pub pod_demand: PodDemandSettings,
     /// `scaleDown` settings.
@@ -218,6 +220,9 @@ pub struct GroupExplanation {
     /// Why it is out of scale-up, if it is (an agent pool AKS's own autoscaler scales).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub out_of_scale_up: Option<String>,
+    /// The vCPU quota its new nodes draw on, as read: `standardDSv5Family in westeurope: 12
+    /// vCPUs left` (empty: the region's usages were not read).
+    pub quota: Vec<String>,
     /// What a one-shot read cannot know about it.
     pub not_known_here: String,
 }
@@ -263,9 +268,15 @@ impl World {
         groups: &[&'w Group],
         pods: Vec<Arc<PodRecord>>,
     ) -> ScaleUpInput<'w> {
+        let offerings: Vec<_> = groups
+            .iter()
+            .map(|g| g.resource.as_ref().and_then(|r| r.offering()))
+            .collect();
+        let (quota, mut pools) = self.quota.pools(&offerings);
         let inputs = groups
             .iter()
-            .map(|g| {
+            .zip(pools.iter_mut())
+            .map(|(g, pools)| {
                 let shape = g
                     .resource
                     .as_ref()
@@ -283,7 +294,7 @@ impl World {
                     shape,
                     unhealthy: Self::refusal(g),
                     failed: Vec::new(),
-                    quota: Vec::new(),
+                    quota: std::mem::take(pools),
                 }
             })
             .collect();
@@ -297,7 +308,7 @@ impl World {
             seed: 1,
             now: self.now,
             node_startup: self.pod_demand.max_node_provision_time,
-            quota: Vec::new(),
+            quota,
             balance_similar: self.pod_demand.balance_similar_node_groups,
             volumes: self.volumes.clone(),
             namespaces: self.namespaces.clone(),
@@ -656,6 +667,14 @@ impl World {
             } else {
                 Self::refusal(g).map(|w| w.text)
             },
+            quota: {
+                let offering = r.and_then(|r| r.offering());
+                let (pools, _) = self.quota.pools(std::slice::from_ref(&offering));
+                pools
+                    .iter()
+                    .map(|p| format!("{p}: {} vCPUs left", p.remaining))
+                    .collect()
+            },
             not_known_here: NOT_KNOWN.into(),
         })
     }
@@ -812,6 +831,15 @@ impl Explanation {
                 if let Some(o) = &g.out_of_scale_up {
                     let _ = writeln!(s, "  out of scale-up: {o}");
                 }
+                let _ = writeln!(
+                    s,
+                    "  quota: {}",
+                    if g.quota.is_empty() {
+                        "not read (no usages for its region: not capped here)".into()
+                    } else {
+                        g.quota.join(", ")
+                    }
+                );
                 let _ = writeln!(
                     s,
                     "  unneeded nodes: {}",

@@ -52,6 +52,11 @@ pub struct Snapshot {
     pub scale_sets: Vec<(String, ScaleSet)>,
     /// Agent pools, with their managed cluster's resource group and name.
     pub pools: Vec<(String, String, ScaleSet)>,
+    /// Compute usages by region (lowercase): `az vm list-usage -l REGION -o json` saved as
+    /// `usages-REGION.json`, or ARM's own list.
+    pub usages: BTreeMap<String, Vec<crate::capacity::Usage>>,
+    /// What reading could not do (said with the explanation).
+    pub notes: Vec<String>,
     /// Objects of other kinds, counted by kind.
     pub ignored: BTreeMap<String, usize>,
 }
@@ -109,10 +114,55 @@ pub fn load(dir: &Path) -> Result<Snapshot, SnapshotError> {
             _ => return Err(err(&name, "neither an object nor a list of objects")),
         };
         for (i, item) in items.into_iter().enumerate() {
-            out.add(item, &format!("{name}[{i}]"))?;
+            let at = format!("{name}[{i}]");
+            if let Some(usage) = usage_of(&item) {
+                // `az vm list-usage` does not say the region: the file name does.
+                let file_name = file
+                    .file_name()
+                    .map(|n| n.to_string_lossy().to_ascii_lowercase())
+                    .unwrap_or_default();
+                let region = file_name
+                    .strip_prefix("usages-")
+                    .and_then(|n| n.strip_suffix(".json"))
+                    .filter(|r| !r.is_empty())
+                    .ok_or_else(|| {
+                        err(
+                            &at,
+                            "a compute usage, in a file not named usages-REGION.json: name the file for its region (az vm list-usage -l westeurope -o json > usages-westeurope.json)",
+                        )
+                    })?;
+                let usage = usage.map_err(|m| err(&at, m))?;
+                out.usages
+                    .entry(region.to_ascii_lowercase())
+                    .or_default()
+                    .push(usage);
+                continue;
+            }
+            out.add(item, &at)?;
         }
     }
     Ok(out)
+}
+
+/// A compute usage (`name.value`, `currentValue`, `limit`; the Azure CLI writes the numbers as
+/// strings), if `item` is one: `Some(Err)` when it is one that does not parse.
+fn usage_of(item: &Value) -> Option<Result<crate::capacity::Usage, String>> {
+    let name = item.pointer("/name/value")?.as_str()?;
+    let (current, limit) = (item.get("currentValue")?, item.get("limit")?);
+    let number = |v: &Value| {
+        v.as_i64()
+            .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok()))
+    };
+    Some(match (number(current), number(limit)) {
+        (Some(current), Some(limit)) => Ok(crate::capacity::Usage {
+            name: name.to_string(),
+            current,
+            limit,
+        }),
+        _ => Err(format!(
+            "compute usage {name}: currentValue {current} and limit {limit} must be integers"
+        )),
+    })
 }
 
 impl Snapshot {
@@ -254,8 +304,8 @@ impl Snapshot {
     /// without settings, every scale set and pool of the snapshot with bounds from its
     /// cluster-autoscaler `min`/`max` tags (0 and 1000 when untagged). Notes say what was
     /// assumed.
-    pub fn world(self, settings: Option<&Settings>) -> (World, Vec<String>) {
-        let mut notes = Vec::new();
+    pub fn world(mut self, settings: Option<&Settings>) -> (World, Vec<String>) {
+        let mut notes = std::mem::take(&mut self.notes);
         let find_ss = |g: &NodeGroupSpec, rg: &str| {
             self.scale_sets
                 .iter()
@@ -403,6 +453,17 @@ impl Snapshot {
                 &self.csi_nodes,
             )),
             namespaces: Arc::new(NamespaceLabels::new(self.namespaces)),
+            quota: {
+                // Never refreshed here: one read, one explanation.
+                let cache = crate::capacity::QuotaCache::new(std::time::Duration::from_secs(3600));
+                for (region, rows) in &self.usages {
+                    cache.insert(
+                        region,
+                        crate::capacity::Usages::new(rows, tokio::time::Instant::now()),
+                    );
+                }
+                Arc::new(cache)
+            },
             pod_demand,
             scale_down,
             now: k8s_openapi::jiff::Timestamp::now(),
