@@ -80,6 +80,7 @@ impl Problem {
         resource: &str,
         namespace: Option<&str>,
         why: &str,
+        name: Option<&str>,
     ) -> Problem {
         let (scope, flag) = match namespace {
             Some(ns) => (format!("in namespace {ns}"), format!("-n {ns}")),
@@ -95,7 +96,11 @@ impl Problem {
             object: "kubernetes RBAC".into(),
             what: format!("{user} may not {verb} {resource} {scope} (needed to {why})"),
             fix: format!(
-                "apply the ClusterRole and Role of deploy/base (kubectl apply -k deploy/overlays/...), then check with `kubectl auth can-i {verb} {resource} {flag}{as_user}`"
+                "apply the ClusterRole and Role of deploy/base (kubectl apply -k deploy/overlays/...){}, then check with `kubectl auth can-i {verb} {resource} {flag}{as_user}`",
+                match name {
+                    Some(n) => format!("; a renamed object ({n}) must be in the Role's resourceNames"),
+                    None => String::new(),
+                }
             ),
         }
     }
@@ -160,13 +165,22 @@ mod tests {
     #[test]
     fn an_rbac_refusal_names_the_verb_the_scope_and_the_can_i_check() {
         let sa = "system:serviceaccount:vmss:vmss-capacity-controller";
-        let line = Problem::rbac(sa, "list", "pods", None, "see pending pods").to_string();
+        let line = Problem::rbac(sa, "list", "pods", None, "see pending pods", None).to_string();
         assert!(line.contains(&format!(
             "{sa} may not list pods cluster-wide (needed to see pending pods)"
         )));
         assert!(line.contains(&format!("`kubectl auth can-i list pods -A --as={sa}`")));
-        let line = Problem::rbac(sa, "update", "leases", Some("vmss"), "lead").to_string();
-        assert!(line.contains("may not update leases in namespace vmss"));
-        assert!(line.contains("`kubectl auth can-i update leases -n vmss --as="));
+        let line = Problem::rbac(
+            sa,
+            "update",
+            "leases/my-lease",
+            Some("vmss"),
+            "lead",
+            Some("my-lease"),
+        )
+        .to_string();
+        assert!(line.contains("may not update leases/my-lease in namespace vmss"));
+        assert!(line.contains("a renamed object (my-lease) must be in the Role's resourceNames"));
+        assert!(line.contains("`kubectl auth can-i update leases/my-lease -n vmss --as="));
     }
 }

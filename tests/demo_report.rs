@@ -86,12 +86,18 @@ async fn the_demo_report_renders_in_headless_chromium_with_its_charts_and_summar
     // What the browser parsed: the chart's elements are in the SVG namespace's DOM.
     let dom = run_chromium(&dir.join("profile"), "--dump-dom", &page);
     assert_eq!(dom.matches("<svg").count(), 1, "one timeline, one chart");
-    // A line per group's capacity and Ready nodes, the pending pods, and the legend's samples.
-    assert!(
-        dom.matches("<polyline").count() >= 7,
-        "the series: {} polylines",
-        dom.matches("<polyline").count()
-    );
+    // A line per group's capacity and Ready nodes and the pending pods (7 series), each with a
+    // point per sample (14 s at 200 ms: about 70); the legend's samples have 2 points each.
+    let long_lines = dom
+        .split("<polyline")
+        .skip(1)
+        .filter(|el| {
+            el.split_once("points=\"")
+                .and_then(|(_, rest)| rest.split_once('"'))
+                .is_some_and(|(points, _)| points.split_whitespace().count() >= 50)
+        })
+        .count();
+    assert_eq!(long_lines, 7, "7 sampled series drawn");
     // A circle per rival write that landed in its own sample, a triangle per controller write.
     assert!(dom.matches("<circle").count() >= 5, "the rival's marks");
     assert!(
@@ -109,6 +115,19 @@ async fn the_demo_report_renders_in_headless_chromium_with_its_charts_and_summar
     assert!(
         dom.contains("<td>lost updates</td><td>0</td>"),
         "the summary table"
+    );
+    // The caption counts the marks drawn: the rival's writes as the demo counted them (the
+    // recorder starts just after the rival, so it may miss its first one or two).
+    let caption = dom
+        .split("rival writes ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .expect("the caption counts the rival's writes");
+    assert!(
+        caption <= r.rival_writes && caption + 2 >= r.rival_writes,
+        "marks {caption} against {} rival writes",
+        r.rival_writes
     );
 
     // What it looks like: a screenshot of the asked size, with far more in it than an empty

@@ -57,7 +57,7 @@ async fn every_verb_rbac_refuses_is_one_line_with_the_can_i_command_and_nothing_
     assert_eq!(lines.len(), 4, "list and watch of each: {lines:#?}");
     for verb in ["list", "watch"] {
         assert!(lines.iter().any(|l| l.starts_with(&format!(
-            "kubernetes RBAC: this controller's identity may not {verb} pods cluster-wide (needed to see pending pods); fix: apply the ClusterRole and Role of deploy/base"
+            "kubernetes RBAC: this controller's identity may not {verb} pods cluster-wide (needed to see pending and running pods); fix: apply the ClusterRole and Role of deploy/base"
         )) && l.ends_with(&format!("`kubectl auth can-i {verb} pods -A`"))), "{lines:#?}");
         assert!(
             lines.iter().any(|l| l.contains(&format!(
@@ -68,11 +68,14 @@ async fn every_verb_rbac_refuses_is_one_line_with_the_can_i_command_and_nothing_
     }
     assert!(lines.iter().all(|l| !l.contains('\n')), "one line each");
 
-    // Without pod demand the controller reads no pods: nothing to refuse.
+    // The reflectors run whenever the Kubernetes side is on, pod demand or not: the same reads
+    // are needed, and a dry run needs them too.
     let mut configured = s.clone();
     configured.pod_demand.kind = DemandKind::Configured;
-    let none = access::check(&client, &configured, false, Duration::from_secs(5)).await;
-    assert!(none.is_empty(), "{none:?}");
+    for dry_run in [false, true] {
+        let refused = access::check(&client, &configured, dry_run, Duration::from_secs(5)).await;
+        assert_eq!(refused.len(), 4, "dry run {dry_run}: {refused:?}");
+    }
 }
 
 #[tokio::test]
@@ -123,10 +126,21 @@ async fn a_dry_run_is_only_asked_for_what_it_reads() {
     assert!(writes
         .iter()
         .any(|n| n.resource == "pods" && n.subresource == Some("eviction")));
-    assert!(reads
-        .iter()
-        .all(|n| matches!(n.verb, "get" | "list" | "watch")));
+    // A dry run takes no Lease and writes no status: not even their reads are asked for.
+    assert!(reads.iter().all(|n| matches!(n.verb, "list" | "watch")));
     assert!(reads
         .iter()
         .any(|n| n.verb == "watch" && n.resource == "pods"));
+    // Both status ConfigMaps, by name, as the Role's resourceNames grant them.
+    for name in [
+        "vmss-capacity-controller-status",
+        "cluster-autoscaler-status",
+    ] {
+        assert!(
+            writes
+                .iter()
+                .any(|n| n.verb == "update" && n.name.as_deref() == Some(name)),
+            "{name}: {writes:#?}"
+        );
+    }
 }

@@ -73,7 +73,8 @@ ensure_prometheus() {
 # real browser (headless). Sets CHROMIUM.
 ensure_chromium() {
   if [ -n "${CHROMIUM:-}" ] && [ -x "$CHROMIUM" ]; then :;
-  elif command -v chromium >/dev/null 2>&1; then CHROMIUM="$(command -v chromium)"; fi
+  elif command -v chromium >/dev/null 2>&1; then CHROMIUM="$(command -v chromium)";
+  else unset CHROMIUM; fi
   if [ -z "${CHROMIUM:-}" ]; then
     if [ "$(id -u)" != 0 ]; then
       echo "FAIL: chromium missing and not root: apt-get install chromium yourself" >&2

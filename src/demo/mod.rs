@@ -328,11 +328,12 @@ impl Stage {
             &report::Report {
                 title: format!("vmss-capacity-controller demo: {}", self.what(args)),
                 intro: vec![format!(
-                    "The built-in ARM emulator held {}; the controller kept them at a capacity plan while a rival changed them every {:?} (seed {}). ETag concurrency {}. The chart shows each one's capacity as Azure held it, sampled every 200 ms, and below it every write as the emulator saw it.",
+                    "The built-in ARM emulator held {}; the controller kept them at a capacity plan while a rival changed them every {:?} (seed {}). ETag concurrency {}. The chart shows each one's capacity as Azure held it, sampled every {:?}, and below it every write as the emulator saw it.",
                     self.what(args),
                     args.rival_interval,
                     args.seed,
-                    etag_mode(args)
+                    etag_mode(args),
+                    report::SAMPLE
                 )],
                 timelines: vec![timeline],
                 table: report::Table::default(),

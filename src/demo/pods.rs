@@ -150,7 +150,7 @@ fn intro(args: &DemoArgs, runs: &str) -> Vec<String> {
             "The built-in emulator ran a simulated cluster (a Node per VM instance, Ready {BOOT_DELAY:?} after it appears) and three scale sets: general (Standard_D4s_v5, 1..20), memory (Standard_E8s_v5, 0..8) and gpu (Standard_NC6s_v3, tainted, 0..4). Pods came in two bursts, then the web and cache ReplicaSets shrank, while a rival changed the scale sets every {:?} (seed {}). {runs}",
             args.rival_interval, args.seed
         ),
-        "Each chart shows what Azure and the cluster held, sampled every 200 ms, and below it every write as the emulator saw it: the rival's, the controller's, the controller's writes refused with 412 Precondition Failed, and the writes that replaced a version their writer had never read (lost updates).".into(),
+        format!("Each chart shows what Azure and the cluster held, sampled every {:?}, and below it every write as the emulator saw it: the rival's, the controller's, the controller's writes refused with 412 Precondition Failed, and the writes that replaced a version their writer had never read (lost updates).", report::SAMPLE),
     ]
 }
 
@@ -781,8 +781,15 @@ fn print_comparison(ab: &AbReport) {
 
 /// What the A/B shows, in two sentences.
 fn conclusion(ab: &AbReport) -> String {
+    let kept = match ab.with_etags.lost_updates {
+        0 => format!(
+            "none of the rival's {} changes was lost",
+            ab.with_etags.rival_writes
+        ),
+        n => format!("yet {n} of the rival's changes were lost: a defect"),
+    };
     format!(
-        "With ETags every write carried If-Match: {} met a 412 (the rival had changed the scale set since it was read), was re-read and re-planned, and none of the rival's {} changes was lost. Blind, the same scenario overwrote {} of the rival's changes (the emulator counts a write that replaced a version its writer never read).",
-        ab.with_etags.conflicts, ab.with_etags.rival_writes, ab.blind.lost_updates
+        "With ETags every write carried If-Match: {} met a 412 (the rival had changed the scale set since it was read), was re-read and re-planned, and {kept}. Blind, the same scenario overwrote {} of the rival's changes (the emulator counts a write that replaced a version its writer never read).",
+        ab.with_etags.conflicts, ab.blind.lost_updates
     )
 }

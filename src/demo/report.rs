@@ -29,7 +29,7 @@ const PALETTE: [RGBColor; 10] = [
 ];
 
 /// How often the recorder looks.
-const SAMPLE: Duration = Duration::from_millis(200);
+pub const SAMPLE: Duration = Duration::from_millis(200);
 
 /// What happened at one moment of a run, as the emulator saw it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,7 +150,7 @@ impl Recorder {
             ..Timeline::default()
         };
         let (_, mut cursor) = state.changes_since(u64::MAX);
-        let mut seq = state.requests_since(0).last().map_or(0, |r| r.seq);
+        let (_, mut logged) = state.requests_since(u64::MAX);
         let mut lost_seen = state.lost_updates().len();
         let task = {
             let stop = stop.clone();
@@ -179,8 +179,9 @@ impl Recorder {
                             resource: last_segment(&c.resource),
                         });
                     }
-                    for r in state.requests_since(seq) {
-                        seq = r.seq;
+                    let (requests, next) = state.requests_since(logged);
+                    logged = next;
+                    for r in requests {
                         let mine = r
                             .writer
                             .as_ref()

@@ -49,8 +49,8 @@ impl Need {
     }
 }
 
-/// Every permission `settings` needs, as the ClusterRole and Role of `deploy/base` grant them
-/// (a dry run: only the reads, since it writes nothing).
+/// Every permission `settings` needs, as the ClusterRole and Role of `deploy/base` grant them.
+/// A dry run writes nothing, takes no Lease and writes no status: only the watches' reads.
 pub fn needs(settings: &Settings, dry_run: bool) -> Vec<Need> {
     let k = &settings.kubernetes;
     let need = |verb, group, resource, namespace: Option<&str>, why| Need {
@@ -63,12 +63,36 @@ pub fn needs(settings: &Settings, dry_run: bool) -> Vec<Need> {
         why,
     };
     let ns = Some(k.namespace.as_str());
-    // The Role grants reading and updating the Lease and the status ConfigMap by name only.
+    // The Role grants reading and updating the Lease and the status ConfigMaps by name only.
     let named = |verb, group, resource, name: &str, why| Need {
         name: Some(name.to_string()),
         ..need(verb, group, resource, ns, why)
     };
     let mut out = Vec::new();
+    // The reflectors run whenever the Kubernetes side is on (readiness waits for them).
+    let reads: [(&str, &str, &str); 9] = [
+        ("", "nodes", "map nodes to node groups"),
+        ("", "pods", "see pending and running pods"),
+        (
+            "policy",
+            "poddisruptionbudgets",
+            "respect disruption budgets",
+        ),
+        ("apps", "daemonsets", "count DaemonSet pods on new nodes"),
+        ("", "persistentvolumeclaims", "simulate volumes"),
+        ("", "persistentvolumes", "simulate volumes"),
+        ("storage.k8s.io", "storageclasses", "simulate volumes"),
+        ("storage.k8s.io", "csinodes", "count volume attach limits"),
+        ("", "namespaces", "match namespace selectors"),
+    ];
+    for (group, resource, why) in reads {
+        for verb in ["list", "watch"] {
+            out.push(need(verb, group, resource, None, why));
+        }
+    }
+    if dry_run {
+        return out;
+    }
     if k.leader_election.enabled {
         let lease = &k.leader_election.lease_name;
         out.push(need(
@@ -90,55 +114,35 @@ pub fn needs(settings: &Settings, dry_run: bool) -> Vec<Need> {
     }
     let status = "write the status ConfigMap";
     out.push(need("create", "", "configmaps", ns, status));
-    for verb in ["get", "update"] {
-        out.push(named(verb, "", "configmaps", &k.status_config_map, status));
-    }
-    out.push(need("create", "events.k8s.io", "events", ns, "post Events"));
-    if settings.pod_demand.kind == DemandKind::Pods {
-        let reads: [(&str, &str, &str); 9] = [
-            ("", "nodes", "map nodes to groups"),
-            ("", "pods", "see pending pods"),
-            (
-                "policy",
-                "poddisruptionbudgets",
-                "respect disruption budgets",
-            ),
-            ("apps", "daemonsets", "count DaemonSet pods on new nodes"),
-            ("", "persistentvolumeclaims", "simulate volumes"),
-            ("", "persistentvolumes", "simulate volumes"),
-            ("storage.k8s.io", "storageclasses", "simulate volumes"),
-            ("storage.k8s.io", "csinodes", "count volume attach limits"),
-            ("", "namespaces", "match namespace selectors"),
-        ];
-        for (group, resource, why) in reads {
-            for verb in ["list", "watch"] {
-                out.push(need(verb, group, resource, None, why));
-            }
+    for name in std::iter::once(&k.status_config_map).chain(&k.ca_status_config_map) {
+        for verb in ["get", "update"] {
+            out.push(named(verb, "", "configmaps", name, status));
         }
-        // Pod Events (TriggeredScaleUp, NotTriggerScaleUp) go to the pods' namespaces.
+    }
+    // Events about its writes in its namespace; with pod demand, pods' Events in theirs. A
+    // repeated Event is a patch of its series count.
+    let events_scope = if settings.pod_demand.kind == DemandKind::Pods {
+        None
+    } else {
+        ns
+    };
+    for verb in ["create", "patch"] {
         out.push(need(
-            "create",
+            verb,
             "events.k8s.io",
             "events",
-            None,
-            "post pod Events",
+            events_scope,
+            "post Events",
         ));
-        if settings.scale_down.enabled {
-            out.push(need(
-                "patch",
-                "",
-                "nodes",
-                None,
-                "taint nodes before removing them",
-            ));
-            out.push(Need {
-                subresource: Some("eviction"),
-                ..need("create", "", "pods", None, "drain nodes")
-            });
-        }
     }
-    if dry_run {
-        out.retain(|n| matches!(n.verb, "get" | "list" | "watch"));
+    if settings.pod_demand.kind == DemandKind::Pods && settings.scale_down.enabled {
+        let taint = "taint nodes before removing them";
+        out.push(need("get", "", "nodes", None, taint));
+        out.push(need("patch", "", "nodes", None, taint));
+        out.push(Need {
+            subresource: Some("eviction"),
+            ..need("create", "", "pods", None, "drain nodes")
+        });
     }
     out
 }
@@ -209,10 +213,17 @@ pub async fn check(
     let deadline = tokio::time::Instant::now() + reach;
     let mut wait = Duration::from_millis(500);
     loop {
-        match client.apiserver_version().await {
+        // Each try is bounded too: a server that accepts and never answers must not hold the
+        // start for the client's own read timeout.
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let answer = match tokio::time::timeout(left, client.apiserver_version()).await {
+            Ok(answer) => answer.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("no answer within {reach:?}")),
+        };
+        match answer {
             Ok(_) => break,
             Err(e) if tokio::time::Instant::now() + wait > deadline => {
-                return vec![Problem::kube_unreachable(&server, &e.to_string())];
+                return vec![Problem::kube_unreachable(&server, &e)];
             }
             Err(e) => {
                 tracing::info!(error = %e, "the Kubernetes API server does not answer yet; trying again");
@@ -248,6 +259,7 @@ pub async fn check(
                 &n.resource_name(),
                 n.namespace.as_deref(),
                 n.why,
+                n.name.as_deref(),
             )),
             Err(e) => {
                 tracing::warn!(error = %e, "could not ask the API server what RBAC allows (SelfSubjectAccessReview): not checked at start-up");

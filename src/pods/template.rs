@@ -423,7 +423,7 @@ fn size_from_tags(tags: &BTreeMap<String, String>) -> Option<VmSize> {
         gpu: tag("nvidia.com_gpu").map_or(0, |g| u32::try_from(g / 1000).unwrap_or(0)),
         temp_disk_gib: 0,
         family: "",
-        max_data_disks: (2 * vcpu).min(32),
+        max_data_disks: vcpu.saturating_mul(2).min(32),
     })
 }
 

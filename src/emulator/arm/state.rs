@@ -395,6 +395,8 @@ pub(crate) struct Data {
     pub lost: Vec<LostUpdate>,
     pub deletions: Vec<InstanceDeletion>,
     pub log: VecDeque<RequestRecord>,
+    /// Records that fell off the front of `log`.
+    pub log_dropped: u64,
     /// Every new version, oldest first; `journal_dropped` older ones fell off the front.
     pub journal: VecDeque<ChangeRecord>,
     pub journal_dropped: u64,
@@ -534,6 +536,7 @@ impl Data {
     pub fn log(&mut self, rec: RequestRecord) {
         if self.log.len() >= MAX_LOG {
             self.log.pop_front();
+            self.log_dropped += 1;
         }
         self.log.push_back(rec);
     }
@@ -962,11 +965,16 @@ impl EmulatorState {
         (d.journal.iter().skip(skip).cloned().collect(), end)
     }
 
-    /// The requests answered after request number `seq` (0: every one still in the log).
-    pub fn requests_since(&self, seq: u64) -> Vec<RequestRecord> {
+    /// The requests logged since `cursor` (0: every one still in the log), in the order their
+    /// answers were logged, and the cursor to pass next. (Sequence numbers are given when a
+    /// request arrives and records are logged when it is answered, so they are not in order.)
+    pub fn requests_since(&self, cursor: u64) -> (Vec<RequestRecord>, u64) {
         let d = self.lock();
-        let newer = d.log.iter().rev().take_while(|r| r.seq > seq).count();
-        d.log.iter().skip(d.log.len() - newer).cloned().collect()
+        let end = d.log_dropped + d.log.len() as u64;
+        // A cursor past the end means the log was reset since: read it from its start.
+        let cursor = if cursor > end { 0 } else { cursor };
+        let skip = cursor.saturating_sub(d.log_dropped) as usize;
+        (d.log.iter().skip(skip).cloned().collect(), end)
     }
 
     /// Every lost update detected so far.

@@ -179,6 +179,11 @@ fn self_subject_access_review(
         return Err(status::method_not_allowed());
     }
     let mut review = parse_json(body)?;
+    if !review.is_object() {
+        return Err(status::bad_request(
+            "a SelfSubjectAccessReview is a JSON object".to_string(),
+        ));
+    }
     let attrs = &review["spec"]["resourceAttributes"];
     let verb = attrs["verb"].as_str().unwrap_or_default();
     let resource = attrs["resource"].as_str().unwrap_or_default();
