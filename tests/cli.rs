@@ -362,13 +362,22 @@ fn the_emulator_subcommand_announces_its_address_and_writes_its_ca() {
 
 /// Creates managed cluster `aks-1` with pool `np1` (count 2) through the ARM API.
 async fn seed_cluster(emu: &EmulatorHandle) {
+    seed_cluster_with(
+        emu,
+        serde_json::json!({"name": "np1", "count": 2, "vmSize": "Standard_D2s_v5", "mode": "User"}),
+    )
+    .await;
+}
+
+/// Creates managed cluster `aks-1` with one agent pool, `pool`, through the ARM API.
+async fn seed_cluster_with(emu: &EmulatorHandle, pool: serde_json::Value) {
     let token = emu.state().issue_token("seeder");
     let url = format!(
         "{}/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.ContainerService/managedClusters/aks-1?api-version=2024-09-01",
         emu.base_url()
     );
-    let body = serde_json::json!({"location": "westeurope", "properties": {"dnsPrefix": "aks-1",
-        "agentPoolProfiles": [{"name": "np1", "count": 2, "vmSize": "Standard_D2s_v5", "mode": "User"}]}});
+    let body = serde_json::json!({"location": "westeurope",
+        "properties": {"dnsPrefix": "aks-1", "agentPoolProfiles": [pool]}});
     let rsp = reqwest::Client::new()
         .put(url)
         .bearer_auth(token)
@@ -444,22 +453,12 @@ async fn get_and_scale_address_an_agent_pool_by_cluster_and_pool_and_a_stale_if_
 async fn scale_refuses_a_pool_under_aks_autoscaling_in_one_line_with_the_az_command_that_frees_it()
 {
     let emu = emulator().await;
-    let token = emu.state().issue_token("seeder");
-    let url = format!(
-        "{}/subscriptions/{SUB}/resourceGroups/{RG}/providers/Microsoft.ContainerService/managedClusters/aks-1?api-version=2024-09-01",
-        emu.base_url()
-    );
-    let body = serde_json::json!({"location": "westeurope", "properties": {"dnsPrefix": "aks-1",
-        "agentPoolProfiles": [{"name": "auto", "count": 2, "vmSize": "Standard_D2s_v5", "mode": "User",
-            "enableAutoScaling": true, "minCount": 1, "maxCount": 5}]}});
-    let rsp = reqwest::Client::new()
-        .put(url)
-        .bearer_auth(token)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert!(rsp.status().is_success(), "cluster created");
+    seed_cluster_with(
+        &emu,
+        serde_json::json!({"name": "auto", "count": 2, "vmSize": "Standard_D2s_v5", "mode": "User",
+            "enableAutoScaling": true, "minCount": 1, "maxCount": 5}),
+    )
+    .await;
     let dir = tempfile::tempdir().unwrap();
     let config = write_config(dir.path(), &emu.base_url(), true)
         .display()

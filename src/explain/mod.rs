@@ -684,6 +684,15 @@ fn group_refused(g: &Group) -> bool {
     World::refusal(g).is_some()
 }
 
+/// `items` joined by commas, or `empty` when there are none.
+fn joined_or(items: &[String], empty: &str) -> String {
+    if items.is_empty() {
+        empty.to_string()
+    } else {
+        items.join(", ")
+    }
+}
+
 /// The expander as `podDemand.expander` names it.
 fn expander_name(e: &crate::pods::expander::Expander) -> &'static str {
     use crate::pods::expander::Expander;
@@ -834,20 +843,15 @@ impl Explanation {
                 let _ = writeln!(
                     s,
                     "  quota: {}",
-                    if g.quota.is_empty() {
-                        "not read (no usages for its region: not capped here)".into()
-                    } else {
-                        g.quota.join(", ")
-                    }
+                    joined_or(
+                        &g.quota,
+                        "not read (no usages for its region: not capped here)"
+                    )
                 );
                 let _ = writeln!(
                     s,
                     "  unneeded nodes: {}",
-                    if g.unneeded_nodes.is_empty() {
-                        "none".into()
-                    } else {
-                        g.unneeded_nodes.join(", ")
-                    }
+                    joined_or(&g.unneeded_nodes, "none")
                 );
                 let _ = writeln!(s, "  not known here: {}", g.not_known_here);
             }
