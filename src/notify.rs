@@ -6,7 +6,7 @@
 //! runs unchanged without it ([`NoEvents`]).
 
 use crate::hold::HoldReason;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A moment worth an Event. `group` is the node-group name (the `scale_set` metric label).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,7 +131,7 @@ impl EventSink for LogEvents {
 }
 
 /// The last capacity write of a group.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WriteRecord {
     /// When (RFC 3339, UTC).
@@ -146,7 +146,7 @@ pub struct WriteRecord {
 }
 
 /// The last 412 of a group.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ConflictRecord {
     /// When (RFC 3339, UTC).
@@ -156,7 +156,7 @@ pub struct ConflictRecord {
 }
 
 /// Why a group's offering is out (status ConfigMap).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct UnavailableStatus {
     /// The failure class (`quota`, `sku_not_available`, `allocation_failed`).
@@ -167,8 +167,19 @@ pub struct UnavailableStatus {
     pub message: String,
 }
 
-/// One node group as the reconciler sees it now.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// A node the last scale-down pass found unneeded, and since when (status ConfigMap).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UnneededNode {
+    /// Node name.
+    pub node: String,
+    /// Unneeded since (RFC 3339, UTC): the first pass of this leader that found it so.
+    pub since: String,
+}
+
+/// One node group as the reconciler sees it now. Written under the status ConfigMap's key and
+/// read back by `explain`: every field a later version adds is optional.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GroupStatus {
     /// Node-group name.
@@ -190,6 +201,7 @@ pub struct GroupStatus {
     /// The last 412 and how it ended.
     pub last_conflict: Option<ConflictRecord>,
     /// Writes by others seen so far.
+    #[serde(default)]
     pub foreign_writes: u64,
     /// Until when (RFC 3339) the group is backed off after errors, if it is.
     pub backoff_until: Option<String>,
@@ -202,4 +214,16 @@ pub struct GroupStatus {
     /// on every group.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scale_down_halted: Option<String>,
+    /// Until when (RFC 3339) scale-up passes over the group because nodes it asked for did not
+    /// register within `maxNodeProvisionTime`, if it does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provision_backoff_until: Option<String>,
+    /// Its nodes the last scale-down pass found unneeded, longest first (at most
+    /// [`UNNEEDED_LISTED`]; `unneeded_nodes_count` has them all).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unneeded: Vec<UnneededNode>,
 }
+
+/// How many unneeded nodes a group's status lists, so a large cluster's status stays far below
+/// a ConfigMap's 1 MiB.
+pub const UNNEEDED_LISTED: usize = 100;

@@ -20,6 +20,7 @@ async fn two_replicas_hand_the_lease_over_halfway_and_only_the_leader_writes_to_
         kubernetes: true,
         pods: false,
         report: None,
+        report_defaulted: false,
     };
     let r = demo::kubernetes(&args).await.expect("the demo runs");
 

@@ -19,6 +19,7 @@ fn args() -> DemoArgs {
         kubernetes: false,
         pods: false,
         report: None,
+        report_defaulted: false,
     }
 }
 

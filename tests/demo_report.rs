@@ -79,6 +79,7 @@ async fn the_demo_report_renders_in_headless_chromium_with_its_charts_and_summar
         kubernetes: false,
         pods: true,
         report: Some(page.clone()),
+        report_defaulted: false,
     };
     let r = demo::pods::run(&args).await.expect("the demo runs");
     assert!(r.rival_writes > 0, "a run worth drawing: {r:?}");

@@ -298,6 +298,7 @@ async fn a_cluster_level_write_changes_every_pool_etag_and_makes_pool_writes_412
     let state = env.handle.state();
     let before = state.agent_pool(SUB, RG, "c", "b").unwrap().etag;
     let cluster_before = state.cluster(SUB, RG, "c").unwrap().etag;
+    let (_, journaled) = state.changes_since(u64::MAX);
     let new_cluster = state
         .rival_cluster_write(
             SUB,
@@ -309,6 +310,14 @@ async fn a_cluster_level_write_changes_every_pool_etag_and_makes_pool_writes_412
         .unwrap();
     assert_ne!(new_cluster, cluster_before);
     assert_ne!(state.agent_pool(SUB, RG, "c", "b").unwrap().etag, before);
+    // Every pool has a new version, and the write is journaled once, at the cluster.
+    let (changes, _) = state.changes_since(journaled);
+    let rival: Vec<_> = changes.iter().filter(|c| c.writer == "rival").collect();
+    assert_eq!(rival.len(), 1, "{changes:?}");
+    assert!(
+        rival[0].resource.ends_with("/managedclusters/c"),
+        "{rival:?}"
+    );
     assert_eq!(
         state.cluster(SUB, RG, "c").unwrap().tags.get("upgrade"),
         Some(&"1".to_string())

@@ -445,3 +445,420 @@ async fn explain_applies_the_regions_vcpu_quota_from_a_saved_usage_list() {
     assert!(err.contains("usages.json[0]"), "{err}");
     assert!(err.contains("usages-westeurope.json"), "{err}");
 }
+
+/// The running controller, wired as `run` wires it, for the groups of [`cluster`]: pods drive
+/// scale-up, scale-down is on with a long `unneededTime` (nothing is removed while the test
+/// looks), one scan a second.
+async fn running_controller(
+    emulator: &EmulatorHandle,
+    dir: &Path,
+) -> (
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+    tokio_util::sync::CancellationToken,
+) {
+    use vmss_capacity_controller::app::{Replica, ReplicaOptions};
+    use vmss_capacity_controller::config::{
+        AuthSettings, DemandKind, KubernetesSettings, LeaderElectionSettings, SecretSource,
+    };
+    let kubeconfig = dir.join("controller-kubeconfig");
+    std::fs::write(&kubeconfig, emulator.kubeconfig().expect("kubeconfig")).unwrap();
+    let secret = dir.join("controller-secret");
+    std::fs::write(&secret, "controller-secret").unwrap();
+    emulator
+        .state()
+        .register_client("controller", "controller-secret");
+    let mut s = support::settings(
+        &emulator.base_url(),
+        vec![
+            support::group("pool-a", 1, 5, None),
+            support::group("pool-full", 2, 2, None),
+            support::group("pool-gpu", 0, 3, None),
+        ],
+    );
+    s.azure.auth = AuthSettings::ClientSecret {
+        client_id: "controller".into(),
+        secret: SecretSource::File(secret),
+    };
+    s.kubernetes = KubernetesSettings {
+        enabled: true,
+        kubeconfig: Some(kubeconfig),
+        leader_election: LeaderElectionSettings {
+            enabled: false,
+            ..Default::default()
+        },
+        ..KubernetesSettings::default()
+    };
+    s.scan_interval = Duration::from_secs(1);
+    s.pod_demand.kind = DemandKind::Pods;
+    s.pod_demand.batch_idle = Duration::from_millis(300);
+    s.pod_demand.batch_max = Duration::from_secs(2);
+    s.scale_down.enabled = true;
+    s.scale_down.unneeded_time = Duration::from_secs(3600);
+    let replica = Replica::build(
+        std::sync::Arc::new(s),
+        std::sync::Arc::new(vmss_capacity_controller::metrics::Metrics::new()),
+        ReplicaOptions {
+            dry_run: false,
+            identity: Some("controller-0".into()),
+        },
+    )
+    .await
+    .expect("the controller is wired");
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(replica.serve(stop.clone(), std::future::pending()));
+    (task, stop)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_applies_what_only_the_running_controller_knows_from_its_status_config_map() {
+    use vmss_capacity_controller::emulator::FaultSpec;
+    let (emulator, _a, full) = cluster().await;
+    // Azure has no capacity for pool-a's size: every scale-up of it is refused.
+    emulator.state().inject_fault(FaultSpec {
+        method: Some("PUT".into()),
+        path_contains: Some("virtualMachineScaleSets/pool-a".into()),
+        kind: support::status_kind(409, "AllocationFailed", None),
+        count: None,
+        probability: None,
+        seed: None,
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let (task, stop) = running_controller(&emulator, dir.path()).await;
+    let kube = emulator.kube().expect("kubernetes side");
+    let status = || -> Value {
+        kube.get(
+            "v1",
+            "configmaps",
+            "kube-system",
+            "vmss-capacity-controller-status",
+        )
+        .ok()
+        .and_then(|cm| serde_yaml::from_str(cm["data"]["status"].as_str()?).ok())
+        .unwrap_or(Value::Null)
+    };
+    let group_status = |doc: &Value, name: &str| -> Value {
+        doc["nodeGroups"]
+            .as_array()
+            .and_then(|g| g.iter().find(|g| g["name"] == name).cloned())
+            .unwrap_or(Value::Null)
+    };
+    // The controller tries pool-a for `web`, Azure refuses, the offering is marked; the two
+    // empty nodes of pool-full are unneeded (and at the group's floor).
+    let mut doc = Value::Null;
+    for _ in 0..300 {
+        doc = status();
+        if group_status(&doc, "pool-a")["unavailable"].is_object()
+            && group_status(&doc, "pool-full")["unneeded"]
+                .as_array()
+                .is_some_and(|u| u.len() == 2)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let a = group_status(&doc, "pool-a");
+    assert_eq!(a["unavailable"]["reason"], "allocation_failed", "{doc:#}");
+    assert_eq!(a["lastWrite"]["to"], 3, "{doc:#}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    // Asked live, with GETs only, the same settings `run` has.
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "azure:\n  resourceManagerEndpoint: {url}\n  authorityHost: {url}\n  tenantId: tenant\n  subscriptionId: {SUB}\n  resourceGroup: {RG}\n  auth: {{method: clientSecret, clientId: explainer}}\nnodeGroups:\n  - {{name: pool-a, minSize: 1, maxSize: 5}}\n  - {{name: pool-full, minSize: 2, maxSize: 2}}\n  - {{name: pool-gpu, minSize: 0, maxSize: 3}}\nkubernetes: {{enabled: true, kubeconfig: {kc}}}\ndemand: pods\nscaleDown: {{enabled: true, unneededTime: 1h}}\n",
+            url = emulator.base_url(),
+            kc = dir.path().join("controller-kubeconfig").display()
+        ),
+    )
+    .unwrap();
+    emulator
+        .state()
+        .register_client("explainer", "explainer-secret");
+    let ask = |args: &[&str]| {
+        let cfg = config.display().to_string();
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        async move {
+            let shown = args.join(" ");
+            let out = tokio::task::spawn_blocking(move || {
+                Command::new(BIN)
+                    .args(["explain", "--config", &cfg])
+                    .args(&args)
+                    .env("ARM_CLIENT_SECRET", "explainer-secret")
+                    .env_remove("VMSS_CONTROLLER_CONFIG")
+                    .env_remove("KUBECONFIG")
+                    .output()
+                    .unwrap()
+            })
+            .await
+            .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr).into_owned();
+            assert_eq!(out.status.code(), Some(0), "{shown}: {err}");
+            (String::from_utf8_lossy(&out.stdout).into_owned(), err)
+        }
+    };
+
+    if std::env::var_os("EXPLAIN_SHOW").is_some() {
+        for args in [
+            vec!["pod", "default/web"],
+            vec!["group", "pool-a"],
+            vec!["node", full[0].as_str()],
+        ] {
+            let (out, err) = ask(&args).await;
+            eprintln!("$ explain {}\n{err}{out}", args.join(" "));
+        }
+    }
+
+    // The pod: pool-a would fit it, but the running controller passes it over.
+    let (out, err) = ask(&["--output", "json", "pod", "default/web"]).await;
+    assert!(
+        err.contains("the running controller's status (kube-system/vmss-capacity-controller-status, leader controller-0) was written"),
+        "{err}"
+    );
+    let web: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(web["outcome"], "noGroupFits", "{web:#}");
+    let pool_a = web["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["group"] == "pool-a")
+        .cloned()
+        .unwrap();
+    assert_eq!(pool_a["fits"], false, "{web:#}");
+    assert_eq!(pool_a["reason"], "allocation_failed", "{web:#}");
+    assert!(
+        pool_a["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("offering unavailable")),
+        "{web:#}"
+    );
+
+    // The group: the controller's last write, and what holds it, until when.
+    let (out, _) = ask(&["--output", "json", "group", "pool-a"]).await;
+    let g: Value = serde_json::from_str(&out).unwrap();
+    let c = &g["controller"];
+    assert_eq!(c["leader"], "controller-0", "{g:#}");
+    assert_eq!(c["lastWrite"]["to"], 3, "{g:#}");
+    assert_eq!(c["lastWrite"]["from"], 2, "{g:#}");
+    assert!(c["ageSeconds"].as_u64().is_some_and(|s| s < 60), "{g:#}");
+    assert!(
+        c["holds"].as_array().is_some_and(|h| h.iter().any(|h| h
+            .as_str()
+            .is_some_and(|h| h.starts_with("offering unavailable (allocation_failed) until ")))),
+        "{g:#}"
+    );
+    assert!(g["notKnownHere"].is_null(), "{g:#}");
+    assert!(
+        g["outOfScaleUp"]
+            .as_str()
+            .is_some_and(|o| o.starts_with("offering unavailable")),
+        "{g:#}"
+    );
+    let (text, _) = ask(&["group", "pool-a"]).await;
+    assert!(
+        text.contains("the running controller (leader controller-0, status written")
+            && text.contains("holds: offering unavailable (allocation_failed) until "),
+        "{text}"
+    );
+
+    // A node: unneeded since when the controller first found it so, and not long enough.
+    let (out, _) = ask(&["--output", "json", "node", full[0].as_str()]).await;
+    let n: Value = serde_json::from_str(&out).unwrap();
+    let listed = group_status(&status(), "pool-full")["unneeded"]
+        .as_array()
+        .and_then(|u| u.iter().find(|u| u["node"] == full[0].as_str()).cloned())
+        .expect("listed in the status");
+    assert_eq!(n["unneeded"], true, "{n:#}");
+    assert_eq!(n["reason"], "NotUnneededLongEnough", "{n:#}");
+    let since: k8s_openapi::jiff::Timestamp = listed["since"].as_str().unwrap().parse().unwrap();
+    let said: k8s_openapi::jiff::Timestamp = n["unneededSince"].as_str().unwrap().parse().unwrap();
+    assert_eq!(said, since, "{n:#}");
+    assert!(
+        n["unneededForSeconds"].as_u64().is_some_and(|s| s < 120),
+        "{n:#}"
+    );
+    let summary = n["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("as the running controller counts")
+            && summary.contains("after that, pool-full is at its floor (2): it stays"),
+        "{summary}"
+    );
+
+    // The same from files: the status ConfigMap saved with the cluster
+    // (`kubectl -n kube-system get configmap vmss-capacity-controller-status -o json`).
+    let snap = tempfile::tempdir().unwrap();
+    save(&emulator, snap.path()).await;
+    let mut cm = kube
+        .get(
+            "v1",
+            "configmaps",
+            "kube-system",
+            "vmss-capacity-controller-status",
+        )
+        .expect("status written");
+    cm["kind"] = json!("ConfigMap");
+    cm["apiVersion"] = json!("v1");
+    std::fs::write(
+        snap.path().join("status.json"),
+        serde_json::to_vec(&cm).unwrap(),
+    )
+    .unwrap();
+    let n = json_of(snap.path(), &["node", full[0].as_str()]);
+    assert_eq!(n["reason"], "NotUnneededLongEnough", "{n:#}");
+    let said: k8s_openapi::jiff::Timestamp = n["unneededSince"].as_str().unwrap().parse().unwrap();
+    assert_eq!(said, since, "{n:#}");
+    let g = json_of(snap.path(), &["group", "pool-a"]);
+    assert_eq!(g["controller"]["lastWrite"]["to"], 3, "{g:#}");
+    // Without it, the snapshot says what it cannot know.
+    std::fs::remove_file(snap.path().join("status.json")).unwrap();
+    let g = json_of(snap.path(), &["group", "pool-a"]);
+    assert!(g["controller"].is_null(), "{g:#}");
+    assert!(
+        g["notKnownHere"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("no status of a running controller was read (ConfigMap kube-system/vmss-capacity-controller-status)")),
+        "{g:#}"
+    );
+    assert!(
+        g["outOfScaleUp"].is_null(),
+        "only the running controller knew: {g:#}"
+    );
+
+    stop.cancel();
+    task.await.unwrap().unwrap();
+    drop(emulator);
+}
+
+/// A status ConfigMap as `kubectl get configmap -o json` saves it, holding `groups`.
+fn status_file(
+    dir: &Path,
+    groups: Vec<vmss_capacity_controller::notify::GroupStatus>,
+    written: k8s_openapi::jiff::Timestamp,
+) {
+    let doc = vmss_capacity_controller::kube::status::StatusDocument {
+        leader: "controller-1".into(),
+        time: written.to_string(),
+        node_groups: groups,
+    };
+    let cm = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "vmss-capacity-controller-status", "namespace": "kube-system"},
+        "data": {"status": serde_yaml::to_string(&doc).unwrap()},
+    });
+    std::fs::write(dir.join("status.json"), serde_json::to_vec(&cm).unwrap()).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_groups_verdict_for_a_pod_is_said_in_its_own_words_max_size_filter_backoff_and_provisioning_timeout(
+) {
+    use vmss_capacity_controller::notify::GroupStatus;
+    let (emulator, _, _) = cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    save(&emulator, dir.path()).await;
+    drop(emulator);
+    // pool-a may not grow past the 2 nodes it has.
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "azure:\n  resourceManagerEndpoint: https://127.0.0.1:1\n  authorityHost: https://127.0.0.1:1\n  tenantId: tenant\n  subscriptionId: {SUB}\n  resourceGroup: {RG}\n  auth: {{method: managedIdentity}}\nnodeGroups:\n  - {{name: pool-a, minSize: 1, maxSize: 2}}\n  - {{name: pool-full, minSize: 2, maxSize: 2}}\n  - {{name: pool-gpu, minSize: 0, maxSize: 3}}\nkubernetes: {{enabled: true}}\ndemand: pods\nmaxNodeProvisionTime: 15m\n",
+        ),
+    )
+    .unwrap();
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let at = |secs: i64| (now + k8s_openapi::jiff::SignedDuration::from_secs(secs)).to_string();
+    let group = |name: &str| GroupStatus {
+        name: name.into(),
+        kind: "vmss".into(),
+        ..Default::default()
+    };
+    let verdicts = || {
+        let (code, out, err) = explain(
+            dir.path(),
+            &[
+                "--config",
+                config.to_str().unwrap(),
+                "--output",
+                "json",
+                "pod",
+                "default/web",
+            ],
+        );
+        assert_eq!(code, 0, "{err}");
+        let v: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["outcome"], "noGroupFits", "{v:#}");
+        v["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| {
+                (
+                    g["group"].as_str().unwrap().to_string(),
+                    g["reason"].as_str().unwrap_or("-").to_string(),
+                    g["message"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+
+    // The running controller backs pool-gpu off after write errors for 40 s more.
+    let mut gpu = group("pool-gpu");
+    gpu.backoff_until = Some(at(40));
+    status_file(
+        dir.path(),
+        vec![group("pool-a"), group("pool-full"), gpu],
+        now,
+    );
+    let v = verdicts();
+    assert_eq!(
+        v,
+        vec![
+            (
+                "pool-a".into(),
+                "max_size".into(),
+                "node group at its max size".into()
+            ),
+            (
+                "pool-full".into(),
+                "insufficient_cpu".into(),
+                "Insufficient cpu".into()
+            ),
+            (
+                "pool-gpu".into(),
+                "backoff".into(),
+                "backed off after errors".into()
+            ),
+        ],
+    );
+
+    // Nodes it asked for did not register in time: passed over for a minute more.
+    let mut gpu = group("pool-gpu");
+    gpu.provision_backoff_until = Some(at(60));
+    status_file(
+        dir.path(),
+        vec![group("pool-a"), group("pool-full"), gpu],
+        now,
+    );
+    let (_, reason, message) = verdicts().remove(2);
+    assert_eq!(reason, "provision_timeout");
+    assert!(
+        message.starts_with(
+            "requested nodes did not register within maxNodeProvisionTime (900s): backed off for"
+        ),
+        "{message}"
+    );
+
+    // A mark that ran out is over: pool-gpu answers with its filter again.
+    let mut gpu = group("pool-gpu");
+    gpu.backoff_until = Some(at(-1));
+    status_file(
+        dir.path(),
+        vec![group("pool-a"), group("pool-full"), gpu],
+        now,
+    );
+    let (_, reason, message) = verdicts().remove(2);
+    assert_eq!(
+        (reason.as_str(), message.as_str()),
+        ("taint", "node(s) had untolerated taint {sku: gpu}")
+    );
+}

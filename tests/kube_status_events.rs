@@ -58,6 +58,7 @@ fn group(name: &str) -> GroupStatus {
         unavailable: None,
         held: None,
         scale_down_halted: None,
+        ..Default::default()
     }
 }
 

@@ -76,6 +76,7 @@ fn group(name: &str, target: i64) -> GroupStatus {
         unavailable: None,
         held: None,
         scale_down_halted: None,
+        ..Default::default()
     }
 }
 

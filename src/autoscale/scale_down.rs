@@ -257,6 +257,7 @@ impl ScaleDownLoop {
         if !s.reconciler.may_write() || !s.cluster.synced() {
             // Not leading (or not seeing the cluster yet): nothing is unneeded "since" anything.
             self.since.clear();
+            s.reconciler.set_unneeded(BTreeMap::new());
             self.cleaned = false;
             return;
         }
@@ -358,7 +359,7 @@ impl ScaleDownLoop {
             namespaces: &namespaces,
         });
         unneeded::track(&mut self.since, &candidates, now);
-        self.report(&down, &candidates);
+        self.report(&down, &candidates, now);
         let (chosen, waiting) = unneeded::select(
             &candidates,
             &down,
@@ -488,6 +489,7 @@ impl ScaleDownLoop {
                 s.reconciler.set_scale_down_halted(Some(why.clone()));
                 self.halted = Some(why);
                 self.since.clear();
+                s.reconciler.set_unneeded(BTreeMap::new());
                 false
             }
             None => {
@@ -673,23 +675,29 @@ impl ScaleDownLoop {
         }
     }
 
-    fn report(&self, groups: &[DownGroup], candidates: &Candidates) {
-        let mut per_group: BTreeMap<&str, i64> =
-            groups.iter().map(|g| (g.name.as_str(), 0)).collect();
+    fn report(&self, groups: &[DownGroup], candidates: &Candidates, now: Instant) {
+        let mut per_group: BTreeMap<&str, Vec<(String, Instant)>> = groups
+            .iter()
+            .map(|g| (g.name.as_str(), Vec::new()))
+            .collect();
         for u in &candidates.unneeded {
-            *per_group.entry(groups[u.group].name.as_str()).or_default() += 1;
+            let since = self.since.get(&u.node).copied().unwrap_or(now);
+            per_group
+                .entry(groups[u.group].name.as_str())
+                .or_default()
+                .push((u.node.clone(), since));
         }
-        for (g, n) in &per_group {
+        for (g, nodes) in &per_group {
             self.shared
                 .metrics
                 .unneeded_nodes_count
                 .with_label_values(&[g])
-                .set(*n);
+                .set(i64::try_from(nodes.len()).unwrap_or(i64::MAX));
         }
         self.shared.reconciler.set_unneeded(
             per_group
                 .into_iter()
-                .map(|(g, n)| (g.to_string(), u32::try_from(n).unwrap_or(0)))
+                .map(|(g, nodes)| (g.to_string(), nodes))
                 .collect(),
         );
     }

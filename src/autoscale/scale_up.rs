@@ -442,6 +442,7 @@ impl ScaleUpLoop {
             inputs.iter().map(|g| (g.name.as_str(), &g.backing)),
         );
         let limit = self.settings.pod_demand.max_node_provision_time;
+        let mut backed_off = BTreeMap::new();
         for g in &mut inputs {
             let got = registered.get(&g.name).copied().unwrap_or(0);
             let Some((until, first)) = self
@@ -450,6 +451,7 @@ impl ScaleUpLoop {
             else {
                 continue;
             };
+            backed_off.insert(g.name.clone(), until);
             let backoff = until.saturating_duration_since(now);
             if first {
                 warn!(scale_set = %g.name, capacity = ?g.capacity, registered = got, limit_secs = limit.as_secs(), backoff_secs = backoff.as_secs(), "requested nodes did not register within maxNodeProvisionTime: the group is backed off, planning moves to other groups");
@@ -465,6 +467,7 @@ impl ScaleUpLoop {
                 }));
             }
         }
+        self.reconciler.set_provision_backoff(backed_off);
         self.decisions += 1;
         let volumes = self.cluster.storage.volumes_for(pods.iter());
         let input = ScaleUpInput {

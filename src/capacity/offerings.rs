@@ -82,6 +82,11 @@ impl AllocationFailure {
         }
     }
 
+    /// The class a [`AllocationFailure::label`] names (the status ConfigMap's `reason`).
+    pub fn from_label(label: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|f| f.label() == label)
+    }
+
     /// How long the offering stays out. Quota takes `quota_ttl` (`quotaCooldown`): unlike a
     /// provider that learns quota only by failing, this controller reads the usages and caps
     /// its plans by them, and a quota refusal also re-reads them, so the mark only has to cover

@@ -396,6 +396,10 @@ pub struct DemoArgs {
     /// writes `demo-report.html` unless given another FILE.
     #[arg(long, value_name = "FILE")]
     pub report: Option<std::path::PathBuf>,
+    /// `report` is the default demo's own choice, not the user's: failing to write it is a
+    /// warning, not the demo's failure.
+    #[arg(skip)]
+    pub report_defaulted: bool,
 }
 
 /// Where the default demo writes its report when `--report` is not given.
@@ -437,7 +441,10 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<ExitCode> {
     let mut args = args;
     match args.showcase() {
         Showcase::PodsAb => {
-            args.report.get_or_insert_with(|| DEFAULT_REPORT.into());
+            if args.report.is_none() {
+                args.report = Some(DEFAULT_REPORT.into());
+                args.report_defaulted = true;
+            }
             let ab = pods::compare(&args).await?;
             if ab.with_etags.lost_updates > 0 {
                 eprintln!(

@@ -125,7 +125,7 @@ pub async fn compare(args: &DemoArgs) -> anyhow::Result<AbReport> {
                 .map(|((label, on), (_, off))| vec![label.to_string(), on, off])
                 .collect(),
         };
-        report::write(
+        let written = report::write(
             path,
             &report::Report {
                 title: "vmss-capacity-controller demo: pod-driven scaling, ETags on and off".into(),
@@ -138,7 +138,15 @@ pub async fn compare(args: &DemoArgs) -> anyhow::Result<AbReport> {
                 preformatted: None,
                 notes: vec![conclusion(&ab)],
             },
-        )?;
+        );
+        match written {
+            // The default report is a courtesy: a directory that cannot take it does not undo
+            // the demo that ran.
+            Err(e) if args.report_defaulted => {
+                eprintln!("warning: the report was not written: {e:#} (give --report FILE to choose where)")
+            }
+            other => other?,
+        }
     }
     Ok(ab)
 }

@@ -10,7 +10,7 @@ use crate::metrics::Metrics;
 use crate::pods::record::{NodeRecord, PodRecord};
 use anyhow::Context;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{Api, ListParams};
 use std::collections::BTreeSet;
@@ -108,6 +108,19 @@ pub async fn read(settings: &Settings) -> anyhow::Result<Snapshot> {
     snap.volumes = list(&client, "persistentvolumes").await?;
     snap.classes = list(&client, "storageclasses (storage.k8s.io/v1)").await?;
     snap.csi_nodes = list(&client, "csinodes (storage.k8s.io/v1)").await?;
+    // The running controller's status: what only it knows (holds, backoffs, unneeded times).
+    let k = &settings.kubernetes;
+    match Api::<ConfigMap>::namespaced(client.clone(), &k.namespace)
+        .get_opt(&k.status_config_map)
+        .await
+    {
+        Ok(Some(cm)) => snap.config_maps.push(cm),
+        Ok(None) => {}
+        Err(e) => snap.notes.push(format!(
+            "ConfigMap {}/{} not read ({e}): the role needs get on it",
+            k.namespace, k.status_config_map
+        )),
+    }
     snap.namespaces = list::<Namespace>(&client, "namespaces")
         .await?
         .into_iter()

@@ -8,16 +8,19 @@
 //! files (`kubectl get ... -o json`, `az vmss list -o json`), so an operator can ask "what would
 //! this controller do on my cluster" with no credentials at all.
 //!
-//! What a one-shot cannot know, it says: how long a node has been unneeded (the running
-//! controller tracks that), the holds, backoffs, writes and conflicts of the running controller
-//! (its status ConfigMap has them), and offerings Azure refused lately.
+//! What only the running controller knows (how long a node has been unneeded, its holds and
+//! backoffs, offerings Azure refused lately, its last write and conflict) comes from its status
+//! ConfigMap ([`controller`]), read live or from the snapshot, and goes into the same decisions
+//! as the loops' own memory does. Without it, `explain` says what it cannot know.
 
+pub mod controller;
 pub mod live;
 pub mod snapshot;
 
 use crate::cache::ScaleSet;
 use crate::config::{NodeGroupSpec, PodDemandSettings, ScaleDownSettings};
 use crate::node_groups::{Backing, Unhealthy};
+use crate::notify::{ConflictRecord, WriteRecord};
 use crate::planner::{ConfiguredDemand, Demand, DemandSource};
 use crate::pods::pending::wants_capacity;
 use crate::pods::record::{NodeRecord, PodRecord};
@@ -26,6 +29,7 @@ use crate::pods::scale_up::{self, GroupInput, ScaleUpInput, ScaleUpPlan, WhyNot}
 use crate::pods::topology::NamespaceLabels;
 use crate::pods::unneeded::{self, DownGroup, DownInput, Limits};
 use crate::pods::volumes::Volumes;
+use controller::ControllerStatus;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
@@ -69,6 +73,10 @@ pub struct World {
     pub pod_demand: PodDemandSettings,
     /// `scaleDown` settings.
     pub scale_down: ScaleDownSettings,
+    /// The running controller's status ConfigMap, when one was read.
+    pub controller: Option<ControllerStatus>,
+    /// Where that status was looked for (`namespace/name`), for saying it was not there.
+    pub status_config_map: String,
     /// The time of the decisions.
     pub now: Timestamp,
 }
@@ -93,7 +101,7 @@ pub enum Explanation {
     /// For a node.
     Node(NodeExplanation),
     /// For a node group.
-    Group(GroupExplanation),
+    Group(Box<GroupExplanation>),
 }
 
 /// One group's answer for one pod.
@@ -157,6 +165,12 @@ pub struct NodeExplanation {
     pub utilization: Option<f64>,
     /// Unneeded as of this decision.
     pub unneeded: bool,
+    /// Since when the running controller has found it unneeded (its status), if it has.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unneeded_since: Option<String>,
+    /// For how long, in seconds, as of this decision.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unneeded_for_seconds: Option<u64>,
     /// cluster-autoscaler's unremovable reason (`NotUnneededLongEnough`, `BlockedByPod`, ...), or
     /// `NoReason` when the node would go now had it been unneeded long enough.
     pub reason: String,
@@ -223,8 +237,44 @@ pub struct GroupExplanation {
     /// The vCPU quota its new nodes draw on, as read: `standardDSv5Family in westeurope: 12
     /// vCPUs left` (empty: the region's usages were not read).
     pub quota: Vec<String>,
-    /// What a one-shot read cannot know about it.
-    pub not_known_here: String,
+    /// The running controller's view of it (its status ConfigMap), when that was read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub controller: Option<ControllerView>,
+    /// What this explanation could not know about it (no status of a running controller).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_known_here: Option<String>,
+}
+
+/// A group as the running controller's status shows it.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ControllerView {
+    /// The leader that wrote the status.
+    pub leader: String,
+    /// When it was written (RFC 3339).
+    pub written: String,
+    /// How long before this explanation, in seconds.
+    pub age_seconds: u64,
+    /// The size the controller wants.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<i64>,
+    /// The capacity it last read or wrote.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<i64>,
+    /// The ETag it last saw or adopted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub etag: Option<String>,
+    /// Its last write and the result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_write: Option<WriteRecord>,
+    /// Its last 412 and how that ended.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_conflict: Option<ConflictRecord>,
+    /// Writes by others it has seen.
+    pub foreign_writes: u64,
+    /// What holds the group now (offering unavailable, backoffs, held writes, scale-down
+    /// halted), each with until when; empty: nothing.
+    pub holds: Vec<String>,
 }
 
 /// Why asking failed.
@@ -235,7 +285,20 @@ pub enum ExplainError {
     NotFound(String),
 }
 
-const NOT_KNOWN: &str = "holds, backoffs, the last write and conflict, and offerings Azure refused lately are known to the running controller only: see its status ConfigMap (kubectl -n kube-system get configmap vmss-capacity-controller-status -o yaml) and cluster-autoscaler-status";
+/// What `explain` cannot know without the running controller's status.
+fn not_known(status_config_map: &str) -> String {
+    format!(
+        "no status of a running controller was read (ConfigMap {status_config_map}): holds, backoffs, the last write and conflict, offerings Azure refused lately and how long nodes have been unneeded are not applied here"
+    )
+}
+
+/// A reason the scale-up decision takes, from a group's health.
+fn why_not(u: &Unhealthy) -> WhyNot {
+    WhyNot {
+        label: u.label(),
+        text: u.to_string(),
+    }
+}
 
 impl World {
     fn floor(&self, g: &Group) -> u32 {
@@ -255,10 +318,23 @@ impl World {
 
     fn refusal(g: &Group) -> Option<WhyNot> {
         let refused = crate::resource::pool_refusal(g.resource.as_ref()?)?;
-        let u = Unhealthy::Refused(refused);
-        Some(WhyNot {
-            label: u.label(),
-            text: u.to_string(),
+        Some(why_not(&Unhealthy::Refused(refused)))
+    }
+
+    /// Why the group is out of scale-up, as the scale-up loop says: the write refusal read
+    /// here, then what the running controller's status says (a refused offering, a write
+    /// backoff, a provisioning timeout).
+    fn unhealthy(&self, g: &Group) -> Option<WhyNot> {
+        Self::refusal(g).or_else(|| {
+            self.controller
+                .as_ref()?
+                .unhealthy(
+                    &g.spec.name,
+                    self.now,
+                    self.pod_demand.max_node_provision_time,
+                )
+                .as_ref()
+                .map(why_not)
         })
     }
 
@@ -292,7 +368,7 @@ impl World {
                         .and_then(|s| crate::pods::template::vm_size(s.vm_size))
                         .map(|s| s.vcpu),
                     shape,
-                    unhealthy: Self::refusal(g),
+                    unhealthy: self.unhealthy(g),
                     failed: Vec::new(),
                     quota: std::mem::take(pools),
                 }
@@ -383,7 +459,7 @@ impl World {
         Ok(match subject {
             Subject::Pod(key) => Explanation::Pod(self.pod(key)?),
             Subject::Node(name) => Explanation::Node(self.node(name)?),
-            Subject::Group(name) => Explanation::Group(self.group(name)?),
+            Subject::Group(name) => Explanation::Group(Box::new(self.group(name)?)),
         })
     }
 
@@ -495,6 +571,8 @@ impl World {
             ready: node.ready,
             utilization: None,
             unneeded: false,
+            unneeded_since: None,
+            unneeded_for_seconds: None,
             reason: String::new(),
             blocking_pod: None,
             summary: String::new(),
@@ -530,32 +608,54 @@ impl World {
         };
         out.unneeded = true;
         out.utilization = Some(u.utilization);
-        // Had every candidate been unneeded long enough: would it go, or what holds it?
-        let now = tokio::time::Instant::now();
+        let limits = Limits {
+            unneeded_time: self.scale_down.unneeded_time,
+            unready_time: self.scale_down.unready_time,
+            max_empty_bulk_delete: self.scale_down.max_empty_bulk_delete,
+            max_per_pass: self.scale_down.max_scale_down_per_pass,
+            draining: false,
+            balance: self.pod_demand.balance_similar_node_groups,
+        };
         let wait = self
             .scale_down
             .unneeded_time
             .max(self.scale_down.unready_time)
             + Duration::from_secs(1);
-        let since: HashMap<String, tokio::time::Instant> = candidates
+        // How long each candidate has been unneeded: as the running controller's status says
+        // (a node it does not list: not yet), or, without it, long enough.
+        let unneeded_for: HashMap<String, Duration> = candidates
             .unneeded
             .iter()
-            .map(|c| (c.node.clone(), now.checked_sub(wait).unwrap_or(now)))
+            .map(|c| {
+                let d = match &self.controller {
+                    Some(status) => status
+                        .unneeded_since(&c.node)
+                        .map(|t| Duration::try_from(self.now.duration_since(t)).unwrap_or_default())
+                        .unwrap_or_default(),
+                    None => wait,
+                };
+                (c.node.clone(), d)
+            })
             .collect();
-        let (_, waiting) = unneeded::select(
-            &candidates,
-            &groups,
-            &since,
-            now,
-            Limits {
-                unneeded_time: self.scale_down.unneeded_time,
-                unready_time: self.scale_down.unready_time,
-                max_empty_bulk_delete: self.scale_down.max_empty_bulk_delete,
-                max_per_pass: self.scale_down.max_scale_down_per_pass,
-                draining: false,
-                balance: self.pod_demand.balance_similar_node_groups,
-            },
-        );
+        // The decision on a monotonic clock far enough ahead that every "since" is after its
+        // origin.
+        let horizon = unneeded_for
+            .values()
+            .copied()
+            .max()
+            .unwrap_or_default()
+            .max(wait);
+        let now = tokio::time::Instant::now() + horizon;
+        let since_of = |d: &HashMap<String, Duration>| -> HashMap<String, tokio::time::Instant> {
+            d.iter().map(|(n, d)| (n.clone(), now - *d)).collect()
+        };
+        let (_, waiting) =
+            unneeded::select(&candidates, &groups, &since_of(&unneeded_for), now, limits);
+        // And had every candidate been unneeded long enough: what would hold it then?
+        let long: HashMap<String, Duration> =
+            unneeded_for.keys().map(|n| (n.clone(), wait)).collect();
+        let (_, waiting_then) =
+            unneeded::select(&candidates, &groups, &since_of(&long), now, limits);
         let what = if u.unready {
             format!(
                 "not Ready past its startup window: removed once it has been so for scaleDown.unreadyTime ({})",
@@ -576,37 +676,84 @@ impl World {
                 humantime::format_duration(self.scale_down.unneeded_time)
             )
         };
-        match waiting.get(name) {
-            Some(&"min_size") => {
-                out.reason = "NodeGroupMinSizeReached".into();
-                out.summary = format!(
-                    "{what}; but {} is at its floor ({}): it stays",
-                    group.spec.name,
-                    self.floor(group)
-                );
+        let long_enough = if u.unready {
+            "NotUnreadyLongEnough"
+        } else {
+            "NotUnneededLongEnough"
+        };
+        let hold = |w: &str| -> (&'static str, String) {
+            match w {
+                "min_size" => (
+                    "NodeGroupMinSizeReached",
+                    format!(
+                        "{} is at its floor ({}): it stays",
+                        group.spec.name,
+                        self.floor(group)
+                    ),
+                ),
+                "unknown_size" => (
+                    "NoNodeInfo",
+                    format!(
+                        "the size of {} is unknown: nothing of it goes",
+                        group.spec.name
+                    ),
+                ),
+                other => (long_enough, format!("it waits its turn ({other})")),
             }
-            Some(&"unknown_size") => {
-                out.reason = "NoNodeInfo".into();
-                out.summary = format!(
-                    "{what}; but the size of {} is unknown: nothing of it goes",
-                    group.spec.name
-                );
+        };
+        let Some(status) = &self.controller else {
+            let (reason, summary) = match waiting_then.get(name) {
+                Some(w) => {
+                    let (reason, then) = hold(w);
+                    (reason, format!("{what}; but {then}"))
+                }
+                None => (
+                    long_enough,
+                    format!(
+                        "{what}. How long it has been is known to the running controller only, and no status of it was read (ConfigMap {})",
+                        self.status_config_map
+                    ),
+                ),
+            };
+            out.reason = reason.into();
+            out.summary = summary;
+            return Ok(out);
+        };
+        let since = status.unneeded_since(name);
+        let d = unneeded_for.get(name).copied().unwrap_or_default();
+        out.unneeded_since = since.map(|t| t.to_string());
+        out.unneeded_for_seconds = since.map(|_| d.as_secs());
+        let counted = match since {
+            Some(t) => format!(
+                "unneeded for {} (since {t}, as the running controller counts)",
+                humantime::format_duration(Duration::from_secs(d.as_secs()))
+            ),
+            None if status.unneeded_list_full(&group.spec.name) => format!(
+                "the running controller's status lists only the first {} unneeded nodes of {}: how long is not known",
+                crate::notify::UNNEEDED_LISTED,
+                group.spec.name
+            ),
+            None => "the running controller has not found it unneeded yet".to_string(),
+        };
+        let (reason, summary) = match waiting.get(name) {
+            Some(&("unneeded_time" | "unready_time")) => {
+                let then = waiting_then
+                    .get(name)
+                    .map(|w| format!("; after that, {}", hold(w).1))
+                    .unwrap_or_else(|| "; then the next scale-down pass removes it".into());
+                (long_enough, format!("{what}; {counted}{then}"))
             }
-            Some(other) => {
-                out.reason = "NotUnneededLongEnough".into();
-                out.summary = format!("{what}; after that it waits its turn ({other})");
+            Some(w) => {
+                let (reason, then) = hold(w);
+                (reason, format!("{what}; {counted}; but {then}"))
             }
-            None => {
-                out.reason = if u.unready {
-                    "NotUnreadyLongEnough".into()
-                } else {
-                    "NotUnneededLongEnough".into()
-                };
-                out.summary = format!(
-                    "{what}. A one-shot cannot tell how long it has been: the running controller counts from the first pass that found it unneeded"
-                );
-            }
-        }
+            None => (
+                "NoReason",
+                format!("{what}; {counted}: the next scale-down pass removes it"),
+            ),
+        };
+        out.reason = reason.into();
+        out.summary = summary;
         Ok(out)
     }
 
@@ -665,7 +812,7 @@ impl World {
             out_of_scale_up: if r.is_none() {
                 Some("not found in Azure: never planned".into())
             } else {
-                Self::refusal(g).map(|w| w.text)
+                self.unhealthy(g).map(|w| w.text)
             },
             quota: {
                 let offering = r.and_then(|r| r.offering());
@@ -675,7 +822,29 @@ impl World {
                     .map(|p| format!("{p}: {} vCPUs left", p.remaining))
                     .collect()
             },
-            not_known_here: NOT_KNOWN.into(),
+            controller: self.controller.as_ref().and_then(|c| {
+                let s = c.group(&g.spec.name)?;
+                Some(ControllerView {
+                    leader: c.leader.clone(),
+                    written: c.written.to_string(),
+                    age_seconds: c.age(self.now).as_secs(),
+                    target: s.target,
+                    capacity: s.capacity,
+                    etag: s.etag.clone(),
+                    last_write: s.last_write.clone(),
+                    last_conflict: s.last_conflict.clone(),
+                    foreign_writes: s.foreign_writes,
+                    holds: c.holds(&g.spec.name, self.now),
+                })
+            }),
+            not_known_here: match &self.controller {
+                None => Some(not_known(&self.status_config_map)),
+                Some(c) if c.group(&g.spec.name).is_none() => Some(format!(
+                    "the running controller's status ({}) has no group {}: it does not manage it",
+                    c.source, g.spec.name
+                )),
+                Some(_) => None,
+            },
         })
     }
 }
@@ -853,7 +1022,45 @@ impl Explanation {
                     "  unneeded nodes: {}",
                     joined_or(&g.unneeded_nodes, "none")
                 );
-                let _ = writeln!(s, "  not known here: {}", g.not_known_here);
+                if let Some(c) = &g.controller {
+                    let _ = writeln!(
+                        s,
+                        "  the running controller (leader {}, status written {} ago): target {}, capacity {}, ETag {}, {} write(s) by others seen",
+                        c.leader,
+                        humantime::format_duration(Duration::from_secs(c.age_seconds)),
+                        c.target.map_or("-".into(), |v| v.to_string()),
+                        c.capacity.map_or("-".into(), |v| v.to_string()),
+                        c.etag.as_deref().unwrap_or("-"),
+                        c.foreign_writes
+                    );
+                    let _ = writeln!(
+                        s,
+                        "  last write: {}",
+                        c.last_write.as_ref().map_or("none".into(), |w| format!(
+                            "{} {} -> {} at {}",
+                            w.result,
+                            w.from.map_or("?".into(), |v| v.to_string()),
+                            w.to,
+                            w.at
+                        ))
+                    );
+                    let _ = writeln!(
+                        s,
+                        "  last 412: {}",
+                        c.last_conflict
+                            .as_ref()
+                            .map_or("none".into(), |k| format!("{} at {}", k.outcome, k.at))
+                    );
+                    let holds = if c.holds.is_empty() {
+                        "none".to_string()
+                    } else {
+                        c.holds.join("; ")
+                    };
+                    let _ = writeln!(s, "  holds: {holds}");
+                }
+                if let Some(n) = &g.not_known_here {
+                    let _ = writeln!(s, "  not known here: {n}");
+                }
             }
         }
         s

@@ -10,6 +10,7 @@
 //! kinds are counted and left out. An object that says it is one of these and does not parse is
 //! an error naming the file and the object.
 
+use super::controller::ControllerStatus;
 use super::{Group, World};
 use crate::cache::ScaleSet;
 use crate::config::{NodeGroupKind, NodeGroupSpec, PodDemandSettings, ScaleDownSettings, Settings};
@@ -18,8 +19,8 @@ use crate::pods::record::{NodeRecord, PodRecord};
 use crate::pods::topology::NamespaceLabels;
 use crate::pods::volumes::Volumes;
 use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim};
-use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use serde_json::Value;
@@ -48,6 +49,9 @@ pub struct Snapshot {
     pub csi_nodes: Vec<CSINode>,
     /// Namespaces, with their labels.
     pub namespaces: Vec<(String, BTreeMap<String, String>)>,
+    /// ConfigMaps (the running controller's status is one of them:
+    /// `kubectl -n kube-system get configmap vmss-capacity-controller-status -o json`).
+    pub config_maps: Vec<ConfigMap>,
     /// Scale sets, with their resource group.
     pub scale_sets: Vec<(String, ScaleSet)>,
     /// Agent pools, with their managed cluster's resource group and name.
@@ -241,6 +245,13 @@ impl Snapshot {
                     self.namespaces
                         .push((name, ns.metadata.labels.unwrap_or_default()));
                 }
+                return Ok(());
+            }
+            "ConfigMap" => {
+                self.config_maps.push(
+                    serde_json::from_value(item.clone())
+                        .map_err(|e| err(label(), format!("not a ConfigMap: {e}")))?,
+                );
                 return Ok(());
             }
             "CSINode" => {
@@ -440,6 +451,49 @@ impl Snapshot {
             Some(s) => (s.pod_demand.clone(), s.scale_down.clone()),
             None => (PodDemandSettings::default(), ScaleDownSettings::default()),
         };
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let kube = settings.map(|s| s.kubernetes.clone()).unwrap_or_default();
+        let status_config_map = format!("{}/{}", kube.namespace, kube.status_config_map);
+        let controller = self
+            .config_maps
+            .iter()
+            .find(|cm| {
+                cm.metadata.name.as_deref() == Some(kube.status_config_map.as_str())
+                    && cm
+                        .metadata
+                        .namespace
+                        .as_deref()
+                        .is_none_or(|ns| ns == kube.namespace)
+            })
+            .and_then(|cm| match ControllerStatus::from_config_map(cm) {
+                Ok(c) => Some(c),
+                Err(e) => {
+                    notes.push(format!(
+                        "{e}: the running controller's status is not applied"
+                    ));
+                    None
+                }
+            });
+        match &controller {
+            Some(c) => {
+                let age = c.age(now);
+                notes.push(format!(
+                    "the running controller's status ({}, leader {}) was written {} ago: its holds, backoffs, refused offerings and unneeded times are applied",
+                    c.source,
+                    c.leader,
+                    humantime::format_duration(std::time::Duration::from_secs(age.as_secs()))
+                ));
+                if age > super::controller::STALE_AFTER {
+                    notes.push(format!(
+                        "that status is older than {}: the controller may not be running, and what it says may be out of date",
+                        humantime::format_duration(super::controller::STALE_AFTER)
+                    ));
+                }
+            }
+            None => notes.push(format!(
+                "no status of a running controller (ConfigMap {status_config_map}): holds, backoffs, refused offerings and how long nodes have been unneeded are not applied"
+            )),
+        }
         let world = World {
             groups,
             nodes: self.nodes,
@@ -466,7 +520,9 @@ impl Snapshot {
             },
             pod_demand,
             scale_down,
-            now: k8s_openapi::jiff::Timestamp::now(),
+            controller,
+            status_config_map,
+            now,
         };
         (world, notes)
     }

@@ -291,6 +291,16 @@ fn backoff(s: &GroupStatus) -> Option<BackoffInfo> {
             error_message: Some(format!("{} (until {}): {}", u.reason, u.until, u.message)),
         });
     }
+    if let Some(until) = &s.provision_backoff_until {
+        // cluster-autoscaler's class and code for a scale-up whose nodes never registered.
+        return Some(BackoffInfo {
+            error_code: Some("timeout".into()),
+            error_message: Some(format!(
+                "Scale-up timed out for node group {}: requested nodes did not register within maxNodeProvisionTime; backed off until {until}",
+                s.name
+            )),
+        });
+    }
     s.backoff_until.as_ref().map(|until| BackoffInfo {
         error_code: Some("cloudProviderError".into()),
         error_message: Some(format!("writes backed off after errors until {until}")),
@@ -481,6 +491,7 @@ mod tests {
             unavailable: None,
             held: None,
             scale_down_halted: None,
+            ..Default::default()
         }
     }
 
@@ -495,6 +506,30 @@ mod tests {
         }))
         .expect("node");
         Arc::new(NodeRecord::of(n))
+    }
+
+    #[test]
+    fn nodes_that_never_registered_back_a_group_off_with_cluster_autoscalers_timeout_code() {
+        let mut late = status("late", 2);
+        late.provision_backoff_until = Some("2026-11-25T10:05:00Z".into());
+        let info = backoff(&late).expect("backed off");
+        assert_eq!(info.error_code.as_deref(), Some("timeout"));
+        assert!(
+            info.error_message
+                .as_deref()
+                .is_some_and(|m| m.starts_with("Scale-up timed out for node group late")),
+            "{info:?}"
+        );
+        // A refused offering is the more precise cause and is said first.
+        late.unavailable = Some(UnavailableStatus {
+            reason: "allocation_failed".into(),
+            until: "2026-11-25T10:03:00Z".into(),
+            message: "no capacity".into(),
+        });
+        assert_eq!(
+            backoff(&late).and_then(|i| i.error_code).as_deref(),
+            Some("OutOfResource")
+        );
     }
 
     #[test]

@@ -115,8 +115,9 @@ impl ConfigMapStore for KubeConfigMaps {
     }
 }
 
-/// The YAML document under [`STATUS_KEY`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// The YAML document under [`STATUS_KEY`]; `explain` reads it back
+/// ([`StatusDocument::from_config_map`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusDocument {
     /// The identity of the leader that wrote it.
@@ -125,6 +126,25 @@ pub struct StatusDocument {
     pub time: String,
     /// Every node group.
     pub node_groups: Vec<GroupStatus>,
+}
+
+impl StatusDocument {
+    /// The document a status ConfigMap holds, or what is wrong with it (in words naming the
+    /// ConfigMap and the key).
+    pub fn from_config_map(cm: &ConfigMap) -> Result<Self, String> {
+        let name = format!(
+            "ConfigMap {}/{}",
+            cm.metadata.namespace.as_deref().unwrap_or("?"),
+            cm.metadata.name.as_deref().unwrap_or("?")
+        );
+        let yaml = cm
+            .data
+            .as_ref()
+            .and_then(|d| d.get(STATUS_KEY))
+            .ok_or_else(|| format!("{name} has no key {STATUS_KEY}"))?;
+        serde_yaml::from_str(yaml)
+            .map_err(|e| format!("{name}: key {STATUS_KEY} is not this controller's status: {e}"))
+    }
 }
 
 /// How a successful write went.

@@ -243,6 +243,7 @@ impl ReconcilerBuilder {
                 deletes: tokio::sync::Mutex::new(()),
                 scale_down_halted: Mutex::new(None),
                 unneeded: Mutex::new(BTreeMap::new()),
+                provision_backoff: Mutex::new(BTreeMap::new()),
                 demand: self.demand,
                 clock: self.clock,
                 state: Mutex::new(HashMap::new()),
@@ -288,8 +289,12 @@ struct Inner {
     deletes: tokio::sync::Mutex<()>,
     /// Why scale-down is halted, as the scale-down loop last said (for the status).
     scale_down_halted: Mutex<Option<String>>,
-    /// Unneeded nodes per group at the last scale-down pass (for cluster-autoscaler's status).
-    unneeded: Mutex<BTreeMap<String, u32>>,
+    /// Unneeded nodes per group at the last scale-down pass, with since when (for both
+    /// status ConfigMaps).
+    unneeded: Mutex<BTreeMap<String, Vec<(String, Instant)>>>,
+    /// Groups the scale-up loop passes over because requested nodes did not register within
+    /// `maxNodeProvisionTime`, and until when (for the status).
+    provision_backoff: Mutex<BTreeMap<String, Instant>>,
 }
 
 impl std::fmt::Debug for Reconciler {
@@ -369,14 +374,26 @@ impl Reconciler {
         *self.inner.scale_down_halted.lock() = why;
     }
 
-    /// Records the unneeded nodes per group the last scale-down pass found.
-    pub fn set_unneeded(&self, per_group: BTreeMap<String, u32>) {
+    /// Records the unneeded nodes per group the last scale-down pass found, each with since
+    /// when it has been unneeded.
+    pub fn set_unneeded(&self, per_group: BTreeMap<String, Vec<(String, Instant)>>) {
         *self.inner.unneeded.lock() = per_group;
     }
 
     /// Unneeded nodes per group at the last scale-down pass (empty without scale-down).
     pub fn unneeded(&self) -> BTreeMap<String, u32> {
-        self.inner.unneeded.lock().clone()
+        self.inner
+            .unneeded
+            .lock()
+            .iter()
+            .map(|(g, nodes)| (g.clone(), u32::try_from(nodes.len()).unwrap_or(u32::MAX)))
+            .collect()
+    }
+
+    /// Records the groups the scale-up loop passes over after a `maxNodeProvisionTime`
+    /// timeout, and until when (the status shows them).
+    pub fn set_provision_backoff(&self, per_group: BTreeMap<String, Instant>) {
+        *self.inner.provision_backoff.lock() = per_group;
     }
 
     /// Forgets `group`'s size and instances (a delete was seen to have happened after its
@@ -524,6 +541,8 @@ impl Inner {
         };
         let snapshot = self.node_groups.scale_sets().snapshot();
         let halted = self.scale_down_halted.lock().clone();
+        let provision = self.provision_backoff.lock().clone();
+        let unneeded = self.unneeded.lock().clone();
         let state = self.state.lock();
         self.groups()
             .iter()
@@ -555,6 +574,22 @@ impl Inner {
                         .and_then(|s| s.held.or(s.refusal.map(HoldReason::Refused)))
                         .map(|r| r.metric_label().to_string()),
                     scale_down_halted: halted.clone(),
+                    provision_backoff_until: until(provision.get(&g.name).copied()),
+                    unneeded: unneeded
+                        .get(&g.name)
+                        .map(|nodes| {
+                            let mut nodes = nodes.clone();
+                            nodes.sort_by_key(|(n, since)| (*since, n.clone()));
+                            nodes
+                                .into_iter()
+                                .take(crate::notify::UNNEEDED_LISTED)
+                                .map(|(node, since)| crate::notify::UnneededNode {
+                                    node,
+                                    since: rfc3339(wall - now.saturating_duration_since(since)),
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default(),
                 }
             })
             .collect()

@@ -397,7 +397,7 @@ pub(crate) struct Data {
     pub log: VecDeque<RequestRecord>,
     /// Records that fell off the front of `log`.
     pub log_dropped: u64,
-    /// Every new version, oldest first; `journal_dropped` older ones fell off the front.
+    /// Every write, once (at the resource it addressed), oldest first; `journal_dropped` older ones fell off the front.
     pub journal: VecDeque<ChangeRecord>,
     pub journal_dropped: u64,
     pub seq: u64,
@@ -475,15 +475,14 @@ impl Data {
     }
 
     pub fn record_version(&mut self, key: &str, etag: &str, writer: &str, change: String) {
-        if self.journal.len() >= MAX_LOG {
-            self.journal.pop_front();
-            self.journal_dropped += 1;
-        }
-        self.journal.push_back(ChangeRecord {
-            resource: key.to_string(),
-            writer: writer.to_string(),
-            change: change.clone(),
-        });
+        self.journal_change(key, writer, &change);
+        self.remember_version(key, etag, writer, change);
+    }
+
+    /// Records the version a write made of `key` without a journal entry of its own: the other
+    /// resources one write changes (a managed cluster's PUT gives every pool a new version too,
+    /// and the journal holds the write once, at the cluster).
+    pub fn remember_version(&mut self, key: &str, etag: &str, writer: &str, change: String) {
         self.versions.insert(
             (key.to_string(), etag.to_string()),
             VersionInfo {
@@ -491,6 +490,18 @@ impl Data {
                 change,
             },
         );
+    }
+
+    fn journal_change(&mut self, key: &str, writer: &str, change: &str) {
+        if self.journal.len() >= MAX_LOG {
+            self.journal.pop_front();
+            self.journal_dropped += 1;
+        }
+        self.journal.push_back(ChangeRecord {
+            resource: key.to_string(),
+            writer: writer.to_string(),
+            change: change.to_string(),
+        });
     }
 
     pub fn mark_seen(&mut self, writer: &str, key: &str, etag: &str) {
@@ -955,7 +966,7 @@ impl EmulatorState {
         self.lock().deletions.clone()
     }
 
-    /// The new versions made since `cursor` (0: since the start), and the cursor to pass next.
+    /// The writes journaled since `cursor` (0: since the start), and the cursor to pass next.
     pub fn changes_since(&self, cursor: u64) -> (Vec<ChangeRecord>, u64) {
         let d = self.lock();
         let end = d.journal_dropped + d.journal.len() as u64;

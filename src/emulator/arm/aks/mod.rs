@@ -233,8 +233,13 @@ fn commit_cluster(d: &mut Data, key: &str, writer: &str, change: &str) {
     );
     let backings: Vec<Backing> = c.pools.values().map(|p| c.backing(p)).collect();
     let (busy_until, failed) = (c.busy_until, c.failed);
-    for (k, etag) in versions {
-        d.record_version(&k, &etag, writer, change.to_string());
+    for (i, (k, etag)) in versions.into_iter().enumerate() {
+        // One write, one journal entry (the cluster's); every pool still has its new version.
+        if i == 0 {
+            d.record_version(&k, &etag, writer, change.to_string());
+        } else {
+            d.remember_version(&k, &etag, writer, change.to_string());
+        }
         d.mark_seen(writer, &k, &etag);
     }
     for b in backings {
