@@ -663,3 +663,247 @@ async fn deleting_an_agent_pool_machine_by_its_node_name_removes_exactly_that_no
     assert_ne!(after.etag, work.etag, "the pool has a new ETag");
     assert!(state.lost_updates().is_empty());
 }
+
+const ZONE: &str = "topology.kubernetes.io/zone";
+
+/// Scale set `name` of `capacity` Standard_D2s_v5 instances in availability zone `zone`.
+fn seed_zonal(handle: &EmulatorHandle, name: &str, zone: &str, capacity: i64) {
+    let mut s = ScaleSetSeed::new(SUB, RG, name, capacity);
+    s.sku_name = "Standard_D2s_v5".into();
+    s.zones = vec![zone.to_string()];
+    handle.state().seed_scale_set(s);
+}
+
+/// The zone label of node `node`.
+fn zone_of(kube: &KubeState, node: &str) -> String {
+    kube.get("v1", "nodes", "", node).expect("node")["metadata"]["labels"][ZONE]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+/// The message of the pod of `owner` marked Unschedulable, once there is one.
+async fn unschedulable_message(kube: &KubeState, owner: &str) -> String {
+    eventually("a pod marked unschedulable", || {
+        pods_of(kube, owner).into_iter().find_map(|p| {
+            scheduled_condition(&p)
+                .filter(|c| c["status"] == "False")
+                .and_then(|c| c["message"].as_str().map(str::to_string))
+        })
+    })
+    .await
+}
+
+#[tokio::test]
+async fn zone_spread_pods_keep_within_max_skew_and_wait_for_room_in_the_emptiest_zone() {
+    let (handle, kube) = start().await;
+    for (name, zone) in [("z1", "1"), ("z2", "2"), ("z3", "3")] {
+        seed_zonal(&handle, name, zone, 1);
+    }
+    eventually("three Ready nodes", || {
+        let ready = kube
+            .list_all("v1", "nodes", None)
+            .iter()
+            .filter(|n| ready(n) == Some(true))
+            .count();
+        (ready == 3).then_some(())
+    })
+    .await;
+    // Zone 3's node is full.
+    let z3 = zone_of(&kube, "z3000000");
+    kube.create_replica_set(
+        "default",
+        "big",
+        1,
+        &PodTemplate::new("1500m", "1Gi").node_selector(ZONE, &z3),
+    )
+    .expect("rs created");
+    bound_pods(&kube, "big", 1).await;
+    // Three pods spread over zones with maxSkew 1: one in z1, one in z2, and the third may go
+    // to neither while z3 has none.
+    kube.create_replica_set(
+        "default",
+        "spread",
+        3,
+        &PodTemplate::new("500m", "256Mi").spread_by(ZONE, 1, "spread"),
+    )
+    .expect("rs created");
+    let placed = bound_pods(&kube, "spread", 2).await;
+    let mut zones: Vec<String> = placed.iter().map(|(_, n)| zone_of(&kube, n)).collect();
+    zones.sort();
+    assert_ne!(zones[0], zones[1], "one per zone: {placed:?}");
+    assert_eq!(
+        unschedulable_message(&kube, "spread").await,
+        "0/3 nodes are available: 1 Insufficient cpu, 2 node(s) didn't match pod topology spread constraints."
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(kube.pod_counts(Some("default")).pending, 1, "still waiting");
+
+    // A second node in zone 3 takes it.
+    handle
+        .state()
+        .rival_set_capacity(SUB, RG, "z3", 2, "operator")
+        .expect("z3 grows");
+    let all = bound_pods(&kube, "spread", 3).await;
+    let in_z3: Vec<_> = all
+        .iter()
+        .filter(|(_, n)| zone_of(&kube, n) == z3)
+        .collect();
+    assert_eq!(in_z3.len(), 1, "{all:?}");
+}
+
+#[tokio::test]
+async fn hostname_anti_affinity_puts_one_pod_per_node_and_the_rest_wait_with_the_schedulers_words()
+{
+    let (handle, kube) = start().await;
+    seed(&handle, "pool", "Standard_D4s_v5", 2);
+    kube.create_replica_set(
+        "default",
+        "solo",
+        3,
+        &PodTemplate::new("100m", "128Mi").anti_affinity_by("kubernetes.io/hostname", "solo"),
+    )
+    .expect("rs created");
+    let placed = bound_pods(&kube, "solo", 2).await;
+    assert_ne!(placed[0].1, placed[1].1, "{placed:?}");
+    assert_eq!(
+        unschedulable_message(&kube, "solo").await,
+        "0/2 nodes are available: 2 node(s) didn't satisfy existing pods anti-affinity rules."
+    );
+}
+
+/// A pod `name` in `default` using claim `claim`, bound to nothing.
+fn claim_pod(name: &str, claim: &str) -> Value {
+    json!({
+        "metadata": {"name": name, "namespace": "default", "labels": {"app": name}},
+        "spec": {
+            "containers": [{"name": "main", "image": "pause",
+                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}],
+        },
+    })
+}
+
+fn claim(name: &str, class: &str) -> Value {
+    json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"storageClassName": class, "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "8Gi"}}},
+    })
+}
+
+fn pod_node(kube: &KubeState, name: &str) -> Option<String> {
+    kube.get("v1", "pods", "default", name)
+        .ok()
+        .as_ref()
+        .and_then(node_of)
+}
+
+#[tokio::test]
+async fn a_disk_made_for_the_first_consumer_lives_in_its_zone_and_pins_the_pods_that_follow() {
+    let (handle, kube) = start().await;
+    for (name, zone) in [("z1", "1"), ("z2", "2")] {
+        seed_zonal(&handle, name, zone, 1);
+    }
+    eventually("two Ready nodes", || {
+        let ready = kube
+            .list_all("v1", "nodes", None)
+            .iter()
+            .filter(|n| ready(n) == Some(true))
+            .count();
+        (ready == 2).then_some(())
+    })
+    .await;
+    kube.create(
+        "storage.k8s.io/v1",
+        "storageclasses",
+        "",
+        json!({"metadata": {"name": "managed-csi"}, "provisioner": "disk.csi.azure.com",
+            "volumeBindingMode": "WaitForFirstConsumer"}),
+    )
+    .expect("class");
+    kube.create(
+        "v1",
+        "persistentvolumeclaims",
+        "default",
+        claim("data", "managed-csi"),
+    )
+    .expect("claim");
+    kube.create("v1", "pods", "default", claim_pod("db", "data"))
+        .expect("pod");
+    let first = eventually("db bound", || pod_node(&kube, "db")).await;
+    let zone = zone_of(&kube, &first);
+    let bound = kube
+        .get("v1", "persistentvolumeclaims", "default", "data")
+        .expect("claim");
+    let pv_name = bound["spec"]["volumeName"]
+        .as_str()
+        .expect("bound")
+        .to_string();
+    assert_eq!(bound["status"]["phase"], "Bound");
+    let pv = kube
+        .get("v1", "persistentvolumes", "", &pv_name)
+        .expect("pv");
+    assert_eq!(
+        pv.pointer("/spec/nodeAffinity/required/nodeSelectorTerms/0/matchExpressions/0"),
+        Some(
+            &json!({"key": "topology.disk.csi.azure.com/zone", "operator": "In", "values": [zone]})
+        ),
+        "{pv:#}"
+    );
+
+    // The pod goes; its successor may only run where the disk is, even when that node is the
+    // fuller one.
+    kube.create_replica_set(
+        "default",
+        "filler",
+        1,
+        &PodTemplate::new("1", "1Gi").node_selector("kubernetes.io/hostname", &first),
+    )
+    .expect("filler");
+    bound_pods(&kube, "filler", 1).await;
+    kube.delete("v1", "pods", "default", "db").expect("deleted");
+    eventually("db gone", || pod_node(&kube, "db").is_none().then_some(())).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    kube.create("v1", "pods", "default", claim_pod("db", "data"))
+        .expect("pod again");
+    let again = eventually("db bound again", || pod_node(&kube, "db")).await;
+    assert_eq!(again, first, "where its disk is");
+
+    // A claim that names no claim there, and one of an Immediate class pinned to zone 2.
+    kube.create("v1", "pods", "default", claim_pod("orphan", "nope"))
+        .expect("pod");
+    let message = eventually("orphan marked", || {
+        let p = kube.get("v1", "pods", "default", "orphan").ok()?;
+        scheduled_condition(&p)?["message"]
+            .as_str()
+            .map(str::to_string)
+    })
+    .await;
+    assert_eq!(
+        message,
+        "0/2 nodes are available: persistentvolumeclaim \"nope\" not found."
+    );
+    let z2 = zone_of(&kube, "z2000000");
+    kube.create(
+        "storage.k8s.io/v1",
+        "storageclasses",
+        "",
+        json!({"metadata": {"name": "zone2-now"}, "provisioner": "disk.csi.azure.com",
+            "volumeBindingMode": "Immediate",
+            "allowedTopologies": [{"matchLabelExpressions": [
+                {"key": "topology.disk.csi.azure.com/zone", "values": [z2]}]}]}),
+    )
+    .expect("class");
+    kube.create(
+        "v1",
+        "persistentvolumeclaims",
+        "default",
+        claim("logs", "zone2-now"),
+    )
+    .expect("claim");
+    kube.create("v1", "pods", "default", claim_pod("logger", "logs"))
+        .expect("pod");
+    let node = eventually("logger bound", || pod_node(&kube, "logger")).await;
+    assert_eq!(zone_of(&kube, &node), z2);
+}

@@ -480,3 +480,101 @@ async fn a_pod_whose_disk_lives_in_zone_two_grows_the_zone_two_group_and_an_imme
     );
     c.stop().await;
 }
+
+/// On the simulated cluster, whose scheduler enforces topology spread and volume zones as
+/// kube-scheduler does, what the controller grows is where the pods can actually run: a
+/// zone-spread ReplicaSet ends two per zone, and a pod whose disk lives in zone 2 runs there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_whose_scheduler_enforces_spread_and_volume_zones_every_pod_runs_where_it_must(
+) {
+    use support::pod_cluster::Groups;
+    use vmss_capacity_controller::emulator::sim::{PodTemplate, SimSettings};
+    let sim = SimSettings {
+        boot_delay: Duration::from_millis(200),
+        tick: Duration::from_millis(20),
+    };
+    let c = Cluster::start_simulated_groups(Groups::Seeds(three_zonal_seeds()), 20, sim, |s| {
+        s.pod_demand.batch_idle = Duration::from_millis(500);
+        s.pod_demand.batch_max = Duration::from_secs(3);
+    })
+    .await;
+    let k = &c.kube;
+    k.create("v1", "persistentvolumes", "", json!({
+        "metadata": {"name": "pv-db-0"},
+        "spec": {"capacity": {"storage": "8Gi"}, "accessModes": ["ReadWriteOnce"],
+            "csi": {"driver": "disk.csi.azure.com", "volumeHandle": "/disks/db-0"},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "topology.disk.csi.azure.com/zone", "operator": "In", "values": ["westeurope-2"]}]}]}}}}))
+    .expect("volume");
+    k.create(
+        "v1",
+        "persistentvolumeclaims",
+        "default",
+        json!({"metadata": {"name": "data-db-0", "namespace": "default",
+            "annotations": {"pv.kubernetes.io/bind-completed": "yes"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "volumeName": "pv-db-0",
+            "resources": {"requests": {"storage": "8Gi"}}}}),
+    )
+    .expect("claim");
+    k.create(
+        "v1",
+        "pods",
+        "default",
+        json!({"metadata": {"name": "db-0", "namespace": "default", "labels": {"app": "db"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                "name": "db", "uid": "sts-uid", "controller": true}]},
+        "spec": {"containers": [{"name": "db", "image": "db",
+                "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data-db-0"}}]}}),
+    )
+    .expect("db pod");
+    // Six pods of 3 cpu: one per D4s_v5 node.
+    k.create_replica_set(
+        "default",
+        "web",
+        6,
+        &PodTemplate::new("3", "1Gi").spread_by("topology.kubernetes.io/zone", 1, "web"),
+    )
+    .expect("replica set");
+    let running = || {
+        k.list_all("v1", "pods", Some("default"))
+            .into_iter()
+            .filter(|p| p["status"]["phase"] == "Running")
+            .map(|p| {
+                let node = p["spec"]["nodeName"].as_str().unwrap_or("").to_string();
+                let app = p["metadata"]["labels"]["app"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string();
+                (app, node)
+            })
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        eventually(Duration::from_secs(20), || running().len() == 7).await,
+        "running {:?}, sizes {:?}",
+        running(),
+        zone_sizes(&c)
+    );
+    let zone_of = |node: &str| {
+        k.get("v1", "nodes", "", node).expect("node")["metadata"]["labels"]
+            ["topology.kubernetes.io/zone"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    let mut per_zone = std::collections::BTreeMap::new();
+    for (app, node) in running() {
+        *per_zone.entry((app, zone_of(&node))).or_insert(0) += 1;
+    }
+    assert_eq!(
+        per_zone,
+        std::collections::BTreeMap::from([
+            (("db".to_string(), "westeurope-2".to_string()), 1),
+            (("web".to_string(), "westeurope-1".to_string()), 2),
+            (("web".to_string(), "westeurope-2".to_string()), 2),
+            (("web".to_string(), "westeurope-3".to_string()), 2),
+        ])
+    );
+    c.stop().await;
+}

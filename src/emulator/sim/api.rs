@@ -27,6 +27,10 @@ pub struct PodTemplate {
     pub tolerations: Vec<Value>,
     /// `priority` (`None`: the default, 0).
     pub priority: Option<i64>,
+    /// `topologySpreadConstraints`, as Kubernetes writes them.
+    pub spread: Vec<Value>,
+    /// `affinity.podAntiAffinity` required terms.
+    pub anti_affinity: Vec<Value>,
 }
 
 impl PodTemplate {
@@ -56,6 +60,30 @@ impl PodTemplate {
     pub fn tolerate(mut self, key: &str, value: &str, effect: &str) -> Self {
         self.tolerations
             .push(json!({"key": key, "operator": "Equal", "value": value, "effect": effect}));
+        self
+    }
+
+    /// Spreads the pods over `topology_key` with `maxSkew` (`DoNotSchedule`), selecting on
+    /// their own labels.
+    pub fn spread_by(mut self, topology_key: &str, max_skew: u32, name: &str) -> Self {
+        let labels = self.labels_or_default(name);
+        self.spread.push(json!({
+            "maxSkew": max_skew,
+            "topologyKey": topology_key,
+            "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchLabels": labels},
+        }));
+        self
+    }
+
+    /// Keeps the pods apart: at most one per `topology_key` domain (required anti-affinity on
+    /// their own labels).
+    pub fn anti_affinity_by(mut self, topology_key: &str, name: &str) -> Self {
+        let labels = self.labels_or_default(name);
+        self.anti_affinity.push(json!({
+            "labelSelector": {"matchLabels": labels},
+            "topologyKey": topology_key,
+        }));
         self
     }
 
@@ -91,6 +119,14 @@ impl PodTemplate {
         }
         if let Some(p) = self.priority {
             spec["priority"] = json!(p);
+        }
+        if !self.spread.is_empty() {
+            spec["topologySpreadConstraints"] = json!(self.spread);
+        }
+        if !self.anti_affinity.is_empty() {
+            spec["affinity"] = json!({"podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": self.anti_affinity
+            }});
         }
         json!({"metadata": {"labels": labels}, "spec": spec})
     }

@@ -3,7 +3,8 @@
 //! `nvidia.com/gpu` and pod slots hold its requests, whose labels satisfy its `nodeSelector` and
 //! whose `NoSchedule`/`NoExecute` taints it tolerates; of those, the one kube-scheduler's default
 //! scoring prefers (least allocated: the most cpu and memory left free; the first in name order on
-//! a tie), so pods spread as on a real cluster. A pod that fits nowhere is marked
+//! a tie), so pods spread as on a real cluster. Topology spread, inter-pod affinity and volume
+//! filters are [`super::placement`]'s. A pod that fits nowhere is marked
 //! `PodScheduled=False/Unschedulable` with the real scheduler's kind of message.
 
 use std::collections::HashMap;
@@ -15,6 +16,7 @@ use crate::emulator::kube::select::Selector;
 use crate::emulator::kube::store::{name_of, Store};
 
 use super::nodes::{is_ready, now_rfc3339};
+use super::placement::{NodeView, PassState};
 use super::quantity::milli_of;
 
 const GPU: &str = "nvidia.com/gpu";
@@ -139,7 +141,17 @@ pub(crate) fn untolerated_taint(node: &Value, tolerations: &[Value]) -> Option<V
 
 /// Whether the node's labels hold every pair of the pod spec's `nodeSelector`.
 pub(crate) fn selector_matches(node: &Value, pod_spec: &Value) -> bool {
-    let labels = node.pointer("/metadata/labels").and_then(Value::as_object);
+    selector_and_affinity_match(
+        pod_spec,
+        node.pointer("/metadata/labels").and_then(Value::as_object),
+    )
+}
+
+/// Whether node `labels` hold the pod spec's `nodeSelector` and required node affinity.
+pub(crate) fn selector_and_affinity_match(
+    pod_spec: &Value,
+    labels: Option<&Map<String, Value>>,
+) -> bool {
     let selected = pod_spec
         .get("nodeSelector")
         .and_then(Value::as_object)
@@ -185,6 +197,15 @@ fn affinity_matches(pod_spec: &Value, labels: Option<&Map<String, Value>>) -> bo
     else {
         return true;
     };
+    node_selector_terms_match(terms, labels)
+}
+
+/// Whether any one of these node selector terms holds for `labels` (its `matchExpressions` all
+/// hold; a term with neither expressions nor fields matches nothing).
+pub(crate) fn node_selector_terms_match(
+    terms: &[Value],
+    labels: Option<&Map<String, Value>>,
+) -> bool {
     terms.iter().any(|term| {
         let exprs = term.get("matchExpressions").and_then(Value::as_array);
         let fields = term.get("matchFields").and_then(Value::as_array);
@@ -444,6 +465,8 @@ pub(crate) fn schedule(store: &mut Store) {
     ) else {
         return;
     };
+    // Claims of `Immediate` classes get their volumes first, as the CSI driver makes them.
+    super::placement::bind_immediate_claims(store);
     let all = Selector::default();
     let nodes = store.list(nodes_rt, None, &all, None, None).items;
     let pods = store.list(pods_rt, None, &all, None, None).items;
@@ -454,6 +477,7 @@ pub(crate) fn schedule(store: &mut Store) {
         .map(|(i, r)| (r.name.clone(), i))
         .collect();
     let mut pending = Vec::new();
+    let mut bound = Vec::new();
     for pod in pods {
         if is_pending(&pod) {
             // Pods for another scheduler are left to it.
@@ -477,6 +501,7 @@ pub(crate) fn schedule(store: &mut Store) {
             room.free.memory -= used.memory;
             room.free.gpu -= used.gpu;
             room.free.pods -= used.pods;
+            bound.push((pod, i));
         }
     }
     let priority = |p: &Value| {
@@ -496,6 +521,7 @@ pub(crate) fn schedule(store: &mut Store) {
             .then_with(|| created(a).cmp(&created(b)))
             .then_with(|| name_of(a).cmp(&name_of(b)))
     });
+    let mut state = PassState::read(store, &bound);
     for pod in pending {
         let spec = pod.get("spec").cloned().unwrap_or(json!({}));
         let tolerations = tolerations_of(&spec);
@@ -503,11 +529,23 @@ pub(crate) fn schedule(store: &mut Store) {
         let want = pod_requests(&pod);
         let mut chosen = None;
         let mut message = None;
-        {
+        if let Some(why) = state.prefilter(&pod) {
+            message = Some(format!("0/{} nodes are available: {why}.", rooms.len()));
+        } else {
+            let views: Vec<NodeView<'_>> = rooms
+                .iter()
+                .map(|r| NodeView {
+                    labels: r.labels.as_ref(),
+                    taints: r.taints.iter().map(|(t, _)| t).collect(),
+                })
+                .collect();
             let mut reasons: HashMap<&str, usize> = HashMap::new();
             let mut best = i128::MIN;
             for (i, room) in rooms.iter().enumerate() {
-                let why = misfits(room, &spec, selector, &tolerations, want);
+                let mut why = misfits(room, &spec, selector, &tolerations, want);
+                if why.is_empty() {
+                    why.extend(state.misfit(&pod, &views, i));
+                }
                 if why.is_empty() {
                     // The first of the best-scored nodes.
                     let score = room.least_allocated(want);
@@ -535,7 +573,10 @@ pub(crate) fn schedule(store: &mut Store) {
                     pods: -want.pods,
                 });
                 let node = room.name.clone();
+                // No pod is bound while a claim of it waits for its volume.
+                state.provision_for(store, &pod, &node, rooms[i].labels.as_ref());
                 bind(store, &pod, &node);
+                state.place(&pod, i);
             }
             (None, Some(m)) => mark_unschedulable(store, &pod, &m),
             (None, None) => {}
