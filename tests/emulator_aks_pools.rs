@@ -706,3 +706,103 @@ async fn delete_before_handling_takes_the_pool_and_its_scale_set() {
         .await;
     assert_eq!(got.status, 404);
 }
+
+#[tokio::test]
+async fn a_pools_zones_and_spot_priority_are_kept_fixed_and_given_to_its_scale_set() {
+    let env = Env::start().await;
+    let body = json!({"location": LOCATION, "properties": {"agentPoolProfiles": [
+        {"name": "sys", "count": 1, "mode": "System"},
+        {"name": "zonal", "count": 3, "mode": "User", "availabilityZones": ["1", "2", "3"]},
+        {"name": "spot", "count": 1, "mode": "User", "scaleSetPriority": "Spot",
+         "scaleSetEvictionPolicy": "Deallocate"}]}});
+    let w = env
+        .send("PUT", &cluster_path("c"), None, None, Some(body))
+        .await;
+    assert_eq!(w.status, 201, "{}", w.text);
+    let zonal = read_pool(&env, "c", "zonal").await;
+    assert_eq!(
+        zonal.body["properties"]["availabilityZones"],
+        json!(["1", "2", "3"])
+    );
+    assert!(zonal.body["properties"]["scaleSetPriority"].is_null());
+    let spot = read_pool(&env, "c", "spot").await;
+    assert_eq!(spot.body["properties"]["scaleSetPriority"], "Spot");
+    assert_eq!(
+        spot.body["properties"]["scaleSetEvictionPolicy"],
+        "Deallocate"
+    );
+
+    // The scale sets behind them: the zonal one's instances one per zone, the spot one Spot.
+    let sets = env.get(&node_vmss_list_path("c")).await;
+    let set = |pool: &str| -> Value {
+        sets.body["value"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["tags"]["aks-managed-poolName"] == pool)
+            .cloned()
+            .unwrap_or_else(|| panic!("no scale set for {pool}: {}", sets.text))
+    };
+    assert_eq!(set("zonal")["zones"], json!(["1", "2", "3"]));
+    assert_eq!(
+        set("spot")["properties"]["virtualMachineProfile"]["priority"],
+        "Spot"
+    );
+    let zonal_set = set("zonal")["name"].as_str().unwrap().to_string();
+    let vms = env
+        .get(&format!(
+            "/subscriptions/{SUB}/resourceGroups/{}/providers/Microsoft.Compute/virtualMachineScaleSets/{zonal_set}/virtualMachines",
+            node_rg("c")
+        ))
+        .await;
+    let mut zones: Vec<String> = vms.body["value"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|vm| vm["zones"][0].as_str().unwrap_or("").to_string())
+        .collect();
+    zones.sort();
+    assert_eq!(zones, ["1", "2", "3"], "{}", vms.text);
+
+    // Zones and priority are fixed at creation, as AKS has them.
+    let mut body = with_count(&zonal.body, 3);
+    body["properties"]["availabilityZones"] = json!(["1"]);
+    let w = env
+        .send("PUT", &pool_path("c", "zonal"), None, None, Some(body))
+        .await;
+    assert_eq!(w.status, 400, "{}", w.text);
+    assert!(
+        w.text.contains("PropertyChangeNotAllowed") && w.text.contains("availabilityZones"),
+        "{}",
+        w.text
+    );
+    let mut body = with_count(&spot.body, 1);
+    body["properties"]["scaleSetPriority"] = json!("Regular");
+    let w = env
+        .send("PUT", &pool_path("c", "spot"), None, None, Some(body))
+        .await;
+    assert_eq!(w.status, 400, "{}", w.text);
+    assert!(w.text.contains("scaleSetPriority"), "{}", w.text);
+    // Sending back what was read is no change.
+    let w = env
+        .send(
+            "PUT",
+            &pool_path("c", "spot"),
+            None,
+            None,
+            Some(with_count(&spot.body, 2)),
+        )
+        .await;
+    assert_eq!(w.status, 200, "{}", w.text);
+    let bad = env
+        .send(
+            "PUT",
+            &pool_path("c", "other"),
+            None,
+            None,
+            Some(json!({"properties": {"count": 1, "scaleSetPriority": "Cheap"}})),
+        )
+        .await;
+    assert_eq!(bad.status, 400, "{}", bad.text);
+    assert!(bad.text.contains("'Spot' or 'Regular'"), "{}", bad.text);
+}

@@ -907,3 +907,107 @@ async fn a_disk_made_for_the_first_consumer_lives_in_its_zone_and_pins_the_pods_
     let node = eventually("logger bound", || pod_node(&kube, "logger")).await;
     assert_eq!(zone_of(&kube, &node), z2);
 }
+
+#[tokio::test]
+async fn a_node_has_a_csinode_with_its_sizes_disk_limit_and_takes_no_pod_past_it() {
+    let (handle, kube) = start().await;
+    seed(&handle, "small", "Standard_D2s_v5", 1);
+    let csi = eventually("the node's CSINode", || {
+        kube.get("storage.k8s.io/v1", "csinodes", "", "small000000")
+            .ok()
+    })
+    .await;
+    let disk = csi["spec"]["drivers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == "disk.csi.azure.com")
+        .cloned()
+        .expect("the Azure Disk driver");
+    assert_eq!(
+        disk["allocatable"]["count"], 4,
+        "a D2s_v5 attaches 4 data disks"
+    );
+    assert_eq!(csi["metadata"]["ownerReferences"][0]["kind"], "Node");
+
+    kube.create(
+        "storage.k8s.io/v1",
+        "storageclasses",
+        "",
+        json!({"metadata": {"name": "managed-csi"}, "provisioner": "disk.csi.azure.com",
+            "volumeBindingMode": "WaitForFirstConsumer"}),
+    )
+    .expect("class");
+    for i in 0..5 {
+        kube.create(
+            "v1",
+            "persistentvolumeclaims",
+            "default",
+            claim(&format!("data-{i}"), "managed-csi"),
+        )
+        .expect("claim");
+        kube.create(
+            "v1",
+            "pods",
+            "default",
+            claim_pod(&format!("db-{i}"), &format!("data-{i}")),
+        )
+        .expect("pod");
+    }
+    let bound = eventually("four bound", || {
+        let n = (0..5)
+            .filter(|i| pod_node(&kube, &format!("db-{i}")).is_some())
+            .count();
+        (n == 4).then_some(n)
+    })
+    .await;
+    assert_eq!(bound, 4);
+    let waiting = (0..5)
+        .map(|i| format!("db-{i}"))
+        .find(|p| pod_node(&kube, p).is_none())
+        .expect("one waits");
+    let message = eventually("the fifth marked", || {
+        let p = kube.get("v1", "pods", "default", &waiting).ok()?;
+        scheduled_condition(&p)?["message"]
+            .as_str()
+            .map(str::to_string)
+    })
+    .await;
+    assert_eq!(
+        message,
+        "0/1 nodes are available: 1 node(s) exceed max volume count."
+    );
+
+    // The CSINode goes with its node.
+    handle
+        .state()
+        .rival_set_capacity(SUB, RG, "small", 0, "operator")
+        .expect("scaled in");
+    eventually("the CSINode gone", || {
+        kube.get("storage.k8s.io/v1", "csinodes", "", "small000000")
+            .is_err()
+            .then_some(())
+    })
+    .await;
+}
+
+/// The two tables are written apart (the simulation must not share the planner's code); the
+/// attach limits they give must still be Azure's, so they agree.
+#[test]
+fn the_simulations_disk_limits_agree_with_the_planners_table() {
+    use vmss_capacity_controller::emulator::sim::sizes::max_data_disks;
+    for size in [
+        "Standard_D2s_v5",
+        "Standard_D4s_v5",
+        "Standard_D8s_v5",
+        "Standard_E4s_v5",
+        "Standard_E8s_v5",
+        "Standard_NC6s_v3",
+        "Standard_NC24ads_A100_v4",
+    ] {
+        let planner = vmss_capacity_controller::pods::template::vm_size(size)
+            .unwrap_or_else(|| panic!("{size} in the planner's table"))
+            .max_data_disks;
+        assert_eq!(max_data_disks(size), i64::from(planner), "{size}");
+    }
+}

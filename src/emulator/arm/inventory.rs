@@ -22,11 +22,11 @@ pub struct ScaleSetInventory {
     pub sku_name: String,
     /// Resource tags (cluster-autoscaler template tags among them).
     pub tags: BTreeMap<String, String>,
-    /// Instance ids and when each one's provisioning finishes.
-    pub instances: Vec<(u64, Instant)>,
+    /// Instance ids, when each one's provisioning finishes, and its zone (`None`: regional).
+    pub instances: Vec<(u64, Instant, Option<String>)>,
     /// The agent pool, when the scale set backs one.
     pub pool: Option<PoolInventory>,
-    /// Availability zones (instance `n` in `zones[n % len]`); empty: regional.
+    /// Availability zones (each instance in one of them); empty: regional.
     pub zones: Vec<String>,
     /// Spot priority: its Nodes carry AKS's spot label and taint.
     pub spot: bool,
@@ -63,7 +63,7 @@ impl EmulatorState {
                 instances: ss
                     .instances
                     .iter()
-                    .map(|(id, inst)| (*id, inst.ready_at))
+                    .map(|(id, inst)| (*id, inst.ready_at, inst.zone.clone()))
                     .collect(),
                 pool: pools.get(&vmss_key(&ss.sub, &ss.rg, &ss.name)).cloned(),
                 zones: ss.zones.clone(),

@@ -213,6 +213,8 @@ pub(crate) struct Instance {
     pub ready_at: Instant,
     pub vm_id: String,
     pub time_created: String,
+    /// The availability zone it was placed in (`None`: a regional scale set).
+    pub zone: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -245,10 +247,57 @@ impl ScaleSet {
             .is_some_and(|p| p.eq_ignore_ascii_case("spot") || p.eq_ignore_ascii_case("low"))
     }
 
-    /// The zone instance `id` lands in, if the scale set is zonal.
+    /// The zone instance `id` is in, if the scale set is zonal.
     pub fn zone_of(&self, id: u64) -> Option<&str> {
-        let n = self.zones.len() as u64;
-        (n > 0).then(|| self.zones[(id % n) as usize].as_str())
+        self.instances.get(&id).and_then(|i| i.zone.as_deref())
+    }
+
+    /// Instances per zone, in the order of `zones`.
+    fn per_zone(&self) -> Vec<(String, usize)> {
+        self.zones
+            .iter()
+            .map(|z| {
+                let n = self
+                    .instances
+                    .values()
+                    .filter(|i| i.zone.as_deref() == Some(z.as_str()))
+                    .count();
+                (z.clone(), n)
+            })
+            .collect()
+    }
+
+    /// Where a new instance goes: the zone with the fewest (the first of them in `zones`), as
+    /// Azure's best-effort zone balancing places it.
+    fn next_zone(&self) -> Option<String> {
+        self.per_zone()
+            .into_iter()
+            .min_by_key(|(_, n)| *n)
+            .map(|(z, _)| z)
+    }
+
+    /// Which instance a scale-in removes: of the zones with the most instances, the newest
+    /// instance (the highest id), as Azure's `Default` scale-in policy does; a regional set's
+    /// newest.
+    fn scale_in_victim(&self) -> Option<u64> {
+        let per_zone = self.per_zone();
+        let most = per_zone.iter().map(|(_, n)| *n).max();
+        match most {
+            Some(most) => {
+                let busiest: Vec<&str> = per_zone
+                    .iter()
+                    .filter(|(_, n)| *n == most)
+                    .map(|(z, _)| z.as_str())
+                    .collect();
+                self.instances
+                    .iter()
+                    .rev()
+                    .find(|(_, i)| i.zone.as_deref().is_some_and(|z| busiest.contains(&z)))
+                    .map(|(id, _)| *id)
+                    .or_else(|| self.instances.keys().next_back().copied())
+            }
+            None => self.instances.keys().next_back().copied(),
+        }
     }
 
     pub fn id(&self) -> String {
@@ -272,11 +321,17 @@ impl ScaleSet {
         }
     }
 
-    /// Adds instances (ready at `ready_at`) or removes the newest ones to match `capacity`.
+    /// Adds instances (ready at `ready_at`, each in the zone with the fewest) or removes
+    /// instances as Azure's default scale-in policy chooses them, to match `capacity`.
     pub fn resize(&mut self, capacity: i64, ready_at: Instant) {
         let target = usize::try_from(capacity.max(0)).unwrap_or(0);
         while self.instances.len() > target {
-            self.instances.pop_last();
+            match self.scale_in_victim() {
+                Some(id) => {
+                    self.instances.remove(&id);
+                }
+                None => break,
+            }
         }
         let created = if self.instances.len() < target {
             now_rfc3339()
@@ -286,12 +341,14 @@ impl ScaleSet {
         while self.instances.len() < target {
             let id = self.next_instance;
             self.next_instance += 1;
+            let zone = self.next_zone();
             self.instances.insert(
                 id,
                 Instance {
                     ready_at,
                     vm_id: new_uuid(),
                     time_created: created.clone(),
+                    zone,
                 },
             );
         }
@@ -1008,5 +1065,79 @@ impl EmulatorState {
     /// `client_assertion` values received by the token endpoint, in order.
     pub fn federated_assertions_seen(&self) -> Vec<String> {
         self.lock().assertions.clone()
+    }
+}
+
+#[cfg(test)]
+mod zone_tests {
+    use super::*;
+
+    fn zonal(capacity: i64) -> ScaleSet {
+        let mut d = Data::default();
+        let mut seed = ScaleSetSeed::new("sub", "rg", "z", 0);
+        seed.zones = vec!["1".into(), "2".into(), "3".into()];
+        d.create_scale_set(seed, "test", Instant::now(), false);
+        let mut ss = d.scale_sets.values().next().expect("created").clone();
+        ss.resize(capacity, Instant::now());
+        ss
+    }
+
+    fn counts(ss: &ScaleSet) -> Vec<usize> {
+        ss.per_zone().into_iter().map(|(_, n)| n).collect()
+    }
+
+    #[test]
+    fn new_instances_go_to_the_zone_with_the_fewest_even_after_a_delete_by_id() {
+        let mut ss = zonal(3);
+        assert_eq!(counts(&ss), [1, 1, 1]);
+        assert_eq!(ss.zone_of(0), Some("1"));
+        // The zone-2 instance is deleted by id: the next one fills zone 2, not zone 1.
+        let in_two = *ss
+            .instances
+            .iter()
+            .find(|(_, i)| i.zone.as_deref() == Some("2"))
+            .expect("one in zone 2")
+            .0;
+        ss.instances.remove(&in_two);
+        ss.resize(3, Instant::now());
+        assert_eq!(counts(&ss), [1, 1, 1]);
+        assert_eq!(ss.zone_of(3), Some("2"));
+        ss.resize(8, Instant::now());
+        assert_eq!(counts(&ss), [3, 3, 2]);
+    }
+
+    #[test]
+    fn scale_in_takes_the_newest_instance_of_the_busiest_zone() {
+        let mut ss = zonal(6);
+        // Zone 1 loses two by id: [0, 2, 2]; scaling in to 3 takes from zones 2 and 3.
+        let zone_one: Vec<u64> = ss
+            .instances
+            .iter()
+            .filter(|(_, i)| i.zone.as_deref() == Some("1"))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in zone_one {
+            ss.instances.remove(&id);
+        }
+        ss.resize(2, Instant::now());
+        assert_eq!(counts(&ss), [0, 1, 1]);
+        // Of equals, the newest goes.
+        let mut ss = zonal(3);
+        ss.resize(2, Instant::now());
+        assert_eq!(ss.instances.keys().copied().collect::<Vec<_>>(), [0, 1]);
+    }
+
+    #[test]
+    fn a_regional_scale_sets_instances_have_no_zone() {
+        let mut d = Data::default();
+        d.create_scale_set(
+            ScaleSetSeed::new("sub", "rg", "r", 2),
+            "test",
+            Instant::now(),
+            false,
+        );
+        let ss = d.scale_sets.values().next().expect("created");
+        assert!(ss.instances.values().all(|i| i.zone.is_none()));
+        assert_eq!(ss.zone_of(0), None);
     }
 }

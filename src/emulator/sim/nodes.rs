@@ -146,6 +146,29 @@ pub(crate) fn now_rfc3339() -> String {
         .unwrap_or_else(|| "1970-01-01T00:00:00Z".to_string())
 }
 
+/// The CSINode the CSI drivers register for `node` (owned by it): Azure Disk with the VM size's
+/// data-disk limit as its `allocatable.count` and its zone key, Azure File without a limit.
+fn create_csi_node(store: &mut Store, node: &Value, size: &str) {
+    let (Some(rt), Some(name)) = (
+        resources::find("storage.k8s.io", "v1", "csinodes"),
+        name_of(node),
+    ) else {
+        return;
+    };
+    let csi = json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+        "metadata": {"name": name, "ownerReferences": [{"apiVersion": "v1", "kind": "Node",
+            "name": name, "uid": node.pointer("/metadata/uid").cloned().unwrap_or(Value::Null)}]},
+        "spec": {"drivers": [
+            {"name": "disk.csi.azure.com", "nodeID": name,
+                "topologyKeys": ["topology.disk.csi.azure.com/zone"],
+                "allocatable": {"count": super::sizes::max_data_disks(size)}},
+            {"name": "file.csi.azure.com", "nodeID": name, "topologyKeys": null},
+        ]},
+    });
+    let _ = store.create(rt, "", csi);
+}
+
 /// The Node for instance `id` of `ss`, `Ready` or not.
 fn node_object(ss: &ScaleSetInventory, id: u64, ready: bool) -> Value {
     let name = node_name(&ss.name, id);
@@ -163,13 +186,24 @@ fn node_object(ss: &ScaleSetInventory, id: u64, ready: bool) -> Value {
         ss.sku_name.clone(),
     );
     labels.insert("topology.kubernetes.io/region".into(), ss.location.clone());
-    // As AKS labels them: `<region>-<zone>` on a zonal node, `0` on a regional one.
-    let zone = match ss.zones.len() {
-        0 => "0".to_string(),
-        n => format!("{}-{}", ss.location, ss.zones[(id % n as u64) as usize]),
-    };
-    labels.insert("topology.kubernetes.io/zone".into(), zone.clone());
-    labels.insert("topology.disk.csi.azure.com/zone".into(), zone);
+    // As AKS labels them: `<region>-<zone>` on a zonal node; a regional one has zone `0` and an
+    // empty disk zone (the Azure Disk CSI driver's label for "no zone").
+    let zone = ss
+        .instances
+        .iter()
+        .find(|(i, _, _)| *i == id)
+        .and_then(|(_, _, z)| z.as_deref());
+    match zone {
+        Some(z) => {
+            let zone = format!("{}-{z}", ss.location);
+            labels.insert("topology.kubernetes.io/zone".into(), zone.clone());
+            labels.insert("topology.disk.csi.azure.com/zone".into(), zone);
+        }
+        None => {
+            labels.insert("topology.kubernetes.io/zone".into(), "0".into());
+            labels.insert("topology.disk.csi.azure.com/zone".into(), String::new());
+        }
+    }
     if let Some(pool) = &pool {
         labels.insert("kubernetes.azure.com/agentpool".into(), pool.clone());
         labels.insert("agentpool".into(), pool.clone());
@@ -324,7 +358,7 @@ pub(crate) fn sync(
     // lowercased providerID -> (scale set, instance id, when it may be Ready)
     let mut wanted: BTreeMap<String, (&ScaleSetInventory, u64, Instant)> = BTreeMap::new();
     for ss in inventory {
-        for (id, provisioned_at) in &ss.instances {
+        for (id, provisioned_at, _) in &ss.instances {
             let pid = provider_id(&ss.subscription, &ss.resource_group, &ss.name, *id)
                 .to_ascii_lowercase();
             let first = *memory.first_seen.entry(pid.clone()).or_insert(now);
@@ -354,6 +388,9 @@ pub(crate) fn sync(
             tracing::debug!(node = %name, "instance gone: deleting its node and pods");
             losses.extend(delete_pods_on(store, &name));
             let _ = store.delete(nodes_rt, "", &name, None);
+            if let Some(csi_rt) = resources::find("storage.k8s.io", "v1", "csinodes") {
+                let _ = store.delete(csi_rt, "", &name, None);
+            }
         }
     }
     let mut next_boot: Option<Instant> = None;
@@ -366,7 +403,9 @@ pub(crate) fn sync(
         match present.get(pid) {
             None if broken => {}
             None => {
-                let _ = store.create(nodes_rt, "", node_object(ss, *id, ready));
+                if let Ok(node) = store.create(nodes_rt, "", node_object(ss, *id, ready)) {
+                    create_csi_node(store, &node, &ss.sku_name);
+                }
             }
             Some(node) => {
                 let sick = node

@@ -11,6 +11,8 @@
 //!   the pod's own anti-affinity, and its affinity (a pod whose terms match no pod anywhere may
 //!   go where it matches its own terms: the first of a group), with `namespaces` and
 //!   `namespaceSelector`.
+//! - **NodeVolumeLimits**: the distinct CSI volumes a node's pods use, per driver, stay within
+//!   the driver's `allocatable.count` on the node's CSINode.
 //! - **VolumeBinding**: a claim that is missing or being deleted, or unbound with `Immediate`
 //!   binding, keeps the pod off every node; a bound claim's volume `nodeAffinity` and an unbound
 //!   `WaitForFirstConsumer` claim's class `allowedTopologies` must hold for the node. When the
@@ -45,6 +47,8 @@ pub(crate) const EXISTING_ANTI_AFFINITY: &str =
 pub(crate) const VOLUME_AFFINITY: &str = "node(s) had volume node affinity conflict";
 /// An unbound `WaitForFirstConsumer` claim whose class cannot provision for the node.
 pub(crate) const NO_VOLUME: &str = "node(s) didn't find available persistent volumes to bind";
+/// A node whose CSI attach limit the pod's new volumes would pass.
+pub(crate) const VOLUME_COUNT: &str = "node(s) exceed max volume count";
 
 /// The CSI driver of Azure Disk and its topology key.
 const DISK_DRIVER: &str = "disk.csi.azure.com";
@@ -53,6 +57,7 @@ const ZONE: &str = "topology.kubernetes.io/zone";
 
 /// A node as these filters see it.
 pub(crate) struct NodeView<'a> {
+    pub name: &'a str,
     pub labels: Option<&'a Map<String, Value>>,
     /// `NoSchedule` / `NoExecute` taints.
     pub taints: Vec<&'a Value>,
@@ -76,6 +81,10 @@ pub(crate) struct PassState {
     claims: HashMap<(String, String), Value>,
     volumes: HashMap<String, Value>,
     classes: HashMap<String, Value>,
+    /// Attach limits by node name, then CSI driver (CSINodes' `allocatable.count`).
+    limits: HashMap<String, HashMap<String, i64>>,
+    /// The CSI volumes in use on each node (by index): (driver, volume).
+    attached: HashMap<usize, HashSet<(String, String)>>,
 }
 
 fn list(store: &Store, group: &str, plural: &str) -> Vec<Value> {
@@ -123,9 +132,6 @@ impl PassState {
     /// Reads the store once; `bound` gives each bound, running pod's node index.
     pub(crate) fn read(store: &Store, bound: &[(Value, usize)]) -> PassState {
         let mut s = PassState::default();
-        for (pod, node) in bound {
-            s.place(pod, *node);
-        }
         for ns in list(store, "", "namespaces") {
             if let Some(name) = name_of(&ns) {
                 s.namespaces
@@ -142,7 +148,55 @@ impl PassState {
         for c in list(store, "storage.k8s.io", "storageclasses") {
             s.classes.insert(name_of(&c).unwrap_or("").to_string(), c);
         }
+        for n in list(store, "storage.k8s.io", "csinodes") {
+            let drivers = terms(&n, "/spec/drivers")
+                .iter()
+                .filter_map(|d| {
+                    let count = d.pointer("/allocatable/count").and_then(Value::as_i64)?;
+                    Some((d.get("name")?.as_str()?.to_string(), count))
+                })
+                .collect();
+            s.limits
+                .insert(name_of(&n).unwrap_or("").to_string(), drivers);
+        }
+        // With the claims known, the bound pods count (and what they attach).
+        for (pod, node) in bound {
+            s.place(pod, *node);
+        }
         s
+    }
+
+    /// The CSI volumes `pod`'s claims use: (driver, volume), a bound claim by its volume, an
+    /// unbound one by the claim (its volume is yet to be made by its class's provisioner).
+    fn csi_volumes(&self, pod: &Value) -> HashSet<(String, String)> {
+        let ns = namespace_of(pod);
+        claim_names(pod)
+            .into_iter()
+            .filter_map(|name| {
+                let claim = self.claims.get(&(ns.clone(), name.clone()))?;
+                match bound_volume(claim) {
+                    Some(pv) => {
+                        let driver = self
+                            .volumes
+                            .get(pv)?
+                            .pointer("/spec/csi/driver")?
+                            .as_str()?;
+                        Some((driver.to_string(), pv.to_string()))
+                    }
+                    None => {
+                        let driver = self.class_of(claim)?.get("provisioner")?.as_str()?;
+                        Some((driver.to_string(), format!("claim:{ns}/{name}")))
+                    }
+                }
+            })
+            .collect()
+    }
+
+    fn attach(&mut self, pod: &Value, node: usize) {
+        let volumes = self.csi_volumes(pod);
+        if !volumes.is_empty() {
+            self.attached.entry(node).or_default().extend(volumes);
+        }
     }
 
     /// Counts `pod` as bound to node `node` from now on in this pass.
@@ -156,6 +210,7 @@ impl PassState {
             node,
             anti: terms(pod, ANTI_AFFINITY_TERMS),
         });
+        self.attach(pod, node);
     }
 
     /// Why the pod can go nowhere whatever the node (its claims), as the scheduler's PreFilter
@@ -198,9 +253,36 @@ impl PassState {
         nodes: &[NodeView<'_>],
         i: usize,
     ) -> Option<&'static str> {
-        self.volumes_misfit(pod, &nodes[i])
+        self.volume_count_misfit(pod, &nodes[i], i)
+            .or_else(|| self.volumes_misfit(pod, &nodes[i]))
             .or_else(|| self.spread_misfit(pod, nodes, i))
             .or_else(|| self.affinity_misfit(pod, nodes, i))
+    }
+
+    fn volume_count_misfit(
+        &self,
+        pod: &Value,
+        node: &NodeView<'_>,
+        i: usize,
+    ) -> Option<&'static str> {
+        let limits = self.limits.get(node.name)?;
+        let wanted = self.csi_volumes(pod);
+        let none = HashSet::new();
+        let attached = self.attached.get(&i).unwrap_or(&none);
+        for (driver, limit) in limits {
+            let new = wanted
+                .iter()
+                .filter(|v| &v.0 == driver && !attached.contains(*v))
+                .count() as i64;
+            if new == 0 {
+                continue;
+            }
+            let used = attached.iter().filter(|v| &v.0 == driver).count() as i64;
+            if used + new > *limit {
+                return Some(VOLUME_COUNT);
+            }
+        }
+        None
     }
 
     fn volumes_misfit(&self, pod: &Value, node: &NodeView<'_>) -> Option<&'static str> {
@@ -660,6 +742,7 @@ mod tests {
         nodes
             .iter()
             .map(|l| NodeView {
+                name: l["kubernetes.io/hostname"].as_str().unwrap_or(""),
                 labels: Some(l),
                 taints: Vec::new(),
             })

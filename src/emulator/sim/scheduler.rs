@@ -535,6 +535,7 @@ pub(crate) fn schedule(store: &mut Store) {
             let views: Vec<NodeView<'_>> = rooms
                 .iter()
                 .map(|r| NodeView {
+                    name: &r.name,
                     labels: r.labels.as_ref(),
                     taints: r.taints.iter().map(|(t, _)| t).collect(),
                 })

@@ -23,24 +23,35 @@ pub struct NodeResources {
     pub pods: i128,
 }
 
-/// (size, vCPUs, GiB of memory, GPUs); an unknown size is a `Standard_D2s_v5`.
-const SIZES: &[(&str, i128, i128, i128)] = &[
-    ("Standard_D2s_v5", 2, 8, 0),
-    ("Standard_D4s_v5", 4, 16, 0),
-    ("Standard_D8s_v5", 8, 32, 0),
-    ("Standard_E4s_v5", 4, 32, 0),
-    ("Standard_E8s_v5", 8, 64, 0),
-    ("Standard_NC6s_v3", 6, 112, 1),
-    ("Standard_NC24ads_A100_v4", 24, 220, 1),
+/// (size, vCPUs, GiB of memory, GPUs, data disks it may attach: Azure's "max data disks");
+/// an unknown size is a `Standard_D2s_v5`.
+const SIZES: &[(&str, i128, i128, i128, i64)] = &[
+    ("Standard_D2s_v5", 2, 8, 0, 4),
+    ("Standard_D4s_v5", 4, 16, 0, 8),
+    ("Standard_D8s_v5", 8, 32, 0, 16),
+    ("Standard_E4s_v5", 4, 32, 0, 8),
+    ("Standard_E8s_v5", 8, 64, 0, 16),
+    ("Standard_NC6s_v3", 6, 112, 1, 12),
+    ("Standard_NC24ads_A100_v4", 24, 220, 1, 8),
 ];
 
-/// The whole VM of `size` (a node's `status.capacity`), with `max_pods` pods.
-pub fn capacity(size: &str, max_pods: i64) -> NodeResources {
-    let (_, cpu, gib, gpus) = SIZES
+fn row(size: &str) -> (&'static str, i128, i128, i128, i64) {
+    SIZES
         .iter()
         .find(|(name, ..)| name.eq_ignore_ascii_case(size))
         .copied()
-        .unwrap_or(SIZES[0]);
+        .unwrap_or(SIZES[0])
+}
+
+/// How many data disks a VM of `size` may attach (the Azure Disk CSI driver's attach limit on
+/// its node: the CSINode's `allocatable.count`).
+pub fn max_data_disks(size: &str) -> i64 {
+    row(size).4
+}
+
+/// The whole VM of `size` (a node's `status.capacity`), with `max_pods` pods.
+pub fn capacity(size: &str, max_pods: i64) -> NodeResources {
+    let (_, cpu, gib, gpus, _) = row(size);
     NodeResources {
         cpu_milli: cpu * 1000,
         memory_bytes: gib * GI,

@@ -57,6 +57,9 @@ pub(crate) struct Backing {
     pub vm_size: String,
     pub capacity: i64,
     pub tags: BTreeMap<String, String>,
+    pub zones: Vec<String>,
+    pub priority: Option<String>,
+    pub eviction_policy: Option<String>,
 }
 
 impl Backing {
@@ -80,6 +83,9 @@ impl Backing {
             vm_size: pool.vm_size.clone(),
             capacity: pool.count,
             tags,
+            zones: pool.availability_zones.clone(),
+            priority: pool.priority.clone(),
+            eviction_policy: pool.eviction_policy.clone(),
         }
     }
 
@@ -95,6 +101,9 @@ impl Backing {
             seed.location = self.location;
             seed.sku_name = self.vm_size;
             seed.tags = self.tags;
+            seed.zones = self.zones;
+            seed.priority = self.priority;
+            seed.eviction_policy = self.eviction_policy;
             d.create_scale_set(seed, AKS_WRITER, busy_until, failed);
             return;
         };

@@ -50,6 +50,15 @@ pub struct AgentPoolSeed {
     /// `properties.maxPods` (`None`: 110).
     #[serde(default)]
     pub max_pods: Option<i64>,
+    /// `properties.availabilityZones` (empty: regional).
+    #[serde(default)]
+    pub availability_zones: Vec<String>,
+    /// `properties.scaleSetPriority` (`Spot` or `Regular`; `None`: Regular).
+    #[serde(default)]
+    pub scale_set_priority: Option<String>,
+    /// `properties.scaleSetEvictionPolicy` of a spot pool (`Delete` or `Deallocate`).
+    #[serde(default)]
+    pub scale_set_eviction_policy: Option<String>,
 }
 
 impl AgentPoolSeed {
@@ -67,7 +76,23 @@ impl AgentPoolSeed {
             node_labels: BTreeMap::new(),
             node_taints: Vec::new(),
             max_pods: None,
+            availability_zones: Vec::new(),
+            scale_set_priority: None,
+            scale_set_eviction_policy: None,
         }
+    }
+
+    /// In these availability zones (`["1", "2", "3"]`).
+    pub fn zones(mut self, zones: &[&str]) -> Self {
+        self.availability_zones = zones.iter().map(|z| z.to_string()).collect();
+        self
+    }
+
+    /// A spot pool with this eviction policy (`Delete` or `Deallocate`).
+    pub fn spot(mut self, eviction_policy: &str) -> Self {
+        self.scale_set_priority = Some("Spot".into());
+        self.scale_set_eviction_policy = Some(eviction_policy.into());
+        self
     }
 
     /// With this VM size.
@@ -151,6 +176,15 @@ impl ClusterSeed {
                 }
                 if let Some(max_pods) = p.max_pods {
                     profile["maxPods"] = json!(max_pods);
+                }
+                if !p.availability_zones.is_empty() {
+                    profile["availabilityZones"] = json!(p.availability_zones);
+                }
+                if let Some(v) = &p.scale_set_priority {
+                    profile["scaleSetPriority"] = json!(v);
+                }
+                if let Some(v) = &p.scale_set_eviction_policy {
+                    profile["scaleSetEvictionPolicy"] = json!(v);
                 }
                 profile
             })

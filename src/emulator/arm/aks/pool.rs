@@ -61,6 +61,12 @@ pub(crate) struct Pool {
     pub node_taints: Vec<String>,
     pub tags: BTreeMap<String, String>,
     pub orchestrator_version: String,
+    /// `availabilityZones` (empty: regional); fixed at creation.
+    pub availability_zones: Vec<String>,
+    /// `scaleSetPriority` (`Spot`; `None`: Regular); fixed at creation.
+    pub priority: Option<String>,
+    /// `scaleSetEvictionPolicy` of a spot pool; fixed at creation.
+    pub eviction_policy: Option<String>,
     pub etag: String,
     pub busy_until: Instant,
     pub failed: bool,
@@ -80,6 +86,9 @@ pub(crate) struct PoolBody {
     pub node_taints: Option<Vec<String>>,
     pub tags: Option<BTreeMap<String, String>>,
     pub orchestrator_version: Option<String>,
+    pub availability_zones: Option<Vec<String>>,
+    pub priority: Option<String>,
+    pub eviction_policy: Option<String>,
 }
 
 fn invalid(msg: impl Into<String>) -> Reply {
@@ -168,6 +177,36 @@ impl PoolBody {
         if let Some(v) = m.get("tags") {
             out.tags = parse_tags(v)?;
         }
+        if let Some(v) = present(m, "availabilityZones") {
+            let zones = v.as_array().and_then(|a| {
+                a.iter()
+                    .map(|z| z.as_str().map(str::to_string))
+                    .collect::<Option<Vec<_>>>()
+            });
+            out.availability_zones = Some(zones.ok_or_else(|| {
+                invalid(format!(
+                    "'availabilityZones' must be a list of zone names like [\"1\", \"2\"], got {v}."
+                ))
+            })?);
+        }
+        if let Some(v) = present(m, "scaleSetPriority") {
+            let p = parse_string(v, "scaleSetPriority")?;
+            if !(p.eq_ignore_ascii_case("spot") || p.eq_ignore_ascii_case("regular")) {
+                return Err(invalid(format!(
+                    "The value '{p}' of 'scaleSetPriority' is invalid: it must be 'Spot' or 'Regular'."
+                )));
+            }
+            out.priority = Some(p);
+        }
+        if let Some(v) = present(m, "scaleSetEvictionPolicy") {
+            let p = parse_string(v, "scaleSetEvictionPolicy")?;
+            if !(p.eq_ignore_ascii_case("delete") || p.eq_ignore_ascii_case("deallocate")) {
+                return Err(invalid(format!(
+                    "The value '{p}' of 'scaleSetEvictionPolicy' is invalid: it must be 'Delete' or 'Deallocate'."
+                )));
+            }
+            out.eviction_policy = Some(p);
+        }
         if let Some(v) = present(m, "orchestratorVersion") {
             // An empty version means "the default", i.e. no change.
             out.orchestrator_version =
@@ -203,6 +242,13 @@ impl Pool {
             orchestrator_version: body
                 .orchestrator_version
                 .unwrap_or_else(|| kubernetes_version.to_string()),
+            availability_zones: body.availability_zones.unwrap_or_default(),
+            eviction_policy: body
+                .priority
+                .as_deref()
+                .filter(|p| p.eq_ignore_ascii_case("spot"))
+                .map(|_| body.eviction_policy.unwrap_or_else(|| "Delete".into())),
+            priority: body.priority.filter(|p| p.eq_ignore_ascii_case("spot")),
             etag,
             busy_until,
             failed,
@@ -270,6 +316,44 @@ impl Pool {
     }
 
     fn check_immutable(&self, body: &PoolBody) -> Result<(), Reply> {
+        let fixed = |what: &str, from: String, to: String| {
+            Err(Reply::arm_error(
+                400,
+                "PropertyChangeNotAllowed",
+                format!(
+                    "Changing property '{what}' of agent pool '{}' from {from} to {to} is not allowed.",
+                    self.name
+                ),
+            ))
+        };
+        if let Some(z) = &body.availability_zones {
+            if *z != self.availability_zones {
+                return fixed(
+                    "availabilityZones",
+                    format!("{:?}", self.availability_zones),
+                    format!("{z:?}"),
+                );
+            }
+        }
+        let spot = |p: Option<&str>| p.is_some_and(|p| p.eq_ignore_ascii_case("spot"));
+        if let Some(p) = &body.priority {
+            if spot(Some(p)) != spot(self.priority.as_deref()) {
+                return fixed(
+                    "scaleSetPriority",
+                    format!("'{}'", self.priority.as_deref().unwrap_or("Regular")),
+                    format!("'{p}'"),
+                );
+            }
+        }
+        if let (Some(p), Some(current)) = (&body.eviction_policy, &self.eviction_policy) {
+            if !p.eq_ignore_ascii_case(current) {
+                return fixed(
+                    "scaleSetEvictionPolicy",
+                    format!("'{current}'"),
+                    format!("'{p}'"),
+                );
+            }
+        }
         if let Some(v) = &body.vm_size {
             if !v.eq_ignore_ascii_case(&self.vm_size) {
                 return Err(Reply::arm_error(
@@ -361,6 +445,14 @@ impl Pool {
         }
         if let Some(v) = self.max_count {
             p["maxCount"] = json!(v);
+        }
+        if !self.availability_zones.is_empty() {
+            p["availabilityZones"] = json!(self.availability_zones);
+        }
+        if let Some(v) = &self.priority {
+            p["scaleSetPriority"] = json!(v);
+            p["scaleSetEvictionPolicy"] =
+                json!(self.eviction_policy.as_deref().unwrap_or("Delete"));
         }
         p
     }
