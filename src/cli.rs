@@ -178,6 +178,71 @@ pub struct EmulatorArgs {
     /// implies `--kubernetes`.
     #[arg(long)]
     pub kubeconfig_out: Option<PathBuf>,
+    /// Run the cluster simulation (implies `--kubernetes`): every VM instance becomes a Node,
+    /// pods are scheduled as kube-scheduler filters them, Deployments, ReplicaSets and
+    /// DaemonSets keep their pods, so `kubectl apply` drives pod-driven scaling.
+    #[arg(long)]
+    pub simulate_cluster: bool,
+    /// With `--simulate-cluster`: how long a new instance takes to become a Ready Node.
+    #[arg(long, requires = "simulate_cluster", value_parser = config::parse_duration_arg)]
+    pub boot_delay: Option<Duration>,
+    /// A scale set to start with, `NAME:VM_SIZE:CAPACITY[:ZONES]` (zones comma-separated, e.g.
+    /// `zone1:Standard_D4s_v5:0:1`); repeatable. It is created in `--subscription` and
+    /// `--resource-group`.
+    #[arg(long = "scale-set", value_name = "NAME:VM_SIZE:CAPACITY[:ZONES]", value_parser = parse_scale_set)]
+    pub scale_sets: Vec<ScaleSetArg>,
+    /// Subscription of `--scale-set` (config/emulator.yaml's).
+    #[arg(long, default_value = "00000000-0000-0000-0000-000000000000")]
+    pub subscription: String,
+    /// Resource group of `--scale-set` (config/emulator.yaml's).
+    #[arg(long, default_value = "rg-demo")]
+    pub resource_group: String,
+}
+
+/// A `--scale-set` of `emulator`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScaleSetArg {
+    /// Scale set name.
+    pub name: String,
+    /// VM size.
+    pub vm_size: String,
+    /// Instances to start with.
+    pub capacity: i64,
+    /// Availability zones (empty: regional).
+    pub zones: Vec<String>,
+}
+
+fn parse_scale_set(s: &str) -> Result<ScaleSetArg, String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let (name, size, capacity, zones) = match parts.as_slice() {
+        [n, v, c] => (*n, *v, *c, ""),
+        [n, v, c, z] => (*n, *v, *c, *z),
+        _ => {
+            return Err(format!(
+                "{s:?} is not NAME:VM_SIZE:CAPACITY[:ZONES] (for example zone1:Standard_D4s_v5:0:1)"
+            ))
+        }
+    };
+    if name.is_empty() || size.is_empty() {
+        return Err(format!("{s:?}: the name and the VM size must not be empty"));
+    }
+    let capacity = capacity
+        .parse::<i64>()
+        .ok()
+        .filter(|c| (0..=1000).contains(c))
+        .ok_or_else(|| format!("{s:?}: capacity {capacity:?} must be an integer from 0 to 1000"))?;
+    let zones: Vec<String> = zones
+        .split(',')
+        .map(str::trim)
+        .filter(|z| !z.is_empty())
+        .map(str::to_string)
+        .collect();
+    Ok(ScaleSetArg {
+        name: name.into(),
+        vm_size: size.into(),
+        capacity,
+        zones,
+    })
 }
 
 /// Which resource `get` and `scale` address.
@@ -555,7 +620,29 @@ pub async fn emulator(args: EmulatorArgs) -> anyhow::Result<ExitCode> {
         .listen(args.listen)
         .tls(args.tls)
         .lro_delay(args.lro_delay)
-        .kubernetes(args.kubernetes || args.kubeconfig_out.is_some());
+        .kubernetes(args.kubernetes || args.kubeconfig_out.is_some() || args.simulate_cluster);
+    if args.simulate_cluster {
+        let mut sim = crate::emulator::sim::SimSettings::default();
+        if let Some(d) = args.boot_delay {
+            sim.boot_delay = d;
+        }
+        builder = builder.cluster_simulation(sim);
+    }
+    let seeds: Vec<crate::emulator::ScaleSetSeed> = args
+        .scale_sets
+        .iter()
+        .map(|s| {
+            let mut seed = crate::emulator::ScaleSetSeed::new(
+                &args.subscription,
+                &args.resource_group,
+                &s.name,
+                s.capacity,
+            );
+            seed.sku_name = s.vm_size.clone();
+            seed.zones = s.zones.clone();
+            seed
+        })
+        .collect();
     if args.throttling {
         builder = builder.throttling(
             crate::emulator::ThrottleLimits::azure_compute()
@@ -566,6 +653,7 @@ pub async fn emulator(args: EmulatorArgs) -> anyhow::Result<ExitCode> {
         builder,
         args.cert_out,
         args.kubeconfig_out,
+        seeds,
         wait_for_signal(),
     )
     .await?;

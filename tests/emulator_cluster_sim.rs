@@ -1011,3 +1011,63 @@ fn the_simulations_disk_limits_agree_with_the_planners_table() {
         assert_eq!(max_data_disks(size), i64::from(planner), "{size}");
     }
 }
+
+#[tokio::test]
+async fn a_deployment_owns_one_replica_set_per_template_and_a_new_template_replaces_its_pods() {
+    let (handle, kube) = start().await;
+    seed(&handle, "pool", "Standard_D4s_v5", 1);
+    let deployment = |image: &str| {
+        json!({
+            "metadata": {"name": "web", "namespace": "default"},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                "template": {"metadata": {"labels": {"app": "web"}},
+                    "spec": {"containers": [{"name": "web", "image": image,
+                        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}},
+        })
+    };
+    kube.create("apps/v1", "deployments", "default", deployment("web:1"))
+        .expect("created");
+    let sets = || {
+        kube.list_all("apps/v1", "replicasets", Some("default"))
+            .into_iter()
+            .map(|rs| name(&rs))
+            .collect::<Vec<_>>()
+    };
+    let first = eventually("one ReplicaSet", || {
+        let s = sets();
+        (s.len() == 1).then(|| s[0].clone())
+    })
+    .await;
+    assert!(first.starts_with("web-"), "{first}");
+    let old_pods = bound_pods(&kube, &first, 2).await;
+
+    // A new image: a new ReplicaSet, the old one and its pods go.
+    let mut d = kube
+        .get("apps/v1", "deployments", "default", "web")
+        .expect("read");
+    d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:2");
+    kube.update("apps/v1", "deployments", "default", d)
+        .expect("updated");
+    let second = eventually("the new ReplicaSet alone", || {
+        let s = sets();
+        (s.len() == 1 && s[0] != first).then(|| s[0].clone())
+    })
+    .await;
+    let new_pods = bound_pods(&kube, &second, 2).await;
+    eventually("the old pods gone", || {
+        old_pods
+            .iter()
+            .all(|(p, _)| kube.get("v1", "pods", "default", p).is_err())
+            .then_some(())
+    })
+    .await;
+    let rs = kube
+        .get("apps/v1", "replicasets", "default", &second)
+        .expect("rs");
+    assert_eq!(rs["metadata"]["ownerReferences"][0]["kind"], "Deployment");
+    let hash = rs["metadata"]["labels"]["pod-template-hash"]
+        .as_str()
+        .unwrap();
+    assert_eq!(second, format!("web-{hash}"));
+    assert_eq!(new_pods.len(), 2);
+}

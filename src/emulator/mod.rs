@@ -292,17 +292,22 @@ pub async fn serve_until(
     cert_out: Option<PathBuf>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), EmulatorError> {
-    serve_until_with_kubeconfig(builder, cert_out, None, shutdown).await
+    serve_until_with_kubeconfig(builder, cert_out, None, Vec::new(), shutdown).await
 }
 
-/// [`serve_until`], also writing a kubeconfig for the Kubernetes side to `kubeconfig_out`.
+/// [`serve_until`], also writing a kubeconfig for the Kubernetes side to `kubeconfig_out` and
+/// creating the scale sets of `seeds` before it announces its address.
 pub async fn serve_until_with_kubeconfig(
     builder: EmulatorBuilder,
     cert_out: Option<PathBuf>,
     kubeconfig_out: Option<PathBuf>,
+    seeds: Vec<ScaleSetSeed>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), EmulatorError> {
     let handle = builder.start().await?;
+    for seed in seeds {
+        handle.state().seed_scale_set(seed);
+    }
     if let Some(path) = kubeconfig_out {
         let text = handle
             .kubeconfig()

@@ -87,8 +87,8 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
             resources.push(json!({"name": "pods/binding", "singularName": "", "namespaced": true, "kind": "Binding", "verbs": ["create"]}));
             resources.push(json!({"name": "pods/eviction", "singularName": "", "namespaced": true, "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]}));
         }
-        if r.plural == "replicasets" {
-            resources.push(json!({"name": "replicasets/scale", "singularName": "", "namespaced": true, "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]}));
+        if matches!(r.plural, "replicasets" | "deployments") {
+            resources.push(json!({"name": format!("{}/scale", r.plural), "singularName": "", "namespaced": true, "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]}));
         }
     }
     if resources.is_empty() {

@@ -16,6 +16,7 @@ fn merge_key(field: &str) -> Option<&'static str> {
         | "imagePullSecrets" => "name",
         "conditions" => "type",
         "ownerReferences" => "uid",
+        "topologySpreadConstraints" => "topologyKey",
         "addresses" => "type",
         _ => return None,
     })

@@ -157,6 +157,17 @@ pub static RESOURCES: &[ResourceType] = &[
     rt(
         "apps",
         "v1",
+        "deployments",
+        "deployment",
+        "Deployment",
+        true,
+        &["deploy"],
+        true,
+        true,
+    ),
+    rt(
+        "apps",
+        "v1",
         "replicasets",
         "replicaset",
         "ReplicaSet",

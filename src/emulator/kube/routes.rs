@@ -521,7 +521,7 @@ fn item(
                 eviction::evict(&mut store, namespace, name, &preconditions)?,
             )
         }
-        (Some("scale"), method) if rt.plural == "replicasets" => {
+        (Some("scale"), method) if matches!(rt.plural, "replicasets" | "deployments") => {
             scale(kube, parts, rt, namespace, name, method, body)
         }
         (Some(_), _) => Err(status::no_route()),
@@ -529,7 +529,8 @@ fn item(
     }
 }
 
-/// The `autoscaling/v1` Scale of a ReplicaSet (what `kubectl scale` reads and writes).
+/// The `autoscaling/v1` Scale of a ReplicaSet or Deployment (what `kubectl scale` reads and
+/// writes).
 fn scale_of(rs: &Value) -> Value {
     let selector = rs
         .pointer("/spec/selector/matchLabels")
@@ -559,7 +560,7 @@ fn scale_of(rs: &Value) -> Value {
     })
 }
 
-/// GET, PUT or PATCH (merge) of a ReplicaSet's `scale` subresource: only `spec.replicas` is
+/// GET, PUT or PATCH (merge) of a ReplicaSet's or Deployment's `scale` subresource: only `spec.replicas` is
 /// written; a `metadata.resourceVersion` in the body is a precondition.
 fn scale(
     kube: &KubeState,

@@ -84,6 +84,8 @@ struct Simulation {
     settled: Option<(Vec<u64>, Vec<ScaleSetInventory>)>,
     /// When the next booting Node turns `Ready`.
     next_boot: Option<Instant>,
+    /// Owners seen alive, by plural: their dependents are collected once they are gone.
+    owners: std::collections::BTreeMap<&'static str, std::collections::HashSet<String>>,
 }
 
 /// The last change of each type the simulation reads.
@@ -91,6 +93,7 @@ fn versions(store: &Store) -> Vec<u64> {
     [
         ("", "nodes"),
         ("", "pods"),
+        ("apps", "deployments"),
         ("apps", "replicasets"),
         ("apps", "daemonsets"),
         ("policy", "poddisruptionbudgets"),
@@ -134,6 +137,8 @@ impl Simulation {
             if !lost.is_empty() {
                 self.losses.lock().extend(lost);
             }
+            workloads::reconcile_deployments(store);
+            workloads::collect_garbage(store, &mut self.owners);
             workloads::reconcile_replica_sets(store);
             workloads::reconcile_daemon_sets(store);
             scheduler::schedule(store);

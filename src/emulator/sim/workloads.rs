@@ -1,8 +1,9 @@
-//! Workload owners: ReplicaSets keep `spec.replicas` live pods (re-creating evicted or lost ones,
-//! deleting extras, pending ones first); DaemonSets keep one pod on each `Ready` Node whose
-//! taints and labels their template accepts, bound there directly.
+//! Workload owners: Deployments own one ReplicaSet per pod template; ReplicaSets keep
+//! `spec.replicas` live pods (re-creating evicted or lost ones, deleting extras, pending ones
+//! first); DaemonSets keep one pod on each `Ready` Node whose taints and labels their template
+//! accepts, bound there directly; what an owner the simulation knew leaves behind is collected.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use serde_json::{json, Value};
 
@@ -148,6 +149,201 @@ fn by_namespace(pods: &[Value]) -> BTreeMap<String, Vec<&Value>> {
         out.entry(ns.to_string()).or_default().push(p);
     }
     out
+}
+
+/// `pod-template-hash`: FNV-1a of the template, in the alphabet Kubernetes encodes it with.
+fn template_hash(template: &Value) -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut h: u32 = 0x811c_9dc5;
+    for b in template.to_string().bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    let mut out = String::new();
+    let mut n = h;
+    loop {
+        out.push(ALPHABET[(n % ALPHABET.len() as u32) as usize] as char);
+        n /= ALPHABET.len() as u32;
+        if n == 0 {
+            break;
+        }
+    }
+    out
+}
+
+/// Every Deployment to one ReplicaSet, `<name>-<pod-template-hash>`, with the Deployment's
+/// `replicas`: a new template makes a new ReplicaSet and the old ones are deleted with their
+/// pods (a replacement, not a rolling update); the status is what `kubectl rollout status`
+/// reads.
+pub(crate) fn reconcile_deployments(store: &mut Store) {
+    let (Some(d_rt), Some(rs_rt)) = (
+        resources::find("apps", "v1", "deployments"),
+        resources::find("apps", "v1", "replicasets"),
+    ) else {
+        return;
+    };
+    let all = Selector::default();
+    let deployments = store.list(d_rt, None, &all, None, None).items;
+    if deployments.is_empty() {
+        return;
+    }
+    let sets = store.list(rs_rt, None, &all, None, None).items;
+    for d in &deployments {
+        if d.pointer("/metadata/deletionTimestamp").is_some() {
+            continue;
+        }
+        let ns = d
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let name = name_of(d).unwrap_or("").to_string();
+        let uid = uid_of(d).to_string();
+        let replicas = d
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .unwrap_or(1)
+            .max(0);
+        let template = d.pointer("/spec/template").cloned().unwrap_or(json!({}));
+        let hash = template_hash(&template);
+        let rs_name = format!("{name}-{hash}");
+        let owned: Vec<&Value> = sets
+            .iter()
+            .filter(|rs| {
+                rs.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns.as_str())
+                    && controller_uid(rs) == Some(uid.as_str())
+            })
+            .collect();
+        let current = owned
+            .iter()
+            .find(|rs| name_of(rs) == Some(rs_name.as_str()));
+        let current = match current {
+            Some(rs) => {
+                let mut rs = (*rs).clone();
+                if rs.pointer("/spec/replicas").and_then(Value::as_i64) != Some(replicas) {
+                    rs["spec"]["replicas"] = json!(replicas);
+                    if let Some(m) = rs["metadata"].as_object_mut() {
+                        m.remove("resourceVersion");
+                    }
+                    if let Ok(stored) = store.update(rs_rt, &ns, &rs_name, rs.clone(), None) {
+                        rs = stored;
+                    }
+                }
+                rs
+            }
+            None => {
+                let mut template = template.clone();
+                template["metadata"]["labels"]["pod-template-hash"] = json!(hash);
+                let mut selector = d.pointer("/spec/selector").cloned().unwrap_or(json!({}));
+                selector["matchLabels"]["pod-template-hash"] = json!(hash);
+                let rs = json!({
+                    "metadata": {
+                        "name": rs_name,
+                        "labels": template["metadata"]["labels"].clone(),
+                        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment",
+                            "name": name, "uid": uid, "controller": true,
+                            "blockOwnerDeletion": true}],
+                    },
+                    "spec": {"replicas": replicas, "selector": selector, "template": template},
+                });
+                match store.create(rs_rt, &ns, rs) {
+                    Ok(rs) => rs,
+                    Err(e) => {
+                        tracing::warn!(deployment = %name, code = e.code, "cannot create the ReplicaSet");
+                        continue;
+                    }
+                }
+            }
+        };
+        for old in owned
+            .iter()
+            .filter(|rs| name_of(rs) != Some(rs_name.as_str()))
+        {
+            let _ = store.delete(rs_rt, &ns, name_of(old).unwrap_or(""), None);
+        }
+        let count = |key: &str| {
+            current
+                .pointer(&format!("/status/{key}"))
+                .and_then(Value::as_i64)
+                .unwrap_or(0)
+        };
+        let (have, ready) = (count("replicas"), count("readyReplicas"));
+        let available = if ready >= replicas { "True" } else { "False" };
+        let progressing = if have == replicas {
+            "NewReplicaSetAvailable"
+        } else {
+            "ReplicaSetUpdated"
+        };
+        let now = now_rfc3339();
+        write_status(
+            store,
+            d_rt,
+            d,
+            json!({
+                "replicas": have,
+                "updatedReplicas": have,
+                "readyReplicas": ready,
+                "availableReplicas": ready,
+                "unavailableReplicas": (replicas - ready).max(0),
+                "conditions": [
+                    {"type": "Available", "status": available,
+                        "reason": if available == "True" { "MinimumReplicasAvailable" } else { "MinimumReplicasUnavailable" },
+                        "lastUpdateTime": now, "lastTransitionTime": now},
+                    {"type": "Progressing", "status": "True", "reason": progressing,
+                        "message": format!("ReplicaSet \"{rs_name}\" is progressing."),
+                        "lastUpdateTime": now, "lastTransitionTime": now},
+                ],
+            }),
+        );
+    }
+}
+
+/// Deletes what owners the simulation has seen and that are gone now leave behind (the garbage
+/// collector's work): ReplicaSets of a deleted Deployment, pods of a deleted ReplicaSet. Objects
+/// whose owner the simulation never saw (made by hand, or by a test) stay.
+pub(crate) fn collect_garbage(
+    store: &mut Store,
+    seen: &mut BTreeMap<&'static str, HashSet<String>>,
+) {
+    let all = Selector::default();
+    for (owner_plural, dependent) in [
+        ("deployments", ("apps", "replicasets")),
+        ("replicasets", ("", "pods")),
+    ] {
+        let (Some(owner_rt), Some(dep_rt)) = (
+            resources::find("apps", "v1", owner_plural),
+            resources::find(dependent.0, "v1", dependent.1),
+        ) else {
+            continue;
+        };
+        let live: HashSet<String> = store
+            .list(owner_rt, None, &all, None, None)
+            .items
+            .iter()
+            .map(|o| uid_of(o).to_string())
+            .collect();
+        let known = seen.entry(owner_plural).or_default();
+        let orphans: Vec<(String, String)> = store
+            .list(dep_rt, None, &all, None, None)
+            .items
+            .iter()
+            .filter(|o| controller_uid(o).is_some_and(|u| known.contains(u) && !live.contains(u)))
+            .map(|o| {
+                (
+                    o.pointer("/metadata/namespace")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string(),
+                    name_of(o).unwrap_or("").to_string(),
+                )
+            })
+            .collect();
+        for (ns, name) in orphans {
+            let _ = store.delete(dep_rt, &ns, &name, None);
+        }
+        // Owners gone have had their dependents collected: remember only the live ones.
+        *known = live;
+    }
 }
 
 /// Every ReplicaSet to `spec.replicas` live pods.

@@ -1,0 +1,252 @@
+//! The README's try-out, from outside the process: the `emulator` binary with
+//! `--simulate-cluster` and seeded zonal scale sets, the controller binary `run` against it, and
+//! a Deployment created through the Kubernetes API as `kubectl apply` creates it. Nothing is
+//! shared in memory: two processes, HTTP between them.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_vmss-capacity-controller");
+
+/// Kills the process when the test ends, passed or not.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `emulator` with `args`; its address, from the line it announces.
+fn emulator(args: &[&str]) -> (Running, String) {
+    let mut child = Command::new(BIN)
+        .arg("emulator")
+        .args(["--listen", "127.0.0.1:0", "--lro-delay", "200ms"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("emulator starts");
+    let out = child.stdout.take().expect("stdout");
+    let mut line = String::new();
+    BufReader::new(out)
+        .read_line(&mut line)
+        .expect("an announcement");
+    let url = line
+        .trim()
+        .strip_prefix("emulator listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+        .to_string();
+    (Running(child), url)
+}
+
+async fn client(kubeconfig: &std::path::Path) -> kube::Client {
+    let file = kube::config::Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(file, &Default::default())
+        .await
+        .expect("client config");
+    kube::Client::try_from(config).expect("client")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_try_out_grows_the_three_zones_for_a_zone_spread_deployment_applied_from_outside() {
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let ca = dir.path().join("ca.pem");
+    let (_emulator, url) = emulator(&[
+        "--simulate-cluster",
+        "--tls",
+        "--cert-out",
+        ca.to_str().unwrap(),
+        "--boot-delay",
+        "300ms",
+        "--kubeconfig-out",
+        kubeconfig.to_str().unwrap(),
+        "--scale-set",
+        "zone1:Standard_D4s_v5:0:1",
+        "--scale-set",
+        "zone2:Standard_D4s_v5:0:2",
+        "--scale-set",
+        "zone3:Standard_D4s_v5:0:3",
+        "--scale-set",
+        "general:Standard_D4s_v5:1",
+    ]);
+    // The shipped try-out configuration, pointed at this emulator and made quick.
+    let shipped = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/emulator-pods.yaml"
+    ))
+    .unwrap();
+    let config = shipped
+        .replace("https://127.0.0.1:8443", &url)
+        .replace("./kubeconfig", kubeconfig.to_str().unwrap())
+        .replace("./ca.pem", ca.to_str().unwrap())
+        .replace("scanInterval: 2s", "scanInterval: 1s")
+        .replace("podBatchIdle: 1s", "podBatchIdle: 300ms")
+        .replace("metricsListen: 127.0.0.1:8085\n", "");
+    let config_path = dir.path().join("config.yaml");
+    std::fs::write(&config_path, config).unwrap();
+    let controller = Command::new(BIN)
+        .args(["run", "-c", config_path.to_str().unwrap()])
+        .env("ARM_CLIENT_SECRET", "anything")
+        .env_remove("VMSS_CONTROLLER_CONFIG")
+        .env_remove("KUBECONFIG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("controller starts");
+    let _controller = Running(controller);
+
+    // `kubectl apply -f examples/try-out/web.yaml`, as the API sees it.
+    let client = client(&kubeconfig).await;
+    let manifest = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/try-out/web.yaml"
+    ))
+    .unwrap();
+    let web: Deployment = serde_yaml::from_str(&manifest).expect("the example parses");
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    deployments
+        .create(&PostParams::default(), &web)
+        .await
+        .expect("created");
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let nodes: Api<Node> = Api::all(client.clone());
+    let per_zone = || async {
+        let zone_of: BTreeMap<String, String> = nodes
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|n| {
+                let zone = n
+                    .metadata
+                    .labels
+                    .as_ref()?
+                    .get("topology.kubernetes.io/zone")?
+                    .clone();
+                Some((n.metadata.name?, zone))
+            })
+            .collect();
+        let mut out: BTreeMap<String, usize> = BTreeMap::new();
+        for p in pods
+            .list(&ListParams::default().labels("app=web"))
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+        {
+            let running = p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+            let node = p.spec.as_ref().and_then(|s| s.node_name.clone());
+            if let (true, Some(zone)) = (running, node.and_then(|n| zone_of.get(&n).cloned())) {
+                *out.entry(zone).or_default() += 1;
+            }
+        }
+        out
+    };
+    let want = BTreeMap::from([
+        ("westeurope-1".to_string(), 2),
+        ("westeurope-2".to_string(), 2),
+        ("westeurope-3".to_string(), 2),
+    ]);
+    let mut seen = BTreeMap::new();
+    for _ in 0..300 {
+        seen = per_zone().await;
+        if seen == want {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(seen, want, "six web pods running, two per zone");
+
+    // `kubectl scale deployment web --replicas 3`: the Deployment's ReplicaSet follows.
+    deployments
+        .patch_scale(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .expect("scaled");
+    let mut total = 0;
+    for _ in 0..100 {
+        total = per_zone().await.values().sum::<usize>();
+        if total == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(total, 3);
+    // Its status catches up, as `kubectl rollout status` reads it.
+    let mut status = None;
+    for _ in 0..100 {
+        status = deployments.get("web").await.ok().and_then(|d| d.status);
+        if status
+            .as_ref()
+            .is_some_and(|s| s.replicas == Some(3) && s.ready_replicas == Some(3))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let status = status.expect("status written");
+    assert_eq!((status.replicas, status.ready_replicas), (Some(3), Some(3)));
+    assert!(
+        status
+            .conditions
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Available" && c.status == "True"),
+        "available"
+    );
+
+    // Deleting it takes its ReplicaSet and pods.
+    deployments
+        .delete("web", &Default::default())
+        .await
+        .expect("deleted");
+    let mut left = usize::MAX;
+    for _ in 0..100 {
+        left = pods
+            .list(&ListParams::default().labels("app=web"))
+            .await
+            .map(|l| l.items.len())
+            .unwrap_or(usize::MAX);
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(left, 0, "the garbage is collected");
+}
+
+#[test]
+fn the_simulation_flags_are_checked_and_a_bad_scale_set_is_named() {
+    let out = Command::new(BIN)
+        .args(["emulator", "--boot-delay", "1s"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--simulate-cluster"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(BIN)
+        .args(["emulator", "--scale-set", "zone1:Standard_D4s_v5:many"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("zone1:Standard_D4s_v5:many") && err.contains("capacity \"many\""),
+        "{err}"
+    );
+}
