@@ -55,6 +55,17 @@ async fn every_burst_is_scheduled_on_nodes_the_controller_asked_for_and_only_bli
     assert!(r.nodes_removed > 0, "scale-down removed nothing: {r:?}");
     assert_eq!(r.pdb_violations, 0);
     assert_eq!(r.lost_updates, 0, "an update was lost with ETags on");
+    // The zonal part: every bind kept the spread and the disks' zones, as the audit of the
+    // change stream saw them, and at its peak the spread workload ran five per zone.
+    assert!(!r.audit_incomplete, "the audit lost the stream: {r:?}");
+    assert_eq!(r.placement_violations, 0, "{r:?}");
+    assert!(r.max_skew_at_bind <= 1, "{r:?}");
+    assert_eq!(
+        r.spread_per_zone.values().copied().collect::<Vec<_>>(),
+        [5, 5, 5],
+        "{r:?}"
+    );
+    assert!(r.pending_at_end.is_empty(), "{:?}", r.pending_at_end);
 
     // The same seed without If-Match: the pods are served as well, and the rival's changes are
     // overwritten (the emulator saw writes replace versions their writer never read).

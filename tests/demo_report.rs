@@ -87,8 +87,9 @@ async fn the_demo_report_renders_in_headless_chromium_with_its_charts_and_summar
     // What the browser parsed: the chart's elements are in the SVG namespace's DOM.
     let dom = run_chromium(&dir.join("profile"), "--dump-dom", &page);
     assert_eq!(dom.matches("<svg").count(), 1, "one timeline, one chart");
-    // A line per group's capacity and Ready nodes and the pending pods (7 series), each with a
-    // point per sample (14 s at 200 ms: about 70); the legend's samples have 2 points each.
+    // A line per group's capacity and Ready nodes (six groups) and the pending pods (13 series),
+    // each with a point per sample (14 s at 200 ms: about 70); the legend's samples have 2
+    // points each.
     let long_lines = dom
         .split("<polyline")
         .skip(1)
@@ -98,7 +99,7 @@ async fn the_demo_report_renders_in_headless_chromium_with_its_charts_and_summar
                 .is_some_and(|(points, _)| points.split_whitespace().count() >= 50)
         })
         .count();
-    assert_eq!(long_lines, 7, "7 sampled series drawn");
+    assert_eq!(long_lines, 13, "13 sampled series drawn");
     // A circle per rival write that landed in its own sample, a triangle per controller write.
     assert!(dom.matches("<circle").count() >= 5, "the rival's marks");
     assert!(
@@ -108,6 +109,7 @@ async fn the_demo_report_renders_in_headless_chromium_with_its_charts_and_summar
     for label in [
         "general capacity",
         "gpu Ready nodes",
+        "zone3 capacity",
         "pending pods",
         "412 answers",
     ] {

@@ -76,6 +76,18 @@ pub struct PodsReport {
     pub nodes_at_end: BTreeMap<String, usize>,
     /// Nodes the pods at the end need at least, by group.
     pub nodes_needed_at_end: BTreeMap<String, usize>,
+    /// The zone-spread workload's running pods by zone, when most of them ran (after the
+    /// second burst; the shrink that follows leaves whatever the ReplicaSet's deletions and
+    /// scale-down leave, as on a real cluster).
+    pub spread_per_zone: BTreeMap<String, usize>,
+    /// The largest zone skew a bind of the spread workload made (the audit; maxSkew is 1).
+    pub max_skew_at_bind: i64,
+    /// Binds the audit found breaking a spread constraint or a volume's zone (must be 0).
+    pub placement_violations: usize,
+    /// The audit missed part of the change stream (must be false).
+    pub audit_incomplete: bool,
+    /// Pods left pending at the end, by the scheduler's message.
+    pub pending_at_end: BTreeMap<String, usize>,
 }
 
 fn groups() -> Vec<NodeGroupSpec> {
@@ -89,8 +101,18 @@ fn groups() -> Vec<NodeGroupSpec> {
         schedules: Vec::new(),
         max_scale_down_step: None,
     };
-    vec![g("general", 1, 20), g("memory", 0, 8), g("gpu", 0, 4)]
+    vec![
+        g("general", 1, 20),
+        g("memory", 0, 8),
+        g("gpu", 0, 4),
+        g("zone1", 0, 6),
+        g("zone2", 0, 6),
+        g("zone3", 0, 6),
+    ]
 }
+
+/// The spread workload's constraint: one zone at most one pod ahead of another.
+const SPREAD_MAX_SKEW: u32 = 1;
 
 /// The default demo: the pod-driven scenario twice on one seed, ETags on, then blind writes.
 #[derive(Debug, Clone)]
@@ -207,18 +229,47 @@ async fn scenario(args: &DemoArgs, title: &str) -> anyhow::Result<(PodsReport, r
         .context("the emulator's Kubernetes side is off")?;
     let base = emulator.base_url();
     let groups = groups();
-    for (name, size, capacity, tags) in [
-        ("general", "Standard_D4s_v5", 1, vec![]),
-        ("memory", "Standard_E8s_v5", 0, vec![(LABEL_TAG, "memory")]),
+    for (name, size, capacity, tags, zone) in [
+        ("general", "Standard_D4s_v5", 1, vec![], None),
+        (
+            "memory",
+            "Standard_E8s_v5",
+            0,
+            vec![(LABEL_TAG, "memory")],
+            None,
+        ),
         (
             "gpu",
             "Standard_NC6s_v3",
             0,
             vec![(GPU_TAINT_TAG, "gpu:NoSchedule")],
+            None,
+        ),
+        (
+            "zone1",
+            "Standard_D4s_v5",
+            0,
+            vec![(LABEL_TAG, "zonal")],
+            Some("1"),
+        ),
+        (
+            "zone2",
+            "Standard_D4s_v5",
+            0,
+            vec![(LABEL_TAG, "zonal")],
+            Some("2"),
+        ),
+        (
+            "zone3",
+            "Standard_D4s_v5",
+            0,
+            vec![(LABEL_TAG, "zonal")],
+            Some("3"),
         ),
     ] {
         let mut seed = ScaleSetSeed::new(SUBSCRIPTION, RESOURCE_GROUP, name, capacity);
         seed.sku_name = size.into();
+        seed.zones = zone.map(|z| vec![z.to_string()]).unwrap_or_default();
         seed.tags = tags
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -257,6 +308,8 @@ async fn scenario(args: &DemoArgs, title: &str) -> anyhow::Result<(PodsReport, r
         },
     )?;
     settings.pod_demand.kind = crate::config::DemandKind::Pods;
+    // The three zonal groups are alike: grown evenly, as cluster-autoscaler's flag does.
+    settings.pod_demand.balance_similar_node_groups = true;
     // Writes come when a batch of pending pods closes; the scan re-checks and runs scale-down.
     settings.scan_interval = Duration::from_secs(1);
     settings.scale_down = crate::config::ScaleDownSettings {
@@ -283,7 +336,7 @@ async fn scenario(args: &DemoArgs, title: &str) -> anyhow::Result<(PodsReport, r
         stage.base
     );
     println!(
-        "      node groups general (Standard_D4s_v5, 1..20), memory (Standard_E8s_v5, label workload=memory, 0..8), gpu (Standard_NC6s_v3, taint sku=gpu:NoSchedule, 0..4, from zero)"
+        "      node groups general (Standard_D4s_v5, 1..20), memory (Standard_E8s_v5, label workload=memory, 0..8), gpu (Standard_NC6s_v3, taint sku=gpu:NoSchedule, 0..4, from zero), zone1..zone3 (Standard_D4s_v5, one per availability zone, label workload=zonal, 0..6, balanced)"
     );
     println!(
         "      demand: pods, ETag concurrency {}, rival writer every {:?} (tags, and a node added by hand), runs {:?}",
@@ -319,6 +372,11 @@ async fn scenario(args: &DemoArgs, title: &str) -> anyhow::Result<(PodsReport, r
     let train = PodTemplate::new("2", "8Gi")
         .gpus(1)
         .tolerate("sku", "gpu", "NoSchedule");
+    let spread = PodTemplate::new("1", "2Gi")
+        .node_selector("workload", "zonal")
+        .spread_by("topology.kubernetes.io/zone", SPREAD_MAX_SKEW, "spread")
+        .min_domains(3);
+    let audit = crate::emulator::audit::PlacementAudit::start(&kube);
     let started = tokio::time::Instant::now();
     let at = |f: f64| started + args.duration.mul_f64(f);
     let mut phase = 0;
@@ -339,17 +397,29 @@ async fn scenario(args: &DemoArgs, title: &str) -> anyhow::Result<(PodsReport, r
             kube.create_replica_set(NS, "web", 24, &web)?;
             kube.create_replica_set(NS, "cache", 6, &cache)?;
             kube.create_replica_set(NS, "train", 2, &train)?;
-            say(args, started, "burst: web 24 x (500m, 1Gi), cache 6 x (1, 12Gi, workload=memory), train 2 x (2, 8Gi, 1 GPU, tolerates the taint)");
+            kube.create_replica_set(NS, "spread", 9, &spread)?;
+            create_db(&kube)?;
+            say(args, started, "burst: web 24 x (500m, 1Gi), cache 6 x (1, 12Gi, workload=memory), train 2 x (2, 8Gi, 1 GPU, tolerates the taint), spread 9 x (1, 2Gi, zonal, zone maxSkew 1, minDomains 3), db 3 x (500m, 1Gi, a disk each made in the zone it first lands in, one per node)");
             phase = 1;
         } else if phase == 1 && now >= at(0.25) {
             kube.scale_replica_set(NS, "web", 40)?;
             kube.scale_replica_set(NS, "train", 3)?;
-            say(args, started, "second burst: web 24 -> 40, train 2 -> 3");
+            kube.scale_replica_set(NS, "spread", 15)?;
+            say(
+                args,
+                started,
+                "second burst: web 24 -> 40, train 2 -> 3, spread 9 -> 15",
+            );
             phase = 2;
         } else if phase == 2 && now >= at(0.5) {
             kube.scale_replica_set(NS, "web", 10)?;
             kube.scale_replica_set(NS, "cache", 2)?;
-            say(args, started, "shrink: web 40 -> 10, cache 6 -> 2");
+            kube.scale_replica_set(NS, "spread", 6)?;
+            say(
+                args,
+                started,
+                "shrink: web 40 -> 10, cache 6 -> 2, spread 15 -> 6",
+            );
             phase = 3;
         }
         seen.sample(&kube, now);
@@ -361,13 +431,20 @@ async fn scenario(args: &DemoArgs, title: &str) -> anyhow::Result<(PodsReport, r
     rival_stop.cancel();
     let _ = rival.await;
     let timeline = recorder.finish().await?;
-    let report = seen.report(
+    let audited = audit.finish().await;
+    let mut report = seen.report(
         &kube,
         &state,
         &metrics,
         rival_writes.load(Ordering::Relaxed),
         &stage,
     );
+    report.max_skew_at_bind = audited.max_skew.get("spread").copied().unwrap_or(0);
+    report.placement_violations = audited.violations.len();
+    report.audit_incomplete = audited.lagged;
+    for v in &audited.violations {
+        println!("placement violation: {v}");
+    }
     if !args.no_etag {
         for l in state.lost_updates() {
             println!("lost update: {l:?}");
@@ -389,6 +466,51 @@ async fn scenario(args: &DemoArgs, title: &str) -> anyhow::Result<(PodsReport, r
         Err(e) => tracing::warn!(error = %e, "the controller task failed"),
     }
     Ok((report, timeline))
+}
+
+/// A StatefulSet-like `db`: three pods, each with its own claim on a `WaitForFirstConsumer`
+/// Azure Disk class (the disk is made in the zone the pod first lands in, and holds it there),
+/// one per node (hostname anti-affinity), on the zonal groups, not to be evicted.
+fn create_db(kube: &KubeState) -> anyhow::Result<()> {
+    kube.create(
+        "storage.k8s.io/v1",
+        "storageclasses",
+        "",
+        serde_json::json!({"metadata": {"name": "managed-csi"}, "provisioner": "disk.csi.azure.com",
+            "volumeBindingMode": "WaitForFirstConsumer"}),
+    )?;
+    for i in 0..3 {
+        kube.create(
+            "v1",
+            "persistentvolumeclaims",
+            NS,
+            serde_json::json!({"metadata": {"name": format!("data-db-{i}")},
+                "spec": {"storageClassName": "managed-csi", "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "32Gi"}}}}),
+        )?;
+        kube.create(
+            "v1",
+            "pods",
+            NS,
+            serde_json::json!({
+                "metadata": {"name": format!("db-{i}"), "labels": {"app": "db"},
+                    "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"},
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                        "name": "db", "uid": "db-statefulset", "controller": true}]},
+                "spec": {
+                    "nodeSelector": {"workload": "zonal"},
+                    "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                        {"labelSelector": {"matchLabels": {"app": "db"}},
+                            "topologyKey": "kubernetes.io/hostname"}]}},
+                    "containers": [{"name": "db", "image": "db",
+                        "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}],
+                    "volumes": [{"name": "data",
+                        "persistentVolumeClaim": {"claimName": format!("data-db-{i}")}}],
+                },
+            }),
+        )?;
+    }
+    Ok(())
 }
 
 fn say(args: &DemoArgs, started: tokio::time::Instant, what: &str) {
@@ -452,6 +574,8 @@ struct Seen {
     node_seconds: f64,
     needed_seconds: f64,
     last: Option<tokio::time::Instant>,
+    /// The spread workload's running pods by zone, when most ran.
+    spread_peak: BTreeMap<String, usize>,
 }
 
 fn milli(v: Option<&Value>) -> i128 {
@@ -553,6 +677,10 @@ impl Seen {
             .last
             .map_or(0.0, |l| now.duration_since(l).as_secs_f64());
         self.last = Some(now);
+        let spread = spread_per_zone(kube);
+        if spread.values().sum::<usize>() > self.spread_peak.values().sum::<usize>() {
+            self.spread_peak = spread;
+        }
         let groups = per_group(kube);
         self.node_seconds += dt * groups.values().map(|g| g.0).sum::<usize>() as f64;
         self.needed_seconds += dt * groups.values().map(|g| g.1).sum::<usize>() as f64;
@@ -683,8 +811,60 @@ impl Seen {
             misplaced_on_gpu,
             nodes_at_end: per.iter().map(|(g, x)| (g.clone(), x.0)).collect(),
             nodes_needed_at_end: per.iter().map(|(g, x)| (g.clone(), x.1)).collect(),
+            spread_per_zone: self.spread_peak.clone(),
+            pending_at_end: pending_at_end(kube),
+            ..PodsReport::default()
         }
     }
+}
+
+/// The running pods of the `spread` workload, by the zone of their node.
+fn spread_per_zone(kube: &KubeState) -> BTreeMap<String, usize> {
+    let zones: HashMap<String, String> = kube
+        .list_all("v1", "nodes", None)
+        .iter()
+        .filter_map(|n| {
+            Some((
+                n["metadata"]["name"].as_str()?.to_string(),
+                n["metadata"]["labels"]["topology.kubernetes.io/zone"]
+                    .as_str()?
+                    .to_string(),
+            ))
+        })
+        .collect();
+    let mut out = BTreeMap::new();
+    for p in kube.list_all("v1", "pods", Some(NS)) {
+        if p["metadata"]["labels"]["app"] != "spread" || p["status"]["phase"] != "Running" {
+            continue;
+        }
+        if let Some(z) = p["spec"]["nodeName"].as_str().and_then(|n| zones.get(n)) {
+            *out.entry(z.clone()).or_default() += 1;
+        }
+    }
+    out
+}
+
+/// Pods still pending, by the scheduler's message.
+fn pending_at_end(kube: &KubeState) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for p in kube.list_all("v1", "pods", Some(NS)) {
+        let bound = p["spec"]["nodeName"]
+            .as_str()
+            .is_some_and(|n| !n.is_empty());
+        if bound || p["metadata"]["deletionTimestamp"].is_string() {
+            continue;
+        }
+        let message = p["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "PodScheduled")
+            .and_then(|c| c["message"].as_str())
+            .unwrap_or("not looked at yet")
+            .to_string();
+        *out.entry(message).or_default() += 1;
+    }
+    out
 }
 
 fn print_report(args: &DemoArgs, r: &PodsReport) {
@@ -731,6 +911,18 @@ fn print_report(args: &DemoArgs, r: &PodsReport) {
     );
     println!("  PDB violations                 {}", r.pdb_violations);
     println!(
+        "  zone spread                    spread pods per zone at peak {:?}; max skew at bind {} (maxSkew {SPREAD_MAX_SKEW}); placement violations at bind {}{}",
+        r.spread_per_zone,
+        r.max_skew_at_bind,
+        r.placement_violations,
+        if r.audit_incomplete { " (audit incomplete)" } else { "" }
+    );
+    println!(
+        "  pods pending at end            {} {:?}",
+        r.pending_at_end.values().sum::<usize>(),
+        r.pending_at_end
+    );
+    println!(
         "  Ready nodes at the end         {:?}, needed by the pods running {:?}",
         r.nodes_at_end, r.nodes_needed_at_end
     );
@@ -772,6 +964,34 @@ fn figures(r: &PodsReport) -> Vec<(&'static str, String)> {
             "pods on GPU without toleration",
             r.misplaced_on_gpu.to_string(),
         ),
+        (
+            "spread pods per zone at peak",
+            if r.spread_per_zone.is_empty() {
+                "-".to_string()
+            } else {
+                r.spread_per_zone
+                    .values()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("/")
+            },
+        ),
+        (
+            "max skew at bind (maxSkew 1)",
+            r.max_skew_at_bind.to_string(),
+        ),
+        (
+            "placement violations at bind",
+            if r.audit_incomplete {
+                "incomplete".to_string()
+            } else {
+                r.placement_violations.to_string()
+            },
+        ),
+        (
+            "pods pending at end",
+            r.pending_at_end.values().sum::<usize>().to_string(),
+        ),
         ("lost updates", r.lost_updates.to_string()),
     ]
 }
@@ -782,6 +1002,11 @@ fn print_comparison(ab: &AbReport) {
     println!("  {:<32} {:>16} {:>16}", "", "ETags on", "blind writes");
     for ((label, on), (_, off)) in figures(&ab.with_etags).into_iter().zip(figures(&ab.blind)) {
         println!("  {label:<32} {on:>16} {off:>16}");
+    }
+    for (arm, r) in [("ETags on", &ab.with_etags), ("blind", &ab.blind)] {
+        for (why, n) in &r.pending_at_end {
+            println!("  pending at the end ({arm}): {n} x {why}");
+        }
     }
     println!();
     println!("  {}", conclusion(ab));

@@ -16,6 +16,7 @@
 //! | `error` | plumbing: [`EmulatorError`] |
 
 pub mod arm;
+pub mod audit;
 mod error;
 pub mod kube;
 pub(crate) mod server;

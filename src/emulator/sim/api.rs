@@ -76,6 +76,15 @@ impl PodTemplate {
         self
     }
 
+    /// Counts fewer than `n` domains as domains with no pods (`minDomains` of the last spread
+    /// constraint): a zone without a node holds the others back instead of disappearing.
+    pub fn min_domains(mut self, n: u32) -> Self {
+        if let Some(c) = self.spread.last_mut() {
+            c["minDomains"] = json!(n);
+        }
+        self
+    }
+
     /// Keeps the pods apart: at most one per `topology_key` domain (required anti-affinity on
     /// their own labels).
     pub fn anti_affinity_by(mut self, topology_key: &str, name: &str) -> Self {
