@@ -201,6 +201,7 @@ pub struct EmulatorArgs {
 
 /// A `--scale-set` of `emulator`.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[cfg(feature = "emulator")]
 pub struct ScaleSetArg {
     /// Scale set name.
     pub name: String,
@@ -212,7 +213,9 @@ pub struct ScaleSetArg {
     pub zones: Vec<String>,
 }
 
+#[cfg(feature = "emulator")]
 fn parse_scale_set(s: &str) -> Result<ScaleSetArg, String> {
+    use crate::emulator::arm::state::MAX_CAPACITY;
     let parts: Vec<&str> = s.split(':').collect();
     let (name, size, capacity, zones) = match parts.as_slice() {
         [n, v, c] => (*n, *v, *c, ""),
@@ -229,8 +232,10 @@ fn parse_scale_set(s: &str) -> Result<ScaleSetArg, String> {
     let capacity = capacity
         .parse::<i64>()
         .ok()
-        .filter(|c| (0..=1000).contains(c))
-        .ok_or_else(|| format!("{s:?}: capacity {capacity:?} must be an integer from 0 to 1000"))?;
+        .filter(|c| (0..=MAX_CAPACITY).contains(c))
+        .ok_or_else(|| {
+            format!("{s:?}: capacity {capacity:?} must be an integer from 0 to {MAX_CAPACITY}")
+        })?;
     let zones: Vec<String> = zones
         .split(',')
         .map(str::trim)
@@ -627,6 +632,18 @@ pub async fn emulator(args: EmulatorArgs) -> anyhow::Result<ExitCode> {
             sim.boot_delay = d;
         }
         builder = builder.cluster_simulation(sim);
+    }
+    let mut names = std::collections::BTreeSet::new();
+    if let Some(twice) = args
+        .scale_sets
+        .iter()
+        .find(|s| !names.insert(s.name.to_ascii_lowercase()))
+    {
+        eprintln!(
+            "error: --scale-set {} is given twice: name each scale set once",
+            twice.name
+        );
+        return Ok(ExitCode(2));
     }
     let seeds: Vec<crate::emulator::ScaleSetSeed> = args
         .scale_sets

@@ -768,7 +768,7 @@ async fn hostname_anti_affinity_puts_one_pod_per_node_and_the_rest_wait_with_the
     assert_ne!(placed[0].1, placed[1].1, "{placed:?}");
     assert_eq!(
         unschedulable_message(&kube, "solo").await,
-        "0/2 nodes are available: 2 node(s) didn't satisfy existing pods anti-affinity rules."
+        "0/2 nodes are available: 2 node(s) didn't match pod anti-affinity rules."
     );
 }
 

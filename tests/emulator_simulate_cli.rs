@@ -249,4 +249,19 @@ fn the_simulation_flags_are_checked_and_a_bad_scale_set_is_named() {
         err.contains("zone1:Standard_D4s_v5:many") && err.contains("capacity \"many\""),
         "{err}"
     );
+    let out = Command::new(BIN)
+        .args([
+            "emulator",
+            "--listen",
+            "127.0.0.1:0",
+            "--scale-set",
+            "zone1:Standard_D4s_v5:0:1",
+            "--scale-set",
+            "ZONE1:Standard_D4s_v5:2:2",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--scale-set ZONE1 is given twice"), "{err}");
 }

@@ -189,6 +189,111 @@ async fn the_cluster_view_is_ready_once_every_kind_is_listed(client: kube::Clien
     }
 }
 
+/// The kinds the volume and affinity filters read (claims, volumes, classes, namespaces) are
+/// listed and then kept current as objects are made after the first list, on both servers.
+async fn storage_and_namespaces_made_after_the_first_list_reach_the_view(client: kube::Client) {
+    use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim};
+    use k8s_openapi::api::storage::v1::StorageClass;
+    let stop = CancellationToken::new();
+    let (view, tasks) =
+        reflect::start(client.clone(), Arc::new(Metrics::new()), stop.clone()).await;
+    for _ in 0..200 {
+        if view.synced() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(view.synced(), "not listed: {:?}", view.unsynced());
+    let label = run_label();
+    let pp = PostParams::default();
+    let class: StorageClass = serde_json::from_value(json!({
+        "metadata": {"name": format!("{label}-zonal")},
+        "provisioner": "disk.csi.azure.com",
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "allowedTopologies": [{"matchLabelExpressions": [
+            {"key": "topology.disk.csi.azure.com/zone", "values": ["westeurope-2"]}]}],
+    }))
+    .unwrap();
+    Api::<StorageClass>::all(client.clone())
+        .create(&pp, &class)
+        .await
+        .expect("class");
+    let pv: PersistentVolume = serde_json::from_value(json!({
+        "metadata": {"name": format!("{label}-pv")},
+        "spec": {"capacity": {"storage": "8Gi"}, "accessModes": ["ReadWriteOnce"],
+            "csi": {"driver": "disk.csi.azure.com", "volumeHandle": format!("/disks/{label}")},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "topology.disk.csi.azure.com/zone", "operator": "In", "values": ["westeurope-2"]}]}]}}},
+    }))
+    .unwrap();
+    Api::<PersistentVolume>::all(client.clone())
+        .create(&pp, &pv)
+        .await
+        .expect("volume");
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": format!("{label}-data")},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": format!("{label}-zonal"),
+            "resources": {"requests": {"storage": "8Gi"}}},
+    }))
+    .unwrap();
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), "default")
+        .create(&pp, &claim)
+        .await
+        .expect("claim");
+    let ns: Namespace = serde_json::from_value(json!({
+        "metadata": {"name": format!("{label}-team"), "labels": {"team": &label}},
+    }))
+    .unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&pp, &ns)
+        .await
+        .expect("namespace");
+
+    eventually(&view.storage.classes, "the class", |o| {
+        names(o).contains(&format!("{label}-zonal"))
+    })
+    .await;
+    eventually(&view.storage.volumes, "the volume", |o| {
+        names(o).contains(&format!("{label}-pv"))
+    })
+    .await;
+    eventually(&view.storage.claims, "the claim", |o| {
+        names(o).contains(&format!("{label}-data"))
+    })
+    .await;
+    eventually(&view.namespaces, "the namespace and its labels", |o| {
+        o.values().any(|n| {
+            n.metadata.name.as_deref() == Some(format!("{label}-team").as_str())
+                && n.metadata.labels.as_ref().and_then(|l| l.get("team")) == Some(&label)
+        })
+    })
+    .await;
+    // What the volume filters read of them: the volume's zone.
+    let volumes = view.storage.volumes();
+    assert!(
+        format!("{volumes:?}").contains("westeurope-2"),
+        "{volumes:?}"
+    );
+
+    let dp = DeleteParams::default();
+    let _ = Api::<PersistentVolumeClaim>::namespaced(client.clone(), "default")
+        .delete(&format!("{label}-data"), &dp)
+        .await;
+    let _ = Api::<PersistentVolume>::all(client.clone())
+        .delete(&format!("{label}-pv"), &dp)
+        .await;
+    let _ = Api::<StorageClass>::all(client.clone())
+        .delete(&format!("{label}-zonal"), &dp)
+        .await;
+    let _ = Api::<Namespace>::all(client)
+        .delete(&format!("{label}-team"), &dp)
+        .await;
+    stop.cancel();
+    for t in tasks {
+        t.await.expect("reflector ends on stop");
+    }
+}
+
 /// One test per case and server.
 macro_rules! against_both_servers {
     ($($case:ident),* $(,)?) => {
@@ -217,4 +322,5 @@ against_both_servers!(
     the_first_full_list_is_published_whole_then_kept_current,
     a_pod_that_finishes_leaves_the_view,
     the_cluster_view_is_ready_once_every_kind_is_listed,
+    storage_and_namespaces_made_after_the_first_list_reach_the_view,
 );

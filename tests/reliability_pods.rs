@@ -24,6 +24,12 @@
 //!
 //! Half the schedules run on AKS agent pools of one managed cluster (the rival's tag writes are
 //! then cluster-level writes, which change every pool's ETag; nodes go by `deleteMachines`).
+//! Half (an independent half) add three zonal groups, one availability zone each, balanced, with
+//! a zone-spread workload (`maxSkew` 1, `minDomains` 3), a workload with one pod per node
+//! (hostname anti-affinity) and two pods each with its own `WaitForFirstConsumer` zonal disk;
+//! their steps scale those, and rivals and faults reach the zonal groups too. On every schedule a
+//! placement audit replays the cluster's change stream and judges each bind against its zone
+//! spread and its disk's zone: no violation, and the stream never lost.
 //! The same schedules with the flag off must show lost updates (the check can fail).
 //! `RELIABILITY_POD_SCHEDULES=<n>` runs more (default 24); `RELIABILITY_POD_SEED=<n>` replays one.
 
@@ -34,11 +40,13 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
-use support::pod_cluster::{Cluster, Groups, Seed, GPU_TAINT_TAG};
+use support::pod_cluster::{Cluster, Groups, GPU_TAINT_TAG};
 use support::*;
 use vmss_capacity_controller::emulator::sim::nodes::NEVER_REGISTER_TAG;
 use vmss_capacity_controller::emulator::sim::{PodTemplate, SimSettings};
-use vmss_capacity_controller::emulator::{AgentPoolSeed, EmulatorState, FaultKind, RequestRecord};
+use vmss_capacity_controller::emulator::{
+    AgentPoolSeed, EmulatorState, FaultKind, RequestRecord, ScaleSetSeed,
+};
 
 const DEFAULT_SCHEDULES: u64 = 24;
 const WRITER: &str = "controller";
@@ -73,9 +81,21 @@ const GROUPS: [GroupDef; 3] = [
     ),
 ];
 
-/// The workloads: name, the most replicas a step asks for, and the pod template.
-fn workloads() -> [(&'static str, i64, PodTemplate); 4] {
-    [
+/// The zonal groups of a zonal schedule: name and zone (D4s_v5, label `workload=zonal`).
+const ZONAL: [(&str, &str); 3] = [("zone1", "1"), ("zone2", "2"), ("zone3", "3")];
+const ZONAL_TAGS: &[(&str, &str)] = &[(LABEL_TAG, "zonal")];
+/// The pods of a zonal schedule with their own disk (not in a ReplicaSet: a StatefulSet's).
+const DISK_PODS: i64 = 2;
+
+/// Every node group name a schedule may have.
+fn all_group_names() -> impl Iterator<Item = &'static str> {
+    GROUPS.iter().map(|g| g.0).chain(ZONAL.iter().map(|z| z.0))
+}
+
+/// The workloads: name, the most replicas a step asks for, and the pod template; a zonal
+/// schedule's two more.
+fn workloads(zonal: bool) -> Vec<(&'static str, i64, PodTemplate)> {
+    let mut w = vec![
         ("web", 10, PodTemplate::new("500m", "1Gi")),
         ("batch", 6, PodTemplate::new("1500m", "2Gi")),
         (
@@ -92,7 +112,25 @@ fn workloads() -> [(&'static str, i64, PodTemplate); 4] {
                 .gpus(1)
                 .tolerate("sku", "gpu", "NoSchedule"),
         ),
-    ]
+    ];
+    if zonal {
+        w.push((
+            "spread",
+            9,
+            PodTemplate::new("1", "2Gi")
+                .node_selector("workload", "zonal")
+                .spread_by("topology.kubernetes.io/zone", 1, "spread")
+                .min_domains(3),
+        ));
+        w.push((
+            "solo",
+            3,
+            PodTemplate::new("500m", "512Mi")
+                .node_selector("workload", "zonal")
+                .anti_affinity_by("kubernetes.io/hostname", "solo"),
+        ));
+    }
+    w
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -166,7 +204,10 @@ struct Schedule {
     /// Agent pools of one managed cluster instead of scale sets (then the rival's tag writes are
     /// cluster-level writes: every pool's ETag changes).
     pools: bool,
-    bounds: [Bounds; 3],
+    /// Three zonal groups and their workloads too.
+    zonal: bool,
+    /// Per group, in [`Schedule::groups`] order.
+    bounds: Vec<Bounds>,
     boot: Duration,
     unneeded: Duration,
     delay_after_add: Duration,
@@ -182,6 +223,19 @@ struct Schedule {
 }
 
 impl Schedule {
+    /// The node groups, in order: name, VM size, template tags, zone.
+    fn groups(&self) -> Vec<GroupRow> {
+        let mut g: Vec<_> = GROUPS.iter().map(|(n, s, t)| (*n, *s, *t, None)).collect();
+        if self.zonal {
+            g.extend(
+                ZONAL
+                    .iter()
+                    .map(|(n, z)| (*n, "Standard_D4s_v5", ZONAL_TAGS, Some(*z))),
+            );
+        }
+        g
+    }
+
     fn generate(seed: u64) -> Self {
         let mut rng = StdRng::seed_from_u64(seed);
         // Every workload fits within max: web 10 x 0.5 + batch 6 x 1.5 cpu on D4s_v5 (4 cpu)
@@ -192,17 +246,19 @@ impl Schedule {
             rng.gen_range(2..=4),
             rng.gen_range(2..=3),
         ];
-        let bounds = std::array::from_fn(|i| Bounds {
-            min: mins[i],
-            max: maxes[i],
-            seed_capacity: rng.gen_range(0..=i64::from(mins[i]) + 1),
-        });
+        let mut bounds: Vec<Bounds> = (0..3)
+            .map(|i| Bounds {
+                min: mins[i],
+                max: maxes[i],
+                seed_capacity: rng.gen_range(0..=i64::from(mins[i]) + 1),
+            })
+            .collect();
         let budget = match rng.gen_range(0..3) {
             0 => json!({"maxUnavailable": 0}),
             1 => json!({"maxUnavailable": 1}),
             _ => json!({"minAvailable": 2}),
         };
-        let max_replicas: Vec<i64> = workloads().iter().map(|w| w.1).collect();
+        let max_replicas: Vec<i64> = workloads(false).iter().map(|w| w.1).collect();
         let len = rng.gen_range(8..=14);
         let mut steps = Vec::with_capacity(len + 1);
         // Something to do from the start.
@@ -276,9 +332,56 @@ impl Schedule {
             // A short while after each step, so steps meet the loops at different moments.
             steps.push((step, rng.gen_range(0..=30)));
         }
+        // The zonal part draws from its own generator, so the other schedules stay as they were.
+        let zonal = (seed / 2) % 2 == 1;
+        if zonal {
+            let mut z = StdRng::seed_from_u64(seed ^ 0x5a0e_5a0e);
+            // spread 9 x 1 cpu over three zones with solo's one per node: 3 D4s_v5 per zone
+            // at most (with skew 1, 4 pods in a zone, and solo's); max 4 leaves room.
+            for _ in ZONAL {
+                bounds.push(Bounds {
+                    min: 0,
+                    max: z.gen_range(4..=5),
+                    seed_capacity: z.gen_range(0..=1),
+                });
+            }
+            let zonal_workloads = [(4usize, 9i64), (5, 3)];
+            for _ in 0..z.gen_range(3..=5) {
+                let group = 3 + z.gen_range(0..3);
+                let step = match z.gen_range(0..10) {
+                    0..=5 => {
+                        let (workload, most) = zonal_workloads[z.gen_range(0..2)];
+                        Step::Scale {
+                            workload,
+                            replicas: z.gen_range(0..=most),
+                        }
+                    }
+                    6 => Step::RivalCapacity {
+                        group,
+                        to: z.gen_range(0..=4),
+                    },
+                    7 => Step::RivalTags {
+                        group,
+                        value: z.gen(),
+                    },
+                    _ => {
+                        let (method, kind) = random_fault(&mut z);
+                        Step::Fault {
+                            group,
+                            method,
+                            kind,
+                            count: z.gen_range(1..=3),
+                        }
+                    }
+                };
+                let at = z.gen_range(1..=steps.len());
+                steps.insert(at, (step, z.gen_range(0..=30)));
+            }
+        }
         Schedule {
             // Blocks of four seeds alternate, so every slice of the seed range has both kinds.
             pools: (seed / 4) % 2 == 1,
+            zonal,
             bounds,
             boot: Duration::from_secs(*[10u64, 30, 60, 90].get(rng.gen_range(0..4)).unwrap_or(&30)),
             unneeded: Duration::from_secs(
@@ -329,6 +432,9 @@ struct Outcome {
     pool_deletions: usize,
     evictions: u64,
     unregistered: u64,
+    /// Binds the placement audit judged, and of those of zone-spread pods.
+    binds: usize,
+    spread_binds: usize,
 }
 
 fn path_of(r: &RequestRecord) -> &str {
@@ -356,13 +462,16 @@ fn is_deletion(r: &RequestRecord, group: &str) -> bool {
 fn capacity_writes<'a>(log: &'a [RequestRecord], writer: &str) -> Vec<&'a RequestRecord> {
     log.iter()
         .filter(|r| r.method == "PUT" && r.writer.as_deref() == Some(writer))
-        .filter(|r| GROUPS.iter().any(|g| is_resource(r, g.0)))
+        .filter(|r| all_group_names().any(|g| is_resource(r, g)))
         .collect()
 }
 
-fn pool_seed(name: &str, size: &str, count: i64) -> AgentPoolSeed {
+fn pool_seed(name: &str, size: &str, count: i64, zone: Option<&str>) -> AgentPoolSeed {
     let mut p = AgentPoolSeed::new(name, count);
     p.vm_size = Some(size.to_string());
+    if let Some(z) = zone {
+        p = p.zones(&[z]).node_label("workload", "zonal");
+    }
     match name {
         "memory" => {
             p.node_labels.insert("workload".into(), "memory".into());
@@ -422,27 +531,36 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
             .with_test_writer()
             .try_init();
     }
-    let seeds: Vec<Seed> = GROUPS
-        .iter()
-        .zip(&schedule.bounds)
-        .map(|((name, size, tags), b)| (*name, *size, b.seed_capacity, *tags))
-        .collect();
+    let defs = schedule.groups();
     let groups = if schedule.pools {
         Groups::Pools(
-            GROUPS
-                .iter()
+            defs.iter()
                 .zip(&schedule.bounds)
-                .map(|((name, size, _), b)| pool_seed(name, size, b.seed_capacity))
+                .map(|((name, size, _, zone), b)| pool_seed(name, size, b.seed_capacity, *zone))
                 .collect(),
         )
     } else {
-        Groups::ScaleSets(&seeds)
+        Groups::Seeds(
+            defs.iter()
+                .zip(&schedule.bounds)
+                .map(|((name, size, tags, zone), b)| {
+                    let mut seed = ScaleSetSeed::new(SUB, RG, name, b.seed_capacity);
+                    seed.sku_name = size.to_string();
+                    seed.tags = tags
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect();
+                    seed.zones = zone.map(|z| vec![z.to_string()]).unwrap_or_default();
+                    seed
+                })
+                .collect(),
+        )
     };
     let sim = SimSettings {
         boot_delay: schedule.boot,
         tick: Duration::from_secs(1),
     };
-    let bounds = schedule.bounds;
+    let bounds = schedule.bounds.clone();
     let c = Cluster::start_simulated_groups(groups, 10, sim, |s| {
         s.enable_vmss_etag = etag_on;
         s.scan_interval = Duration::from_secs(10);
@@ -451,6 +569,7 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
         s.scale_down.delay_after_add = schedule.delay_after_add;
         s.scale_down.utilization_threshold = schedule.threshold;
         s.pod_demand.max_node_provision_time = schedule.provision;
+        s.pod_demand.balance_similar_node_groups = schedule.zonal;
         for (g, b) in s.node_groups.iter_mut().zip(&bounds) {
             g.min_size = b.min;
             g.max_size = b.max;
@@ -469,22 +588,28 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
     c.kube
         .create_daemon_set("kube-system", "agent", &ds_template())
         .map_err(|e| format!("daemon set: {e:?}"))?;
-    let mut replicas: Vec<i64> = vec![0; 4];
+    let audit = vmss_capacity_controller::emulator::audit::PlacementAudit::start(&c.kube);
+    let workloads = workloads(schedule.zonal);
+    let mut replicas: Vec<i64> = vec![0; workloads.len()];
     let start = tokio::time::Instant::now();
     let rival = {
         let (state, every, pools) = (c.state.clone(), schedule.rival_every, schedule.pools);
+        let names: Vec<&'static str> = defs.iter().map(|d| d.0).collect();
         tokio::spawn(async move {
             let mut rng = StdRng::seed_from_u64(every.as_millis() as u64);
             loop {
                 tokio::time::sleep(every).await;
-                let g = GROUPS[rng.gen_range(0..3)].0;
+                let g = names[rng.gen_range(0..names.len())];
                 rival_tags(&state, pools, g, "terraform", rng.gen());
             }
         })
     };
-    for (name, _, template) in workloads() {
+    if schedule.zonal {
+        create_disk_pods(&c).map_err(|e| format!("disk pods: {e}"))?;
+    }
+    for (name, _, template) in &workloads {
         c.kube
-            .create_replica_set("default", name, 0, &template)
+            .create_replica_set("default", name, 0, template)
             .map_err(|e| format!("replica set {name}: {e:?}"))?;
     }
 
@@ -494,15 +619,15 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
                 workload,
                 replicas: n,
             } => {
-                let name = workloads()[*workload].0;
+                let name = workloads[*workload].0;
                 c.kube
                     .scale_replica_set("default", name, *n)
                     .map_err(|e| format!("step {i}: scaling {name}: {e:?}"))?;
                 replicas[*workload] = *n;
             }
-            Step::RivalCapacity { group, to } => rival_capacity(&c, GROUPS[*group].0, *to),
+            Step::RivalCapacity { group, to } => rival_capacity(&c, defs[*group].0, *to),
             Step::RivalTags { group, value } => {
-                rival_tags(&c.state, c.pools, GROUPS[*group].0, "rival", *value)
+                rival_tags(&c.state, c.pools, defs[*group].0, "rival", *value)
             }
             Step::Fault {
                 group,
@@ -512,7 +637,7 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
             } => {
                 c.state.inject_fault(fault(
                     Some(method),
-                    Some(GROUPS[*group].0),
+                    Some(defs[*group].0),
                     kind.clone(),
                     Some(*count),
                 ));
@@ -543,12 +668,12 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
                 c.set_token_delay(Duration::ZERO);
             }
             Step::Unregistering { group, secs } => {
-                never_register(&c, GROUPS[*group].0, true);
+                never_register(&c, defs[*group].0, true);
                 tokio::time::sleep(Duration::from_secs(*secs)).await;
-                never_register(&c, GROUPS[*group].0, false);
+                never_register(&c, defs[*group].0, false);
             }
             Step::QuotaSpent { group, secs } => {
-                let (name, size, _) = GROUPS[*group];
+                let (name, size, _, _) = defs[*group];
                 let shape = vmss_capacity_controller::pods::template::vm_size(size)
                     .expect("the groups' sizes are in the table");
                 let used = c.capacity(name).max(0) * i64::from(shape.vcpu);
@@ -564,14 +689,16 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
             Step::Wait { secs } => tokio::time::sleep(Duration::from_secs(*secs)).await,
         }
         tokio::time::sleep(Duration::from_secs(*after)).await;
+        if schedule.zonal {
+            recreate_disk_pods(&c).map_err(|e| format!("step {i}: disk pods: {e}"))?;
+        }
         if std::env::var("RELIABILITY_POD_TRACE").is_ok() {
             eprintln!(
                 "[{:>6.0}s] step {i} {step:?}: capacities {:?}, pods {:?}, nodes {:?}",
                 start.elapsed().as_secs_f64(),
-                GROUPS.iter().map(|g| c.capacity(g.0)).collect::<Vec<_>>(),
+                defs.iter().map(|g| c.capacity(g.0)).collect::<Vec<_>>(),
                 c.kube.pod_counts(Some("default")),
-                GROUPS
-                    .iter()
+                defs.iter()
                     .map(|g| c.nodes_of(g.0).len())
                     .collect::<Vec<_>>(),
             );
@@ -581,14 +708,17 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
     // Settle: no more faults or rivals; every pod runs and no idle node stays above min.
     rival.abort();
     c.state.clear_faults();
-    let want: i64 = replicas.iter().sum();
+    let want: i64 = replicas.iter().sum::<i64>() + if schedule.zonal { DISK_PODS } else { 0 };
     let settled = {
         let deadline = tokio::time::Instant::now() + SETTLE;
         loop {
             tokio::time::sleep(Duration::from_secs(10)).await;
+            if schedule.zonal {
+                recreate_disk_pods(&c).map_err(|e| format!("settling: disk pods: {e}"))?;
+            }
             let running = c.kube.pod_counts(Some("default")).running as i64;
-            let idle = idle_above_min(&c, &bounds);
-            let unregistered: Vec<_> = GROUPS
+            let idle = idle_above_min(&c, &defs, &bounds);
+            let unregistered: Vec<_> = defs
                 .iter()
                 .filter(|g| c.nodes_of(g.0).len() as i64 != c.capacity(g.0))
                 .map(|g| g.0)
@@ -637,7 +767,7 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
                 break Err(format!(
                     "not settled {} min after the last step: {running} of {want} pods running, idle nodes above min: {idle:?}, groups with instances but no nodes: {unregistered:?}, capacities {:?}",
                     SETTLE.as_secs() / 60,
-                    GROUPS.iter().map(|g| c.capacity(g.0)).collect::<Vec<_>>()
+                    defs.iter().map(|g| c.capacity(g.0)).collect::<Vec<_>>()
                 ));
             }
         }
@@ -670,8 +800,16 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
             &c.metrics.scaled_down_nodes_total,
             &[("reason", "unregistered")],
         ),
+        binds: 0,
+        spread_binds: 0,
     };
     let losses = c._emulator.pods_lost_with_nodes();
+    let audited = audit.finish().await;
+    let outcome = Outcome {
+        binds: audited.binds,
+        spread_binds: audited.spread_binds,
+        ..outcome
+    };
     c.stop().await;
 
     if !etag_on {
@@ -681,8 +819,15 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
         return Err(format!("{} lost updates", outcome.lost_updates));
     }
     // Writes: within bounds, conditional.
+    // Every bind, as it happened: within its zone spread, in its disk's zone.
+    if audited.lagged {
+        return Err("the placement audit lost the change stream".into());
+    }
+    if !audited.violations.is_empty() {
+        return Err(format!("binds broke placement: {:?}", audited.violations));
+    }
     for r in capacity_writes(&log, WRITER) {
-        let Some(g) = GROUPS.iter().position(|g| is_resource(r, g.0)) else {
+        let Some(g) = defs.iter().position(|g| is_resource(r, g.0)) else {
             continue;
         };
         let b = bounds[g];
@@ -690,7 +835,7 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
             if cap < i64::from(b.min) || cap > i64::from(b.max) {
                 return Err(format!(
                     "the controller wrote capacity {cap} to {} outside [{}, {}]",
-                    GROUPS[g].0, b.min, b.max
+                    defs[g].0, b.min, b.max
                 ));
             }
         }
@@ -702,7 +847,7 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
     let mut deleted_nodes = HashSet::new();
     for d in &deletions {
         let group = d.pool.as_deref().unwrap_or(&d.scale_set);
-        let Some(g) = GROUPS.iter().position(|g| g.0 == group) else {
+        let Some(g) = defs.iter().position(|g| g.0 == group) else {
             return Err(format!("a deletion in an unknown node group: {d:?}"));
         };
         if d.capacity_after < i64::from(bounds[g].min) {
@@ -765,9 +910,75 @@ fn ds_template() -> PodTemplate {
     t
 }
 
+/// A StatefulSet's pods of a zonal schedule: each with its own claim on a
+/// `WaitForFirstConsumer` Azure Disk class (made in the zone the pod first lands in), on the
+/// zonal groups, not to be evicted.
+fn create_disk_pods(c: &Cluster) -> Result<(), String> {
+    let k = &c.kube;
+    k.create(
+        "storage.k8s.io/v1",
+        "storageclasses",
+        "",
+        json!({"metadata": {"name": "managed-csi"}, "provisioner": "disk.csi.azure.com",
+            "volumeBindingMode": "WaitForFirstConsumer"}),
+    )
+    .map_err(|e| format!("{e:?}"))?;
+    for i in 0..DISK_PODS {
+        k.create(
+            "v1",
+            "persistentvolumeclaims",
+            "default",
+            json!({"metadata": {"name": format!("data-db-{i}")},
+                "spec": {"storageClassName": "managed-csi", "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "8Gi"}}}}),
+        )
+        .map_err(|e| format!("{e:?}"))?;
+    }
+    recreate_disk_pods(c)
+}
+
+/// What the StatefulSet controller does: a disk pod that is gone (its node went with it, a
+/// rival having shrunk the group) comes back with the same claim, so it needs a node in its
+/// disk's zone.
+fn recreate_disk_pods(c: &Cluster) -> Result<(), String> {
+    let k = &c.kube;
+    for i in 0..DISK_PODS {
+        if k.get("v1", "pods", "default", &format!("db-{i}")).is_ok() {
+            continue;
+        }
+        k.create(
+            "v1",
+            "pods",
+            "default",
+            json!({
+                "metadata": {"name": format!("db-{i}"), "labels": {"app": "db"},
+                    "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"},
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                        "name": "db", "uid": "db-statefulset", "controller": true}]},
+                "spec": {"nodeSelector": {"workload": "zonal"},
+                    "containers": [{"name": "db", "image": "db",
+                        "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}],
+                    "volumes": [{"name": "data",
+                        "persistentVolumeClaim": {"claimName": format!("data-db-{i}")}}]},
+            }),
+        )
+        .map_err(|e| format!("{e:?}"))?;
+    }
+    Ok(())
+}
+
+/// A node group of a schedule: name, VM size, template tags, zone.
+type GroupRow = (
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+    Option<&'static str>,
+);
+type GroupDefs = [GroupRow];
+
 /// Nodes with no pod but DaemonSet pods, in groups above their min (a node being removed
 /// counts until it is gone).
-fn idle_above_min(c: &Cluster, bounds: &[Bounds; 3]) -> Vec<String> {
+fn idle_above_min(c: &Cluster, defs: &GroupDefs, bounds: &[Bounds]) -> Vec<String> {
     let pods = c.kube.list_all("v1", "pods", None);
     let busy: HashSet<&str> = pods
         .iter()
@@ -779,7 +990,7 @@ fn idle_above_min(c: &Cluster, bounds: &[Bounds; 3]) -> Vec<String> {
         .filter_map(|p| p.pointer("/spec/nodeName").and_then(|n| n.as_str()))
         .collect();
     let mut idle = Vec::new();
-    for (g, (name, _, _)) in GROUPS.iter().enumerate() {
+    for (g, (name, _, _, _)) in defs.iter().enumerate() {
         let nodes = c.nodes_of(name);
         if nodes.len() as u32 <= bounds[g].min {
             continue;
@@ -818,6 +1029,8 @@ async fn random_pods_rivals_and_faults_lose_no_update_bypass_no_budget_and_respe
                 totals.pool_deletions += o.pool_deletions;
                 totals.evictions += o.evictions;
                 totals.unregistered += o.unregistered;
+                totals.binds += o.binds;
+                totals.spread_binds += o.spread_binds;
             }
             Err(e) => panic!(
                 "schedule {seed} broke an invariant: {e}\nreplay: RELIABILITY_POD_SEED={seed} cargo test --test reliability_pods -- --nocapture\n{schedule:#?}"
@@ -825,19 +1038,25 @@ async fn random_pods_rivals_and_faults_lose_no_update_bypass_no_budget_and_respe
         }
     }
     println!(
-        "{} schedules with pods: {} capacity writes, {} answered 412 (re-planned), {} instances deleted by name ({} by deleteMachines; {} that never registered), {} pods evicted; 0 lost updates, 0 pods bypassing an eviction ({:.1} s real)",
+        "{} schedules with pods ({} with zonal groups): {} capacity writes, {} answered 412 (re-planned), {} instances deleted by name ({} by deleteMachines; {} that never registered), {} pods evicted, {} binds audited ({} zone-spread); 0 lost updates, 0 pods bypassing an eviction, 0 binds breaking placement ({:.1} s real)",
         seeds.len(),
+        seeds.iter().filter(|s| Schedule::generate(**s).zonal).count(),
         totals.scale_ups,
         totals.conflicts,
         totals.deletions,
         totals.pool_deletions,
         totals.unregistered,
         totals.evictions,
+        totals.binds,
+        totals.spread_binds,
         started.elapsed().as_secs_f64()
     );
     // The schedules must exercise both directions, or they prove little.
     assert!(totals.scale_ups > 0, "no schedule scaled up");
     assert!(totals.deletions > 0, "no schedule removed a node");
+    if seeds.len() > 1 {
+        assert!(totals.spread_binds > 0, "no zone-spread pod was ever bound");
+    }
 }
 
 #[tokio::test(start_paused = true)]

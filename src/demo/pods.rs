@@ -177,7 +177,7 @@ pub async fn compare(args: &DemoArgs) -> anyhow::Result<AbReport> {
 fn intro(args: &DemoArgs, runs: &str) -> Vec<String> {
     vec![
         format!(
-            "The built-in emulator ran a simulated cluster (a Node per VM instance, Ready {BOOT_DELAY:?} after it appears) and three scale sets: general (Standard_D4s_v5, 1..20), memory (Standard_E8s_v5, 0..8) and gpu (Standard_NC6s_v3, tainted, 0..4). Pods came in two bursts, then the web and cache ReplicaSets shrank, while a rival changed the scale sets every {:?} (seed {}). {runs}",
+            "The built-in emulator ran a simulated cluster (a Node per VM instance, Ready {BOOT_DELAY:?} after it appears) and six scale sets: general (Standard_D4s_v5, 1..20), memory (Standard_E8s_v5, 0..8), gpu (Standard_NC6s_v3, tainted, 0..4) and zone1..zone3 (Standard_D4s_v5, one availability zone each, 0..6, balanced). Pods came in two bursts, a zone-spread workload and pods with zonal disks among them, then the web, cache and spread ReplicaSets shrank, while a rival changed the scale sets every {:?} (seed {}). {runs}",
             args.rival_interval, args.seed
         ),
         format!("Each chart shows what Azure and the cluster held, sampled every {:?}, and below it every write as the emulator saw it: the rival's, the controller's, the controller's writes refused with 412 Precondition Failed, and the writes that replaced a version their writer had never read (lost updates).", report::SAMPLE),

@@ -6,11 +6,16 @@
 //!
 //! What it checks, for each pod the first time it gets a node:
 //! - each `DoNotSchedule` constraint on `topology.kubernetes.io/zone`: the skew it makes (its
-//!   zone's matching pods, itself included, less the fewest in any zone that has a Ready node
-//!   its `nodeSelector` admits) stays within `maxSkew`; the largest skew per `app` label is kept;
+//!   zone's matching pods, itself included, less the fewest in any zone that has a node its
+//!   `nodeSelector` and required node affinity admit; 0 when there are fewer such zones than
+//!   `minDomains`) stays within `maxSkew`, with the selector's `matchLabels`,
+//!   `matchExpressions` and the constraint's `matchLabelKeys`; the largest skew per `app` label
+//!   is kept;
 //! - each claim bound to a volume with a zonal `nodeAffinity`: the node is in that zone.
 //!
-//! A receiver that lags behind the stream marks the audit incomplete, never passing.
+//! It starts from what the store holds (read under the same lock as the subscription, so no
+//! change falls between), and a receiver that lags behind the stream marks the audit
+//! incomplete, never passing.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -45,7 +50,6 @@ type Labels = serde_json::Map<String, Value>;
 /// A node as the audit knows it.
 struct NodeSeen {
     zone: Option<String>,
-    ready: bool,
     labels: Labels,
 }
 
@@ -66,6 +70,8 @@ struct Model {
     claims: HashMap<String, String>,
     /// Volume name → the zones its node affinity allows (empty: any).
     volumes: HashMap<String, Vec<String>>,
+    /// The last change applied.
+    seen_rv: u64,
     report: AuditReport,
 }
 
@@ -80,24 +86,95 @@ fn labels(v: &Value) -> Labels {
         .unwrap_or_default()
 }
 
-fn ready(node: &Value) -> bool {
-    node.pointer("/status/conditions")
-        .and_then(Value::as_array)
-        .is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+/// A label selector (`matchLabels`, `matchExpressions`); a missing one matches nothing.
+fn matches(selector: &Value, labels: &Labels) -> bool {
+    if !selector.is_object() {
+        return false;
+    }
+    let pairs = selector
+        .get("matchLabels")
+        .and_then(Value::as_object)
+        .is_none_or(|m| m.iter().all(|(k, v)| labels.get(k) == Some(v)));
+    pairs
+        && selector
+            .get("matchExpressions")
+            .and_then(Value::as_array)
+            .is_none_or(|es| es.iter().all(|e| expression_holds(e, labels)))
+}
+
+/// One `matchExpressions` entry (In, NotIn, Exists, DoesNotExist).
+fn expression_holds(e: &Value, labels: &Labels) -> bool {
+    let have = e["key"]
+        .as_str()
+        .and_then(|k| labels.get(k))
+        .and_then(Value::as_str);
+    let values: Vec<&str> = e["values"]
+        .as_array()
+        .map(|v| v.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    match e["operator"].as_str() {
+        Some("In") => have.is_some_and(|h| values.contains(&h)),
+        Some("NotIn") => have.is_none_or(|h| !values.contains(&h)),
+        Some("Exists") => have.is_some(),
+        Some("DoesNotExist") => have.is_none(),
+        _ => false,
+    }
+}
+
+/// Whether a node's labels admit the pod: its `nodeSelector` and required node affinity (any
+/// term whose expressions all hold).
+fn admits(pod: &Value, labels: &Labels) -> bool {
+    let selected = pod
+        .pointer("/spec/nodeSelector")
+        .and_then(Value::as_object)
+        .is_none_or(|m| m.iter().all(|(k, v)| labels.get(k) == Some(v)));
+    let terms = pod
+        .pointer("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
+        .and_then(Value::as_array);
+    selected
+        && terms.is_none_or(|ts| {
+            ts.iter().any(|t| {
+                t["matchExpressions"]
+                    .as_array()
+                    .is_some_and(|es| es.iter().all(|e| expression_holds(e, labels)))
+            })
         })
 }
 
-fn matches(selector: &Value, labels: &Labels) -> bool {
+/// A spread constraint's selector with its `matchLabelKeys` as `In` requirements on the pod's
+/// own values.
+fn spread_selector(c: &Value, own: &Labels) -> Value {
+    let mut selector = c["labelSelector"].clone();
+    if !selector.is_object() {
+        return Value::Null;
+    }
+    for k in c["matchLabelKeys"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        if let Some(v) = own.get(k) {
+            let exprs = &mut selector["matchExpressions"];
+            if !exprs.is_array() {
+                *exprs = Value::Array(Vec::new());
+            }
+            if let Some(a) = exprs.as_array_mut() {
+                a.push(serde_json::json!({"key": k, "operator": "In", "values": [v]}));
+            }
+        }
+    }
     selector
-        .get("matchLabels")
-        .and_then(Value::as_object)
-        .is_some_and(|m| m.iter().all(|(k, v)| labels.get(k) == Some(v)))
 }
 
 impl Model {
+    /// Applies a change; a bind it shows is judged.
     fn apply(&mut self, c: &Change) {
+        self.apply_as(c, false);
+    }
+
+    /// Applies a change; with `initial` (the state the audit starts from) nothing is judged.
+    fn apply_as(&mut self, c: &Change, initial: bool) {
         let key = format!(
             "{}/{}",
             c.namespace,
@@ -112,14 +189,7 @@ impl Model {
                 } else {
                     let l = labels(&c.object);
                     let zone = l.get(ZONE).and_then(Value::as_str).map(str::to_string);
-                    self.nodes.insert(
-                        name,
-                        NodeSeen {
-                            zone,
-                            ready: ready(&c.object),
-                            labels: l,
-                        },
-                    );
+                    self.nodes.insert(name, NodeSeen { zone, labels: l });
                 }
             }
             "/v1/persistentvolumeclaims" if !deleted => {
@@ -160,7 +230,7 @@ impl Model {
                         Some("Succeeded" | "Failed")
                     );
                 if let (None, Some(n)) = (&was, &node) {
-                    if live {
+                    if live && !initial {
                         self.check_bind(&c.object, &c.namespace, n);
                     }
                 }
@@ -195,11 +265,6 @@ impl Model {
             .unwrap_or("-")
             .to_string();
         let here = self.zone_of(node).map(str::to_string);
-        let selector: serde_json::Map<String, Value> = pod
-            .pointer("/spec/nodeSelector")
-            .and_then(Value::as_object)
-            .cloned()
-            .unwrap_or_default();
         let constraints: Vec<Value> = pod
             .pointer("/spec/topologySpreadConstraints")
             .and_then(Value::as_array)
@@ -213,16 +278,17 @@ impl Model {
         }
         for c in constraints {
             let Some(here) = &here else { continue };
-            // Domains: zones with a Ready node the pod's nodeSelector admits.
+            // Domains: zones with a node the pod's selector and node affinity admit (Ready or
+            // not: taints are not looked at by default).
+            let selector = spread_selector(&c, &own);
             let mut counts: BTreeMap<String, i64> = BTreeMap::new();
             for n in self.nodes.values() {
-                let admitted = selector.iter().all(|(k, v)| n.labels.get(k) == Some(v));
-                if let (Some(z), true, true) = (&n.zone, n.ready, admitted) {
+                if let (Some(z), true) = (&n.zone, admits(pod, &n.labels)) {
                     counts.entry(z.clone()).or_insert(0);
                 }
             }
             for p in self.pods.values() {
-                if p.namespace != ns || !matches(&c["labelSelector"], &p.labels) {
+                if p.namespace != ns || !matches(&selector, &p.labels) {
                     continue;
                 }
                 if let Some(z) = p.node.as_deref().and_then(|n| self.zone_of(n)) {
@@ -231,9 +297,13 @@ impl Model {
                     }
                 }
             }
-            let min = counts.values().copied().min().unwrap_or(0);
-            let mine = counts.get(here).copied().unwrap_or(0)
-                + i64::from(matches(&c["labelSelector"], &own));
+            let min_domains = c["minDomains"].as_u64().unwrap_or(1);
+            let min = if (counts.len() as u64) < min_domains {
+                0
+            } else {
+                counts.values().copied().min().unwrap_or(0)
+            };
+            let mine = counts.get(here).copied().unwrap_or(0) + i64::from(matches(&selector, &own));
             let skew = mine - min;
             let max_skew = c["maxSkew"].as_i64().unwrap_or(1);
             let worst = self.report.max_skew.entry(app.clone()).or_insert(0);
@@ -278,24 +348,74 @@ impl Model {
 pub struct PlacementAudit {
     task: JoinHandle<()>,
     model: Arc<Mutex<Model>>,
+    kube: KubeState,
 }
 
 impl PlacementAudit {
-    /// Starts following `kube`'s changes from now on (what is already there is read first).
+    /// Starts following `kube`'s changes: what the store holds now is read first, under the
+    /// lock the subscription is taken under.
     pub fn start(kube: &KubeState) -> PlacementAudit {
         let model = Arc::new(Mutex::new(Model::default()));
-        let mut rx = kube.subscribe_changes();
+        let mut rx = kube.with_store(|store| {
+            let rx = store.subscribe();
+            let mut m = model.lock();
+            for plural in [
+                "nodes",
+                "persistentvolumes",
+                "persistentvolumeclaims",
+                "pods",
+            ] {
+                let Some(rt) = super::kube::resources::find("", "v1", plural) else {
+                    continue;
+                };
+                for object in store
+                    .list(
+                        rt,
+                        None,
+                        &super::kube::select::Selector::default(),
+                        None,
+                        None,
+                    )
+                    .items
+                {
+                    let namespace = object
+                        .pointer("/metadata/namespace")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string();
+                    let change = Change {
+                        rv: store.resource_version(),
+                        type_id: rt.id(),
+                        namespace,
+                        event: EventType::Added,
+                        object,
+                        prev: None,
+                    };
+                    m.apply_as(&change, true);
+                }
+            }
+            m.seen_rv = store.resource_version();
+            rx
+        });
         let shared = model.clone();
         let task = tokio::spawn(async move {
             loop {
                 match rx.recv().await {
-                    Ok(change) => shared.lock().apply(&change),
+                    Ok(change) => {
+                        let mut m = shared.lock();
+                        m.apply(&change);
+                        m.seen_rv = m.seen_rv.max(change.rv);
+                    }
                     Err(RecvError::Lagged(_)) => shared.lock().report.lagged = true,
                     Err(RecvError::Closed) => return,
                 }
             }
         });
-        PlacementAudit { task, model }
+        PlacementAudit {
+            task,
+            model,
+            kube: kube.clone(),
+        }
     }
 
     /// What is found so far.
@@ -303,10 +423,18 @@ impl PlacementAudit {
         self.model.lock().report.clone()
     }
 
-    /// Stops the audit and says what it found.
+    /// Stops the audit, once it has applied every change made so far, and says what it found.
     pub async fn finish(self) -> AuditReport {
-        // Let the changes already sent arrive.
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        let last = self.kube.resource_version();
+        for _ in 0..200 {
+            if self.model.lock().seen_rv >= last {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        if self.model.lock().seen_rv < last {
+            self.model.lock().report.lagged = true;
+        }
         let report = self.report();
         self.task.abort();
         let _ = self.task.await;
@@ -378,6 +506,20 @@ mod tests {
         assert_eq!(m.report.violations.len(), 1, "{:?}", m.report.violations);
         assert!(m.report.violations[0].starts_with("default/d bound in z1 with skew 2"));
         assert_eq!((m.report.binds, m.report.spread_binds), (4, 4));
+    }
+
+    #[test]
+    fn with_fewer_zones_than_min_domains_the_minimum_is_zero() {
+        let mut m = Model::default();
+        m.apply(&node("n1", "z1"));
+        let mut three = spread();
+        three["topologySpreadConstraints"][0]["minDomains"] = json!(3);
+        for name in ["a", "b"] {
+            m.apply(&pod(name, None, three.clone()));
+            m.apply(&pod(name, Some("n1"), three.clone()));
+        }
+        assert_eq!(m.report.max_skew.get("web"), Some(&2));
+        assert_eq!(m.report.violations.len(), 1, "{:?}", m.report.violations);
     }
 
     #[test]

@@ -286,7 +286,7 @@ pub enum ExplainError {
 }
 
 /// What `explain` cannot know without the running controller's status.
-fn not_known(status_config_map: &str) -> String {
+pub(crate) fn not_known(status_config_map: &str) -> String {
     format!(
         "no status of a running controller was read (ConfigMap {status_config_map}): holds, backoffs, the last write and conflict, offerings Azure refused lately and how long nodes have been unneeded are not applied here"
     )
@@ -622,12 +622,17 @@ impl World {
             .max(self.scale_down.unready_time)
             + Duration::from_secs(1);
         // How long each candidate has been unneeded: as the running controller's status says
-        // (a node it does not list: not yet), or, without it, long enough.
+        // (a node it does not list: not yet), or, without it (or with one too old to say),
+        // long enough.
+        let status = self
+            .controller
+            .as_ref()
+            .filter(|c| c.age(self.now) <= controller::STALE_AFTER);
         let unneeded_for: HashMap<String, Duration> = candidates
             .unneeded
             .iter()
             .map(|c| {
-                let d = match &self.controller {
+                let d = match status {
                     Some(status) => status
                         .unneeded_since(&c.node)
                         .map(|t| Duration::try_from(self.now.duration_since(t)).unwrap_or_default())
@@ -701,7 +706,7 @@ impl World {
                 other => (long_enough, format!("it waits its turn ({other})")),
             }
         };
-        let Some(status) = &self.controller else {
+        let Some(status) = status else {
             let (reason, summary) = match waiting_then.get(name) {
                 Some(w) => {
                     let (reason, then) = hold(w);
@@ -710,7 +715,7 @@ impl World {
                 None => (
                     long_enough,
                     format!(
-                        "{what}. How long it has been is known to the running controller only, and no status of it was read (ConfigMap {})",
+                        "{what}. How long it has been is known to the running controller only, and no recent status of it was read (ConfigMap {})",
                         self.status_config_map
                     ),
                 ),

@@ -61,6 +61,9 @@ pub struct Snapshot {
     pub usages: BTreeMap<String, Vec<crate::capacity::Usage>>,
     /// What reading could not do (said with the explanation).
     pub notes: Vec<String>,
+    /// Read from files (`--snapshot`), not from the APIs: the moment it shows is the one its
+    /// controller status was written at, not now.
+    pub from_files: bool,
     /// Objects of other kinds, counted by kind.
     pub ignored: BTreeMap<String, usize>,
 }
@@ -102,7 +105,10 @@ pub fn load(dir: &Path) -> Result<Snapshot, SnapshotError> {
             "no *.json file: save `kubectl get nodes,pods,pdb,daemonsets,pvc,pv,storageclasses,csinodes,namespaces -A -o json` and `az vmss list -g <node resource group> -o json` (or `az aks nodepool list ... -o json`) there",
         ));
     }
-    let mut out = Snapshot::default();
+    let mut out = Snapshot {
+        from_files: true,
+        ..Snapshot::default()
+    };
     for file in files {
         let name = file.display().to_string();
         let text =
@@ -451,7 +457,7 @@ impl Snapshot {
             Some(s) => (s.pod_demand.clone(), s.scale_down.clone()),
             None => (PodDemandSettings::default(), ScaleDownSettings::default()),
         };
-        let now = k8s_openapi::jiff::Timestamp::now();
+        let mut now = k8s_openapi::jiff::Timestamp::now();
         let kube = settings.map(|s| s.kubernetes.clone()).unwrap_or_default();
         let status_config_map = format!("{}/{}", kube.namespace, kube.status_config_map);
         let controller = self
@@ -475,6 +481,15 @@ impl Snapshot {
                 }
             });
         match &controller {
+            Some(c) if self.from_files => {
+                // Files show one moment: judge holds, backoffs and unneeded times at the time
+                // the status among them was written, as the controller did then.
+                now = c.written;
+                notes.push(format!(
+                    "the running controller's status ({}, leader {}) is applied as of when it was written, {}: the explanation is of that moment",
+                    c.source, c.leader, c.written
+                ));
+            }
             Some(c) => {
                 let age = c.age(now);
                 notes.push(format!(
@@ -485,14 +500,12 @@ impl Snapshot {
                 ));
                 if age > super::controller::STALE_AFTER {
                     notes.push(format!(
-                        "that status is older than {}: the controller may not be running, and what it says may be out of date",
+                        "that status is older than {}: the controller may not be running; its holds and backoffs are applied until their end, how long nodes have been unneeded is not",
                         humantime::format_duration(super::controller::STALE_AFTER)
                     ));
                 }
             }
-            None => notes.push(format!(
-                "no status of a running controller (ConfigMap {status_config_map}): holds, backoffs, refused offerings and how long nodes have been unneeded are not applied"
-            )),
+            None => notes.push(super::not_known(&status_config_map)),
         }
         let world = World {
             groups,

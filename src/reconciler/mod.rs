@@ -291,11 +291,16 @@ struct Inner {
     scale_down_halted: Mutex<Option<String>>,
     /// Unneeded nodes per group at the last scale-down pass, with since when (for both
     /// status ConfigMaps).
-    unneeded: Mutex<BTreeMap<String, Vec<(String, Instant)>>>,
+    /// The wall-clock time is fixed when a node is first reported, so the status shows the
+    /// same instant on every write.
+    unneeded: Mutex<BTreeMap<String, Vec<UnneededSince>>>,
     /// Groups the scale-up loop passes over because requested nodes did not register within
     /// `maxNodeProvisionTime`, and until when (for the status).
     provision_backoff: Mutex<BTreeMap<String, Instant>>,
 }
+
+/// An unneeded node: since when on the monotonic clock, and as wall-clock time.
+type UnneededSince = (String, Instant, OffsetDateTime);
 
 impl std::fmt::Debug for Reconciler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -377,7 +382,29 @@ impl Reconciler {
     /// Records the unneeded nodes per group the last scale-down pass found, each with since
     /// when it has been unneeded.
     pub fn set_unneeded(&self, per_group: BTreeMap<String, Vec<(String, Instant)>>) {
-        *self.inner.unneeded.lock() = per_group;
+        let (now, wall) = (Instant::now(), OffsetDateTime::now_utc());
+        let mut current = self.inner.unneeded.lock();
+        let known: HashMap<(String, Instant), OffsetDateTime> = current
+            .values()
+            .flatten()
+            .map(|(n, since, at)| ((n.clone(), *since), *at))
+            .collect();
+        *current = per_group
+            .into_iter()
+            .map(|(g, nodes)| {
+                let nodes = nodes
+                    .into_iter()
+                    .map(|(n, since)| {
+                        let at = known
+                            .get(&(n.clone(), since))
+                            .copied()
+                            .unwrap_or_else(|| wall - now.saturating_duration_since(since));
+                        (n, since, at)
+                    })
+                    .collect();
+                (g, nodes)
+            })
+            .collect();
     }
 
     /// Unneeded nodes per group at the last scale-down pass (empty without scale-down).
@@ -579,13 +606,13 @@ impl Inner {
                         .get(&g.name)
                         .map(|nodes| {
                             let mut nodes = nodes.clone();
-                            nodes.sort_by_key(|(n, since)| (*since, n.clone()));
+                            nodes.sort_by_key(|(n, since, _)| (*since, n.clone()));
                             nodes
                                 .into_iter()
                                 .take(crate::notify::UNNEEDED_LISTED)
-                                .map(|(node, since)| crate::notify::UnneededNode {
+                                .map(|(node, _, at)| crate::notify::UnneededNode {
                                     node,
-                                    since: rfc3339(wall - now.saturating_duration_since(since)),
+                                    since: rfc3339(at),
                                 })
                                 .collect()
                         })

@@ -69,8 +69,8 @@ pub struct ScaleSetSeed {
     /// Resource tags.
     #[serde(default)]
     pub tags: BTreeMap<String, String>,
-    /// Availability zones (`["1", "2", "3"]`); empty: regional. Instance `n` lands in zone
-    /// `zones[n % len]`, as Azure balances them.
+    /// Availability zones (`["1", "2", "3"]`); empty: regional. A new instance lands in the
+    /// zone with the fewest, as Azure's best-effort balancing places it.
     #[serde(default)]
     pub zones: Vec<String>,
     /// `virtualMachineProfile.priority` (`Regular`, `Spot`, `Low`); absent: `Regular`.
@@ -1109,7 +1109,8 @@ mod zone_tests {
     #[test]
     fn scale_in_takes_the_newest_instance_of_the_busiest_zone() {
         let mut ss = zonal(6);
-        // Zone 1 loses two by id: [0, 2, 2]; scaling in to 3 takes from zones 2 and 3.
+        // Zone 1 loses both of its instances by id: [0, 2, 2]; scaling in to 2 takes one from
+        // zone 2 and one from zone 3.
         let zone_one: Vec<u64> = ss
             .instances
             .iter()

@@ -223,13 +223,13 @@ impl KubeState {
         self.watch_log.lock().push(start);
     }
 
-    /// Runs `f` on the store under its lock (the cluster simulation's writes, all in one step).
     /// A receiver of every change from now on, in `resourceVersion` order (the stream watches
     /// are served from).
     pub fn subscribe_changes(&self) -> tokio::sync::broadcast::Receiver<Arc<store::Change>> {
         self.store.lock().subscribe()
     }
 
+    /// Runs `f` on the store under its lock (the cluster simulation's writes, all in one step).
     pub(crate) fn with_store<R>(&self, f: impl FnOnce(&mut Store) -> R) -> R {
         f(&mut self.store.lock())
     }

@@ -304,6 +304,15 @@ impl PassState {
                     }
                 }
                 None => {
+                    // Nothing provisions for a `no-provisioner` class: only a static volume
+                    // would do, and none is matched here.
+                    let provisioner = self
+                        .class_of(claim)
+                        .and_then(|c| c.get("provisioner"))
+                        .and_then(Value::as_str);
+                    if provisioner == Some("kubernetes.io/no-provisioner") {
+                        return Some(NO_VOLUME);
+                    }
                     let allowed = self
                         .class_of(claim)
                         .and_then(|c| c.get("allowedTopologies"))
@@ -432,20 +441,55 @@ impl PassState {
                 .and_then(|l| l.get(key))
                 .and_then(Value::as_str)
         };
-        // Existing pods' anti-affinity against this pod.
-        for p in &self.placed {
-            for term in &p.anti {
-                let key = term
-                    .get("topologyKey")
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
-                if self.term_matches(term, &p.namespace, &ns, own.as_ref())
-                    && value(p.node, key).is_some()
-                    && value(p.node, key) == value(i, key)
-                {
-                    return Some(EXISTING_ANTI_AFFINITY);
+        // kube-scheduler's order: the pod's affinity, its anti-affinity, then the existing pods'
+        // anti-affinity against it. Its affinity: every term needs a pod matching every term in
+        // the node's domain.
+        let affinity = terms(pod, AFFINITY_TERMS);
+        let affinity_holds = affinity.is_empty()
+            || 'holds: {
+                let key_of = |t: &Value| {
+                    t.get("topologyKey")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string()
+                };
+                if affinity.iter().any(|t| value(i, &key_of(t)).is_none()) {
+                    break 'holds false;
                 }
-            }
+                let matching: Vec<&Placed> = self
+                    .placed
+                    .iter()
+                    .filter(|p| {
+                        affinity
+                            .iter()
+                            .all(|t| self.term_matches(t, &ns, &p.namespace, p.labels.as_ref()))
+                    })
+                    .collect();
+                let mut domains: HashSet<(String, String)> = HashSet::new();
+                for p in &matching {
+                    for t in &affinity {
+                        let key = key_of(t);
+                        if let Some(v) = value(p.node, &key) {
+                            domains.insert((key, v.to_string()));
+                        }
+                    }
+                }
+                let satisfied = affinity.iter().all(|t| {
+                    let key = key_of(t);
+                    let here = value(i, &key).unwrap_or("").to_string();
+                    domains.contains(&(key, here))
+                });
+                if satisfied {
+                    break 'holds true;
+                }
+                // The first pod of a group whose terms select itself may go anywhere they allow.
+                domains.is_empty()
+                    && affinity
+                        .iter()
+                        .all(|t| self.term_matches(t, &ns, &ns, own.as_ref()))
+            };
+        if !affinity_holds {
+            return Some(AFFINITY);
         }
         // Its own anti-affinity.
         for term in terms(pod, ANTI_AFFINITY_TERMS) {
@@ -461,52 +505,22 @@ impl PassState {
                 return Some(ANTI_AFFINITY);
             }
         }
-        // Its own affinity: every term needs a pod matching every term in the node's domain.
-        let affinity = terms(pod, AFFINITY_TERMS);
-        if affinity.is_empty() {
-            return None;
-        }
-        let key_of = |t: &Value| {
-            t.get("topologyKey")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string()
-        };
-        if affinity.iter().any(|t| value(i, &key_of(t)).is_none()) {
-            return Some(AFFINITY);
-        }
-        let matching: Vec<&Placed> = self
-            .placed
-            .iter()
-            .filter(|p| {
-                affinity
-                    .iter()
-                    .all(|t| self.term_matches(t, &ns, &p.namespace, p.labels.as_ref()))
-            })
-            .collect();
-        let mut domains: HashSet<(String, String)> = HashSet::new();
-        for p in &matching {
-            for t in &affinity {
-                let key = key_of(t);
-                if let Some(v) = value(p.node, &key) {
-                    domains.insert((key, v.to_string()));
+        // Existing pods' anti-affinity against this pod.
+        for p in &self.placed {
+            for term in &p.anti {
+                let key = term
+                    .get("topologyKey")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                if self.term_matches(term, &p.namespace, &ns, own.as_ref())
+                    && value(p.node, key).is_some()
+                    && value(p.node, key) == value(i, key)
+                {
+                    return Some(EXISTING_ANTI_AFFINITY);
                 }
             }
         }
-        let satisfied = affinity.iter().all(|t| {
-            let key = key_of(t);
-            let here = value(i, &key).unwrap_or("").to_string();
-            domains.contains(&(key, here))
-        });
-        if satisfied {
-            return None;
-        }
-        // The first pod of a group whose terms select itself may go anywhere they allow.
-        let first = domains.is_empty()
-            && affinity
-                .iter()
-                .all(|t| self.term_matches(t, &ns, &ns, own.as_ref()));
-        (!first).then_some(AFFINITY)
+        None
     }
 
     /// After `pod` is bound to `node`: every unbound `WaitForFirstConsumer` claim of it gets a
@@ -589,16 +603,18 @@ fn spread_selector(c: &Value, own: Option<&Map<String, Value>>) -> Option<Value>
 /// the node's label is one of the values) admit a node.
 fn topologies_allow(allowed: &[Value], labels: Option<&Map<String, Value>>) -> bool {
     allowed.iter().any(|term| {
+        // A term without expressions matches no node.
         term.get("matchLabelExpressions")
             .and_then(Value::as_array)
-            .is_none_or(|exprs| {
-                exprs.iter().all(|e| {
-                    let key = e.get("key").and_then(Value::as_str).unwrap_or("");
-                    let have = labels.and_then(|l| l.get(key)).and_then(Value::as_str);
-                    e.get("values")
-                        .and_then(Value::as_array)
-                        .is_some_and(|vs| vs.iter().any(|v| v.as_str() == have && have.is_some()))
-                })
+            .is_some_and(|exprs| {
+                !exprs.is_empty()
+                    && exprs.iter().all(|e| {
+                        let key = e.get("key").and_then(Value::as_str).unwrap_or("");
+                        let have = labels.and_then(|l| l.get(key)).and_then(Value::as_str);
+                        e.get("values").and_then(Value::as_array).is_some_and(|vs| {
+                            vs.iter().any(|v| v.as_str() == have && have.is_some())
+                        })
+                    })
             })
     })
 }
@@ -879,7 +895,8 @@ mod tests {
         let db = pod(json!({"app": "db"}), anti("kubernetes.io/hostname"));
         let mut s = PassState::default();
         s.place(&db, 0);
-        assert_eq!(s.misfit(&db, &v, 0), Some(EXISTING_ANTI_AFFINITY));
+        // Its own term is asked first, as kube-scheduler asks.
+        assert_eq!(s.misfit(&db, &v, 0), Some(ANTI_AFFINITY));
         assert_eq!(s.misfit(&db, &v, 1), None);
         // A plain db pod is kept away by the existing pod's term.
         let plain = pod(json!({"app": "db"}), json!({}));

@@ -205,6 +205,17 @@ pub(crate) fn reconcile_deployments(store: &mut Store) {
             .unwrap_or(1)
             .max(0);
         let template = d.pointer("/spec/template").cloned().unwrap_or(json!({}));
+        // What the API server's validation would refuse: the simulation skips it, never panics.
+        let object_or_absent = |v: Option<&Value>| v.is_none_or(|v| v.is_object() || v.is_null());
+        let well_formed = template.is_object()
+            && object_or_absent(template.get("metadata"))
+            && object_or_absent(template.pointer("/metadata/labels"))
+            && object_or_absent(d.pointer("/spec/selector"))
+            && object_or_absent(d.pointer("/spec/selector/matchLabels"));
+        if !well_formed {
+            tracing::warn!(deployment = %name, "its template or selector is not an object: skipped");
+            continue;
+        }
         let hash = template_hash(&template);
         let rs_name = format!("{name}-{hash}");
         let owned: Vec<&Value> = sets
@@ -274,7 +285,42 @@ pub(crate) fn reconcile_deployments(store: &mut Store) {
         } else {
             "ReplicaSetUpdated"
         };
+        // A condition keeps its times while its status and reason stay (as the Deployment
+        // controller keeps them), so a settled Deployment is not rewritten every pass.
         let now = now_rfc3339();
+        let condition = |kind: &str, status: &str, reason: &str, message: String| {
+            let old = d
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .and_then(|cs| cs.iter().find(|c| c["type"] == kind))
+                .filter(|c| c["status"] == status && c["reason"] == reason);
+            let at = |k: &str| {
+                old.and_then(|c| c.get(k))
+                    .cloned()
+                    .unwrap_or_else(|| json!(now))
+            };
+            json!({"type": kind, "status": status, "reason": reason, "message": message,
+                "lastUpdateTime": at("lastUpdateTime"), "lastTransitionTime": at("lastTransitionTime")})
+        };
+        let available_reason = if available == "True" {
+            "MinimumReplicasAvailable"
+        } else {
+            "MinimumReplicasUnavailable"
+        };
+        let conditions = json!([
+            condition(
+                "Available",
+                available,
+                available_reason,
+                format!("Deployment has {ready} of {replicas} replicas available.")
+            ),
+            condition(
+                "Progressing",
+                "True",
+                progressing,
+                format!("ReplicaSet \"{rs_name}\" is progressing.")
+            ),
+        ]);
         write_status(
             store,
             d_rt,
@@ -285,14 +331,7 @@ pub(crate) fn reconcile_deployments(store: &mut Store) {
                 "readyReplicas": ready,
                 "availableReplicas": ready,
                 "unavailableReplicas": (replicas - ready).max(0),
-                "conditions": [
-                    {"type": "Available", "status": available,
-                        "reason": if available == "True" { "MinimumReplicasAvailable" } else { "MinimumReplicasUnavailable" },
-                        "lastUpdateTime": now, "lastTransitionTime": now},
-                    {"type": "Progressing", "status": "True", "reason": progressing,
-                        "message": format!("ReplicaSet \"{rs_name}\" is progressing."),
-                        "lastUpdateTime": now, "lastTransitionTime": now},
-                ],
+                "conditions": conditions,
             }),
         );
     }
