@@ -674,6 +674,19 @@ fn seed_zonal(handle: &EmulatorHandle, name: &str, zone: &str, capacity: i64) {
     handle.state().seed_scale_set(s);
 }
 
+/// Waits until `n` nodes are Ready.
+async fn ready_nodes(kube: &KubeState, n: usize) {
+    eventually(&format!("{n} Ready nodes"), || {
+        let ready = kube
+            .list_all("v1", "nodes", None)
+            .iter()
+            .filter(|node| ready(node) == Some(true))
+            .count();
+        (ready == n).then_some(())
+    })
+    .await;
+}
+
 /// The zone label of node `node`.
 fn zone_of(kube: &KubeState, node: &str) -> String {
     kube.get("v1", "nodes", "", node).expect("node")["metadata"]["labels"][ZONE]
@@ -700,15 +713,7 @@ async fn zone_spread_pods_keep_within_max_skew_and_wait_for_room_in_the_emptiest
     for (name, zone) in [("z1", "1"), ("z2", "2"), ("z3", "3")] {
         seed_zonal(&handle, name, zone, 1);
     }
-    eventually("three Ready nodes", || {
-        let ready = kube
-            .list_all("v1", "nodes", None)
-            .iter()
-            .filter(|n| ready(n) == Some(true))
-            .count();
-        (ready == 3).then_some(())
-    })
-    .await;
+    ready_nodes(&kube, 3).await;
     // Zone 3's node is full.
     let z3 = zone_of(&kube, "z3000000");
     kube.create_replica_set(
@@ -805,15 +810,7 @@ async fn a_disk_made_for_the_first_consumer_lives_in_its_zone_and_pins_the_pods_
     for (name, zone) in [("z1", "1"), ("z2", "2")] {
         seed_zonal(&handle, name, zone, 1);
     }
-    eventually("two Ready nodes", || {
-        let ready = kube
-            .list_all("v1", "nodes", None)
-            .iter()
-            .filter(|n| ready(n) == Some(true))
-            .count();
-        (ready == 2).then_some(())
-    })
-    .await;
+    ready_nodes(&kube, 2).await;
     kube.create(
         "storage.k8s.io/v1",
         "storageclasses",

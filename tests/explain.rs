@@ -163,6 +163,17 @@ fn explain(dir: &Path, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// Group `group`'s verdict in a pod's explanation.
+fn verdict(e: &Value, group: &str) -> Value {
+    e["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["group"] == group)
+        .cloned()
+        .unwrap_or_else(|| panic!("no verdict for {group}: {e:#}"))
+}
+
 fn json_of(dir: &Path, args: &[&str]) -> Value {
     let mut all = vec!["--output", "json"];
     all.extend_from_slice(args);
@@ -197,15 +208,6 @@ async fn explain_answers_for_pods_nodes_and_groups_from_a_snapshot_of_the_cluste
     assert_eq!(web["scaleUp"]["group"], "pool-a");
     assert_eq!(web["scaleUp"]["from"], 2);
     assert_eq!(web["scaleUp"]["to"], 3);
-    let verdict = |v: &Value, g: &str| {
-        v["groups"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|x| x["group"] == g)
-            .cloned()
-            .unwrap_or_else(|| panic!("no verdict for {g}: {v:#}"))
-    };
     assert_eq!(verdict(&web, "pool-a")["fits"], true);
     let gpu = verdict(&web, "pool-gpu");
     assert_eq!(gpu["fits"], false);
@@ -387,15 +389,6 @@ async fn explain_applies_the_regions_vcpu_quota_from_a_saved_usage_list() {
     let dir = tempfile::tempdir().unwrap();
     save(&emulator, dir.path()).await;
     let web = json_of(dir.path(), &["pod", "default/web"]);
-    let verdict = |e: &Value, group: &str| {
-        e["groups"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|v| v["group"] == group)
-            .cloned()
-            .unwrap_or_else(|| panic!("no verdict for {group}: {e:#}"))
-    };
     assert_eq!(verdict(&web, "pool-a")["fits"], true, "{web:#}");
 
     // `az vm list-usage -l westeurope -o json` (numbers as strings): the D-series v5 family is

@@ -385,6 +385,17 @@ fn zone_sizes(c: &Cluster) -> Vec<i64> {
         .collect()
 }
 
+/// The Azure Disk `pv-db-0`, made in zone 2 of westeurope.
+fn zone_two_disk(k: &vmss_capacity_controller::emulator::kube::KubeState) {
+    k.create("v1", "persistentvolumes", "", json!({
+        "metadata": {"name": "pv-db-0"},
+        "spec": {"capacity": {"storage": "8Gi"}, "accessModes": ["ReadWriteOnce"],
+            "csi": {"driver": "disk.csi.azure.com", "volumeHandle": "/disks/db-0"},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "topology.disk.csi.azure.com/zone", "operator": "In", "values": ["westeurope-2"]}]}]}}}}))
+    .expect("volume");
+}
+
 /// Three empty scale sets of D4s_v5, one per zone of westeurope.
 fn three_zonal_seeds() -> Vec<vmss_capacity_controller::emulator::ScaleSetSeed> {
     use vmss_capacity_controller::emulator::ScaleSetSeed;
@@ -426,13 +437,7 @@ async fn a_pod_whose_disk_lives_in_zone_two_grows_the_zone_two_group_and_an_imme
         "volumeBindingMode": "Immediate"}),
     )
     .expect("class");
-    k.create("v1", "persistentvolumes", "", json!({
-        "metadata": {"name": "pv-db-0"},
-        "spec": {"capacity": {"storage": "8Gi"}, "accessModes": ["ReadWriteOnce"],
-            "csi": {"driver": "disk.csi.azure.com", "volumeHandle": "/disks/db-0"},
-            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "topology.disk.csi.azure.com/zone", "operator": "In", "values": ["westeurope-2"]}]}]}}}}))
-    .expect("volume");
+    zone_two_disk(k);
     for (name, class, volume) in [
         ("data-db-0", "managed-csi", Some("pv-db-0")),
         ("data-q-0", "managed-premium", None),
@@ -499,13 +504,7 @@ async fn on_a_cluster_whose_scheduler_enforces_spread_and_volume_zones_every_pod
     })
     .await;
     let k = &c.kube;
-    k.create("v1", "persistentvolumes", "", json!({
-        "metadata": {"name": "pv-db-0"},
-        "spec": {"capacity": {"storage": "8Gi"}, "accessModes": ["ReadWriteOnce"],
-            "csi": {"driver": "disk.csi.azure.com", "volumeHandle": "/disks/db-0"},
-            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                {"key": "topology.disk.csi.azure.com/zone", "operator": "In", "values": ["westeurope-2"]}]}]}}}}))
-    .expect("volume");
+    zone_two_disk(k);
     k.create(
         "v1",
         "persistentvolumeclaims",

@@ -377,6 +377,19 @@ impl Schedule {
                 let at = z.gen_range(1..=steps.len());
                 steps.insert(at, (step, z.gen_range(0..=30)));
             }
+            // A rival empties one zonal group: its pods come back elsewhere, a disk pod on it
+            // back in its disk's zone.
+            let at = z.gen_range(1..=steps.len());
+            steps.insert(
+                at,
+                (
+                    Step::RivalCapacity {
+                        group: 3 + z.gen_range(0..3),
+                        to: 0,
+                    },
+                    z.gen_range(0..=30),
+                ),
+            );
         }
         Schedule {
             // Blocks of four seeds alternate, so every slice of the seed range has both kinds.
@@ -432,9 +445,11 @@ struct Outcome {
     pool_deletions: usize,
     evictions: u64,
     unregistered: u64,
-    /// Binds the placement audit judged, and of those of zone-spread pods.
+    /// Binds the placement audit judged, of those of zone-spread pods, and of pods back on a
+    /// zonal disk an earlier bind used.
     binds: usize,
     spread_binds: usize,
+    volume_binds: usize,
 }
 
 fn path_of(r: &RequestRecord) -> &str {
@@ -802,12 +817,14 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
         ),
         binds: 0,
         spread_binds: 0,
+        volume_binds: 0,
     };
     let losses = c._emulator.pods_lost_with_nodes();
     let audited = audit.finish().await;
     let outcome = Outcome {
         binds: audited.binds,
         spread_binds: audited.spread_binds,
+        volume_binds: audited.volume_binds,
         ..outcome
     };
     c.stop().await;
@@ -1031,6 +1048,7 @@ async fn random_pods_rivals_and_faults_lose_no_update_bypass_no_budget_and_respe
                 totals.unregistered += o.unregistered;
                 totals.binds += o.binds;
                 totals.spread_binds += o.spread_binds;
+                totals.volume_binds += o.volume_binds;
             }
             Err(e) => panic!(
                 "schedule {seed} broke an invariant: {e}\nreplay: RELIABILITY_POD_SEED={seed} cargo test --test reliability_pods -- --nocapture\n{schedule:#?}"
@@ -1038,7 +1056,7 @@ async fn random_pods_rivals_and_faults_lose_no_update_bypass_no_budget_and_respe
         }
     }
     println!(
-        "{} schedules with pods ({} with zonal groups): {} capacity writes, {} answered 412 (re-planned), {} instances deleted by name ({} by deleteMachines; {} that never registered), {} pods evicted, {} binds audited ({} zone-spread); 0 lost updates, 0 pods bypassing an eviction, 0 binds breaking placement ({:.1} s real)",
+        "{} schedules with pods ({} with zonal groups): {} capacity writes, {} answered 412 (re-planned), {} instances deleted by name ({} by deleteMachines; {} that never registered), {} pods evicted, {} binds audited ({} zone-spread, {} back on a zonal disk); 0 lost updates, 0 pods bypassing an eviction, 0 binds breaking placement ({:.1} s real)",
         seeds.len(),
         seeds.iter().filter(|s| Schedule::generate(**s).zonal).count(),
         totals.scale_ups,
@@ -1049,13 +1067,24 @@ async fn random_pods_rivals_and_faults_lose_no_update_bypass_no_budget_and_respe
         totals.evictions,
         totals.binds,
         totals.spread_binds,
+        totals.volume_binds,
         started.elapsed().as_secs_f64()
     );
     // The schedules must exercise both directions, or they prove little.
     assert!(totals.scale_ups > 0, "no schedule scaled up");
     assert!(totals.deletions > 0, "no schedule removed a node");
-    if seeds.len() > 1 {
+    let zonal = seeds
+        .iter()
+        .filter(|s| Schedule::generate(**s).zonal)
+        .count();
+    if zonal > 0 {
         assert!(totals.spread_binds > 0, "no zone-spread pod was ever bound");
+    }
+    if zonal >= 8 {
+        assert!(
+            totals.volume_binds > 0,
+            "no pod ever came back to its zonal disk: the disk-zone check was never tested"
+        );
     }
 }
 

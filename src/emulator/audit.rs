@@ -39,6 +39,10 @@ pub struct AuditReport {
     pub spread_binds: usize,
     /// The largest skew a bind made, by the pod's `app` label.
     pub max_skew: BTreeMap<String, i64>,
+    /// Binds of pods onto a zonal disk an earlier bind already used (a pod back on its disk:
+    /// the case where the disk's zone, not the node, decides; a first bind makes its disk where
+    /// it lands).
+    pub volume_binds: usize,
     /// Binds that broke a constraint or a volume's zone, in words.
     pub violations: Vec<String>,
     /// The stream was lost for a while: the audit is incomplete.
@@ -70,6 +74,8 @@ struct Model {
     claims: HashMap<String, String>,
     /// Volume name → the zones its node affinity allows (empty: any).
     volumes: HashMap<String, Vec<String>>,
+    /// Claims a bind has used.
+    claims_used: std::collections::HashSet<String>,
     /// The last change applied.
     seen_rv: u64,
     report: AuditReport,
@@ -131,12 +137,13 @@ fn admits(pod: &Value, labels: &Labels) -> bool {
     let terms = pod
         .pointer("/spec/affinity/nodeAffinity/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
         .and_then(Value::as_array);
+    // A term without expressions matches no node.
     selected
         && terms.is_none_or(|ts| {
             ts.iter().any(|t| {
-                t["matchExpressions"]
-                    .as_array()
-                    .is_some_and(|es| es.iter().all(|e| expression_holds(e, labels)))
+                t["matchExpressions"].as_array().is_some_and(|es| {
+                    !es.is_empty() && es.iter().all(|e| expression_holds(e, labels))
+                })
             })
         })
 }
@@ -277,7 +284,13 @@ impl Model {
             self.report.spread_binds += 1;
         }
         for c in constraints {
-            let Some(here) = &here else { continue };
+            let Some(here) = &here else {
+                // kube-scheduler refuses a node without the constraint's key.
+                self.report.violations.push(format!(
+                    "{ns}/{name} bound to {node}, which has no {ZONE} label, under a zone-spread constraint"
+                ));
+                continue;
+            };
             // Domains: zones with a node the pod's selector and node affinity admit (Ready or
             // not: taints are not looked at by default).
             let selector = spread_selector(&c, &own);
@@ -287,8 +300,18 @@ impl Model {
                     counts.entry(z.clone()).or_insert(0);
                 }
             }
+            // Pods count on the nodes the constraint counts: those the pod's selector and node
+            // affinity admit.
             for p in self.pods.values() {
                 if p.namespace != ns || !matches(&selector, &p.labels) {
+                    continue;
+                }
+                let counted = p
+                    .node
+                    .as_deref()
+                    .and_then(|n| self.nodes.get(n))
+                    .is_some_and(|n| admits(pod, &n.labels));
+                if !counted {
                     continue;
                 }
                 if let Some(z) = p.node.as_deref().and_then(|n| self.zone_of(n)) {
@@ -328,7 +351,12 @@ impl Model {
                 .claims
                 .get(&format!("{ns}/{claim}"))
                 .and_then(|v| self.volumes.get(v));
+            let key = format!("{ns}/{claim}");
+            let again = !self.claims_used.insert(key);
             if let Some(zones) = allowed.filter(|z| !z.is_empty()) {
+                if again {
+                    self.report.volume_binds += 1;
+                }
                 let disk_zone = self
                     .nodes
                     .get(node)
@@ -506,6 +534,45 @@ mod tests {
         assert_eq!(m.report.violations.len(), 1, "{:?}", m.report.violations);
         assert!(m.report.violations[0].starts_with("default/d bound in z1 with skew 2"));
         assert_eq!((m.report.binds, m.report.spread_binds), (4, 4));
+    }
+
+    #[test]
+    fn pods_on_nodes_the_pod_does_not_admit_are_not_counted_and_a_node_without_a_zone_is_a_violation(
+    ) {
+        let mut m = Model::default();
+        let pooled = |name: &str, zone: &str| {
+            change(
+                "/v1/nodes",
+                "",
+                EventType::Added,
+                json!({"metadata": {"name": name, "labels": {ZONE: zone, "pool": "x"}}}),
+            )
+        };
+        m.apply(&node("n1", "z1"));
+        m.apply(&pooled("x1", "z1"));
+        m.apply(&pooled("x2", "z2"));
+        // Two pods on n1, outside pool x: a pod that selects pool x does not count them.
+        for name in ["a", "b"] {
+            m.apply(&pod(name, None, json!({})));
+            m.apply(&pod(name, Some("n1"), json!({})));
+        }
+        let mut picky = spread();
+        picky["nodeSelector"] = json!({"pool": "x"});
+        m.apply(&pod("c", None, picky.clone()));
+        m.apply(&pod("c", Some("x1"), picky.clone()));
+        assert!(m.report.violations.is_empty(), "{:?}", m.report.violations);
+        assert_eq!(m.report.max_skew.get("web"), Some(&1));
+        // A spread pod on a node without the zone label.
+        m.apply(&change(
+            "/v1/nodes",
+            "",
+            EventType::Added,
+            json!({"metadata": {"name": "bare", "labels": {}}}),
+        ));
+        m.apply(&pod("d", None, spread()));
+        m.apply(&pod("d", Some("bare"), spread()));
+        assert_eq!(m.report.violations.len(), 1, "{:?}", m.report.violations);
+        assert!(m.report.violations[0].contains("has no topology.kubernetes.io/zone label"));
     }
 
     #[test]

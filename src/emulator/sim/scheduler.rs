@@ -207,12 +207,19 @@ pub(crate) fn node_selector_terms_match(
     labels: Option<&Map<String, Value>>,
 ) -> bool {
     terms.iter().any(|term| {
-        let exprs = term.get("matchExpressions").and_then(Value::as_array);
-        let fields = term.get("matchFields").and_then(Value::as_array);
-        // A term with neither matches no node, as the scheduler has it.
-        (exprs.is_some() || fields.is_some())
-            && exprs.is_none_or(|es| es.iter().all(|r| requirement_holds(r, labels)))
-            && fields.is_none_or(|fs| fs.is_empty())
+        let exprs = term
+            .get("matchExpressions")
+            .and_then(Value::as_array)
+            .filter(|a| !a.is_empty());
+        let fields = term
+            .get("matchFields")
+            .and_then(Value::as_array)
+            .filter(|a| !a.is_empty());
+        // A term with neither (or with both empty) matches no node, as the scheduler has it;
+        // `matchFields` is not simulated: such a term matches none.
+        exprs.is_some()
+            && fields.is_none()
+            && exprs.is_some_and(|es| es.iter().all(|r| requirement_holds(r, labels)))
     })
 }
 
@@ -650,6 +657,8 @@ mod tests {
             {"key": "missing", "operator": "Exists"},
         ])));
         assert!(affinity_matches(&json!({}), labels));
+        // A term with no expressions matches no node (Kubernetes: an empty term selects nothing).
+        assert!(!holds(json!([])));
     }
 
     #[test]

@@ -231,6 +231,9 @@ pub(crate) fn reconcile_deployments(store: &mut Store) {
         let current = match current {
             Some(rs) => {
                 let mut rs = (*rs).clone();
+                if !rs.get("spec").is_some_and(Value::is_object) {
+                    continue;
+                }
                 if rs.pointer("/spec/replicas").and_then(Value::as_i64) != Some(replicas) {
                     rs["spec"]["replicas"] = json!(replicas);
                     if let Some(m) = rs["metadata"].as_object_mut() {
@@ -285,22 +288,25 @@ pub(crate) fn reconcile_deployments(store: &mut Store) {
         } else {
             "ReplicaSetUpdated"
         };
-        // A condition keeps its times while its status and reason stay (as the Deployment
-        // controller keeps them), so a settled Deployment is not rewritten every pass.
+        // As the Deployment controller keeps them: a condition's transition time while its
+        // status stays, its update time while its reason stays too, so a settled Deployment is
+        // not rewritten every pass.
         let now = now_rfc3339();
         let condition = |kind: &str, status: &str, reason: &str, message: String| {
             let old = d
                 .pointer("/status/conditions")
                 .and_then(Value::as_array)
                 .and_then(|cs| cs.iter().find(|c| c["type"] == kind))
-                .filter(|c| c["status"] == status && c["reason"] == reason);
-            let at = |k: &str| {
-                old.and_then(|c| c.get(k))
+                .filter(|c| c["status"] == status);
+            let kept = |k: &str, same_reason: bool| {
+                old.filter(|c| !same_reason || c["reason"] == reason)
+                    .and_then(|c| c.get(k))
                     .cloned()
                     .unwrap_or_else(|| json!(now))
             };
             json!({"type": kind, "status": status, "reason": reason, "message": message,
-                "lastUpdateTime": at("lastUpdateTime"), "lastTransitionTime": at("lastTransitionTime")})
+                "lastUpdateTime": kept("lastUpdateTime", true),
+                "lastTransitionTime": kept("lastTransitionTime", false)})
         };
         let available_reason = if available == "True" {
             "MinimumReplicasAvailable"
