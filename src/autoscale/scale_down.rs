@@ -33,9 +33,7 @@ use crate::config::{NodeGroupKind, NodeGroupSpec, Settings};
 use crate::kube::nodes::{has_our_taint_record, EvictOutcome, NodeActions, NodeWriteError};
 use crate::kube::reflect::ClusterView;
 use crate::metrics::Metrics;
-use crate::node_groups::{
-    backing, is_ready, parse_provider_id, schedulable, GroupIndex, NodeGroups,
-};
+use crate::node_groups::{backing, is_ready, schedulable, GroupIndex, NodeGroups};
 use crate::notify::{ControllerEvent, EventSink, ObjectRef};
 use crate::pods::fit::NodeState;
 use crate::pods::record::{NodeRecord, PodRecord};
@@ -642,7 +640,7 @@ impl ScaleDownLoop {
             }
             let mine = view.get(&node).and_then(|n| {
                 let g = index.group_of(n)?;
-                let (_, _, id) = n.provider_id.as_deref().and_then(parse_provider_id)?;
+                let id = n.instance_id()?;
                 let spec = all.iter().find(|spec| spec.name == groups[g].name)?;
                 Some((spec.clone(), id.to_string()))
             });

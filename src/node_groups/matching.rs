@@ -75,14 +75,15 @@ pub struct GroupIndex {
     pools: rustc_hash::FxHashMap<String, usize>,
 }
 
-/// `rg/name`, lower case: the scale-set key of a [`GroupIndex`], built into `buf`.
-fn scale_set_key<'b>(buf: &'b mut String, rg: &str, name: &str) -> &'b str {
-    buf.clear();
-    buf.push_str(rg);
-    buf.push('/');
-    buf.push_str(name);
-    buf.make_ascii_lowercase();
-    buf
+/// `rg/name`, lower case: the scale-set key of a [`GroupIndex`] (and of
+/// [`NodeRecord::scale_set_key`]).
+pub fn scale_set_key(rg: &str, name: &str) -> String {
+    let mut key = String::with_capacity(rg.len() + name.len() + 1);
+    key.push_str(rg);
+    key.push('/');
+    key.push_str(name);
+    key.make_ascii_lowercase();
+    key
 }
 
 impl GroupIndex {
@@ -96,9 +97,9 @@ impl GroupIndex {
                     resource_group,
                     name,
                 } => {
-                    let mut key = String::new();
-                    scale_set_key(&mut key, resource_group, name);
-                    scale_sets.entry(key).or_insert(i);
+                    scale_sets
+                        .entry(scale_set_key(resource_group, name))
+                        .or_insert(i);
                 }
                 Backing::AgentPool { pool } => {
                     pools.entry(pool.clone()).or_insert(i);
@@ -111,16 +112,8 @@ impl GroupIndex {
     /// The index of `node`'s group, if it is in one.
     pub fn group_of(&self, node: &NodeRecord) -> Option<usize> {
         let by_id = node
-            .provider_id
-            .as_deref()
-            .filter(|_| !self.scale_sets.is_empty())
-            .and_then(parse_provider_id)
-            .and_then(|(rg, vmss, _)| {
-                let mut buf = String::with_capacity(rg.len() + vmss.len() + 1);
-                self.scale_sets
-                    .get(scale_set_key(&mut buf, rg, vmss))
-                    .copied()
-            });
+            .scale_set_key()
+            .and_then(|key| self.scale_sets.get(key).copied());
         by_id.or_else(|| {
             let pool = node.labels.get(AGENTPOOL_LABEL)?;
             self.pools.get(pool).copied()

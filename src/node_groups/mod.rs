@@ -12,8 +12,8 @@
 mod matching;
 
 pub use matching::{
-    backing, is_ready, is_starting, parse_provider_id, registered_per_group, schedulable,
-    too_many_unready, unready_nodes, Backing, GroupIndex, AGENTPOOL_LABEL,
+    backing, is_ready, is_starting, parse_provider_id, registered_per_group, scale_set_key,
+    schedulable, too_many_unready, unready_nodes, Backing, GroupIndex, AGENTPOOL_LABEL,
 };
 
 use crate::azure::ArmError;

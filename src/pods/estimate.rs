@@ -43,16 +43,44 @@ pub struct Estimate {
     pub group: String,
     /// New nodes to add (beyond the upcoming ones).
     pub new_nodes: u32,
-    /// Pods that this plan places (on upcoming or new nodes), by `namespace/name`.
-    pub placed: Vec<String>,
+    /// Pods that this plan places (on upcoming or new nodes), by index in the pods given.
+    pub placed: Vec<usize>,
     /// Pods that cannot go to this group, with the reason (an empty template node refuses
-    /// them, or the group is at its max).
-    pub refused: Vec<(String, Refusal)>,
+    /// them, or the group is at its max): per batch, its members from one on (see
+    /// [`Estimate::refused_pods`]).
+    pub refused: Vec<Refused>,
     /// The simulated new nodes with their pods (for waste, and for the expander).
     pub nodes: Vec<NodeState>,
     /// The decision's cross-node counts with this estimate's pods placed (what the decision
     /// goes on with if the expander chooses it).
     pub topology: Topology,
+}
+
+/// The members of one batch a group refuses, and why: once one pod of a batch is refused, the
+/// rest are too, for the same reason (they are alike, and a refusal changes nothing).
+#[derive(Debug, Clone)]
+pub struct Refused {
+    /// Index in the batches given.
+    pub batch: usize,
+    /// The first member refused (by position in the batch).
+    pub from: usize,
+    /// Why.
+    pub why: Refusal,
+}
+
+impl Estimate {
+    /// Every pod refused, by index in the pods given, with why (`batches`: those given to the
+    /// estimate).
+    pub fn refused_pods<'a>(
+        &'a self,
+        batches: &'a [Batch],
+    ) -> impl Iterator<Item = (usize, &'a Refusal)> + 'a {
+        self.refused.iter().flat_map(move |r| {
+            batches[r.batch].members[r.from..]
+                .iter()
+                .map(move |&m| (m, &r.why))
+        })
+    }
 }
 
 /// Why a pod does not go to a group.
@@ -146,9 +174,37 @@ pub fn prepare(pods: &[Arc<PodRecord>]) -> Vec<Prepared> {
         .collect()
 }
 
-/// The pods in decreasing order of their largest share of the template's cpu or memory
-/// (cluster-autoscaler sorts by a score of the same kind), ties by key for determinism.
-fn decreasing<'a>(pods: &'a [Prepared], template: &NodeState) -> Vec<&'a Prepared> {
+/// Pending pods of one class, in key order: alike for every estimate, so an estimate takes
+/// them as a run and, once one is refused, refuses the rest at once (a burst of 20,000 replicas
+/// costs what its placed pods cost, not 20,000 refusals per group and round).
+#[derive(Debug, Clone)]
+pub struct Batch {
+    /// Indices of the members in the prepared pods, in key order.
+    pub members: Vec<usize>,
+}
+
+/// The batches of `pods` (see [`Batch`]), in the order of their first member's key.
+pub fn batches(pods: &[Prepared]) -> Vec<Batch> {
+    let mut of_class: rustc_hash::FxHashMap<usize, usize> = Default::default();
+    let mut out: Vec<Batch> = Vec::new();
+    let mut order: Vec<usize> = (0..pods.len()).collect();
+    order.sort_by(|&a, &b| pods[a].key.cmp(&pods[b].key));
+    for i in order {
+        let b = *of_class.entry(pods[i].class).or_insert_with(|| {
+            out.push(Batch {
+                members: Vec::new(),
+            });
+            out.len() - 1
+        });
+        out[b].members.push(i);
+    }
+    out
+}
+
+/// The batches in decreasing order of their pods' largest share of the template's cpu or
+/// memory (cluster-autoscaler sorts by a score of the same kind), ties by their first key for
+/// determinism.
+fn decreasing(pods: &[Prepared], batches: &[Batch], template: &NodeState) -> Vec<usize> {
     let share = |p: &Prepared| -> f64 {
         ["cpu", "memory"]
             .iter()
@@ -162,9 +218,14 @@ fn decreasing<'a>(pods: &'a [Prepared], template: &NodeState) -> Vec<&'a Prepare
             })
             .fold(0.0, f64::max)
     };
-    let mut v: Vec<(f64, &Prepared)> = pods.iter().map(|p| (share(p), p)).collect();
-    v.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.key.cmp(&b.1.key)));
-    v.into_iter().map(|(_, p)| p).collect()
+    let mut v: Vec<(f64, usize)> = batches
+        .iter()
+        .enumerate()
+        .filter_map(|(b, batch)| Some((share(&pods[*batch.members.first()?]), b)))
+        .collect();
+    let first = |b: usize| &pods[batches[b].members[0]].key;
+    v.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| first(a.1).cmp(first(b.1))));
+    v.into_iter().map(|(_, b)| b).collect()
 }
 
 /// First-fit of `pod` onto `nodes`, skipping the nodes that already refused a pod of its class
@@ -290,15 +351,17 @@ pub fn estimate(group: &GroupCapacity, pods: &[Arc<PodRecord>]) -> Estimate {
         super::volumes::Volumes::none(),
         super::topology::NamespaceLabels::none(),
     );
-    estimate_prepared(group, &pods, &topology)
+    let batches = batches(&pods);
+    estimate_prepared(group, &pods, &batches, &topology)
 }
 
-/// [`estimate`] for pods already [`prepare`]d (the scale-up asks many groups about the same pods),
-/// against the decision's `topology` as it stands (the estimate works on a copy, returned in
-/// [`Estimate::topology`]).
+/// [`estimate`] for pods already [`prepare`]d and put in their [`batches`] (the scale-up asks
+/// many groups about the same pods), against the decision's `topology` as it stands (the
+/// estimate works on a copy, returned in [`Estimate::topology`]).
 pub fn estimate_prepared(
     group: &GroupCapacity,
     pods: &[Prepared],
+    batches: &[Batch],
     topology: &Topology,
 ) -> Estimate {
     let mut topology = topology.clone();
@@ -322,47 +385,52 @@ pub fn estimate_prepared(
         topology: Topology::default(),
     };
     let mut start: HashMap<usize, usize> = HashMap::new();
-    let mut template_says: HashMap<usize, Result<(), Unfit>> = HashMap::new();
-    for pod in decreasing(pods, &group.template) {
-        if first_fit(&mut nodes, pod, &mut start, &mut topology).is_some() {
-            out.placed.push(pod.key.clone());
-            continue;
+    for b in decreasing(pods, batches, &group.template) {
+        // What an empty node of the group says to this batch's pods (asked once per batch).
+        let mut template_says: Option<Result<(), Unfit>> = None;
+        for (k, &m) in batches[b].members.iter().enumerate() {
+            let pod = &pods[m];
+            if first_fit(&mut nodes, pod, &mut start, &mut topology).is_some() {
+                out.placed.push(m);
+                continue;
+            }
+            let refused = |why| Refused {
+                batch: b,
+                from: k,
+                why,
+            };
+            let verdict = template_says.get_or_insert_with(|| group.template.fits(&pod.pod));
+            if let Err(why) = verdict {
+                out.refused.push(refused(Refusal::DoesNotFit(why.clone())));
+                break;
+            }
+            if out.new_nodes >= group.headroom() {
+                out.refused.push(refused(Refusal::AtMax));
+                break;
+            }
+            let mut n = group.template.clone();
+            // Named after the group's size with it: unique across the rounds of a decision.
+            n.name = format!(
+                "{}-new-{}",
+                group.name,
+                u64::from(group.capacity) + u64::from(out.new_nodes)
+            );
+            if let Err(why) = topology.fits(pod.class, &n) {
+                out.refused.push(refused(Refusal::DoesNotFit(why)));
+                break;
+            }
+            topology.node_added(&n);
+            n.place(pod.pod.clone());
+            topology.placed(pod.class, &n);
+            nodes.push(n);
+            // A node that refused the class for its own reasons keeps refusing it; one that
+            // refused it for spread or affinity may take it later, so its start stays.
+            if topology.refusal_sticks(pod.class) {
+                start.insert(pod.class, nodes.len() - 1);
+            }
+            out.new_nodes += 1;
+            out.placed.push(m);
         }
-        let verdict = template_says
-            .entry(pod.class)
-            .or_insert_with(|| group.template.fits(&pod.pod));
-        if let Err(why) = verdict {
-            out.refused
-                .push((pod.key.clone(), Refusal::DoesNotFit(why.clone())));
-            continue;
-        }
-        if out.new_nodes >= group.headroom() {
-            out.refused.push((pod.key.clone(), Refusal::AtMax));
-            continue;
-        }
-        let mut n = group.template.clone();
-        // Named after the group's size with it: unique across the rounds of a decision.
-        n.name = format!(
-            "{}-new-{}",
-            group.name,
-            u64::from(group.capacity) + u64::from(out.new_nodes)
-        );
-        if let Err(why) = topology.fits(pod.class, &n) {
-            out.refused
-                .push((pod.key.clone(), Refusal::DoesNotFit(why)));
-            continue;
-        }
-        topology.node_added(&n);
-        n.place(pod.pod.clone());
-        topology.placed(pod.class, &n);
-        nodes.push(n);
-        // A node that refused the class for its own reasons keeps refusing it; one that
-        // refused it for spread or affinity may take it later, so its start stays.
-        if topology.refusal_sticks(pod.class) {
-            start.insert(pod.class, nodes.len() - 1);
-        }
-        out.new_nodes += 1;
-        out.placed.push(pod.key.clone());
     }
     out.nodes = nodes.split_off(upcoming);
     out.topology = topology;
@@ -441,14 +509,14 @@ mod tests {
         let e = estimate(&group(9, 9, 10), &pods(3, "3", "p"));
         assert_eq!(e.new_nodes, 1);
         assert_eq!(e.refused.len(), 2);
-        assert!(e.refused.iter().all(|(_, r)| *r == Refusal::AtMax));
+        assert!(e.refused.iter().all(|r| r.why == Refusal::AtMax));
     }
 
     #[test]
     fn a_pod_no_node_of_the_group_could_hold_is_refused_with_the_predicate() {
         let e = estimate(&group(1, 1, 10), &pods(1, "5", "huge"));
         assert_eq!(e.new_nodes, 0);
-        assert_eq!(e.refused[0].1.to_string(), "Insufficient cpu");
+        assert_eq!(e.refused[0].why.to_string(), "Insufficient cpu");
     }
 
     #[test]
@@ -474,6 +542,50 @@ mod tests {
         // One 4-cpu node: big + one small; the other small on a second node.
         let e = estimate(&group(0, 0, 10), &p);
         assert_eq!((e.new_nodes, e.placed.len()), (2, 3));
+    }
+
+    #[test]
+    fn replicas_of_one_set_past_the_max_are_refused_in_one_entry_that_names_each() {
+        let replicas: Vec<Arc<PodRecord>> = (0..50)
+            .map(|i| {
+                record(json!({
+                    "metadata": {"name": format!("web-{i:02}"), "namespace": "default",
+                        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                            "name": "web", "uid": "rs-web", "controller": true}]},
+                    "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "3"}}}]},
+                }))
+            })
+            .collect();
+        let prepared = prepare(&replicas);
+        let batches = batches(&prepared);
+        assert_eq!(batches.len(), 1, "one ReplicaSet, one spec: one batch");
+        let topology = Topology::default();
+        // Room for 4 new nodes, one 3-cpu replica each: 46 refused, said once.
+        let e = estimate_prepared(&group(6, 6, 10), &prepared, &batches, &topology);
+        assert_eq!((e.new_nodes, e.placed.len()), (4, 4));
+        assert_eq!(e.refused.len(), 1);
+        let refused: Vec<(usize, &Refusal)> = e.refused_pods(&batches).collect();
+        assert_eq!(refused.len(), 46);
+        assert!(refused.iter().all(|(_, r)| **r == Refusal::AtMax));
+        // The first four by name were placed, the rest refused; each pod once.
+        let mut seen: Vec<&str> = e
+            .placed
+            .iter()
+            .chain(refused.iter().map(|(i, _)| i))
+            .map(|&i| prepared[i].key.as_str())
+            .collect();
+        assert_eq!(
+            seen[..4],
+            [
+                "default/web-00",
+                "default/web-01",
+                "default/web-02",
+                "default/web-03"
+            ]
+        );
+        seen.sort();
+        seen.dedup();
+        assert_eq!(seen.len(), 50);
     }
 
     #[test]

@@ -162,8 +162,12 @@ pub struct NodeRecord {
     pub labels: Arc<BTreeMap<String, String>>,
     /// The annotations cluster-autoscaler defines (`cluster-autoscaler.kubernetes.io/*`).
     pub annotations: BTreeMap<String, String>,
-    /// `spec.providerID`.
+    /// `spec.providerID` (set it with [`NodeRecord::set_provider_id`], which keeps its parsed
+    /// form in step).
     pub provider_id: Option<String>,
+    /// The provider ID parsed once, at ingest (a pass asks every node for its group): the scale
+    /// set as `resource group/name` in lower case, and the instance id.
+    scale_set: Option<(String, String)>,
     /// `spec.taints`.
     pub taints: Arc<Vec<Taint>>,
     /// `spec.unschedulable` (cordoned).
@@ -206,6 +210,7 @@ impl NodeRecord {
             created: m.creation_timestamp.map(|t| t.0),
             labels: Arc::new(m.labels.unwrap_or_default()),
             annotations,
+            scale_set: parsed_scale_set(spec.provider_id.as_deref()),
             provider_id: spec.provider_id,
             taints: Arc::new(spec.taints.unwrap_or_default()),
             unschedulable: spec.unschedulable.unwrap_or(false),
@@ -213,6 +218,30 @@ impl NodeRecord {
             allocatable,
         }
     }
+}
+
+impl NodeRecord {
+    /// The scale set of a scale-set instance's node, as `resource group/name` in lower case.
+    pub fn scale_set_key(&self) -> Option<&str> {
+        self.scale_set.as_ref().map(|(k, _)| k.as_str())
+    }
+
+    /// The instance id of a scale-set instance's node.
+    pub fn instance_id(&self) -> Option<&str> {
+        self.scale_set.as_ref().map(|(_, id)| id.as_str())
+    }
+
+    /// Sets `spec.providerID` and its parsed form.
+    pub fn set_provider_id(&mut self, id: Option<String>) {
+        self.scale_set = parsed_scale_set(id.as_deref());
+        self.provider_id = id;
+    }
+}
+
+/// A provider ID's scale set (`resource group/name`, lower case) and instance id.
+fn parsed_scale_set(id: Option<&str>) -> Option<(String, String)> {
+    let (rg, vmss, vm) = crate::node_groups::parse_provider_id(id?)?;
+    Some((crate::node_groups::scale_set_key(rg, vmss), vm.to_string()))
 }
 
 impl From<Node> for NodeRecord {

@@ -13,7 +13,7 @@ use super::fit::{label_selector_matches, NodeState};
 use super::record::PodRecord;
 use super::topology::{Cluster, Topology};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Pod annotation: `"true"` lets a pod move despite local storage or no controller; `"false"`
@@ -73,25 +73,22 @@ impl std::fmt::Display for Blocker {
 
 /// The pods that would have to move if the node went (not DaemonSet or mirror pods).
 pub fn pods_to_move(node: &NodeState) -> Vec<Arc<PodRecord>> {
-    node.pods
-        .iter()
-        .filter(|p| !p.is_daemonset_pod() && !p.is_mirror())
-        .cloned()
-        .collect()
+    node.pods.iter().filter(|p| moves(p)).cloned().collect()
+}
+
+/// Whether `pod` would have to move if its node went (not a DaemonSet or mirror pod).
+pub fn moves(pod: &PodRecord) -> bool {
+    !pod.is_daemonset_pod() && !pod.is_mirror()
 }
 
 /// The larger of cpu and memory request utilisation (all pods counted, as cluster-autoscaler
-/// does by default).
+/// does by default: the node's requested sum is every placed pod's requests).
 pub fn utilization(node: &NodeState) -> f64 {
     ["cpu", "memory"]
         .iter()
         .map(|r| {
             let alloc = node.allocatable.get(r).copied().unwrap_or(0);
-            let used: i128 = node
-                .pods
-                .iter()
-                .map(|p| p.facts().requests.get(r).copied().unwrap_or(0))
-                .sum();
+            let used = node.requested.get(r).copied().unwrap_or(0);
             if alloc <= 0 {
                 0.0
             } else {
@@ -121,17 +118,17 @@ pub(crate) fn covers(b: &Arc<PodDisruptionBudget>, pod: &PodRecord) -> bool {
 
 /// What keeps one pod from moving, if anything.
 pub fn pod_blocker(pod: &PodRecord, pdbs: &[Arc<PodDisruptionBudget>]) -> Option<Blocker> {
-    let k = pod.key();
+    let k = || pod.key();
     match pod.annotation(SAFE_TO_EVICT) {
-        Some("false") => return Some(Blocker::NotSafeToEvict(k)),
+        Some("false") => return Some(Blocker::NotSafeToEvict(k())),
         Some("true") => return None,
         _ => {}
     }
     if pod.controller.is_none() {
-        return Some(Blocker::NotReplicated(k));
+        return Some(Blocker::NotReplicated(k()));
     }
     if pod.namespace == "kube-system" && pdbs_covering(pod, pdbs).next().is_none() {
-        return Some(Blocker::KubeSystemWithoutPdb(k));
+        return Some(Blocker::KubeSystemWithoutPdb(k()));
     }
     let local = pod.spec().volumes.iter().flatten().any(|v| {
         v.host_path.is_some()
@@ -140,7 +137,7 @@ pub fn pod_blocker(pod: &PodRecord, pdbs: &[Arc<PodDisruptionBudget>]) -> Option
                 .is_some_and(|e| e.medium.as_deref() != Some("Memory"))
     });
     if local {
-        return Some(Blocker::LocalStorage(k));
+        return Some(Blocker::LocalStorage(k()));
     }
     None
 }
@@ -159,6 +156,50 @@ pub fn removable(
     pdbs: &[Arc<PodDisruptionBudget>],
     threshold: f64,
     cluster: Option<&Cluster>,
+) -> Result<Vec<(String, usize)>, Blocker> {
+    removable_hinted(
+        node,
+        node_annotations,
+        others,
+        skip,
+        pdbs,
+        threshold,
+        cluster,
+        &mut Hints::default(),
+    )
+}
+
+/// Where a pass's simulations may start looking for a pod's destination: per pod shape and
+/// labels, the first of `others` that did not refuse it on its own account (selector, taints,
+/// ports, anti-affinity, resources). `others` only fills up during a pass, so a node that
+/// refused a pod refuses every pod alike after it; a pinned pod then does not scan the cluster
+/// again for every candidate. Refusals by spread or affinity never move it (they may not last).
+/// Alike: the same shared spec and labels, in the same namespace (others' anti-affinity terms
+/// select by namespace).
+#[derive(Debug, Default)]
+pub struct Hints(rustc_hash::FxHashMap<(usize, usize), (String, usize)>);
+
+impl Hints {
+    fn key(pod: &PodRecord) -> (usize, usize) {
+        (
+            Arc::as_ptr(&pod.shape) as usize,
+            Arc::as_ptr(&pod.labels) as usize,
+        )
+    }
+}
+
+/// [`removable`], starting each pod's search where `hints` says (valid while `others` only
+/// fills up: one pass of [`super::unneeded::unneeded`]).
+#[allow(clippy::too_many_arguments)]
+pub fn removable_hinted(
+    node: &NodeState,
+    node_annotations: &BTreeMap<String, String>,
+    others: &[NodeState],
+    skip: impl Fn(usize) -> bool,
+    pdbs: &[Arc<PodDisruptionBudget>],
+    threshold: f64,
+    cluster: Option<&Cluster>,
+    hints: &mut Hints,
 ) -> Result<Vec<(String, usize)>, Blocker> {
     if node_annotations
         .get(SCALE_DOWN_DISABLED)
@@ -205,17 +246,36 @@ pub fn removable(
         None => Topology::default(),
     };
     // Copies of the destinations that took a pod in this simulation, by index in `others`.
-    let mut taken: HashMap<usize, NodeState> = HashMap::new();
+    let mut taken: rustc_hash::FxHashMap<usize, NodeState> = Default::default();
     let mut plan = Vec::new();
     for p in moving {
-        let dest = others
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !skip(*i))
-            .find(|(i, n)| {
-                let n = taken.get(i).unwrap_or(n);
-                n.fits(&p.pod).is_ok() && topology.fits(p.class, n).is_ok()
-            });
+        let key = Hints::key(&p.pod);
+        let from = match hints.0.get(&key) {
+            Some((ns, from)) if *ns == p.pod.namespace => *from,
+            _ => 0,
+        };
+        // The first node that does not refuse the pod as it stands (before this simulation).
+        let mut first_open = None;
+        let dest = others.iter().enumerate().skip(from).find(|(i, n)| {
+            if n.fits(&p.pod).is_err() {
+                return false;
+            }
+            first_open.get_or_insert(*i);
+            if skip(*i) {
+                return false;
+            }
+            // A copy this simulation already placed pods on must still take it.
+            let n = match taken.get(i) {
+                Some(copy) if copy.fits(&p.pod).is_err() => return false,
+                Some(copy) => copy,
+                None => n,
+            };
+            topology.fits(p.class, n).is_ok()
+        });
+        hints.0.insert(
+            key,
+            (p.pod.namespace.clone(), first_open.unwrap_or(others.len())),
+        );
         match dest {
             Some((i, n)) => {
                 plan.push((p.key, i));

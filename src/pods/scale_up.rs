@@ -9,7 +9,9 @@
 //! no group can take keeps, per group, the reason why.
 
 use super::estimate::Estimate;
-use super::estimate::{estimate_prepared, first_fit, prepare, DomainIndex, GroupCapacity, Refusal};
+use super::estimate::{
+    batches, estimate_prepared, first_fit, prepare, Batch, DomainIndex, GroupCapacity, Refusal,
+};
 use super::expander::{choose_ref, Expander};
 use super::fit::NodeState;
 use super::pending::wants_capacity;
@@ -22,7 +24,7 @@ use super::topology::{NamespaceLabels, Topology};
 use super::volumes::{has_claims, Verdict, Volumes};
 pub use crate::capacity::QuotaPool;
 pub use crate::node_groups::Backing;
-use crate::node_groups::{is_ready, is_starting, parse_provider_id, schedulable, GroupIndex};
+use crate::node_groups::{is_ready, is_starting, schedulable, GroupIndex};
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::jiff::Timestamp;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -197,11 +199,7 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
             continue;
         };
         registered[i] += 1;
-        let id = node
-            .provider_id
-            .as_deref()
-            .and_then(parse_provider_id)
-            .map(|(_, _, id)| id);
+        let id = node.instance_id();
         if id.is_some_and(|id| groups[i].failed.iter().any(|f| f == id)) {
             failed[i] = failed[i].saturating_sub(1);
         }
@@ -393,6 +391,8 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
     let mut grown: Vec<NodeState> = Vec::new();
     let mut grown_group: Vec<usize> = Vec::new();
     let mut answers: Vec<(usize, Result<Estimate, WhyNot>)> = Vec::new();
+    // The batches the last round's answers were made for.
+    let mut round_batches: Vec<Batch> = Vec::new();
     let mut quota = input.quota.clone();
     // Per group, this round: the max the quota allows when it is below the group's own.
     let mut quota_max: Vec<Option<(u32, usize)>> = vec![None; groups.len()];
@@ -416,6 +416,7 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
                 }
             }
             answers.clear();
+            round_batches = batches(&pending);
             for (i, g) in groups.iter().enumerate() {
                 let why_not = if let Some(c) = out.capped.get(&g.name) {
                     Some(WhyNot::new(
@@ -477,6 +478,7 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
                         max,
                     },
                     &pending,
+                    &round_batches,
                     &topology,
                 );
                 answers.push((i, Ok(e)));
@@ -508,20 +510,28 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
                     );
                 }
             }
-            let placed: HashSet<&String> = best.placed.iter().collect();
+            let mut placed = vec![false; pending.len()];
+            for &p in &best.placed {
+                placed[p] = true;
+            }
             // With balanceSimilarNodeGroups, the new nodes are spread over the groups similar to
             // the chosen one that take every placed pod too (not when quota bounds the choice).
             // Not when a placed pod spreads or follows others: its count is in the chosen group's
             // zone.
             let split = if input.balance_similar
                 && quota_max[i].is_none()
-                && !pending
+                && !best
+                    .placed
                     .iter()
-                    .any(|p| placed.contains(&p.key) && topology.involves(p.class))
+                    .any(|&p| topology.involves(pending[p].class))
             {
-                let pods: Vec<&Arc<PodRecord>> = pending
+                // One pod per batch is enough: its members are alike.
+                let mut seen = HashSet::new();
+                let pods: Vec<&Arc<PodRecord>> = best
+                    .placed
                     .iter()
-                    .filter(|p| placed.contains(&p.key))
+                    .map(|&p| &pending[p])
+                    .filter(|p| seen.insert(p.class))
                     .map(|p| &p.pod)
                     .collect();
                 let members: Vec<usize> = std::iter::once(i)
@@ -556,8 +566,9 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
                     }
                 }
             }
-            for p in &best.placed {
-                out.triggered.insert(p.clone(), groups[i].name.clone());
+            for &p in &best.placed {
+                out.triggered
+                    .insert(pending[p].key.clone(), groups[i].name.clone());
             }
             // The estimate's new nodes, dealt out to the groups that take them (in the order of
             // the split): a node another group adds is that group's template with the same pods,
@@ -593,7 +604,11 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
             if !topology.is_empty() {
                 topology = best.topology.clone();
             }
-            pending.retain(|p| !placed.contains(&p.key));
+            let mut k = 0;
+            pending.retain(|_| {
+                k += 1;
+                !placed[k - 1]
+            });
         }
         // Pods left over while a share-out plan is in force: the plan may have counted on room the
         // decision could not use (a quota pool several groups share, attach limits); the rest go
@@ -602,39 +617,68 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
             break;
         }
     }
-    // Why each pod left over fits nowhere: per group, the last round's answer.
-    let refusals: Vec<HashMap<&str, &Refusal>> = answers
+    // Why each pod left over fits nowhere: per group, the last round's answer (made for these
+    // pods and `round_batches`), said once per batch and given to each of its members.
+    if pending.is_empty() {
+        return out;
+    }
+    let mut batch_of = vec![usize::MAX; pending.len()];
+    for (b, batch) in round_batches.iter().enumerate() {
+        for &m in &batch.members {
+            batch_of[m] = b;
+        }
+    }
+    // Per batch: which answers gave a reason, and the reasons (members alike get the same; a
+    // member another group's estimate placed has one reason fewer, and its own list).
+    type Reasons = (Vec<bool>, Vec<(String, WhyNot)>);
+    let mut reasons: Vec<Option<Reasons>> = vec![None; round_batches.len()];
+    let refusals: Vec<HashMap<usize, &Refusal>> = answers
         .iter()
         .map(|(_, a)| match a {
-            Ok(e) => e.refused.iter().map(|(k, r)| (k.as_str(), r)).collect(),
+            Ok(e) => e.refused_pods(&round_batches).collect(),
             Err(_) => HashMap::new(),
         })
         .collect();
-    for p in &pending {
-        let why = answers
+    for (k, p) in pending.iter().enumerate() {
+        let b = batch_of[k];
+        let says: Vec<bool> = answers
             .iter()
             .zip(&refusals)
-            .filter_map(|((i, a), refused)| {
-                let w = match a {
-                    Err(w) => w.clone(),
-                    Ok(_) => match refused.get(p.key.as_str())? {
-                        Refusal::DoesNotFit(u) => WhyNot::new(u.label(), u.to_string()),
-                        Refusal::AtMax => match quota_max[*i] {
-                            Some((_, pool)) => WhyNot::new(
-                                "quota",
-                                format!(
-                                    "no vCPU quota left for more nodes: {} has {} vCPUs",
-                                    quota[pool],
-                                    quota[pool].remaining.max(0)
-                                ),
-                            ),
-                            None => WhyNot::new("max_size", Refusal::AtMax.to_string()),
-                        },
-                    },
-                };
-                Some((groups[*i].name.clone(), w))
-            })
+            .map(|((_, a), refused)| a.is_err() || refused.contains_key(&k))
             .collect();
+        let why = match reasons.get(b).and_then(Option::as_ref) {
+            Some((same, w)) if *same == says => w.clone(),
+            _ => {
+                let w: Vec<(String, WhyNot)> = answers
+                    .iter()
+                    .zip(&refusals)
+                    .filter_map(|((i, a), refused)| {
+                        let w = match a {
+                            Err(w) => w.clone(),
+                            Ok(_) => match refused.get(&k)? {
+                                Refusal::DoesNotFit(u) => WhyNot::new(u.label(), u.to_string()),
+                                Refusal::AtMax => match quota_max[*i] {
+                                    Some((_, pool)) => WhyNot::new(
+                                        "quota",
+                                        format!(
+                                            "no vCPU quota left for more nodes: {} has {} vCPUs",
+                                            quota[pool],
+                                            quota[pool].remaining.max(0)
+                                        ),
+                                    ),
+                                    None => WhyNot::new("max_size", Refusal::AtMax.to_string()),
+                                },
+                            },
+                        };
+                        Some((groups[*i].name.clone(), w))
+                    })
+                    .collect();
+                if let Some(slot) = reasons.get_mut(b) {
+                    *slot = Some((says, w.clone()));
+                }
+                w
+            }
+        };
         out.unfit.insert(p.key.clone(), why);
     }
     out
@@ -731,7 +775,7 @@ fn balance(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::node_groups::AGENTPOOL_LABEL;
+    use crate::node_groups::{parse_provider_id, AGENTPOOL_LABEL};
     use serde_json::json;
 
     const SUB: &str = "00000000-0000-0000-0000-000000000000";

@@ -13,11 +13,11 @@
 
 use super::fit::NodeState;
 use super::record::{NodeRecord, PodRecord};
-use super::scale_down::{pods_to_move, removable, utilization, Blocker};
+use super::scale_down::{moves, pods_to_move, removable_hinted, utilization, Blocker, Hints};
 use super::topology::{Cluster, NamespaceLabels};
 use super::volumes::{has_claims, Volumes};
 use crate::cache::Instance;
-use crate::node_groups::{is_ready, parse_provider_id, schedulable, Backing, GroupIndex};
+use crate::node_groups::{is_ready, schedulable, Backing, GroupIndex};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -118,13 +118,27 @@ pub struct Candidates {
 pub fn unneeded(input: &DownInput) -> Candidates {
     let mut out = Candidates::default();
     let index = GroupIndex::of_backings(input.groups.iter().map(|g| &g.backing));
-    let mut by_node: FxHashMap<&str, Vec<Arc<PodRecord>>> = FxHashMap::default();
+    // Every node's state with its pods, placed in one pass over the pods.
+    let at: FxHashMap<&str, usize> = input
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.name.as_str(), i))
+        .collect();
+    let mut states: Vec<NodeState> = input
+        .nodes
+        .iter()
+        .map(|node| {
+            let mut state = NodeState::from_node(node, std::iter::empty());
+            state.set_volume_limits(input.volumes.limits(&node.name));
+            state
+        })
+        .collect();
     for pod in input.pods {
-        if let Some(n) = pod.node_name.as_deref() {
-            by_node.entry(n).or_default().push(pod.clone());
+        if let Some(&i) = pod.node_name.as_deref().and_then(|n| at.get(n)) {
+            states[i].place(pod.clone());
         }
     }
-    let none = Vec::new();
     // Every Ready, schedulable node that is not being removed: the room pods can move to.
     let mut room: Vec<NodeState> = Vec::new();
     let mut candidates: Vec<Candidate> = Vec::new();
@@ -133,29 +147,21 @@ pub fn unneeded(input: &DownInput) -> Candidates {
     // Nodes that take no pod (being drained, not Ready, cordoned): the scheduler still counts
     // their pods for spread and affinity, so the simulation does.
     let mut elsewhere: Vec<NodeState> = Vec::new();
-    for node in input.nodes {
+    for (node, state) in input.nodes.iter().zip(states) {
         let n = node.name.as_str();
         let unready = input.unready.contains(n);
         if input.busy.contains(n) || !(is_ready(node) || unready) || !schedulable(node) {
-            let mut state = NodeState::from_node(node, by_node.get(n).unwrap_or(&none));
-            state.set_volume_limits(input.volumes.limits(n));
             elsewhere.push(state);
             continue;
         }
         if unready {
             not_room.push(room.len());
         }
-        let mut state = NodeState::from_node(node, by_node.get(n).unwrap_or(&none));
-        state.set_volume_limits(input.volumes.limits(n));
         if let Some(group) = index
             .group_of(node)
             .filter(|g| input.groups[*g].refused.is_none())
         {
-            let id = node
-                .provider_id
-                .as_deref()
-                .and_then(parse_provider_id)
-                .map(|(_, _, id)| id.to_string());
+            let id = node.instance_id().map(str::to_string);
             if let Some(instance_id) = id {
                 candidates.push(Candidate {
                     group,
@@ -211,10 +217,11 @@ pub fn unneeded(input: &DownInput) -> Candidates {
         gone[i] = true;
     }
     let mut simulated = 0u32;
+    let mut hints = Hints::default();
     for c in candidates {
         let state = &room[c.at];
         let n = c.node.name.clone();
-        let moving = pods_to_move(state);
+        let moves_any = state.pods.iter().any(|p| moves(p));
         // As it is now: pods of nodes looked at before may have been placed on it.
         let u = utilization(state);
         // An unready node's pods are served by no one: its utilisation keeps it nowhere.
@@ -224,12 +231,12 @@ pub fn unneeded(input: &DownInput) -> Candidates {
             input.threshold
         };
         // Cheap first: a non-empty node at or above the threshold needs no simulation.
-        if !moving.is_empty() && u >= threshold {
+        if moves_any && u >= threshold {
             out.blocked
                 .insert(n, Blocker::Utilized((u * 100.0).round() as u32));
             continue;
         }
-        if !moving.is_empty() {
+        if moves_any {
             // cluster-autoscaler's bound: a simulation tries every pod against the cluster's
             // room, so only so many nodes with pods are looked at per pass.
             if simulated >= input.non_empty_candidates {
@@ -239,7 +246,7 @@ pub fn unneeded(input: &DownInput) -> Candidates {
         }
         // Indices past `room` are the nodes that take no pod: never skipped.
         let skip = |i: usize| i == c.at || gone.get(i).copied().unwrap_or(false);
-        match removable(
+        match removable_hinted(
             state,
             &c.node.annotations,
             &room,
@@ -247,11 +254,13 @@ pub fn unneeded(input: &DownInput) -> Candidates {
             &pdbs,
             threshold,
             cluster.as_ref(),
+            &mut hints,
         ) {
             Err(b) => {
                 out.blocked.insert(n, b);
             }
             Ok(plan) => {
+                let moving = pods_to_move(&room[c.at]);
                 // The room this node's pods take, and the disruptions they use, are gone for
                 // the nodes looked at after it.
                 for ((_, dest), pod) in plan.iter().zip(&moving) {
@@ -332,8 +341,7 @@ pub fn unregistered(
     let mut names: HashSet<&str> = HashSet::new();
     for node in nodes {
         names.insert(node.name.as_str());
-        let id = node.provider_id.as_deref().and_then(parse_provider_id);
-        if let (Some(g), Some((_, _, id))) = (index.group_of(node), id) {
+        if let (Some(g), Some(id)) = (index.group_of(node), node.instance_id()) {
             registered.insert((g, id));
         }
     }
@@ -660,7 +668,7 @@ mod tests {
         // Instance 0 has its node by providerID, 1 by name only (its providerID not set yet),
         // 2 has none, 3 has none but Azure is deleting it.
         let mut by_name = (*node("ss000001", "other", 9, "4")).clone();
-        by_name.provider_id = None;
+        by_name.set_provider_id(None);
         let nodes = vec![node("ss000000", "ss", 0, "4"), Arc::new(by_name)];
         let listed = Arc::new(vec![
             instance("0", "ss000000", "Succeeded"),
