@@ -246,6 +246,74 @@ async fn lists_page_with_limit_and_continue_and_filter_pods_by_field_and_label()
     assert_eq!(app_b["items"].as_array().map(Vec::len), Some(2));
 }
 
+#[tokio::test]
+async fn a_paged_list_across_namespaces_returns_every_object_once_when_one_namespace_prefixes_another(
+) {
+    // "team" sorts before "team-a" as a namespace, while "team/..." sorts after "team-a/..." as
+    // text ('-' < '/'): pages must continue in the store's order, not the token's text order.
+    let k = Kube::start().await;
+    let kube = k.handle.kube().expect("kubernetes side on");
+    for ns in ["team", "team-a", "teamb"] {
+        kube.create("v1", "namespaces", "", json!({"metadata": {"name": ns}}))
+            .expect("namespace");
+        for i in 0..3 {
+            kube.add_pod(&PodSeed {
+                namespace: ns.into(),
+                name: format!("p{i}"),
+                node: None,
+                labels: BTreeMap::new(),
+                phase: "Pending".into(),
+                ready: false,
+            })
+            .expect("pod added");
+        }
+    }
+    let mut seen = Vec::new();
+    let mut path = "/api/v1/pods?limit=2".to_string();
+    for _ in 0..20 {
+        let (code, page) = k.get(&path).await;
+        assert_eq!(code, 200, "{page}");
+        for item in page["items"].as_array().expect("items") {
+            seen.push(format!(
+                "{}/{}",
+                item["metadata"]["namespace"].as_str().unwrap_or(""),
+                item["metadata"]["name"].as_str().unwrap_or("")
+            ));
+        }
+        match page["metadata"]["continue"].as_str() {
+            Some(c) => path = format!("/api/v1/pods?limit=2&continue={}", urlencode(c)),
+            None => break,
+        }
+    }
+    assert_eq!(
+        seen,
+        [
+            "team/p0",
+            "team/p1",
+            "team/p2",
+            "team-a/p0",
+            "team-a/p1",
+            "team-a/p2",
+            "teamb/p0",
+            "teamb/p1",
+            "teamb/p2"
+        ]
+    );
+    // One namespace alone, paged too.
+    let (_, first) = k.get("/api/v1/namespaces/team/pods?limit=2").await;
+    let c = first["metadata"]["continue"]
+        .as_str()
+        .expect("a second page");
+    let (_, rest) = k
+        .get(&format!(
+            "/api/v1/namespaces/team/pods?limit=2&continue={}",
+            urlencode(c)
+        ))
+        .await;
+    assert_eq!(rest["items"].as_array().map(Vec::len), Some(1));
+    assert_eq!(rest["items"][0]["metadata"]["name"], "p2");
+}
+
 fn urlencode(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }

@@ -99,6 +99,8 @@ pub(crate) enum ReplyBody {
     Empty,
     Json(Value),
     Text(String),
+    /// JSON already serialized (a large LIST page written straight from the store).
+    RawJson(Vec<u8>),
 }
 
 impl Reply {
@@ -107,6 +109,15 @@ impl Reply {
             status,
             headers: Vec::new(),
             body: ReplyBody::Json(body),
+        }
+    }
+
+    /// A body of serialized JSON.
+    pub fn raw_json(status: u16, body: Vec<u8>) -> Self {
+        Reply {
+            status,
+            headers: Vec::new(),
+            body: ReplyBody::RawJson(body),
         }
     }
 
@@ -147,6 +158,7 @@ impl Reply {
                 Some("application/json; charset=utf-8"),
             ),
             ReplyBody::Text(t) => (t.into_bytes(), Some("application/json; charset=utf-8")),
+            ReplyBody::RawJson(b) => (b, Some("application/json; charset=utf-8")),
         };
         let mut resp = Response::new(Body::from(bytes));
         *resp.status_mut() =

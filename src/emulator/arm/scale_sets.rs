@@ -644,6 +644,7 @@ async fn process(
             let text = match &reply.body {
                 ReplyBody::Json(v) => serde_json::to_string(v).unwrap_or_default(),
                 ReplyBody::Text(t) => t.clone(),
+                ReplyBody::RawJson(b) => String::from_utf8_lossy(b).into_owned(),
                 ReplyBody::Empty => String::new(),
             };
             let mut cut = text.len() / 2;

@@ -52,9 +52,9 @@ pub fn budget(pdb: &Value, pods: &[&Value]) -> (i64, i64, i64) {
     (desired, healthy, (healthy - desired).max(0))
 }
 
-fn covered_refs<'a>(pods: &'a [Value], pdb: &Value) -> Vec<&'a Value> {
+fn covered_refs<'a>(pods: impl IntoIterator<Item = &'a Value>, pdb: &Value) -> Vec<&'a Value> {
     let selector = pdb.pointer("/spec/selector").cloned().unwrap_or(json!({}));
-    pods.iter()
+    pods.into_iter()
         .filter(|p| {
             label_selector_matches(
                 &selector,
@@ -79,8 +79,7 @@ pub fn with_status(store: &Store, mut pdb: Value) -> Value {
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_string();
-    let all_pods = store.all_in(pods_rt, &namespace);
-    let covered = covered_refs(&all_pods, &pdb);
+    let covered = covered_refs(store.iter_in(pods_rt, &namespace), &pdb);
     let (desired, healthy, allowed) = budget(&pdb, &covered);
     let generation = pdb
         .pointer("/metadata/generation")
@@ -177,10 +176,8 @@ pub fn evict(
     // The real server evicts pods that are not running whatever the budget.
     if phase == "Running" {
         let labels = pod.pointer("/metadata/labels").and_then(Value::as_object);
-        let all_pods = store.all_in(pods_rt, namespace);
-        let pdbs: Vec<Value> = store
-            .all_in(pdb_rt, namespace)
-            .into_iter()
+        let pdbs: Vec<&Value> = store
+            .iter_in(pdb_rt, namespace)
             .filter(|pdb| {
                 pdb.pointer("/spec/selector")
                     .is_some_and(|sel| label_selector_matches(sel, labels))
@@ -195,7 +192,8 @@ pub fn evict(
             ));
         }
         if let Some(pdb) = pdbs.first() {
-            let (desired, healthy, allowed) = budget(pdb, &covered_refs(&all_pods, pdb));
+            let covered = covered_refs(store.iter_in(pods_rt, namespace), pdb);
+            let (desired, healthy, allowed) = budget(pdb, &covered);
             if allowed == 0 {
                 let pdb_name = name_of(pdb).unwrap_or("");
                 return Err(status::failure(

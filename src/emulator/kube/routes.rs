@@ -285,7 +285,7 @@ fn collection(
                 }
             }
             let rv = store.resource_version();
-            ok(200, list_body(rt, rv, items, None, 0))
+            ok(200, list_body(rt, rv, items, None, None))
         }
         _ => Err(status::method_not_allowed()),
     }
@@ -296,7 +296,7 @@ fn list_body(
     rv: u64,
     items: Vec<Value>,
     cont: Option<String>,
-    remaining: usize,
+    remaining: Option<usize>,
 ) -> Value {
     let items: Vec<Value> = items
         .into_iter()
@@ -311,7 +311,9 @@ fn list_body(
     let mut meta = json!({"resourceVersion": rv.to_string()});
     if let Some(c) = cont {
         meta["continue"] = json!(c);
-        meta["remainingItemCount"] = json!(remaining);
+        if let Some(n) = remaining {
+            meta["remainingItemCount"] = json!(n);
+        }
     }
     json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.group_version(), "metadata": meta, "items": items})
 }
@@ -362,12 +364,8 @@ fn list(
             Some(t.start)
         }
     };
-    let mut page = store.list(rt, namespace, selector, after.as_deref(), limit);
-    page.items = std::mem::take(&mut page.items)
-        .into_iter()
-        .map(|o| decorate(&store, rt, o))
-        .collect();
-    let cont = page.next.map(|start| {
+    let page = store.list_borrowed(rt, namespace, selector, after.as_deref(), limit);
+    let cont = page.next.clone().map(|start| {
         let t = ContinueToken {
             v: "meta.k8s.io/v1".to_string(),
             rv: page.rv,
@@ -375,10 +373,59 @@ fn list(
         };
         base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(&t).unwrap_or_default())
     });
-    ok(
-        200,
-        list_body(rt, page.rv, page.items, cont, page.remaining),
-    )
+    // Written straight from the store, in `list_body`'s shape: a page of a large collection is
+    // neither copied nor built as a value first.
+    let mut out: Vec<u8> = Vec::with_capacity(4096 * page.items.len().max(1));
+    let envelope = list_body(rt, page.rv, Vec::new(), cont, page.remaining);
+    out.extend_from_slice(br#"{"apiVersion":"#);
+    write_json(&mut out, &envelope["apiVersion"]);
+    out.extend_from_slice(br#","items":["#);
+    for (i, item) in page.items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        if rt.plural == "poddisruptionbudgets" {
+            write_item(&mut out, &decorate(&store, rt, (*item).clone()));
+        } else {
+            write_item(&mut out, item);
+        }
+    }
+    out.extend_from_slice(br#"],"kind":"#);
+    write_json(&mut out, &envelope["kind"]);
+    out.extend_from_slice(br#","metadata":"#);
+    write_json(&mut out, &envelope["metadata"]);
+    out.push(b'}');
+    Ok(Reply::raw_json(200, out).into_response())
+}
+
+/// Serializes `v` onto `out` (into memory: it cannot fail).
+fn write_json(out: &mut Vec<u8>, v: &impl serde::Serialize) {
+    if let Err(e) = serde_json::to_writer(&mut *out, v) {
+        tracing::error!(error = %e, "a JSON value did not serialize");
+    }
+}
+
+/// A list item: the object without `kind` and `apiVersion` (the list carries them).
+fn write_item(out: &mut Vec<u8>, obj: &Value) {
+    let Some(map) = obj.as_object() else {
+        write_json(out, obj);
+        return;
+    };
+    out.push(b'{');
+    let mut first = true;
+    for (k, v) in map {
+        if k == "kind" || k == "apiVersion" {
+            continue;
+        }
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        write_json(out, k);
+        out.push(b':');
+        write_json(out, v);
+    }
+    out.push(b'}');
 }
 
 /// What a real cluster's controllers would have added to `obj` by the time it is read: the

@@ -82,6 +82,11 @@ impl Selector {
         Ok(sel)
     }
 
+    /// Whether it selects nothing (every object matches).
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty() && self.fields.is_empty()
+    }
+
     /// Whether `obj` (of type `rt`) matches.
     pub fn matches(&self, rt: &ResourceType, obj: &Value) -> bool {
         let labels = obj.pointer("/metadata/labels").and_then(Value::as_object);

@@ -76,15 +76,16 @@ pub struct Store {
 
 /// A LIST page.
 #[derive(Debug)]
-pub struct Page {
+pub struct Page<T = Value> {
     /// Matching objects, in key order.
-    pub items: Vec<Value>,
+    pub items: Vec<T>,
     /// The cluster version the list reflects.
     pub rv: u64,
     /// Set when more items follow: the key to resume after.
     pub next: Option<String>,
-    /// How many matching items follow this page.
-    pub remaining: usize,
+    /// How many items follow this page (`remainingItemCount`): set when more follow and the
+    /// list selects nothing, as the API server sets it.
+    pub remaining: Option<usize>,
 }
 
 fn now_rfc3339() -> String {
@@ -222,55 +223,100 @@ impl Store {
         after: Option<&str>,
         limit: Option<usize>,
     ) -> Page {
-        let id = rt.id();
-        let mut items = Vec::new();
+        let page = self.list_borrowed(rt, namespace, selector, after, limit);
+        Page {
+            items: page.items.into_iter().cloned().collect(),
+            rv: page.rv,
+            next: page.next,
+            remaining: page.remaining,
+        }
+    }
+
+    /// [`Store::list`] without copying the objects (a page is written out as it is read).
+    pub fn list_borrowed<'a>(
+        &'a self,
+        rt: &ResourceType,
+        namespace: Option<&'a str>,
+        selector: &Selector,
+        after: Option<&str>,
+        limit: Option<usize>,
+    ) -> Page<&'a Value> {
+        let mut items: Vec<&Value> = Vec::new();
         let mut next = None;
-        let mut remaining = 0;
-        for ((tid, ns, name), obj) in self
-            .objects
-            .range((id.clone(), String::new(), String::new())..)
-        {
-            if *tid != id {
-                break;
-            }
-            if namespace.is_some_and(|want| want != ns) {
-                continue;
-            }
-            let key = format!("{ns}/{name}");
-            if after.is_some_and(|a| key.as_str() <= a) {
-                continue;
-            }
+        let mut remaining = None;
+        let mut objects = self.range(rt, namespace, after);
+        for (_, obj) in objects.by_ref() {
             if !selector.matches(rt, obj) {
                 continue;
             }
             if limit.is_some_and(|l| items.len() >= l) {
-                if next.is_none() {
-                    next = Some(
-                        items
-                            .last()
-                            .map(|o: &Value| {
-                                format!(
-                                    "{}/{}",
-                                    o.pointer("/metadata/namespace")
-                                        .and_then(Value::as_str)
-                                        .unwrap_or(""),
-                                    name_of(o).unwrap_or("")
-                                )
-                            })
-                            .unwrap_or_default(),
-                    );
-                }
-                remaining += 1;
-                continue;
+                // One more matches: the page continues after its last item.
+                next = items.last().map(|o| {
+                    format!(
+                        "{}/{}",
+                        o.pointer("/metadata/namespace")
+                            .and_then(Value::as_str)
+                            .unwrap_or(""),
+                        name_of(o).unwrap_or("")
+                    )
+                });
+                remaining = Some(1);
+                break;
             }
-            items.push(obj.clone());
+            items.push(obj);
         }
+        // As the API server: how many follow is counted (keys only) when nothing is selected,
+        // and left unset when a selector would have to be applied to every one of them.
+        remaining = match remaining {
+            Some(first) if selector.is_empty() => Some(first + objects.count()),
+            _ => None,
+        };
         Page {
             items,
             rv: self.rv,
             next,
             remaining,
         }
+    }
+
+    /// The objects of a type in key order (in `namespace`, or all when it is `None`), after the
+    /// key `after` (`namespace/name`, as a continue token carries it): a page starts where the
+    /// last one ended, and a namespace's objects are read alone, instead of every object of the
+    /// type being scanned.
+    fn range<'a>(
+        &'a self,
+        rt: &ResourceType,
+        namespace: Option<&'a str>,
+        after: Option<&str>,
+    ) -> impl Iterator<Item = (&'a Key, &'a Value)> + 'a {
+        use std::ops::Bound;
+        let id = rt.id();
+        let start = match after {
+            Some(a) => {
+                let (ns, name) = a.split_once('/').unwrap_or(("", a));
+                Bound::Excluded((id.clone(), ns.to_string(), name.to_string()))
+            }
+            None => Bound::Included((
+                id.clone(),
+                namespace.unwrap_or("").to_string(),
+                String::new(),
+            )),
+        };
+        self.objects
+            .range((start, Bound::Unbounded))
+            .take_while(move |((tid, ns, _), _)| {
+                *tid == id && namespace.is_none_or(|want| ns.as_str() <= want)
+            })
+            .filter(move |((_, ns, _), _)| namespace.is_none_or(|want| ns == want))
+    }
+
+    /// Every object of a type in `namespace`, borrowed.
+    pub fn iter_in<'a>(
+        &'a self,
+        rt: &ResourceType,
+        namespace: &'a str,
+    ) -> impl Iterator<Item = &'a Value> + 'a {
+        self.range(rt, Some(namespace), None).map(|(_, v)| v)
     }
 
     /// Creates an object (`metadata.name` or `generateName` required). Stamps `uid`,
@@ -515,12 +561,6 @@ impl Store {
             EventType::Modified => self.objects.insert(key, converted.clone()),
         };
         self.record(twin, namespace, event, converted, prev);
-    }
-
-    /// Every stored object of a type in a namespace (for eviction's budget arithmetic).
-    pub fn all_in(&self, rt: &ResourceType, namespace: &str) -> Vec<Value> {
-        self.list(rt, Some(namespace), &Selector::default(), None, None)
-            .items
     }
 }
 
