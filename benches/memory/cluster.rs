@@ -8,7 +8,7 @@
 //! `VmRSS`/`VmHWM` are read once every reflector has listed, a decision has been made, and the
 //! daemon has run a while more. Quick mode: 1,000 nodes, 10,000 pods, 20 groups.
 
-use super::common::{group_name, size_of};
+use super::common::{group_name, size_of, verdict};
 use super::{mib, Daemon};
 use serde_json::{json, Value};
 use std::path::Path;
@@ -399,6 +399,14 @@ pub fn run(quick: bool, bin: &Path) {
             decided_at.is_some_and(|t| t.elapsed() >= Duration::from_secs(15))
         },
     );
+    if let Some(at) = decided_at {
+        let secs = at.duration_since(t0).as_secs_f64();
+        println!(
+            "goal: first decision under 10 s after start at this size (issue 17): {secs:.1} s {}{}",
+            verdict(secs < 10.0),
+            if quick { " (QUICK size)" } else { "" }
+        );
+    }
     let puts = state
         .request_log()
         .iter()
