@@ -314,6 +314,48 @@ async fn a_paged_list_across_namespaces_returns_every_object_once_when_one_names
     assert_eq!(rest["items"][0]["metadata"]["name"], "p2");
 }
 
+#[tokio::test]
+async fn a_cluster_scoped_object_written_with_a_namespace_keeps_none_and_paging_still_returns_every_node(
+) {
+    let k = Kube::start().await;
+    let kube = k.handle.kube().expect("kubernetes side on");
+    for i in 0..4 {
+        kube.create(
+            "v1",
+            "nodes",
+            "",
+            json!({"metadata": {"name": format!("n{i}")}}),
+        )
+        .expect("node");
+    }
+    let (code, n1) = k.get("/api/v1/nodes/n1").await;
+    assert_eq!(code, 200);
+    let mut with_ns = n1.clone();
+    with_ns["metadata"]["namespace"] = json!("x");
+    let (code, put) = k
+        .send(
+            reqwest::Method::PUT,
+            "/api/v1/nodes/n1",
+            Some(("application/json", with_ns)),
+        )
+        .await;
+    assert_eq!(code, 200, "{put}");
+    assert!(put["metadata"].get("namespace").is_none(), "{put}");
+    let mut names = Vec::new();
+    let mut path = "/api/v1/nodes?limit=1".to_string();
+    for _ in 0..10 {
+        let (_, page) = k.get(&path).await;
+        for item in page["items"].as_array().expect("items") {
+            names.push(item["metadata"]["name"].as_str().unwrap_or("").to_string());
+        }
+        match page["metadata"]["continue"].as_str() {
+            Some(c) => path = format!("/api/v1/nodes?limit=1&continue={}", urlencode(c)),
+            None => break,
+        }
+    }
+    assert_eq!(names, ["n0", "n1", "n2", "n3"]);
+}
+
 fn urlencode(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }

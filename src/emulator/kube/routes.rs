@@ -375,7 +375,8 @@ fn list(
     });
     // Written straight from the store, in `list_body`'s shape: a page of a large collection is
     // neither copied nor built as a value first.
-    let mut out: Vec<u8> = Vec::with_capacity(4096 * page.items.len().max(1));
+    // A guess at the page's size (a pod is a few KiB), bounded: an unpaged LIST reserves no more.
+    let mut out: Vec<u8> = Vec::with_capacity(page.items.len().min(1000) * 4096 + 512);
     let envelope = list_body(rt, page.rv, Vec::new(), cont, page.remaining);
     out.extend_from_slice(br#"{"apiVersion":"#);
     write_json(&mut out, &envelope["apiVersion"]);

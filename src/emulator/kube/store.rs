@@ -244,26 +244,22 @@ impl Store {
         let mut items: Vec<&Value> = Vec::new();
         let mut next = None;
         let mut remaining = None;
+        // The store's key of the last item (not its body's metadata, which a write may not
+        // have normalised): where the next page starts.
+        let mut last: Option<&Key> = None;
         let mut objects = self.range(rt, namespace, after);
-        for (_, obj) in objects.by_ref() {
+        for (key, obj) in objects.by_ref() {
             if !selector.matches(rt, obj) {
                 continue;
             }
             if limit.is_some_and(|l| items.len() >= l) {
                 // One more matches: the page continues after its last item.
-                next = items.last().map(|o| {
-                    format!(
-                        "{}/{}",
-                        o.pointer("/metadata/namespace")
-                            .and_then(Value::as_str)
-                            .unwrap_or(""),
-                        name_of(o).unwrap_or("")
-                    )
-                });
+                next = last.map(|(_, ns, name)| format!("{ns}/{name}"));
                 remaining = Some(1);
                 break;
             }
             items.push(obj);
+            last = Some(key);
         }
         // As the API server: how many follow is counted (keys only) when nothing is selected,
         // and left unset when a selector would have to be applied to every one of them.
@@ -460,6 +456,9 @@ impl Store {
         meta["name"] = json!(name);
         if rt.namespaced {
             meta["namespace"] = json!(namespace);
+        } else if let Some(m) = meta.as_object_mut() {
+            // A cluster-scoped object has no namespace, whatever the body says (as on create).
+            m.remove("namespace");
         }
         for immutable in ["uid", "creationTimestamp", "deletionTimestamp"] {
             match old.pointer(&format!("/metadata/{immutable}")) {
