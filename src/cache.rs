@@ -289,6 +289,28 @@ pub struct Instance {
     /// `properties.osProfile.computerName`: the name its Node registers under (on AKS, the
     /// machine name `deleteMachines` takes).
     pub computer_name: Option<String>,
+    /// The instance view's `PowerState/<state>` code, lowercased (`running`, `deallocated`,
+    /// ...); `None` when the list carried no instance view.
+    pub power_state: Option<String>,
+}
+
+impl Instance {
+    /// Azure lists it in the `Failed` provisioning state (an allocation that failed part-way,
+    /// an extension that did not install).
+    pub fn failed(&self) -> bool {
+        self.provisioning_state
+            .as_deref()
+            .is_some_and(|p| p.eq_ignore_ascii_case("Failed"))
+    }
+
+    /// Stopped and its hardware given back (`deallocated`, or on its way there): it runs no
+    /// pod, yet still counts in the scale set's capacity and against the vCPU quota. A spot VM
+    /// Azure evicted with eviction policy `Deallocate` is left so.
+    pub fn deallocated(&self) -> bool {
+        self.power_state.as_deref().is_some_and(|p| {
+            p.eq_ignore_ascii_case("deallocated") || p.eq_ignore_ascii_case("deallocating")
+        })
+    }
 }
 
 struct JitteredTtl {
@@ -463,6 +485,7 @@ pub(crate) mod tests {
                 instance_id: "0".into(),
                 provisioning_state: None,
                 computer_name: None,
+                power_state: None,
             }],
         );
         assert!(c.get("a").is_some());

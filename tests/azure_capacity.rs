@@ -454,3 +454,119 @@ async fn pods_that_lose_their_node_to_a_spot_eviction_are_placed_on_demand_at_on
     );
     c.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spot_vms_evicted_with_deallocate_are_deleted_by_name_and_their_pods_run_on_demand() {
+    use support::pod_cluster::Groups;
+    use vmss_capacity_controller::emulator::sim::{PodTemplate, SimSettings};
+    use vmss_capacity_controller::emulator::ScaleSetSeed;
+    let mut spot = ScaleSetSeed::new(SUB, RG, "spot", 0);
+    spot.sku_name = "Standard_D4s_v5".into();
+    spot.priority = Some("Spot".into());
+    spot.eviction_policy = Some("Deallocate".into());
+    let mut ondemand = ScaleSetSeed::new(SUB, RG, "ondemand", 0);
+    ondemand.sku_name = "Standard_D4s_v5".into();
+    let sim = SimSettings {
+        boot_delay: Duration::from_millis(200),
+        tick: Duration::from_millis(20),
+    };
+    let c = Cluster::start_simulated_groups(Groups::Seeds(vec![spot, ondemand]), 20, sim, |s| {
+        use vmss_capacity_controller::pods::expander::Expander;
+        s.pod_demand.batch_idle = Duration::from_millis(800);
+        s.pod_demand.batch_max = Duration::from_secs(5);
+        s.pod_demand.expander = Expander::Priority(vec![
+            (50, vec!["spot".into()]),
+            (10, vec!["ondemand".into()]),
+        ]);
+        // Scale-down's passes (which delete the evicted VMs) every 30 s: the deletion below
+        // comes from the fresh instance list, not from a pass falling due.
+        s.scale_down.enabled = true;
+    })
+    .await;
+    let template = PodTemplate::new("1500m", "1Gi").tolerate(
+        "kubernetes.azure.com/scalesetpriority",
+        "spot",
+        "NoSchedule",
+    );
+    c.kube
+        .create_replica_set("default", "batch", 4, &template)
+        .expect("replica set");
+    let running = |c: &Cluster| c.kube.pod_counts(Some("default")).running;
+    assert!(
+        eventually(Duration::from_secs(15), || running(&c) == 4
+            && c.reconciler.operations_in_flight() == 0)
+        .await,
+        "batch never ran: spot {}",
+        c.capacity("spot")
+    );
+    assert_eq!((c.capacity("spot"), c.capacity("ondemand")), (2, 0));
+    let spot_writes = c.capacity_puts("spot");
+
+    // Azure takes one VM back and stops it: it stays in the scale set (capacity 2, quota
+    // used), its Node turns NotReady, its two pods stay bound to it and run nowhere.
+    let t0 = tokio::time::Instant::now();
+    let evicted = c.state.evict_spot(SUB, RG, "spot", 1).expect("evicted");
+    assert_eq!(evicted.len(), 1);
+    assert_eq!(
+        c.capacity("spot"),
+        2,
+        "a deallocated VM stays in the capacity"
+    );
+    // The controller sees it stopped, deletes it by name, and the pods the ReplicaSet makes
+    // anew go on demand: spot is passed over while marked.
+    assert!(
+        eventually(Duration::from_secs(15), || running(&c) == 4
+            && c.capacity("spot") == 1
+            && c.capacity("ondemand") == 1)
+        .await,
+        "the evicted VM's pods were not placed: spot {}, ondemand {}, running {}",
+        c.capacity("spot"),
+        c.capacity("ondemand"),
+        running(&c)
+    );
+    println!(
+        "pods of a VM evicted with Deallocate run again after {:?}",
+        t0.elapsed()
+    );
+    let left: Vec<String> = c
+        .state
+        .inventory()
+        .into_iter()
+        .filter(|ss| ss.name == "spot")
+        .flat_map(|ss| ss.instances.into_iter().map(|(id, _, _)| id.to_string()))
+        .collect();
+    assert!(
+        !left.contains(&evicted[0].to_string()),
+        "the evicted instance {} is deleted: {left:?}",
+        evicted[0]
+    );
+    assert_eq!(
+        c.metrics
+            .scaled_down_nodes_total
+            .with_label_values(&["spot", "spot_evicted"])
+            .get(),
+        1
+    );
+    assert_eq!(
+        c.metrics
+            .spot_evictions_total
+            .with_label_values(&["spot"])
+            .get(),
+        1
+    );
+    let out = c
+        .reconciler
+        .node_groups()
+        .unavailable("spot")
+        .expect("marked");
+    assert_eq!(out.failure.label(), "spot_evicted");
+    // No write to spot while it is marked, one to on-demand, and nothing lost.
+    assert_eq!(c.capacity_puts("spot"), spot_writes);
+    assert_eq!(c.capacity_puts("ondemand"), 1);
+    assert!(
+        c.state.lost_updates().is_empty(),
+        "{:?}",
+        c.state.lost_updates()
+    );
+    c.stop().await;
+}

@@ -65,6 +65,65 @@ async fn list_pages_follow_absolute_next_links_back_to_the_emulator() {
 }
 
 #[tokio::test]
+async fn a_spot_eviction_with_deallocate_leaves_the_vm_listed_stopped_with_the_capacity_and_etag_unchanged(
+) {
+    let env = Env::start().await;
+    let mut seed = ScaleSetSeed::new(SUB, RG, "spot", 3);
+    seed.priority = Some("Spot".into());
+    seed.eviction_policy = Some("Deallocate".into());
+    let etag = env.handle.state().seed_scale_set(seed);
+    let evicted = env
+        .handle
+        .state()
+        .evict_spot(SUB, RG, "spot", 2)
+        .expect("evicted");
+    assert_eq!(evicted, vec![0, 1], "the oldest first");
+    // Evicting again takes the next running one, not a stopped one twice.
+    assert_eq!(
+        env.handle.state().evict_spot(SUB, RG, "spot", 1).unwrap(),
+        vec![2]
+    );
+    let ss = env.get(&vmss_path("spot")).await;
+    assert_eq!(
+        ss.body["sku"]["capacity"], 3,
+        "deallocated VMs stay in the capacity"
+    );
+    assert_eq!(ss.etag(), Some(etag), "the model did not change");
+    let power = |vm: &Value| {
+        vm.pointer("/properties/instanceView/statuses")
+            .and_then(Value::as_array)
+            .and_then(|s| {
+                s.iter()
+                    .filter_map(|s| s["code"].as_str())
+                    .find(|c| c.starts_with("PowerState/"))
+                    .map(str::to_string)
+            })
+    };
+    let vms = env
+        .get(&format!(
+            "{}/virtualMachines?$expand=instanceView",
+            vmss_path("spot")
+        ))
+        .await;
+    let states: Vec<Option<String>> = vms.body["value"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(power)
+        .collect();
+    assert_eq!(states, vec![Some("PowerState/deallocated".to_string()); 3]);
+    // Without the expansion, no instance view (as Azure).
+    let plain = env
+        .get(&format!("{}/virtualMachines", vmss_path("spot")))
+        .await;
+    assert!(plain.body["value"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|vm| vm.pointer("/properties/instanceView").is_none()));
+}
+
+#[tokio::test]
 async fn a_sparse_put_changes_capacity_and_keeps_the_tags() {
     let env = Env::start().await;
     let mut seed = ScaleSetSeed::new(SUB, RG, "v", 2);

@@ -104,6 +104,9 @@ pub struct ScaleDownLoop {
     since: HashMap<String, Instant>,
     /// Since when each instance (node group, instance id) has had no Node.
     unregistered_since: HashMap<(String, String), Instant>,
+    /// Spot instances (node group, instance id) seen evicted with `Deallocate`: each counted and
+    /// marked once.
+    evicted_seen: HashSet<(String, String)>,
     sizes_seen: HashMap<String, i64>,
     grew_at: HashMap<String, Instant>,
     /// Whether this leadership's leftover-taint cleanup is done.
@@ -212,6 +215,7 @@ impl ScaleDownLoop {
             }),
             since: HashMap::new(),
             unregistered_since: HashMap::new(),
+            evicted_seen: HashSet::new(),
             sizes_seen: HashMap::new(),
             grew_at: HashMap::new(),
             cleaned: false,
@@ -234,9 +238,12 @@ impl ScaleDownLoop {
     pub async fn run(mut self, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(self.shared.settings.scan_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        // Spot VMs Azure stopped: deleted now, not a scan interval later.
+        let mut stopped = self.shared.groups.stopped();
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
+                Ok(()) = stopped.changed() => {}
                 _ = shutdown.cancelled() => break,
             }
             self.pass(&shutdown).await;
@@ -265,11 +272,21 @@ impl ScaleDownLoop {
         let wall =
             k8s_openapi::jiff::Timestamp::from_nanosecond(s.groups.now().unix_timestamp_nanos())
                 .unwrap_or_default();
-        let unready = crate::node_groups::unready_nodes(
+        let groups = s.groups.groups();
+        // Spot VMs Azure evicted with `Deallocate` (the reconciler's last instance lists): their
+        // Nodes are NotReady for a known reason, so they neither count as unready nor wait
+        // `unreadyTime`; the instances are deleted below.
+        let evicted = self.evicted(&groups);
+        let stopped: HashSet<String> = evicted
+            .iter()
+            .map(|e| e.machine.to_ascii_lowercase())
+            .collect();
+        let mut unready = crate::node_groups::unready_nodes(
             &nodes,
             wall,
             s.settings.pod_demand.max_node_provision_time,
         );
+        unready.retain(|n| !stopped.contains(&n.to_ascii_lowercase()));
         let settings = &s.settings.scale_down;
         let too_many = crate::node_groups::too_many_unready(
             unready.len(),
@@ -294,7 +311,6 @@ impl ScaleDownLoop {
         }
 
         let now = Instant::now();
-        let groups = s.groups.groups();
         let pods: Vec<Arc<PodRecord>> = s.cluster.pods.snapshot().values().cloned().collect();
         let pdbs: Vec<_> = s.cluster.pdbs.snapshot().values().cloned().collect();
         let volumes = s.cluster.storage.volumes_for(pods.iter());
@@ -385,6 +401,7 @@ impl ScaleDownLoop {
                         .any(|(g, i)| n.strip_prefix(g.as_str()) == Some(&format!("/{i}")))
             });
         }
+        let budget = self.remove_evicted(&groups, &down, &evicted, &busy, budget);
         self.remove_unregistered(&groups, &down, &nodes, &busy, budget, now);
         // Empty nodes of one group chosen in this pass go in one request; a node with pods
         // (drained first) goes alone.
@@ -507,6 +524,123 @@ impl ScaleDownLoop {
         self.halted.as_deref()
     }
 
+    /// The spot instances Azure evicted with `Deallocate`, as the reconciler's last instance
+    /// lists show them ([`unneeded::evicted`]). Each newly seen one is counted in
+    /// `spot_evictions_total` and marks its group's offering unavailable (a spot eviction), so
+    /// the pods it ran are planned elsewhere.
+    fn evicted(&mut self, groups: &[NodeGroupSpec]) -> Vec<unneeded::Unregistered> {
+        let s = &self.shared;
+        let instances: Vec<_> = groups
+            .iter()
+            .map(|g| s.groups.instances().get(&g.name))
+            .collect();
+        let spot: Vec<bool> = groups
+            .iter()
+            .map(|g| s.groups.offering(&g.name).is_some_and(|o| o.spot))
+            .collect();
+        let evicted = unneeded::evicted(&instances, &spot);
+        let current: HashSet<(String, String)> = evicted
+            .iter()
+            .map(|e| (groups[e.group].name.clone(), e.instance_id.clone()))
+            .collect();
+        // A group whose list is not cached now says nothing: what was seen of it stays seen.
+        self.evicted_seen.retain(|(g, i)| {
+            current.contains(&(g.clone(), i.clone()))
+                || groups
+                    .iter()
+                    .zip(&instances)
+                    .any(|(spec, l)| spec.name == *g && l.is_none())
+        });
+        let mut new: BTreeMap<&str, u64> = BTreeMap::new();
+        for key in current {
+            if !self.evicted_seen.contains(&key) {
+                if let Some(g) = groups.iter().find(|g| g.name == key.0) {
+                    *new.entry(g.name.as_str()).or_default() += 1;
+                }
+                self.evicted_seen.insert(key);
+            }
+        }
+        for (name, n) in new {
+            s.metrics
+                .spot_evictions_total
+                .with_label_values(&[name])
+                .inc_by(n);
+            s.groups.mark_unavailable(
+                name,
+                crate::capacity::AllocationFailure::SpotEvicted,
+                &format!("{n} spot VM(s) evicted by Azure with policy Deallocate: listed stopped, running no pod"),
+            );
+        }
+        evicted
+    }
+
+    /// Deletes the spot instances Azure evicted with `Deallocate` by name, at once, through the
+    /// guarded delete ([`DeleteKind::Replace`]: at the floor the size is written back up), at
+    /// most `budget` this pass; returns the budget left. Their pods are down already (the VM is
+    /// stopped): there is nothing to drain, and the last look checks a fresh list still shows
+    /// the VM deallocated (someone may have started it).
+    fn remove_evicted(
+        &mut self,
+        groups: &[NodeGroupSpec],
+        down: &[DownGroup],
+        evicted: &[unneeded::Unregistered],
+        busy: &HashSet<String>,
+        budget: usize,
+    ) -> usize {
+        let s = self.shared.clone();
+        let mut left = budget;
+        for e in evicted {
+            let group = groups[e.group].clone();
+            let slot_name = format!("{}/{}", group.name, e.instance_id);
+            if left == 0
+                || down[e.group].size.is_none()
+                || down[e.group].refused.is_some()
+                || busy.contains(&slot_name)
+            {
+                continue;
+            }
+            if self.dry_run {
+                if self.would.insert(slot_name) {
+                    info!(scale_set = %group.name, instance = %e.instance_id, machine = %e.machine, "dry run: would delete a spot instance Azure evicted (deallocated)");
+                }
+                continue;
+            }
+            if let Some(hold) = s.reconciler.delete_hold(&group) {
+                debug!(scale_set = %group.name, instance = %e.instance_id, %hold, "evicted instance not deleted yet: its delete would be held");
+                continue;
+            }
+            left -= 1;
+            let victim = Victim {
+                instance_id: e.instance_id.clone(),
+                node_name: e.machine.clone(),
+            };
+            let look = EvictedLook {
+                shared: s.clone(),
+                group: group.clone(),
+                instance_id: e.instance_id.clone(),
+            };
+            let slot = {
+                let mut f = s.flight.lock();
+                f.busy.insert(slot_name.clone());
+                *f.deleting.entry(group.name.clone()).or_default() += 1;
+                Slot {
+                    shared: s.clone(),
+                    node: slot_name,
+                    group: group.name.clone(),
+                    drains: false,
+                }
+            };
+            warn!(scale_set = %group.name, instance = %victim.instance_id, machine = %victim.node_name, "Azure evicted a spot instance with policy Deallocate: deleting it, its pods go elsewhere");
+            let task = s.clone();
+            self.tasks.spawn(async move {
+                let _slot = slot;
+                task.remove_instance(group, victim, DeleteKind::Replace, &look, "spot_evicted")
+                    .await;
+            });
+        }
+        left
+    }
+
     /// Instances that have had no Node for `maxNodeProvisionTime` (a broken image, a bootstrap
     /// that failed: they cost money and will never run a pod) are deleted by name, through the
     /// same guarded delete as a drained node (fresh read, floor, still listed, `If-Match`), at
@@ -580,12 +714,8 @@ impl ScaleDownLoop {
             // without a Node (still booting, slow bootstrap) is held to the floor, as
             // cluster-autoscaler holds unregistered nodes to min.
             let failed = instances[u.group].as_ref().is_some_and(|list| {
-                list.iter().any(|i| {
-                    i.instance_id == u.instance_id
-                        && i.provisioning_state
-                            .as_deref()
-                            .is_some_and(|p| p.eq_ignore_ascii_case("Failed"))
-                })
+                list.iter()
+                    .any(|i| i.instance_id == u.instance_id && i.failed())
             });
             let kind = if failed {
                 DeleteKind::Replace
@@ -599,6 +729,7 @@ impl ScaleDownLoop {
                     instance_id: u.instance_id.clone(),
                     provisioning_state: None,
                     computer_name: Some(u.machine.clone()).filter(|m| !m.is_empty()),
+                    power_state: None,
                 },
             };
             let slot = {
@@ -616,7 +747,8 @@ impl ScaleDownLoop {
             let task = s.clone();
             self.tasks.spawn(async move {
                 let _slot = slot;
-                task.remove_unregistered(group, victim, kind, look).await;
+                task.remove_instance(group, victim, kind, &look, "unregistered")
+                    .await;
             });
         }
     }
@@ -645,7 +777,8 @@ impl ScaleDownLoop {
                 Some((spec.clone(), id.to_string()))
             });
             if let Some((group, instance)) = mine {
-                match s.groups.instance_state(&group, &instance).await {
+                let state = s.groups.instance_state(&group, &instance).await;
+                match state.map(|i| i.and_then(|i| i.provisioning_state)) {
                     Ok(Some(state)) if state.eq_ignore_ascii_case("Succeeded") => {}
                     Ok(state) => {
                         info!(%node, scale_set = %group.name, state = ?state, "a leftover tainted node's VM is not Succeeded (being deleted?): it keeps the taint");
@@ -702,15 +835,16 @@ impl ScaleDownLoop {
 }
 
 impl Shared {
-    /// Deletes an instance that never became a Node (nothing to taint or drain); with
-    /// [`DeleteKind::Replace`] (a `Failed` instance) even at the group's floor, the size then
-    /// written back up.
-    async fn remove_unregistered(
+    /// Deletes an instance with no pod to drain (`reason`: `unregistered`, it never became a
+    /// Node; `spot_evicted`, Azure stopped it); with [`DeleteKind::Replace`] (a `Failed` or
+    /// evicted instance) even at the group's floor, the size then written back up.
+    async fn remove_instance(
         self: &Arc<Self>,
         group: NodeGroupSpec,
         victim: Victim,
         kind: DeleteKind,
-        look: UnregisteredLook,
+        look: &dyn LastLook,
+        reason: &'static str,
     ) {
         if !self.reconciler.may_write() {
             return;
@@ -718,39 +852,39 @@ impl Shared {
         let name = group.name.as_str();
         match self
             .reconciler
-            .delete_instance(&group, victim.clone(), kind, &look)
+            .delete_instance(&group, victim.clone(), kind, look)
             .await
         {
             DeleteEnd::Deleted => {
                 self.metrics
                     .scaled_down_nodes_total
-                    .with_label_values(&[name, "unregistered"])
+                    .with_label_values(&[name, reason])
                     .inc();
-                info!(scale_set = name, instance = %victim.instance_id, "an instance that never registered was deleted");
+                info!(scale_set = name, instance = %victim.instance_id, reason, "an instance with nothing to drain was deleted");
             }
             DeleteEnd::Refused(why) => {
-                info!(scale_set = name, instance = %victim.instance_id, %why, "an unregistered instance was not deleted");
+                info!(scale_set = name, instance = %victim.instance_id, reason, %why, "an instance with nothing to drain was not deleted");
                 self.metrics
                     .failed_scale_downs_total
                     .with_label_values(&[name, "refused"])
                     .inc();
             }
             DeleteEnd::Stopped(why) => {
-                info!(scale_set = name, instance = %victim.instance_id, %why, "an unregistered instance was not deleted");
+                info!(scale_set = name, instance = %victim.instance_id, reason, %why, "an instance with nothing to drain was not deleted");
                 self.metrics
                     .failed_scale_downs_total
                     .with_label_values(&[name, "aborted"])
                     .inc();
             }
             DeleteEnd::Failed(why) => {
-                warn!(scale_set = name, instance = %victim.instance_id, %why, "deleting an unregistered instance failed");
+                warn!(scale_set = name, instance = %victim.instance_id, reason, %why, "deleting an instance with nothing to drain failed");
                 self.metrics
                     .failed_scale_downs_total
                     .with_label_values(&[name, "delete_failed"])
                     .inc();
             }
             DeleteEnd::Unknown(why) => {
-                warn!(scale_set = name, instance = %victim.instance_id, %why, "deleting an unregistered instance: outcome unknown; a fresh list decides");
+                warn!(scale_set = name, instance = %victim.instance_id, reason, %why, "deleting an instance with nothing to drain: outcome unknown; a fresh list decides");
                 let slot = format!("{name}/{}", victim.instance_id);
                 self.park(
                     slot,
@@ -758,7 +892,7 @@ impl Shared {
                         group: group.clone(),
                         victim,
                         tainted: false,
-                        reason: "unregistered",
+                        reason,
                     },
                 );
             }
@@ -785,11 +919,12 @@ impl Shared {
             .collect();
         for (slot, u) in open {
             let name = u.group.name.as_str();
-            let settled = match self
+            let listed = self
                 .groups
                 .instance_state(&u.group, &u.victim.instance_id)
                 .await
-            {
+                .map(|i| i.map(|i| i.provisioning_state.unwrap_or_default()));
+            let settled = match listed {
                 Ok(None) => {
                     info!(scale_set = name, instance = %u.victim.instance_id, node = %slot, "the delete of unknown outcome happened: the instance is gone");
                     self.metrics
@@ -1192,6 +1327,34 @@ impl LastLook for NodeLook {
                 })?;
         }
         Ok(())
+    }
+}
+
+/// The last look before a spot instance Azure evicted is deleted: a fresh list of the group's
+/// instances still shows it stopped (deallocated). Started again by someone, it stays.
+struct EvictedLook {
+    shared: Arc<Shared>,
+    group: NodeGroupSpec,
+    instance_id: String,
+}
+
+#[async_trait::async_trait]
+impl LastLook for EvictedLook {
+    async fn check(&self) -> Result<(), String> {
+        match self
+            .shared
+            .groups
+            .instance_state(&self.group, &self.instance_id)
+            .await
+        {
+            Ok(Some(i)) if i.deallocated() => Ok(()),
+            Ok(Some(i)) => Err(format!(
+                "a fresh list shows the instance no longer deallocated (power state {})",
+                i.power_state.as_deref().unwrap_or("not given")
+            )),
+            Ok(None) => Err("a fresh list no longer shows the instance".into()),
+            Err(e) => Err(format!("the instances could not be listed fresh: {e}")),
+        }
     }
 }
 

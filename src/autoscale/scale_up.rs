@@ -170,6 +170,18 @@ impl ProvisionWatch {
     }
 }
 
+/// The taint the cloud node lifecycle controller puts on a NotReady node whose VM the cloud
+/// reports shut down (on Azure: stopped or deallocated).
+const SHUTDOWN_TAINT: &str = "node.cloudprovider.kubernetes.io/shutdown";
+
+/// What the scale-up loop remembers of a node between looks.
+#[derive(Debug, Clone, Copy)]
+struct NodeLook {
+    ready: bool,
+    /// Tainted as shut down ([`SHUTDOWN_TAINT`]).
+    shutdown: bool,
+}
+
 /// The loop (see the module documentation).
 pub struct ScaleUpLoop {
     settings: Arc<Settings>,
@@ -183,8 +195,9 @@ pub struct ScaleUpLoop {
     batcher: Batcher,
     /// Pending pods seen so far (uid or key), to tell a new one from one already batched.
     seen: HashSet<String>,
-    /// Each node of a group seen at the last look, with its group (to notice a node gone).
-    node_groups_seen: HashMap<String, String>,
+    /// Each node of a group seen at the last look, with its group and whether it was Ready (to
+    /// notice a node gone, or a spot node stopped).
+    node_groups_seen: HashMap<String, (String, NodeLook)>,
     provisioning: ProvisionWatch,
     /// What each pending pod was last told (Event text), so a re-check does not repeat it.
     told: HashMap<String, String>,
@@ -272,9 +285,20 @@ impl ScaleUpLoop {
                 // A node gone without a delete of ours in view (a spot eviction, an operator):
                 // its group's size as cached still counts the VM, and pods would wait for it as
                 // "on its way" until maxNodeProvisionTime. Read the group afresh first.
-                for group in self.lost_nodes(&nodes) {
+                let (lost, stopped) = self.lost_nodes(&nodes);
+                for group in lost {
                     info!(scale_set = %group, "a node of the group is gone: reading it afresh");
                     self.reconciler.reread(&group, "node_gone").await;
+                }
+                // A spot node turned NotReady, or the cloud node lifecycle controller tainted it
+                // as shut down (it does so for a VM stopped while still booting too): Azure may
+                // have evicted its VM with `Deallocate` (the VM stays, stopped). A fresh
+                // instance list says so at the reconciler's next pass, and scale-down deletes
+                // what it shows deallocated.
+                for group in stopped {
+                    info!(scale_set = %group, "a spot node of the group turned NotReady: reading it afresh");
+                    self.reconciler.reread(&group, "node_not_ready").await;
+                    self.reconciler.wake();
                 }
                 last_nodes = Some(nodes);
             }
@@ -319,24 +343,46 @@ impl ScaleUpLoop {
         }
     }
 
-    /// The groups that lost a node since the last look (each once, in name order); remembers
+    /// The groups that lost a node since the last look, and the spot groups one of whose
+    /// nodes turned NotReady or was tainted as shut down (each once, in name order); remembers
     /// the nodes seen now. The first look loses nothing.
-    fn lost_nodes(&mut self, nodes: &crate::kube::reflect::Objects<NodeRecord>) -> Vec<String> {
+    fn lost_nodes(
+        &mut self,
+        nodes: &crate::kube::reflect::Objects<NodeRecord>,
+    ) -> (Vec<String>, Vec<String>) {
         let groups = self.groups.groups();
         let backings: Vec<Backing> = groups.iter().map(|g| self.backing(g)).collect();
         let index = crate::node_groups::GroupIndex::of_backings(&backings);
-        let now: HashMap<String, String> = nodes
+        let now: HashMap<String, (String, NodeLook)> = nodes
             .values()
-            .filter_map(|n| Some((n.name.clone(), groups[index.group_of(n)?].name.clone())))
+            .filter_map(|n| {
+                let group = groups[index.group_of(n)?].name.clone();
+                let look = NodeLook {
+                    ready: n.ready,
+                    shutdown: n.taints.iter().any(|t| t.key == SHUTDOWN_TAINT),
+                };
+                Some((n.name.clone(), (group, look)))
+            })
             .collect();
         let lost: BTreeSet<String> = self
             .node_groups_seen
             .iter()
             .filter(|(node, _)| !now.contains_key(*node))
-            .map(|(_, group)| group.clone())
+            .map(|(_, (group, _))| group.clone())
+            .collect();
+        let stopped: BTreeSet<String> = self
+            .node_groups_seen
+            .iter()
+            .filter_map(|(node, (group, was))| {
+                let (_, look) = now.get(node)?;
+                let turned = (was.ready && !look.ready) || (!was.shutdown && look.shutdown);
+                turned.then_some(group)
+            })
+            .filter(|g| self.groups.offering(g).is_some_and(|o| o.spot))
+            .cloned()
             .collect();
         self.node_groups_seen = now;
-        lost.into_iter().collect()
+        (lost.into_iter().collect(), stopped.into_iter().collect())
     }
 
     /// Records pending pods not seen before (they open or extend the batch); returns how many
@@ -425,11 +471,7 @@ impl ScaleUpLoop {
                     .get(&g.name)
                     .map(|list| {
                         list.iter()
-                            .filter(|i| {
-                                i.provisioning_state
-                                    .as_deref()
-                                    .is_some_and(|p| p.eq_ignore_ascii_case("Failed"))
-                            })
+                            .filter(|i| i.failed() || i.deallocated())
                             .map(|i| i.instance_id.clone())
                             .collect()
                     })

@@ -1098,7 +1098,7 @@ impl ArmClient {
         Ok(DeleteAccepted::from_answer(&answer))
     }
 
-    /// LIST the VM instances of a scale set (follows `nextLink`).
+    /// LIST the VM instances of a scale set (follows `nextLink`), each with its power state.
     pub async fn list_instances(&self, name: &str) -> Result<Vec<Instance>, ArmError> {
         self.list_instances_in(&self.target.resource_group, name)
             .await
@@ -1117,16 +1117,25 @@ impl ArmClient {
             .compute
             .virtual_machine_scale_set_v_ms_client()
             .list(resource_group, name, &self.target.subscription)
+            // The power state (a spot VM evicted with `Deallocate` is still listed, stopped), as
+            // cluster-autoscaler lists instances.
+            .expand("instanceView")
             .into_stream();
         let mut out = Vec::new();
         while let Some(page) = stream.next().await {
             match page {
                 Ok(page) => out.extend(page.value.into_iter().map(|vm| {
                     let properties = vm.properties.unwrap_or_default();
+                    let power_state = properties.instance_view.and_then(|v| {
+                        v.statuses
+                            .iter()
+                            .find_map(|s| power_state(s.code.as_deref()?))
+                    });
                     Instance {
                         instance_id: vm.instance_id.unwrap_or_default(),
                         provisioning_state: properties.provisioning_state,
                         computer_name: properties.os_profile.and_then(|o| o.computer_name),
+                        power_state,
                     }
                 })),
                 Err(e) => {
@@ -1473,6 +1482,15 @@ pub fn scale_set_from_model(
     })
 }
 
+/// The state in an instance view's power-state code (`PowerState/deallocated` ->
+/// `deallocated`, lowercased); `None` for the other status codes.
+fn power_state(code: &str) -> Option<String> {
+    const PREFIX: &str = "PowerState/";
+    let (head, state) = code.split_at_checked(PREFIX.len())?;
+    head.eq_ignore_ascii_case(PREFIX)
+        .then(|| state.to_ascii_lowercase())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1498,6 +1516,35 @@ mod tests {
             json,
             serde_json::json!({"name": "pool-a", "location": "westeurope", "sku": {"name": "Standard_D2s_v5", "tier": "Standard", "capacity": 5}})
         );
+    }
+
+    #[test]
+    fn the_power_state_is_read_from_its_status_code_in_any_case_and_other_codes_are_not_it() {
+        assert_eq!(
+            power_state("PowerState/deallocated").as_deref(),
+            Some("deallocated")
+        );
+        assert_eq!(
+            power_state("powerstate/Running").as_deref(),
+            Some("running")
+        );
+        assert_eq!(power_state("ProvisioningState/succeeded"), None);
+        assert_eq!(power_state("PowerState"), None);
+        assert_eq!(power_state(""), None);
+        let vm: models::VirtualMachineScaleSetVm = serde_json::from_value(serde_json::json!({
+            "location": "westeurope", "instanceId": "3",
+            "properties": {"instanceView": {"statuses": [
+                {"code": "ProvisioningState/succeeded", "level": "Info"},
+                {"code": "PowerState/deallocated", "level": "Info"}
+            ]}}
+        }))
+        .unwrap();
+        let view = vm.properties.unwrap().instance_view.unwrap();
+        let state = view
+            .statuses
+            .iter()
+            .find_map(|s| power_state(s.code.as_deref()?));
+        assert_eq!(state.as_deref(), Some("deallocated"));
     }
 
     #[test]

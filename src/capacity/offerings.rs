@@ -177,6 +177,34 @@ enum Key {
 }
 
 impl Key {
+    /// Whether a mark under `self` covers `other`: the same key, or the same but for a region
+    /// one of them did not know. An agent pool's region is learned from its managed cluster,
+    /// after its first reads: a refusal marked before that must still hold the pool after.
+    fn covers(&self, other: &Key) -> bool {
+        let region = |a: &str, b: &str| a == b || a.is_empty() || b.is_empty();
+        match (self, other) {
+            (Key::Offering(a), Key::Offering(b)) => {
+                region(&a.location, &b.location)
+                    && a.vm_size == b.vm_size
+                    && a.zones == b.zones
+                    && a.spot == b.spot
+            }
+            (
+                Key::Family {
+                    location: la,
+                    family: fa,
+                    spot: sa,
+                },
+                Key::Family {
+                    location: lb,
+                    family: fb,
+                    spot: sb,
+                },
+            ) => region(la, lb) && fa == fb && sa == sb,
+            _ => false,
+        }
+    }
+
     fn of(offering: &Offering, failure: AllocationFailure) -> Key {
         match (failure, offering.family()) {
             // Quota counts by family (spot: the regional spot quota, keyed alike per family so
@@ -267,10 +295,14 @@ impl UnavailableOfferings {
             family: f.to_ascii_lowercase(),
             spot: offering.spot,
         });
-        [Some(Key::Offering(offering.clone())), family]
+        let wanted: Vec<Key> = [Some(Key::Offering(offering.clone())), family]
             .into_iter()
             .flatten()
-            .filter_map(|k| marks.get(&k))
+            .collect();
+        marks
+            .iter()
+            .filter(|(k, _)| wanted.iter().any(|w| k.covers(w)))
+            .map(|(_, m)| m)
             .max_by_key(|m| m.until)
             .map(|m| Unavailable {
                 failure: m.failure,
@@ -386,6 +418,27 @@ mod tests {
         let elsewhere = Offering::new("northeurope", "Standard_D8s_v5", &[], false);
         assert!(marks.check(&elsewhere).is_none(), "another region");
         assert!(marks.check(&d2s(&[], true)).is_none(), "spot counts apart");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_mark_made_before_the_region_was_known_holds_the_offering_once_it_is() {
+        // An agent pool reads without a region until its managed cluster has been read: the
+        // shortage Azure reported then must still keep the pool out once the region is known
+        // (a reliability schedule found the pool asked again 36 s later).
+        let marks = UnavailableOfferings::new(Duration::from_secs(300));
+        let unknown = Offering::new("", "Standard_NC6s_v3", &[], false);
+        marks.mark(&unknown, AllocationFailure::NoCapacity, "no room");
+        let known = Offering::new("westeurope", "Standard_NC6s_v3", &[], false);
+        assert_eq!(
+            marks.check(&known).map(|u| u.failure),
+            Some(AllocationFailure::NoCapacity)
+        );
+        // And the other way round; a mark in one known region still leaves another alone.
+        let marks = UnavailableOfferings::new(Duration::from_secs(300));
+        marks.mark(&known, AllocationFailure::Quota, "quota");
+        assert!(marks.check(&unknown).is_some());
+        let elsewhere = Offering::new("northeurope", "Standard_NC6s_v3", &[], false);
+        assert!(marks.check(&elsewhere).is_none());
     }
 
     #[tokio::test(start_paused = true)]

@@ -11,7 +11,15 @@
 //!   `minDomains`) stays within `maxSkew`, with the selector's `matchLabels`,
 //!   `matchExpressions` and the constraint's `matchLabelKeys`; the largest skew per `app` label
 //!   is kept;
-//! - each claim bound to a volume with a zonal `nodeAffinity`: the node is in that zone.
+//! - each claim bound to a volume with a zonal `nodeAffinity`: the node is in that zone;
+//! - required inter-pod anti-affinity, on any `topologyKey`, both ways: no live pod its terms
+//!   select shares the node's domain, and no live pod whose own terms select it does;
+//! - required inter-pod affinity: a pod its term selects shares the node's domain, unless no
+//!   pod anywhere matches and the pod matches its own term (the first of a group).
+//!
+//! A term's namespaces are the pod's own, its `namespaces` list, or every namespace for an
+//! empty `namespaceSelector`; a term with a non-empty `namespaceSelector` (which needs the
+//! Namespaces' labels) is counted as not judged.
 //!
 //! It starts from what the store holds (read under the same lock as the subscription, so no
 //! change falls between), and a receiver that lags behind the stream marks the audit
@@ -43,6 +51,11 @@ pub struct AuditReport {
     /// the case where the disk's zone, not the node, decides; a first bind makes its disk where
     /// it lands).
     pub volume_binds: usize,
+    /// Binds of pods with required inter-pod affinity or anti-affinity terms, or onto a
+    /// domain a running pod's anti-affinity term covers (judged both ways).
+    pub affinity_binds: usize,
+    /// Terms not judged (a non-empty `namespaceSelector`).
+    pub terms_not_judged: usize,
     /// Binds that broke a constraint or a volume's zone, in words.
     pub violations: Vec<String>,
     /// The stream was lost for a while: the audit is incomplete.
@@ -62,6 +75,39 @@ struct PodSeen {
     namespace: String,
     labels: Labels,
     node: Option<String>,
+    /// Its required anti-affinity terms (what it asks of pods that come after it).
+    anti: Vec<Value>,
+}
+
+const ANTI_TERMS: &str =
+    "/spec/affinity/podAntiAffinity/requiredDuringSchedulingIgnoredDuringExecution";
+const AFFINITY_TERMS: &str =
+    "/spec/affinity/podAffinity/requiredDuringSchedulingIgnoredDuringExecution";
+
+fn terms(pod: &Value, at: &str) -> Vec<Value> {
+    pod.pointer(at)
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Whether `term` (of a pod in `own_ns`) covers a pod in `ns` with `labels`; `None` when the term
+/// cannot be judged here (a non-empty `namespaceSelector`).
+fn term_selects(term: &Value, own_ns: &str, ns: &str, labels: &Labels) -> Option<bool> {
+    let in_ns = match (term.get("namespaceSelector"), term.get("namespaces")) {
+        (Some(sel), _) if sel.as_object().is_some_and(|o| !o.is_empty()) => return None,
+        (Some(_), _) => true,
+        (None, Some(list)) if list.as_array().is_some_and(|l| !l.is_empty()) => list
+            .as_array()
+            .is_some_and(|l| l.iter().any(|n| n.as_str() == Some(ns))),
+        _ => own_ns == ns,
+    };
+    Some(
+        in_ns
+            && term
+                .get("labelSelector")
+                .is_some_and(|sel| matches(sel, labels)),
+    )
 }
 
 #[derive(Default)]
@@ -248,6 +294,7 @@ impl Model {
                             namespace: c.namespace.clone(),
                             labels: labels(&c.object),
                             node,
+                            anti: terms(&c.object, ANTI_TERMS),
                         },
                     );
                 } else {
@@ -262,10 +309,101 @@ impl Model {
         self.nodes.get(node).and_then(|n| n.zone.as_deref())
     }
 
+    /// The value of topology key `key` on node `node`, if it has one.
+    fn domain(&self, node: &str, key: &str) -> Option<&Value> {
+        self.nodes.get(node).and_then(|n| n.labels.get(key))
+    }
+
+    /// Required inter-pod affinity and anti-affinity, judged for `pod` (labels `own`) bound to
+    /// `node` against the other live pods.
+    fn check_affinity(&mut self, pod: &Value, ns: &str, name: &str, own: &Labels, node: &str) {
+        let anti = terms(pod, ANTI_TERMS);
+        let affinity = terms(pod, AFFINITY_TERMS);
+        let mut judged = !anti.is_empty() || !affinity.is_empty();
+        let key = format!("{ns}/{name}");
+        let mut violations = Vec::new();
+        let mut not_judged = 0;
+        // Its anti-affinity: no selected pod in the node's domain.
+        for t in &anti {
+            let tk = t["topologyKey"].as_str().unwrap_or("");
+            let Some(here) = self.domain(node, tk) else {
+                continue;
+            };
+            for (k, p) in &self.pods {
+                let Some(m) = p.node.as_deref().filter(|_| *k != key) else {
+                    continue;
+                };
+                if self.domain(m, tk) != Some(here) {
+                    continue;
+                }
+                match term_selects(t, ns, &p.namespace, &p.labels) {
+                    Some(true) => violations.push(format!(
+                        "{ns}/{name} bound to {node} beside {k} on {m}, which its anti-affinity on {tk} excludes"
+                    )),
+                    Some(false) => {}
+                    None => not_judged += 1,
+                }
+            }
+        }
+        // The running pods' anti-affinity: none of them, in the node's domain, selects it.
+        for (k, p) in &self.pods {
+            let Some(m) = p.node.as_deref().filter(|_| *k != key) else {
+                continue;
+            };
+            for t in &p.anti {
+                let tk = t["topologyKey"].as_str().unwrap_or("");
+                let Some(theirs) = self.domain(m, tk) else {
+                    continue;
+                };
+                if self.domain(node, tk) != Some(theirs) {
+                    continue;
+                }
+                judged = true;
+                match term_selects(t, &p.namespace, ns, own) {
+                    Some(true) => violations.push(format!(
+                        "{ns}/{name} bound to {node} beside {k} on {m}, whose anti-affinity on {tk} excludes it"
+                    )),
+                    Some(false) => {}
+                    None => not_judged += 1,
+                }
+            }
+        }
+        // Its affinity: a selected pod in the node's domain, or none anywhere and itself a match.
+        for t in &affinity {
+            let tk = t["topologyKey"].as_str().unwrap_or("");
+            let here = self.domain(node, tk);
+            let mut anywhere = false;
+            let mut beside = false;
+            for (k, p) in &self.pods {
+                let Some(m) = p.node.as_deref().filter(|_| *k != key) else {
+                    continue;
+                };
+                match term_selects(t, ns, &p.namespace, &p.labels) {
+                    Some(true) => {
+                        anywhere = true;
+                        beside |= here.is_some() && self.domain(m, tk) == here;
+                    }
+                    Some(false) => {}
+                    None => not_judged += 1,
+                }
+            }
+            let first = !anywhere && term_selects(t, ns, ns, own) == Some(true);
+            if !(beside || first) {
+                violations.push(format!(
+                    "{ns}/{name} bound to {node}, where no pod its affinity on {tk} asks for runs"
+                ));
+            }
+        }
+        self.report.affinity_binds += usize::from(judged);
+        self.report.terms_not_judged += not_judged;
+        self.report.violations.extend(violations);
+    }
+
     fn check_bind(&mut self, pod: &Value, ns: &str, node: &str) {
         self.report.binds += 1;
         let name = s(pod, "/metadata/name").unwrap_or_default();
         let own = labels(pod);
+        self.check_affinity(pod, ns, &name, &own, node);
         let app = own
             .get("app")
             .and_then(Value::as_str)
@@ -514,6 +652,77 @@ mod tests {
     fn spread() -> Value {
         json!({"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": ZONE,
             "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}]})
+    }
+
+    fn host_node(name: &str, zone: &str) -> Change {
+        change(
+            "/v1/nodes",
+            "",
+            EventType::Added,
+            json!({"metadata": {"name": name, "labels": {ZONE: zone,
+                "kubernetes.io/hostname": name}}}),
+        )
+    }
+
+    fn term(key: &str) -> Value {
+        json!([{"topologyKey": key, "labelSelector": {"matchLabels": {"app": "web"}}}])
+    }
+
+    fn bind(m: &mut Model, name: &str, node: &str, spec: Value) {
+        m.apply(&pod(name, None, spec.clone()));
+        m.apply(&pod(name, Some(node), spec));
+    }
+
+    #[test]
+    fn required_anti_affinity_by_hostname_is_judged_both_ways() {
+        let mut m = Model::default();
+        m.apply(&host_node("n1", "z1"));
+        m.apply(&host_node("n2", "z1"));
+        let solo = json!({"affinity": {"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": term("kubernetes.io/hostname")}}});
+        bind(&mut m, "a", "n1", solo.clone());
+        bind(&mut m, "b", "n2", solo.clone());
+        assert_eq!(m.report.violations, Vec::<String>::new());
+        // Its own term: a second one on n1.
+        bind(&mut m, "c", "n1", solo);
+        // The running pods' terms: a plain web pod (no terms of its own) beside them.
+        bind(&mut m, "d", "n2", json!({}));
+        assert_eq!(m.report.violations.len(), 3, "{:?}", m.report.violations);
+        assert!(m.report.violations[0].contains("which its anti-affinity"));
+        assert!(m.report.violations[2].starts_with("default/d bound to n2 beside default/b"));
+        assert!(m.report.violations[2].contains("whose anti-affinity"));
+        assert_eq!(m.report.affinity_binds, 4);
+    }
+
+    #[test]
+    fn required_affinity_by_zone_needs_a_partner_in_the_zone_but_the_first_of_a_group_goes_anywhere(
+    ) {
+        let mut m = Model::default();
+        m.apply(&host_node("n1", "z1"));
+        m.apply(&host_node("n2", "z2"));
+        let follow = json!({"affinity": {"podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": term(ZONE)}}});
+        // The first: nothing matches anywhere, and it matches its own term.
+        bind(&mut m, "a", "n1", follow.clone());
+        bind(&mut m, "b", "n1", follow.clone());
+        assert_eq!(m.report.violations, Vec::<String>::new());
+        bind(&mut m, "c", "n2", follow);
+        assert_eq!(m.report.violations.len(), 1, "{:?}", m.report.violations);
+        assert!(m.report.violations[0].starts_with("default/c bound to n2, where no pod"));
+    }
+
+    #[test]
+    fn a_term_with_a_namespace_selector_is_counted_as_not_judged() {
+        let mut m = Model::default();
+        m.apply(&host_node("n1", "z1"));
+        let anti = json!({"affinity": {"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [{"topologyKey": "kubernetes.io/hostname",
+                "namespaceSelector": {"matchLabels": {"team": "x"}},
+                "labelSelector": {"matchLabels": {"app": "web"}}}]}}});
+        bind(&mut m, "a", "n1", json!({}));
+        bind(&mut m, "b", "n1", anti);
+        assert!(m.report.violations.is_empty());
+        assert_eq!(m.report.terms_not_judged, 1);
     }
 
     #[test]

@@ -17,7 +17,7 @@ pub use matching::{
 };
 
 use crate::azure::ArmError;
-use crate::cache::{InstanceCache, ScaleSet, ScaleSetCache, SizeCache};
+use crate::cache::{Instance, InstanceCache, ScaleSet, ScaleSetCache, SizeCache};
 use crate::capacity::{
     AllocationFailure, Offering, QuotaCache, Unavailable, UnavailableOfferings, Usages,
 };
@@ -129,6 +129,8 @@ pub struct NodeGroups {
     offerings: UnavailableOfferings,
     /// Bumped on every refused allocation: scale-up decides again at once, elsewhere.
     refusals: tokio::sync::watch::Sender<u64>,
+    /// Counts fresh instance lists of spot groups showing VMs stopped ([`NodeGroups::stopped`]).
+    stopped: tokio::sync::watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for NodeGroups {
@@ -161,6 +163,7 @@ impl NodeGroups {
             quota: QuotaCache::new(settings.vmss_cache_ttl),
             offerings: UnavailableOfferings::new(settings.quota_cooldown),
             refusals: tokio::sync::watch::Sender::new(0),
+            stopped: tokio::sync::watch::Sender::new(0),
             settings,
             resources,
             metrics,
@@ -243,6 +246,12 @@ impl NodeGroups {
         }
         self.refusals.send_modify(|n| *n += 1);
         warn!(scale_set = name, %offering, reason = failure.label(), unavailable_secs = ttl.as_secs(), %message, "offering marked unavailable: scale-up moves to other groups");
+    }
+
+    /// Changes when a fresh instance list of a spot group shows VMs Azure stopped (evicted with
+    /// `Deallocate`): scale-down deletes them on its next pass, which this starts now.
+    pub fn stopped(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.stopped.subscribe()
     }
 
     /// Changes when Azure refuses an allocation ([`NodeGroups::refused_allocation`]): the pods
@@ -348,19 +357,16 @@ impl NodeGroups {
         )
     }
 
-    /// A fresh list of `group`'s instances (never the cache): the provisioning state of
-    /// `instance_id`, `Ok(None)` when it is not listed (deleted).
+    /// A fresh list of `group`'s instances (never the cache): `instance_id` as listed now
+    /// (provisioning and power state), `Ok(None)` when it is not listed (deleted).
     pub async fn instance_state(
         &self,
         group: &NodeGroupSpec,
         instance_id: &str,
-    ) -> Result<Option<String>, ArmError> {
+    ) -> Result<Option<Instance>, ArmError> {
         self.instances.invalidate(&group.name);
         let list = self.resource(group).list_instances(&group.name).await?;
-        Ok(list
-            .into_iter()
-            .find(|i| i.instance_id == instance_id)
-            .map(|i| i.provisioning_state.unwrap_or_default()))
+        Ok(list.into_iter().find(|i| i.instance_id == instance_id))
     }
 
     /// One LIST per source (the scale sets of the resource group, the pools of each managed
@@ -503,7 +509,12 @@ impl NodeGroups {
                             .scale_set_instances
                             .with_label_values(&[&name])
                             .set(list.len() as i64);
+                        let stopped = list.iter().any(Instance::deallocated)
+                            && self.offering(&name).is_some_and(|o| o.spot);
                         self.instances.insert(&name, list);
+                        if stopped {
+                            self.stopped.send_modify(|n| *n += 1);
+                        }
                     }
                     Err(e) => {
                         debug!(scale_set = %name, error = %e, "instance list failed; keeping the last one")

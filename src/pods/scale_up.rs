@@ -47,8 +47,10 @@ pub struct GroupInput<'a> {
     pub shape: Option<GroupShape<'a>>,
     /// Why the group is not to be grown now (failing to provision, quota cool-down), if so.
     pub unhealthy: Option<WhyNot>,
-    /// Instance ids Azure lists in the `Failed` provisioning state: counted in the capacity,
-    /// but no node is coming from them (unless one already registered).
+    /// Instance ids that hold capacity and will run no pod: those Azure lists in the `Failed`
+    /// provisioning state, and those stopped and deallocated (a spot VM evicted with policy
+    /// `Deallocate`). Counted in the capacity, never on their way: no node is coming from them,
+    /// and a Node of theirs that registered is not booting, whatever its age.
     pub failed: Vec<String>,
     /// The quota pools (indices into [`ScaleUpInput::quota`]) a new node of the group draws
     /// its vCPUs from; empty: not capped by quota (usages unknown).
@@ -200,10 +202,11 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
         };
         registered[i] += 1;
         let id = node.instance_id();
-        if id.is_some_and(|id| groups[i].failed.iter().any(|f| f == id)) {
+        let never = id.is_some_and(|id| groups[i].failed.iter().any(|f| f == id));
+        if never {
             failed[i] = failed[i].saturating_sub(1);
         }
-        if is_starting(node, input.now, input.node_startup) {
+        if !never && is_starting(node, input.now, input.node_startup) {
             starting[i] += 1;
         } else if live_template[i].is_none() && is_ready(node) && schedulable(node) {
             live_template[i] = Some(node);
@@ -1777,6 +1780,21 @@ mod tests {
         let p = plan(&input(vec![g], vec![Arc::new(registered)], pods));
         assert_eq!(p.targets.get("general"), Some(&3), "{p:?}");
         assert_eq!(p.already_provided.len(), 1);
+    }
+
+    #[test]
+    fn a_deallocated_instances_young_not_ready_node_is_not_taken_for_one_still_booting() {
+        // A node registered a minute ago; Azure evicted its VM (instance 1) with `Deallocate`,
+        // so the node turned NotReady while still young enough to pass for booting. Its pod (3 cpu,
+        // one per D4s_v5) must get a new node now, not wait for one that will never be Ready.
+        let pods = vec![pending("p", "3", "1Gi", json!({}))];
+        let nodes = vec![booting("general-1", 1, std::time::Duration::from_secs(60))];
+        let mut g = group("general", "Standard_D4s_v5", 1, 10);
+        let p = plan(&input(vec![g.clone()], nodes.clone(), pods.clone()));
+        assert!(p.targets.is_empty(), "booting, so on its way: {p:?}");
+        g.failed = vec!["1".into()];
+        let p = plan(&input(vec![g], nodes, pods));
+        assert_eq!(p.targets.get("general"), Some(&2), "{p:?}");
     }
 
     /// `node` NotReady, created `age` before now.

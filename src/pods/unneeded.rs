@@ -330,7 +330,9 @@ pub struct Unregistered {
 /// The instances of `groups` (`instances[i]`: what Azure listed for group `i`, when known) that
 /// no Node stands for, matched two ways so a node is never taken for missing: the instance id in
 /// a node's providerID (within the node's group), or the VM's computer name as a node's name.
-/// Instances Azure is already deleting are left out. cluster-autoscaler's "unregistered nodes".
+/// Instances Azure is already deleting are left out, and so are stopped ones (deallocated: a
+/// VM someone stopped is not a node that failed to register; a spot VM Azure evicted is
+/// [`evicted`]'s). cluster-autoscaler's "unregistered nodes".
 pub fn unregistered(
     groups: &[DownGroup],
     instances: &[Option<Arc<Vec<Instance>>>],
@@ -358,7 +360,11 @@ pub fn unregistered(
             let by_name = i.computer_name.as_deref().is_some_and(|n| {
                 names.contains(n) || names.contains(n.to_ascii_lowercase().as_str())
             });
-            if deleting || by_name || registered.contains(&(g, i.instance_id.as_str())) {
+            if deleting
+                || i.deallocated()
+                || by_name
+                || registered.contains(&(g, i.instance_id.as_str()))
+            {
                 continue;
             }
             out.push(Unregistered {
@@ -366,6 +372,35 @@ pub fn unregistered(
                 instance_id: i.instance_id.clone(),
                 machine: i.computer_name.clone().unwrap_or_default(),
             });
+        }
+    }
+    out
+}
+
+/// The instances of spot groups (`spot[i]`) that Azure evicted with eviction policy
+/// `Deallocate`: listed stopped and deallocated, and not being deleted already. They hold
+/// capacity and vCPU quota and will run no pod again unless someone starts them (on capacity
+/// Azure just took back), so they are deleted by name at once, whether or not their Node is
+/// still there (NotReady): the pods they ran get room elsewhere, and the size is written back up
+/// if the delete took the group below its floor.
+pub fn evicted(instances: &[Option<Arc<Vec<Instance>>>], spot: &[bool]) -> Vec<Unregistered> {
+    let mut out = Vec::new();
+    for (g, list) in instances.iter().enumerate() {
+        if !spot.get(g).copied().unwrap_or(false) {
+            continue;
+        }
+        for i in list.iter().flat_map(|l| l.iter()) {
+            let deleting = i
+                .provisioning_state
+                .as_deref()
+                .is_some_and(|s| s.eq_ignore_ascii_case("Deleting"));
+            if i.deallocated() && !deleting {
+                out.push(Unregistered {
+                    group: g,
+                    instance_id: i.instance_id.clone(),
+                    machine: i.computer_name.clone().unwrap_or_default(),
+                });
+            }
         }
     }
     out
@@ -592,7 +627,48 @@ mod tests {
             instance_id: id.into(),
             provisioning_state: Some(state.into()),
             computer_name: Some(machine.into()),
+            power_state: Some("running".into()),
         }
+    }
+
+    fn stopped(id: &str, machine: &str, state: &str) -> Instance {
+        Instance {
+            power_state: Some("deallocated".into()),
+            ..instance(id, machine, state)
+        }
+    }
+
+    #[test]
+    fn spot_instances_azure_deallocated_are_evicted_ones_and_never_taken_for_unregistered() {
+        // Group 0 is spot: instance 1 was evicted with `Deallocate` (its Node is still there,
+        // NotReady), instance 2 too and is being deleted already. Group 1 is on-demand: its
+        // stopped VM is someone's (AKS's scale-down mode `Deallocate`), not an eviction.
+        let spot = Arc::new(vec![
+            instance("0", "spot000000", "Succeeded"),
+            stopped("1", "spot000001", "Succeeded"),
+            stopped("2", "spot000002", "Deleting"),
+        ]);
+        let ondemand = Arc::new(vec![stopped("0", "od000000", "Succeeded")]);
+        let instances = vec![Some(spot), Some(ondemand)];
+        let e = evicted(&instances, &[true, false]);
+        assert_eq!(
+            e,
+            vec![Unregistered {
+                group: 0,
+                instance_id: "1".into(),
+                machine: "spot000001".into()
+            }]
+        );
+        // No Node for any of them: only the running one is "unregistered" (a stopped VM is not
+        // a node that failed to register).
+        let groups = vec![group("spot", Some(3), 0), group("od", Some(1), 0)];
+        let u = unregistered(&groups, &instances, &[]);
+        assert_eq!(
+            u.iter()
+                .map(|u| (u.group, u.instance_id.as_str()))
+                .collect::<Vec<_>>(),
+            vec![(0, "0")]
+        );
     }
 
     #[test]

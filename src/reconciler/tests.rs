@@ -196,6 +196,7 @@ impl CapacityResource for Fake {
                 instance_id: i.to_string(),
                 provisioning_state: Some("Succeeded".into()),
                 computer_name: Some(format!("{GROUP}{i:06}")),
+                power_state: Some("running".into()),
             })
             .collect())
     }

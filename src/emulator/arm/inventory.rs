@@ -30,6 +30,9 @@ pub struct ScaleSetInventory {
     pub zones: Vec<String>,
     /// Spot priority: its Nodes carry AKS's spot label and taint.
     pub spot: bool,
+    /// Instances stopped and deallocated (a spot eviction with `Deallocate`): their kubelets
+    /// post nothing, so their Nodes are NotReady.
+    pub deallocated: std::collections::BTreeSet<u64>,
 }
 
 /// What an agent pool tells its nodes.
@@ -68,6 +71,12 @@ impl EmulatorState {
                 pool: pools.get(&vmss_key(&ss.sub, &ss.rg, &ss.name)).cloned(),
                 zones: ss.zones.clone(),
                 spot: ss.spot(),
+                deallocated: ss
+                    .instances
+                    .iter()
+                    .filter(|(_, i)| i.deallocated)
+                    .map(|(id, _)| *id)
+                    .collect(),
             })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));

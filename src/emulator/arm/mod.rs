@@ -59,6 +59,8 @@ pub(crate) async fn handle(state: &EmulatorState, parts: &Parts, bytes: Bytes) -
                 .get(http::header::USER_AGENT)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string),
+            at: tokio::time::Instant::now(),
+            error: None,
         });
         return reply.into_response();
     }

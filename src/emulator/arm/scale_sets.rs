@@ -416,11 +416,24 @@ pub(crate) async fn handle(state: &EmulatorState, parts: &Parts, body: Bytes) ->
         writer,
         body_capacity,
         user_agent: header(parts, "user-agent"),
+        at: now,
+        error: None,
     };
     match outcome {
         Outcome::Reply(mut reply) => {
             reply.push_header("x-ms-request-id", super::state::new_uuid());
             record.status = reply.status;
+            record.error = match &reply.body {
+                ReplyBody::Json(v) if reply.status >= 400 => v.get("error").map(|e| {
+                    let text = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+                    (text("code"), text("message"))
+                }),
+                // Accepted, and its operation will fail (as `operation` reports it).
+                _ if ctx.lro_failed && reply.status < 300 => {
+                    Some(ctx.lro_error.clone().unwrap_or_else(lro_default_error))
+                }
+                _ => None,
+            };
             state.lock().log(record);
             reply
         }
@@ -886,10 +899,13 @@ fn vmss_vms(d: &mut Data, s: &Settings, ctx: &Ctx, sub: &str, rg: &str, name: &s
     let Some(ss) = d.scale_sets.get(&vmss_key(sub, rg, name)) else {
         return not_found("Microsoft.Compute/virtualMachineScaleSets", name, rg);
     };
+    let view = ctx
+        .query("$expand")
+        .is_some_and(|e| e.eq_ignore_ascii_case("instanceView"));
     let items: Vec<Value> = ss
         .instances
         .iter()
-        .map(|(id, inst)| ss.instance_json(*id, inst, ctx.now))
+        .map(|(id, inst)| ss.instance_json(*id, inst, ctx.now, view))
         .collect();
     let path = format!("{}/virtualMachines", ss.id());
     Reply::json(200, page(ctx, &path, items, s.page_size))
@@ -1346,6 +1362,14 @@ pub(crate) fn remove_instances(
     removed
 }
 
+/// What a failed operation reports when its fault named no error.
+fn lro_default_error() -> (String, String) {
+    (
+        "InternalExecutionError".into(),
+        "The long-running operation failed (injected fault).".into(),
+    )
+}
+
 fn operation(d: &mut Data, ctx: &Ctx, id: &str) -> Reply {
     let Some(op) = d.operations.get(id) else {
         return Reply::arm_error(
@@ -1375,12 +1399,7 @@ fn operation(d: &mut Data, ctx: &Ctx, id: &str) -> Reply {
         body["endTime"] = Value::String(rfc3339(op.start + op.delay));
     }
     if done && op.failed {
-        let (code, message) = op.error.clone().unwrap_or_else(|| {
-            (
-                "InternalExecutionError".into(),
-                "The long-running operation failed (injected fault).".into(),
-            )
-        });
+        let (code, message) = op.error.clone().unwrap_or_else(lro_default_error);
         body["error"] = json!({ "code": code, "message": message });
     }
     let mut reply = Reply::json(200, body);

@@ -147,6 +147,12 @@ pub struct RequestRecord {
     pub body_capacity: Option<i64>,
     /// `User-Agent` as received (the controller names its replica there).
     pub user_agent: Option<String>,
+    /// When it arrived (tokio's clock: a test on a paused clock compares these).
+    #[serde(skip)]
+    pub at: Instant,
+    /// The ARM error it was refused with, `(code, message)`; for a write accepted whose
+    /// long-running operation will end `Failed`, the error that operation reports.
+    pub error: Option<(String, String)>,
 }
 
 /// Instances deleted by name (VMSS `delete`, AKS `deleteMachines`), as accepted.
@@ -215,6 +221,9 @@ pub(crate) struct Instance {
     pub time_created: String,
     /// The availability zone it was placed in (`None`: a regional scale set).
     pub zone: Option<String>,
+    /// Stopped and deallocated (a spot VM evicted with policy `Deallocate`): still listed and
+    /// counted in the capacity, running nothing.
+    pub deallocated: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -349,6 +358,7 @@ impl ScaleSet {
                     vm_id: new_uuid(),
                     time_created: created.clone(),
                     zone,
+                    deallocated: false,
                 },
             );
         }
@@ -386,8 +396,17 @@ impl ScaleSet {
         v
     }
 
-    pub fn instance_json(&self, id: u64, inst: &Instance, now: Instant) -> Value {
-        let state = if now < inst.ready_at {
+    /// One VM of the scale set as a list shows it; with `instance_view` (`$expand=instanceView`)
+    /// its provisioning and power state codes too.
+    pub fn instance_json(
+        &self,
+        id: u64,
+        inst: &Instance,
+        now: Instant,
+        instance_view: bool,
+    ) -> Value {
+        let creating = now < inst.ready_at;
+        let state = if creating {
             "Creating"
         } else if self.failed {
             "Failed"
@@ -413,6 +432,19 @@ impl ScaleSet {
         });
         if let Some(z) = self.zone_of(id) {
             v["zones"] = json!([z]);
+        }
+        if instance_view {
+            let power = if inst.deallocated {
+                "deallocated"
+            } else if creating {
+                "starting"
+            } else {
+                "running"
+            };
+            v["properties"]["instanceView"] = json!({"statuses": [
+                {"code": format!("ProvisioningState/{}", state.to_ascii_lowercase()), "level": "Info"},
+                {"code": format!("PowerState/{power}"), "level": "Info"},
+            ]});
         }
         v
     }
@@ -781,10 +813,12 @@ impl EmulatorState {
         self.lock().quota.set(sub, location, name, limit);
     }
 
-    /// Azure evicts `count` instances of spot scale set `name` (the oldest first), as it does when
-    /// it needs the capacity back. With eviction policy `Delete` (the default here) the VMs are
-    /// deleted and the capacity drops: a new version by writer `azure-spot-eviction`, never a lost
-    /// update. Returns the instance ids evicted. `Deallocate` is not emulated: an error says so.
+    /// Azure evicts `count` instances of spot scale set `name` (the oldest running first), as it
+    /// does when it needs the capacity back. With eviction policy `Delete` (the default here) the
+    /// VMs are deleted and the capacity drops: a new version by writer `azure-spot-eviction`,
+    /// never a lost update. With `Deallocate` they are stopped and stay: the capacity, the
+    /// scale set's version and the quota they use are unchanged, their power state says
+    /// `deallocated` and their Nodes turn NotReady. Returns the instance ids evicted.
     pub fn evict_spot(
         &self,
         sub: &str,
@@ -804,17 +838,25 @@ impl EmulatorState {
                 "{name} is not a spot scale set: Azure evicts only spot VMs"
             )));
         }
+        let ids: std::collections::BTreeSet<u64> = ss
+            .instances
+            .iter()
+            .filter(|(_, i)| !i.deallocated)
+            .map(|(id, _)| *id)
+            .take(count)
+            .collect();
         if ss
             .eviction_policy
             .as_deref()
-            .is_some_and(|p| !p.eq_ignore_ascii_case("delete"))
+            .is_some_and(|p| p.eq_ignore_ascii_case("deallocate"))
         {
-            return Err(EmulatorError::Eviction(format!(
-                "{name}: only eviction policy Delete is emulated"
-            )));
+            for id in &ids {
+                if let Some(i) = ss.instances.get_mut(id) {
+                    i.deallocated = true;
+                }
+            }
+            return Ok(ids.into_iter().collect());
         }
-        let ids: std::collections::BTreeSet<u64> =
-            ss.instances.keys().take(count).copied().collect();
         let (old_cap, old_tags) = (ss.capacity, ss.tags.clone());
         super::scale_sets::remove_instances(ss, &ids);
         let change = describe_change(Some((old_cap, &old_tags)), ss.capacity, &ss.tags);

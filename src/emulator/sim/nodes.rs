@@ -28,6 +28,9 @@ pub const NEVER_REGISTER_TAG: &str = "emulator-never-register";
 /// the annotation lets it turn `Ready` again. For the controller's unready-node handling
 /// (`kubectl annotate node NAME emulator-not-ready=true`).
 pub const NOT_READY_ANNOTATION: &str = "emulator-not-ready";
+/// The taint the cloud node lifecycle controller puts on a NotReady Node whose VM the cloud
+/// reports shut down (on Azure: stopped or deallocated), as on AKS.
+pub const SHUTDOWN_TAINT: &str = "node.cloudprovider.kubernetes.io/shutdown";
 /// The label and taint key AKS puts on spot nodes (`=spot`, taint effect `NoSchedule`).
 const SPOT_KEY: &str = "kubernetes.azure.com/scalesetpriority";
 /// Tag naming the agent pool of a scale set (AKS sets it on its backing scale sets).
@@ -403,19 +406,28 @@ pub(crate) fn sync(
         match present.get(pid) {
             None if broken => {}
             None => {
+                let ready = ready && !ss.deallocated.contains(id);
                 if let Ok(node) = store.create(nodes_rt, "", node_object(ss, *id, ready)) {
                     create_csi_node(store, &node, &ss.sku_name);
                 }
             }
             Some(node) => {
-                let sick = node
-                    .pointer("/metadata/annotations")
-                    .and_then(|a| a.get(NOT_READY_ANNOTATION))
-                    .and_then(Value::as_str)
-                    == Some("true");
-                let should = ready && !sick;
-                if should != is_ready(node) && (ready || sick) {
-                    set_ready(store, node, should);
+                let stopped = ss.deallocated.contains(id);
+                let sick = if stopped {
+                    Some("the VM is deallocated: its kubelet stopped posting ready status")
+                } else {
+                    (node
+                        .pointer("/metadata/annotations")
+                        .and_then(|a| a.get(NOT_READY_ANNOTATION))
+                        .and_then(Value::as_str)
+                        == Some("true"))
+                    .then_some("emulator-not-ready: the kubelet stopped posting ready status")
+                };
+                let should = ready && sick.is_none();
+                if (should != is_ready(node) && (ready || sick.is_some()))
+                    || has_taint(node, SHUTDOWN_TAINT) != stopped
+                {
+                    set_ready(store, node, sick, stopped);
                 }
             }
         }
@@ -423,9 +435,21 @@ pub(crate) fn sync(
     next_boot
 }
 
-/// Flips a Node's readiness: `Ready` drops the not-ready taint, not `Ready` adds it (as the node
-/// lifecycle controller does), then the condition is set.
-fn set_ready(store: &mut Store, node: &Value, ready: bool) {
+fn has_taint(node: &Value, key: &str) -> bool {
+    node.pointer("/spec/taints")
+        .and_then(Value::as_array)
+        .is_some_and(|t| {
+            t.iter()
+                .any(|t| t.get("key").and_then(Value::as_str) == Some(key))
+        })
+}
+
+/// Flips a Node's readiness: `Ready` (no `sick` reason) drops the not-ready taint, not `Ready`
+/// adds it (as the node lifecycle controller does), then the condition is set. A Node whose VM
+/// is `shutdown` (deallocated) also gets the shutdown taint, as the cloud node lifecycle
+/// controller sets it.
+fn set_ready(store: &mut Store, node: &Value, sick: Option<&str>, shutdown: bool) {
+    let ready = sick.is_none();
     let Some(nodes_rt) = resources::find("", "v1", "nodes") else {
         return;
     };
@@ -438,10 +462,19 @@ fn set_ready(store: &mut Store, node: &Value, ready: bool) {
         .pointer_mut("/spec/taints")
         .and_then(Value::as_array_mut)
     {
-        taints.retain(|t| t.get("key").and_then(Value::as_str) != Some(NOT_READY_TAINT));
+        taints.retain(|t| {
+            let key = t.get("key").and_then(Value::as_str);
+            key != Some(NOT_READY_TAINT) && key != Some(SHUTDOWN_TAINT)
+        });
     }
+    let mut add = Vec::new();
     if !ready {
-        let taint = json!({"key": NOT_READY_TAINT, "effect": "NoSchedule"});
+        add.push(json!({"key": NOT_READY_TAINT, "effect": "NoSchedule"}));
+    }
+    if shutdown {
+        add.push(json!({"key": SHUTDOWN_TAINT, "effect": "NoSchedule"}));
+    }
+    for taint in add {
         match spec_write
             .pointer_mut("/spec/taints")
             .and_then(Value::as_array_mut)
@@ -460,10 +493,8 @@ fn set_ready(store: &mut Store, node: &Value, ready: bool) {
         .unwrap_or_default();
     conditions.retain(|c| c.get("type").and_then(Value::as_str) != Some("Ready"));
     let mut condition = ready_condition(ready);
-    if !ready {
-        condition["message"] = json!(format!(
-            "{NOT_READY_ANNOTATION}: the kubelet stopped posting ready status"
-        ));
+    if let Some(why) = sick {
+        condition["message"] = json!(why);
     }
     conditions.push(condition);
     current["status"]["conditions"] = Value::Array(conditions);
