@@ -319,6 +319,7 @@ fn scenario(
             }),
             unhealthy: None,
             failed: Vec::new(),
+            stopped: Vec::new(),
             quota: Vec::new(),
             vcpus: None,
         })

@@ -359,6 +359,10 @@ impl ScaleDownLoop {
             }
             self.cleaned = true;
         }
+        // VMs Azure stopped go first: they count toward the floor and the pass's limit before
+        // any unneeded node is chosen (so none is drained only to be refused at the floor).
+        let per_pass = settings.max_scale_down_per_pass as usize;
+        let left = self.remove_evicted(&groups, &mut down, &evicted, &busy, per_pass);
         let candidates = unneeded::unneeded(&DownInput {
             groups: &down,
             nodes: &nodes,
@@ -383,7 +387,7 @@ impl ScaleDownLoop {
                 unneeded_time: settings.unneeded_time,
                 unready_time: settings.unready_time,
                 max_empty_bulk_delete: settings.max_empty_bulk_delete,
-                max_per_pass: settings.max_scale_down_per_pass,
+                max_per_pass: u32::try_from(left).unwrap_or(u32::MAX),
                 draining: draining > 0,
                 balance: s.settings.pod_demand.balance_similar_node_groups,
             },
@@ -391,17 +395,19 @@ impl ScaleDownLoop {
         if !waiting.is_empty() {
             debug!(?waiting, "unneeded nodes waiting");
         }
-        let budget = (settings.max_scale_down_per_pass as usize).saturating_sub(chosen.len());
+        let budget = left.saturating_sub(chosen.len());
         if self.dry_run {
             let (since, unregistered) = (&self.since, &self.unregistered_since);
+            let evicted = &self.evicted_seen;
+            let slot = |n: &str, (g, i): &(String, String)| {
+                n.strip_prefix(g.as_str()) == Some(&format!("/{i}"))
+            };
             self.would.retain(|n| {
                 since.contains_key(n)
-                    || unregistered
-                        .keys()
-                        .any(|(g, i)| n.strip_prefix(g.as_str()) == Some(&format!("/{i}")))
+                    || unregistered.keys().any(|k| slot(n, k))
+                    || evicted.iter().any(|k| slot(n, k))
             });
         }
-        let budget = self.remove_evicted(&groups, &down, &evicted, &busy, budget);
         self.remove_unregistered(&groups, &down, &nodes, &busy, budget, now);
         // Empty nodes of one group chosen in this pass go in one request; a node with pods
         // (drained first) goes alone.
@@ -543,13 +549,18 @@ impl ScaleDownLoop {
             .iter()
             .map(|e| (groups[e.group].name.clone(), e.instance_id.clone()))
             .collect();
-        // A group whose list is not cached now says nothing: what was seen of it stays seen.
+        // Seen stays seen while the VM is listed at all (being deleted, a delete that failed):
+        // a VM is counted and marks its offering once. A group whose list is not cached now
+        // says nothing.
         self.evicted_seen.retain(|(g, i)| {
-            current.contains(&(g.clone(), i.clone()))
-                || groups
-                    .iter()
-                    .zip(&instances)
-                    .any(|(spec, l)| spec.name == *g && l.is_none())
+            groups
+                .iter()
+                .zip(&instances)
+                .find(|(spec, _)| spec.name == *g)
+                .is_some_and(|(_, l)| {
+                    l.as_ref()
+                        .is_none_or(|l| l.iter().any(|inst| inst.instance_id == *i))
+                })
         });
         let mut new: BTreeMap<&str, u64> = BTreeMap::new();
         for key in current {
@@ -576,13 +587,14 @@ impl ScaleDownLoop {
 
     /// Deletes the spot instances Azure evicted with `Deallocate` by name, at once, through the
     /// guarded delete ([`DeleteKind::Replace`]: at the floor the size is written back up), at
-    /// most `budget` this pass; returns the budget left. Their pods are down already (the VM is
+    /// most `budget` this pass; counts each in its group's `deleting` and returns the budget
+    /// left. Their pods are down already (the VM is
     /// stopped): there is nothing to drain, and the last look checks a fresh list still shows
     /// the VM deallocated (someone may have started it).
     fn remove_evicted(
         &mut self,
         groups: &[NodeGroupSpec],
-        down: &[DownGroup],
+        down: &mut [DownGroup],
         evicted: &[unneeded::Unregistered],
         busy: &HashSet<String>,
         budget: usize,
@@ -610,6 +622,7 @@ impl ScaleDownLoop {
                 continue;
             }
             left -= 1;
+            down[e.group].deleting += 1;
             let victim = Victim {
                 instance_id: e.instance_id.clone(),
                 node_name: e.machine.clone(),

@@ -11,6 +11,7 @@
 //! down after a quota refusal, is left out of the next decisions so planning moves to another
 //! group that fits.
 
+use crate::cache::Instance;
 use crate::config::{DemandKind, NodeGroupSpec, Settings};
 use crate::hold::HoldReason;
 use crate::kube::reflect::ClusterView;
@@ -452,6 +453,15 @@ impl ScaleUpLoop {
                     _ => None,
                 })
                 .map(why_not);
+            let instances = self.groups.instances().get(&g.name);
+            let listed = |keep: &dyn Fn(&Instance) -> bool| -> Vec<String> {
+                instances
+                    .iter()
+                    .flat_map(|l| l.iter())
+                    .filter(|i| keep(i))
+                    .map(|i| i.instance_id.clone())
+                    .collect()
+            };
             inputs.push(GroupInput {
                 name: g.name.clone(),
                 backing: self.backing(g),
@@ -465,17 +475,8 @@ impl ScaleUpLoop {
                     .map(|s| s.vcpu),
                 quota: std::mem::take(pools),
                 unhealthy,
-                failed: self
-                    .groups
-                    .instances()
-                    .get(&g.name)
-                    .map(|list| {
-                        list.iter()
-                            .filter(|i| i.failed() || i.deallocated())
-                            .map(|i| i.instance_id.clone())
-                            .collect()
-                    })
-                    .unwrap_or_default(),
+                failed: listed(&|i| i.failed() && !i.deallocated()),
+                stopped: listed(&Instance::deallocated),
             });
         }
         // Requested nodes that never register: the group is failing until one does.

@@ -94,7 +94,8 @@ fn terms(pod: &Value, at: &str) -> Vec<Value> {
 /// Whether `term` (of a pod in `own_ns`) covers a pod in `ns` with `labels`; `None` when the term
 /// cannot be judged here (a non-empty `namespaceSelector`).
 fn term_selects(term: &Value, own_ns: &str, ns: &str, labels: &Labels) -> Option<bool> {
-    let in_ns = match (term.get("namespaceSelector"), term.get("namespaces")) {
+    let selector = term.get("namespaceSelector").filter(|v| !v.is_null());
+    let in_ns = match (selector, term.get("namespaces")) {
         (Some(sel), _) if sel.as_object().is_some_and(|o| !o.is_empty()) => return None,
         (Some(_), _) => true,
         (None, Some(list)) if list.as_array().is_some_and(|l| !l.is_empty()) => list
@@ -368,29 +369,54 @@ impl Model {
                 }
             }
         }
-        // Its affinity: a selected pod in the node's domain, or none anywhere and itself a match.
-        for t in &affinity {
-            let tk = t["topologyKey"].as_str().unwrap_or("");
-            let here = self.domain(node, tk);
-            let mut anywhere = false;
-            let mut beside = false;
+        // Its affinity, as the scheduler's filter decides it: the node has every term's key;
+        // the pods that match *all* the terms are counted per term's domain; each term's domain
+        // here must have one, or (the first of a group) no such pod runs anywhere and the pod
+        // matches all its terms itself.
+        let all = |p_ns: &str, labels: &Labels| -> Option<bool> {
+            affinity.iter().try_fold(true, |acc, t| {
+                Some(acc && term_selects(t, ns, p_ns, labels)?)
+            })
+        };
+        if !affinity.is_empty() {
+            let mut counts: HashMap<(String, Value), usize> = HashMap::new();
+            let mut judgeable = all(ns, own).is_some();
             for (k, p) in &self.pods {
                 let Some(m) = p.node.as_deref().filter(|_| *k != key) else {
                     continue;
                 };
-                match term_selects(t, ns, &p.namespace, &p.labels) {
+                match all(&p.namespace, &p.labels) {
                     Some(true) => {
-                        anywhere = true;
-                        beside |= here.is_some() && self.domain(m, tk) == here;
+                        for t in &affinity {
+                            let tk = t["topologyKey"].as_str().unwrap_or("");
+                            if let Some(v) = self.domain(m, tk) {
+                                *counts.entry((tk.to_string(), v.clone())).or_default() += 1;
+                            }
+                        }
                     }
                     Some(false) => {}
-                    None => not_judged += 1,
+                    None => judgeable = false,
                 }
             }
-            let first = !anywhere && term_selects(t, ns, ns, own) == Some(true);
-            if !(beside || first) {
+            let mut keyed = true;
+            let mut beside = true;
+            for t in &affinity {
+                let tk = t["topologyKey"].as_str().unwrap_or("");
+                match self.domain(node, tk) {
+                    Some(v) => {
+                        beside &= counts
+                            .get(&(tk.to_string(), v.clone()))
+                            .is_some_and(|n| *n > 0)
+                    }
+                    None => keyed = false,
+                }
+            }
+            let first = counts.is_empty() && all(ns, own) == Some(true);
+            if !judgeable {
+                not_judged += 1;
+            } else if !keyed || !(beside || first) {
                 violations.push(format!(
-                    "{ns}/{name} bound to {node}, where no pod its affinity on {tk} asks for runs"
+                    "{ns}/{name} bound to {node}, where the pods its required affinity asks for do not run"
                 ));
             }
         }
@@ -708,7 +734,34 @@ mod tests {
         assert_eq!(m.report.violations, Vec::<String>::new());
         bind(&mut m, "c", "n2", follow);
         assert_eq!(m.report.violations.len(), 1, "{:?}", m.report.violations);
-        assert!(m.report.violations[0].starts_with("default/c bound to n2, where no pod"));
+        assert!(m.report.violations[0].starts_with("default/c bound to n2, where the pods"));
+    }
+
+    #[test]
+    fn with_several_affinity_terms_only_pods_matching_all_of_them_count() {
+        let mut m = Model::default();
+        m.apply(&host_node("n1", "z1"));
+        m.apply(&host_node("n2", "z2"));
+        let two = json!({"affinity": {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": ZONE, "labelSelector": {"matchLabels": {"app": "web"}}},
+            {"topologyKey": ZONE, "labelSelector": {"matchLabels": {"tier": "x"}}}]}}});
+        // A web pod without tier=x runs in z1: it matches one term, not both, so it counts for
+        // nothing, and the incoming pod (app=web only) does not match its own terms: no first.
+        bind(&mut m, "a", "n1", json!({}));
+        bind(&mut m, "b", "n1", two.clone());
+        assert_eq!(m.report.violations.len(), 1, "{:?}", m.report.violations);
+        // A node without the terms' key is refused whatever runs elsewhere.
+        let mut m = Model::default();
+        m.apply(&change(
+            "/v1/nodes",
+            "",
+            EventType::Added,
+            json!({"metadata": {"name": "bare", "labels": {}}}),
+        ));
+        let follow = json!({"affinity": {"podAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": term(ZONE)}}});
+        bind(&mut m, "c", "bare", follow);
+        assert_eq!(m.report.violations.len(), 1, "{:?}", m.report.violations);
     }
 
     #[test]

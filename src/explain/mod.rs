@@ -370,6 +370,7 @@ impl World {
                     shape,
                     unhealthy: self.unhealthy(g),
                     failed: Vec::new(),
+                    stopped: Vec::new(),
                     quota: std::mem::take(pools),
                 }
             })

@@ -47,11 +47,13 @@ pub struct GroupInput<'a> {
     pub shape: Option<GroupShape<'a>>,
     /// Why the group is not to be grown now (failing to provision, quota cool-down), if so.
     pub unhealthy: Option<WhyNot>,
-    /// Instance ids that hold capacity and will run no pod: those Azure lists in the `Failed`
-    /// provisioning state, and those stopped and deallocated (a spot VM evicted with policy
-    /// `Deallocate`). Counted in the capacity, never on their way: no node is coming from them,
-    /// and a Node of theirs that registered is not booting, whatever its age.
+    /// Instance ids Azure lists in the `Failed` provisioning state: counted in the capacity,
+    /// but no node is coming from them (unless one already registered).
     pub failed: Vec<String>,
+    /// Instance ids stopped and deallocated (a spot VM evicted with policy `Deallocate`):
+    /// counted in the capacity, never on their way, and a Node of theirs is not booting,
+    /// whatever its age.
+    pub stopped: Vec<String>,
     /// The quota pools (indices into [`ScaleUpInput::quota`]) a new node of the group draws
     /// its vCPUs from; empty: not capped by quota (usages unknown).
     pub quota: Vec<usize>,
@@ -194,7 +196,7 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
     // `Failed` instances without a Node: part of the capacity, never coming.
     let mut failed: Vec<u32> = groups
         .iter()
-        .map(|g| u32::try_from(g.failed.len()).unwrap_or(u32::MAX))
+        .map(|g| u32::try_from(g.failed.len() + g.stopped.len()).unwrap_or(u32::MAX))
         .collect();
     for node in &input.nodes {
         let Some(i) = index.group_of(node) else {
@@ -202,8 +204,9 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
         };
         registered[i] += 1;
         let id = node.instance_id();
-        let never = id.is_some_and(|id| groups[i].failed.iter().any(|f| f == id));
-        if never {
+        let listed = |ids: &[String]| id.is_some_and(|id| ids.iter().any(|f| f == id));
+        let never = listed(&groups[i].stopped);
+        if never || listed(&groups[i].failed) {
             failed[i] = failed[i].saturating_sub(1);
         }
         if !never && is_starting(node, input.now, input.node_startup) {
@@ -844,6 +847,7 @@ mod tests {
             }),
             unhealthy: None,
             failed: Vec::new(),
+            stopped: Vec::new(),
             quota: Vec::new(),
             vcpus: crate::pods::template::vm_size(vm_size).map(|s| s.vcpu),
         }
@@ -1792,7 +1796,13 @@ mod tests {
         let mut g = group("general", "Standard_D4s_v5", 1, 10);
         let p = plan(&input(vec![g.clone()], nodes.clone(), pods.clone()));
         assert!(p.targets.is_empty(), "booting, so on its way: {p:?}");
+        // A `Failed` instance whose node is booting may still come (an extension that failed,
+        // a kubelet that runs): as before.
         g.failed = vec!["1".into()];
+        let p = plan(&input(vec![g.clone()], nodes.clone(), pods.clone()));
+        assert!(p.targets.is_empty(), "{p:?}");
+        g.failed.clear();
+        g.stopped = vec!["1".into()];
         let p = plan(&input(vec![g], nodes, pods));
         assert_eq!(p.targets.get("general"), Some(&2), "{p:?}");
     }
