@@ -549,17 +549,19 @@ impl ScaleDownLoop {
             .iter()
             .map(|e| (groups[e.group].name.clone(), e.instance_id.clone()))
             .collect();
-        // Seen stays seen while the VM is listed at all (being deleted, a delete that failed):
-        // a VM is counted and marks its offering once. A group whose list is not cached now
-        // says nothing.
+        // Seen stays seen while the VM is listed stopped (being deleted, a delete that failed):
+        // a VM is counted and marks its offering once per eviction; one started again and
+        // evicted later counts anew. A group whose list is not cached now says nothing.
         self.evicted_seen.retain(|(g, i)| {
             groups
                 .iter()
                 .zip(&instances)
                 .find(|(spec, _)| spec.name == *g)
                 .is_some_and(|(_, l)| {
-                    l.as_ref()
-                        .is_none_or(|l| l.iter().any(|inst| inst.instance_id == *i))
+                    l.as_ref().is_none_or(|l| {
+                        l.iter()
+                            .any(|inst| inst.instance_id == *i && inst.deallocated())
+                    })
                 })
         });
         let mut new: BTreeMap<&str, u64> = BTreeMap::new();
@@ -612,6 +614,10 @@ impl ScaleDownLoop {
                 continue;
             }
             if self.dry_run {
+                // Counted as a real pass would count it, so what else the dry run says it would
+                // remove is what a real pass would.
+                left -= 1;
+                down[e.group].deleting += 1;
                 if self.would.insert(slot_name) {
                     info!(scale_set = %group.name, instance = %e.instance_id, machine = %e.machine, "dry run: would delete a spot instance Azure evicted (deallocated)");
                 }
