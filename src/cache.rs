@@ -303,6 +303,13 @@ impl Instance {
             .is_some_and(|p| p.eq_ignore_ascii_case("Failed"))
     }
 
+    /// Azure is deleting it (`Deleting`): a delete, ours or another's, is under way.
+    pub fn deleting(&self) -> bool {
+        self.provisioning_state
+            .as_deref()
+            .is_some_and(|p| p.eq_ignore_ascii_case("Deleting"))
+    }
+
     /// Stopped and its hardware given back (`deallocated`, or on its way there): it runs no
     /// pod, yet still counts in the scale set's capacity and against the vCPU quota. A spot VM
     /// Azure evicted with eviction policy `Deallocate` is left so.

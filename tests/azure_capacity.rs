@@ -344,16 +344,17 @@ async fn when_spot_cannot_be_had_the_same_pods_fall_back_to_on_demand_at_once() 
     c.stop().await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pods_that_lose_their_node_to_a_spot_eviction_are_placed_on_demand_at_once_and_spot_is_passed_over_for_a_while(
-) {
+/// A spot group (eviction policy `policy`) first and an on-demand group of the same size as
+/// the fallback (the priority expander), running a ReplicaSet of 4 pods of 1.5 cpus that
+/// tolerate spot: two per D4s_v5 node, so two spot nodes.
+async fn spot_and_on_demand_running_a_batch(policy: &str, scale_down: bool) -> Cluster {
     use support::pod_cluster::Groups;
     use vmss_capacity_controller::emulator::sim::{PodTemplate, SimSettings};
     use vmss_capacity_controller::emulator::ScaleSetSeed;
     let mut spot = ScaleSetSeed::new(SUB, RG, "spot", 0);
     spot.sku_name = "Standard_D4s_v5".into();
     spot.priority = Some("Spot".into());
-    spot.eviction_policy = Some("Delete".into());
+    spot.eviction_policy = Some(policy.into());
     let mut ondemand = ScaleSetSeed::new(SUB, RG, "ondemand", 0);
     ondemand.sku_name = "Standard_D4s_v5".into();
     let sim = SimSettings {
@@ -368,9 +369,9 @@ async fn pods_that_lose_their_node_to_a_spot_eviction_are_placed_on_demand_at_on
             (50, vec!["spot".into()]),
             (10, vec!["ondemand".into()]),
         ]);
+        s.scale_down.enabled = scale_down;
     })
     .await;
-    // 4 pods of 1.5 cpus: two per D4s_v5 node, two spot nodes.
     let template = PodTemplate::new("1500m", "1Gi").tolerate(
         "kubernetes.azure.com/scalesetpriority",
         "spot",
@@ -379,15 +380,26 @@ async fn pods_that_lose_their_node_to_a_spot_eviction_are_placed_on_demand_at_on
     c.kube
         .create_replica_set("default", "batch", 4, &template)
         .expect("replica set");
-    let running = |c: &Cluster| c.kube.pod_counts(Some("default")).running;
     assert!(
-        eventually(Duration::from_secs(15), || running(&c) == 4
+        eventually(Duration::from_secs(15), || c
+            .kube
+            .pod_counts(Some("default"))
+            .running
+            == 4
             && c.reconciler.operations_in_flight() == 0)
         .await,
         "batch never ran: spot {}",
         c.capacity("spot")
     );
     assert_eq!((c.capacity("spot"), c.capacity("ondemand")), (2, 0));
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_that_lose_their_node_to_a_spot_eviction_are_placed_on_demand_at_once_and_spot_is_passed_over_for_a_while(
+) {
+    let c = spot_and_on_demand_running_a_batch("Delete", false).await;
+    let running = |c: &Cluster| c.kube.pod_counts(Some("default")).running;
     // The nodes carry AKS's spot label, as the template said they would.
     assert!(c.kube.list_all("v1", "nodes", None).iter().all(|n| n
         .pointer("/metadata/labels/kubernetes.azure.com~1scalesetpriority")
@@ -457,49 +469,10 @@ async fn pods_that_lose_their_node_to_a_spot_eviction_are_placed_on_demand_at_on
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spot_vms_evicted_with_deallocate_are_deleted_by_name_and_their_pods_run_on_demand() {
-    use support::pod_cluster::Groups;
-    use vmss_capacity_controller::emulator::sim::{PodTemplate, SimSettings};
-    use vmss_capacity_controller::emulator::ScaleSetSeed;
-    let mut spot = ScaleSetSeed::new(SUB, RG, "spot", 0);
-    spot.sku_name = "Standard_D4s_v5".into();
-    spot.priority = Some("Spot".into());
-    spot.eviction_policy = Some("Deallocate".into());
-    let mut ondemand = ScaleSetSeed::new(SUB, RG, "ondemand", 0);
-    ondemand.sku_name = "Standard_D4s_v5".into();
-    let sim = SimSettings {
-        boot_delay: Duration::from_millis(200),
-        tick: Duration::from_millis(20),
-    };
-    let c = Cluster::start_simulated_groups(Groups::Seeds(vec![spot, ondemand]), 20, sim, |s| {
-        use vmss_capacity_controller::pods::expander::Expander;
-        s.pod_demand.batch_idle = Duration::from_millis(800);
-        s.pod_demand.batch_max = Duration::from_secs(5);
-        s.pod_demand.expander = Expander::Priority(vec![
-            (50, vec!["spot".into()]),
-            (10, vec!["ondemand".into()]),
-        ]);
-        // Scale-down's passes (which delete the evicted VMs) every 30 s: the deletion below
-        // comes from the fresh instance list, not from a pass falling due.
-        s.scale_down.enabled = true;
-    })
-    .await;
-    let template = PodTemplate::new("1500m", "1Gi").tolerate(
-        "kubernetes.azure.com/scalesetpriority",
-        "spot",
-        "NoSchedule",
-    );
-    c.kube
-        .create_replica_set("default", "batch", 4, &template)
-        .expect("replica set");
+    // Scale-down's passes (which delete the evicted VMs) every 30 s: the deletion below comes
+    // from the fresh instance list, not from a pass falling due.
+    let c = spot_and_on_demand_running_a_batch("Deallocate", true).await;
     let running = |c: &Cluster| c.kube.pod_counts(Some("default")).running;
-    assert!(
-        eventually(Duration::from_secs(15), || running(&c) == 4
-            && c.reconciler.operations_in_flight() == 0)
-        .await,
-        "batch never ran: spot {}",
-        c.capacity("spot")
-    );
-    assert_eq!((c.capacity("spot"), c.capacity("ondemand")), (2, 0));
     let spot_writes = c.capacity_puts("spot");
 
     // Azure takes one VM back and stops it: it stays in the scale set (capacity 2, quota

@@ -638,24 +638,15 @@ impl ScaleDownLoop {
                 group: group.clone(),
                 instance_id: e.instance_id.clone(),
             };
-            let slot = {
-                let mut f = s.flight.lock();
-                f.busy.insert(slot_name.clone());
-                *f.deleting.entry(group.name.clone()).or_default() += 1;
-                Slot {
-                    shared: s.clone(),
-                    node: slot_name,
-                    group: group.name.clone(),
-                    drains: false,
-                }
-            };
             warn!(scale_set = %group.name, instance = %victim.instance_id, machine = %victim.node_name, "Azure evicted a spot instance with policy Deallocate: deleting it, its pods go elsewhere");
-            let task = s.clone();
-            self.tasks.spawn(async move {
-                let _slot = slot;
-                task.remove_instance(group, victim, DeleteKind::Replace, &look, "spot_evicted")
-                    .await;
-            });
+            self.start_instance_delete(
+                slot_name,
+                group,
+                victim,
+                DeleteKind::Replace,
+                look,
+                "spot_evicted",
+            );
         }
         left
     }
@@ -751,25 +742,39 @@ impl ScaleDownLoop {
                     power_state: None,
                 },
             };
-            let slot = {
-                let mut f = s.flight.lock();
-                f.busy.insert(slot_name.clone());
-                *f.deleting.entry(group.name.clone()).or_default() += 1;
-                Slot {
-                    shared: s.clone(),
-                    node: slot_name,
-                    group: group.name.clone(),
-                    drains: false,
-                }
-            };
             warn!(scale_set = %group.name, instance = %victim.instance_id, machine = %victim.node_name, minutes = limit.as_secs() / 60, "an instance never registered as a node within maxNodeProvisionTime: deleting it");
-            let task = s.clone();
-            self.tasks.spawn(async move {
-                let _slot = slot;
-                task.remove_instance(group, victim, kind, &look, "unregistered")
-                    .await;
-            });
+            self.start_instance_delete(slot_name, group, victim, kind, look, "unregistered");
         }
+    }
+
+    /// Takes `slot_name` (busy, one more delete in flight in `group`) and deletes `victim`, an
+    /// instance with nothing to drain, in the background ([`Shared::remove_instance`]); the slot
+    /// is given back when the task ends.
+    fn start_instance_delete(
+        &mut self,
+        slot_name: String,
+        group: NodeGroupSpec,
+        victim: Victim,
+        kind: DeleteKind,
+        look: impl LastLook + 'static,
+        reason: &'static str,
+    ) {
+        let s = self.shared.clone();
+        let slot = {
+            let mut f = s.flight.lock();
+            f.busy.insert(slot_name.clone());
+            *f.deleting.entry(group.name.clone()).or_default() += 1;
+            Slot {
+                shared: s.clone(),
+                node: slot_name,
+                group: group.name.clone(),
+                drains: false,
+            }
+        };
+        self.tasks.spawn(async move {
+            let _slot = slot;
+            s.remove_instance(group, victim, kind, &look, reason).await;
+        });
     }
 
     /// Our taints on nodes no removal of this process is working on (cluster-autoscaler #5048):

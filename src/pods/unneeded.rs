@@ -353,14 +353,10 @@ pub fn unregistered(
             continue;
         }
         for i in list.iter().flat_map(|l| l.iter()) {
-            let deleting = i
-                .provisioning_state
-                .as_deref()
-                .is_some_and(|s| s.eq_ignore_ascii_case("Deleting"));
             let by_name = i.computer_name.as_deref().is_some_and(|n| {
                 names.contains(n) || names.contains(n.to_ascii_lowercase().as_str())
             });
-            if deleting
+            if i.deleting()
                 || i.deallocated()
                 || by_name
                 || registered.contains(&(g, i.instance_id.as_str()))
@@ -390,11 +386,7 @@ pub fn evicted(instances: &[Option<Arc<Vec<Instance>>>], spot: &[bool]) -> Vec<U
             continue;
         }
         for i in list.iter().flat_map(|l| l.iter()) {
-            let deleting = i
-                .provisioning_state
-                .as_deref()
-                .is_some_and(|s| s.eq_ignore_ascii_case("Deleting"));
-            if i.deallocated() && !deleting {
+            if i.deallocated() && !i.deleting() {
                 out.push(Unregistered {
                     group: g,
                     instance_id: i.instance_id.clone(),
