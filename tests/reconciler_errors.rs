@@ -26,20 +26,30 @@ fn status(code: u16, name: &str, retry_after_secs: Option<u64>) -> FaultKind {
     }
 }
 
-#[tokio::test(start_paused = true)]
-async fn no_write_goes_out_before_retry_after_expires() {
-    let h = Harness::new(
+/// `pool-a` at 3, planned to 5.
+async fn pool_a_wanting_5() -> Harness {
+    Harness::new(
         &[("pool-a", 3)],
         vec![group("pool-a", 0, 10, Some(5))],
         |_| {},
     )
-    .await;
+    .await
+}
+
+/// The next capacity write to `pool-a` not yet refused is answered 429 with this `Retry-After`.
+fn throttle_next_put(h: &Harness, retry_after_secs: u64) {
     h.state.inject_fault(fault(
         "PUT",
         "pool-a",
-        status(429, "TooManyRequests", Some(30)),
+        status(429, "TooManyRequests", Some(retry_after_secs)),
         Some(1),
     ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_write_goes_out_before_retry_after_expires() {
+    let h = pool_a_wanting_5().await;
+    throttle_next_put(&h, 30);
     let _ = h.reconciler.run_once().await;
     assert_eq!(h.puts().len(), 1, "the throttled write");
     assert_eq!(h.puts()[0].status, 429);
@@ -62,11 +72,57 @@ async fn no_write_goes_out_before_retry_after_expires() {
         ) >= 6
     );
 
+    // A new scale-up waits its turn behind the fleet's older ones: one scan interval more.
     tokio::time::advance(Duration::from_secs(2)).await;
+    let _ = h.reconciler.run_once().await;
+    assert_eq!(h.puts().len(), 1, "31 s: still behind older scale-ups");
+    tokio::time::advance(Duration::from_secs(9)).await;
     h.reconciler.run_once().await.unwrap();
     assert_eq!(h.puts().len(), 2, "the write goes out once the gate opens");
     assert_eq!(h.capacity("pool-a"), 5);
     assert!(h.metrics.throttle_wait_seconds_total.get() >= 30.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_new_scale_up_refused_for_an_empty_bucket_asks_again_one_scan_after_retry_after() {
+    let h = pool_a_wanting_5().await;
+    throttle_next_put(&h, 5);
+    let _ = h.reconciler.run_once().await;
+    assert_eq!(h.puts().len(), 1);
+    // Retry-After 5 s plus the scan interval (10 s) for a scale-up that has not waited yet.
+    tokio::time::advance(Duration::from_millis(14_900)).await;
+    let _ = h.reconciler.run_once().await;
+    assert_eq!(h.puts().len(), 1, "scale-ups that waited longer go first");
+    tokio::time::advance(Duration::from_millis(200)).await;
+    h.reconciler.run_once().await.unwrap();
+    assert_eq!(h.puts().len(), 2);
+    assert_eq!(h.capacity("pool-a"), 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_scale_up_that_has_waited_asks_again_as_soon_as_its_gate_opens_not_at_the_next_scan() {
+    let h = pool_a_wanting_5().await;
+    throttle_next_put(&h, 30);
+    throttle_next_put(&h, 3);
+    let cancel = tokio_util::sync::CancellationToken::new();
+    tokio::join!(h.reconciler.run(cancel.clone()), async {
+        tokio::time::sleep(Duration::from_secs(90)).await;
+        cancel.cancel();
+    });
+    let puts = h.puts();
+    let statuses: Vec<u16> = puts.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [429, 429, 200], "{puts:?}");
+    let second = puts[1].at - puts[0].at;
+    assert!(
+        second >= Duration::from_secs(40),
+        "a new scale-up waits Retry-After (30 s) and a scan (10 s): {second:?}"
+    );
+    let third = puts[2].at - puts[1].at;
+    assert!(
+        third >= Duration::from_secs(3) && third < Duration::from_secs(4),
+        "40 s old, it asks when the 3 s gate opens, woken for it, not at the next scan: {third:?}"
+    );
+    assert_eq!(h.capacity("pool-a"), 5);
 }
 
 #[tokio::test(start_paused = true)]

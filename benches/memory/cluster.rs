@@ -20,6 +20,44 @@ const RG: &str = "mc_rg_aks_westeurope";
 const GOAL_MIB: f64 = 256.0;
 const NAMESPACES: usize = 8;
 
+/// The reflector's per-pod cost, parsing the same API-server JSON into k8s-openapi's `Pod` or a
+/// `WirePod` and making the record: alternating rounds, medians, in this process.
+fn parse_side_by_side(sample: &[String]) {
+    use k8s_openapi::api::core::v1::Pod;
+    use vmss_capacity_controller::pods::record::Interner;
+    use vmss_capacity_controller::pods::wire::WirePod;
+    let round = |wire: bool| {
+        let mut interner = Interner::default();
+        let t = Instant::now();
+        let mut kept = 0usize;
+        for text in sample {
+            let pod: Pod = if wire {
+                serde_json::from_str::<WirePod>(text).expect("pod").into()
+            } else {
+                serde_json::from_str(text).expect("pod")
+            };
+            kept += usize::from(interner.record(pod).node_name.is_some());
+        }
+        std::hint::black_box(kept);
+        t.elapsed().as_secs_f64() * 1e6 / sample.len() as f64
+    };
+    let (mut full, mut wire) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        full.push(round(false));
+        wire.push(round(true));
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (f, w) = (median(&mut full), median(&mut wire));
+    println!(
+        "a pod off the wire into a record, {} pods, 5 alternating rounds: as k8s-openapi's Pod {f:.1} us, as a WirePod {w:.1} us ({:.2}x)",
+        sample.len(),
+        f / w
+    );
+}
+
 fn hex(n: usize, len: usize) -> String {
     let mut s = format!("{:016x}{:016x}", n.wrapping_mul(0x9e37_79b9_7f4a_7c15), n);
     while s.len() < len {
@@ -308,6 +346,7 @@ pub fn run(quick: bool, bin: &Path) {
     }
     let node_bytes = bytes;
     bytes = 0;
+    let mut sample = Vec::new();
     for i in 0..pods_n {
         let p = if i < pods_n - pending {
             // Small pods spread over the non-GPU nodes, about 12 per node.
@@ -315,7 +354,11 @@ pub fn run(quick: bool, bin: &Path) {
         } else {
             pod(i % 60, i, None, groups)
         };
-        bytes += p.to_string().len();
+        let text = p.to_string();
+        bytes += text.len();
+        if i % 10 == 0 {
+            sample.push(text);
+        }
         let ns = p["metadata"]["namespace"]
             .as_str()
             .unwrap_or("default")
@@ -344,6 +387,8 @@ pub fn run(quick: bool, bin: &Path) {
         pod_bytes as f64 / pods_n as f64 / 1024.0,
         seeded.elapsed().as_secs_f64()
     );
+
+    parse_side_by_side(&sample);
 
     let base = emulator.base_url();
     let port = std::net::TcpListener::bind("127.0.0.1:0")

@@ -27,9 +27,10 @@ use crate::metrics::Metrics;
 use crate::pods::record::{Interner, NodeRecord, PodRecord};
 use crate::pods::topology::NamespaceLabels;
 use crate::pods::volumes::Volumes;
+use crate::pods::wire::WirePod;
 use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
@@ -333,14 +334,15 @@ pub async fn start(
         )
     };
     let (pods, b) = {
-        let api = Api::<Pod>::all(client.clone());
+        // Parsed as a `WirePod`: the fields a record keeps, the rest skipped unbuilt.
+        let api = Api::<WirePod>::all(client.clone());
         let config = all.clone().fields(UNFINISHED_PODS);
         spawn_reflector(
             move || {
                 // A fresh interner per stream: after a relist every record comes from it.
                 let mut interner = Interner::default();
                 watcher::watcher(api.clone(), config.clone())
-                    .map_ok(move |e| map_event(e, |p| interner.record(p)))
+                    .map_ok(move |e| map_event(e, |p| interner.record(p.into())))
             },
             PODS,
             PodRecord::key,

@@ -27,3 +27,4 @@ pub mod template;
 pub mod topology;
 pub mod unneeded;
 pub mod volumes;
+pub mod wire;

@@ -16,11 +16,15 @@
 //!   re-created). A 412 is a re-plan signal, never a backoff;
 //! - ambiguous outcome (the answer was lost after the PUT was sent) → mark stale and GET before
 //!   any further write; never resend blindly;
-//! - 429 closes the `Retry-After` gate of that call class (in [`crate::azure::ArmClient`]);
+//! - 429 closes the `Retry-After` gate of that call class (in [`crate::azure::ArmClient`]); a
+//!   capacity write's 429 keeps the write gate closed a little longer the newer this controller's
+//!   oldest unmet scale-up is ([`retry_offset`]), so across a fleet sharing the subscription's
+//!   bucket the scale-ups that waited longest ask first;
 //!   409 `OperationNotAllowed` cools the node group down; 5xx and transport errors back it off
 //!   exponentially with jitter; a per-scale-set token bucket keeps writes within Azure's limits.
 
 use crate::azure::budget::{BudgetClass, Pacing, Urgency};
+use crate::azure::throttle::CallClass;
 use crate::azure::{ArmClient, ArmError, Precondition, PutAccepted};
 use crate::cache::ScaleSet;
 use crate::config::{ConflictStrategy, NodeGroupSpec, Settings};
@@ -135,6 +139,9 @@ struct GroupState {
     foreign_writes: u64,
     /// Why the last planned write was not sent; cleared when a write is sent or none is planned.
     held: Option<HoldReason>,
+    /// When the plan first asked this group for more capacity than it has, while that is still
+    /// unmet: the age that orders retries after a 429 (see [`retry_offset`]).
+    wanting_since: Option<Instant>,
 }
 
 /// Liveness and readiness, read by `/healthz` and `/readyz`.
@@ -521,7 +528,12 @@ impl Reconciler {
                     break;
                 }
             }
+            let now = Instant::now();
             let pause = jittered(settings.scan_interval, 0.1);
+            let pause = self
+                .inner
+                .retry_wait(now)
+                .map_or(pause, |retry| retry.min(pause));
             tokio::select! {
                 _ = tokio::time::sleep(pause) => {}
                 _ = self.inner.wake.notified() => debug!("woken before the scan interval"),
@@ -724,6 +736,7 @@ impl Inner {
         };
         let by_name: HashMap<&str, &NodeGroupSpec> =
             groups.iter().map(|g| (g.name.as_str(), g)).collect();
+        self.note_wants(&plan.changes, &observed, &in_flight, now);
         let mut tasks = JoinSet::new();
         for change in plan.changes {
             let Some(group) = by_name.get(change.scale_set.as_str()).map(|g| (*g).clone()) else {
@@ -738,6 +751,9 @@ impl Inner {
                 let _permit = this.write_slots.clone().acquire_owned().await;
                 let end = this.clone().write(&group, change).await;
                 this.release(&group.name);
+                if matches!(end.0, WriteEnd::Written | WriteEnd::Satisfied) {
+                    this.with_state(&group.name, |s| s.wanting_since = None);
+                }
                 end
             });
         }
@@ -767,6 +783,82 @@ impl Inner {
             });
         }
         Ok(report)
+    }
+
+    /// Keeps each group's `wanting_since`: set when the plan first asks for more than the group
+    /// has, cleared once it no longer does (a write in flight keeps what it had).
+    fn note_wants(
+        &self,
+        changes: &[CapacityChange],
+        observed: &HashMap<String, Option<i64>>,
+        in_flight: &HashSet<String>,
+        now: Instant,
+    ) {
+        let grows: HashSet<&str> = changes
+            .iter()
+            .filter(|c| {
+                c.to > observed
+                    .get(&c.scale_set)
+                    .copied()
+                    .flatten()
+                    .unwrap_or(c.from)
+            })
+            .map(|c| c.scale_set.as_str())
+            .collect();
+        let mut state = self.state.lock();
+        for name in &grows {
+            if !state.contains_key(*name) {
+                state.insert(name.to_string(), self.new_group_state());
+            }
+        }
+        for (name, s) in state.iter_mut() {
+            if in_flight.contains(name) {
+                continue;
+            }
+            if grows.contains(name.as_str()) {
+                s.wanting_since.get_or_insert(now);
+            } else {
+                s.wanting_since = None;
+            }
+        }
+    }
+
+    /// How long to wait before the next pass when a scale-up waits behind a closed
+    /// `Retry-After` gate: until the gate opens (sooner than the next scan, when it opens
+    /// first). `None` when no scale-up waits or no gate is closed.
+    fn retry_wait(&self, now: Instant) -> Option<Duration> {
+        if !self
+            .state
+            .lock()
+            .values()
+            .any(|s| s.wanting_since.is_some())
+        {
+            return None;
+        }
+        let gates = self.arm.gates();
+        [CallClass::Write, CallClass::Read]
+            .into_iter()
+            .filter_map(|c| gates.closed_for(c, now))
+            .max()
+    }
+
+    /// After Azure refused a write for an empty bucket: keeps this controller's writes back
+    /// past `retry_after` by [`retry_offset`] of its oldest unmet scale-up's age, so the oldest
+    /// scale-ups in the fleet ask first when tokens come back.
+    fn queue_behind_older(&self, retry_after: Duration) {
+        let now = Instant::now();
+        let oldest = self
+            .state
+            .lock()
+            .values()
+            .filter_map(|s| s.wanting_since)
+            .min();
+        let age = oldest.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+        self.arm.gates().close(
+            CallClass::Write,
+            retry_after + retry_offset(age, self.settings.scan_interval),
+            now,
+        );
     }
 
     fn claim(&self, name: &str) -> bool {
@@ -800,6 +892,7 @@ impl Inner {
             last_conflict: None,
             foreign_writes: 0,
             held: None,
+            wanting_since: None,
             budget: TokenBucket {
                 tokens: f64::from(self.settings.write_budget.burst),
                 last: Instant::now(),
@@ -1330,7 +1423,12 @@ impl Inner {
             ArmError::Throttled {
                 retry_after, local, ..
             } => {
-                // The gate in ArmClient already holds every call of this class back.
+                // The gate in ArmClient already holds every call of this class back. Azure's
+                // answer (not the gate's) also says this controller met an empty bucket: its
+                // next try waits its turn among the fleet's (see `retry_offset`).
+                if !*local {
+                    self.queue_behind_older(*retry_after);
+                }
                 info!(
                     scale_set = name,
                     retry_after_secs = retry_after.as_secs_f64(),
@@ -1473,6 +1571,27 @@ fn write_result(result: &Result<PutAccepted, ArmError>) -> &'static str {
 fn rfc3339(t: OffsetDateTime) -> String {
     t.format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_default()
+}
+
+/// The age beyond which every unmet scale-up retries as soon as its gate opens.
+pub const RETRY_ORDER_HORIZON: Duration = Duration::from_secs(30);
+
+/// How long after its `Retry-After` gate opens a scale-up unmet for `age` is tried again: the
+/// scan interval for a new one, shrinking linearly to nothing at [`RETRY_ORDER_HORIZON`].
+///
+/// When the subscription's bucket is empty, every controller in it holds its writes behind a
+/// gate that opens when a token is back (Azure's `Retry-After`). Trying again at the next scan,
+/// as a pass does otherwise, hands each new token to whichever controller's scan happens to come
+/// first: a lottery in which a cluster can lose for minutes while others that asked later win.
+/// Stretching the gate by this offset after each 429, with no channel between the controllers
+/// (they share only the clock and the bucket), lets the scale-ups that have waited longest ask
+/// first when tokens come back, and the newest last: close to first come, first served across
+/// the fleet. A new scale-up asks again one scan interval after `Retry-After`; one that has
+/// waited [`RETRY_ORDER_HORIZON`] asks as soon as the gate opens, and the pass is woken for it
+/// then rather than at the next scan.
+pub fn retry_offset(age: Duration, scan_interval: Duration) -> Duration {
+    let left = 1.0 - (age.as_secs_f64() / RETRY_ORDER_HORIZON.as_secs_f64()).min(1.0);
+    scan_interval.mul_f64(left)
 }
 
 /// `d` plus or minus `fraction` of it, at random.
