@@ -60,6 +60,11 @@ pub enum HoldReason {
     NoEtag,
     /// `--dry-run`: decided and logged, never sent.
     DryRun,
+    /// A scale-up throttled by the subscription's bucket (Azure's 429, or the gate one closed)
+    /// waits its turn: `Retry-After` plus an offset that shrinks with how long the group has
+    /// wanted the capacity, so the fleet's oldest scale-ups ask first
+    /// ([`crate::reconciler::retry_offset`]).
+    RetryTurn,
 }
 
 impl HoldReason {
@@ -75,11 +80,12 @@ impl HoldReason {
             HoldReason::Refused(why) => why.label(),
             HoldReason::NoEtag => "no_etag",
             HoldReason::DryRun => "dry_run",
+            HoldReason::RetryTurn => "retry_turn",
         }
     }
 
     /// Every reason, for tests and for documentation that lists the labels.
-    pub const ALL: [HoldReason; 10] = [
+    pub const ALL: [HoldReason; 11] = [
         HoldReason::Fenced(FenceHold::NotLeader),
         HoldReason::Fenced(FenceHold::RenewalStale),
         HoldReason::Credential,
@@ -90,6 +96,7 @@ impl HoldReason {
         HoldReason::Refused(WriteRefusal::AksAutoscaler),
         HoldReason::NoEtag,
         HoldReason::DryRun,
+        HoldReason::RetryTurn,
     ];
 }
 
@@ -131,7 +138,8 @@ mod tests {
                 "arm_budget_reserve",
                 "aks_autoscaler",
                 "no_etag",
-                "dry_run"
+                "dry_run",
+                "retry_turn"
             ]
         );
         assert_eq!(

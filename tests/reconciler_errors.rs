@@ -67,9 +67,10 @@ async fn no_write_goes_out_before_retry_after_expires() {
     );
     assert!(
         h.counter(
-            &h.metrics.arm_requests_total,
-            &[("operation", "put_capacity"), ("code", "gated")]
-        ) >= 6
+            &h.metrics.writes_held_total,
+            &[("scale_set", "pool-a"), ("reason", "retry_turn")]
+        ) >= 6,
+        "every pass held the scale-up for its turn"
     );
 
     // A new scale-up waits its turn behind the fleet's older ones: one scan interval more.
@@ -97,6 +98,42 @@ async fn a_new_scale_up_refused_for_an_empty_bucket_asks_again_one_scan_after_re
     h.reconciler.run_once().await.unwrap();
     assert_eq!(h.puts().len(), 2);
     assert_eq!(h.capacity("pool-a"), 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_a_scale_up_waits_its_turn_a_lowered_capacity_goes_when_the_gate_opens() {
+    let h = Harness::new(
+        &[("pool-a", 3), ("pool-b", 5)],
+        vec![
+            group("pool-a", 0, 10, Some(5)),
+            group("pool-b", 0, 10, Some(3)),
+        ],
+        |_| {},
+    )
+    .await;
+    for pool in ["pool-a", "pool-b"] {
+        h.state.inject_fault(fault(
+            "PUT",
+            pool,
+            status(429, "TooManyRequests", Some(5)),
+            Some(1),
+        ));
+    }
+    let _ = h.reconciler.run_once().await;
+    assert_eq!(h.puts().len(), 2, "both refused");
+    tokio::time::advance(Duration::from_millis(5_100)).await;
+    let _ = h.reconciler.run_once().await;
+    assert_eq!(
+        h.capacity("pool-b"),
+        3,
+        "the gate is open for the lowered capacity"
+    );
+    assert_eq!(h.capacity("pool-a"), 3, "the new scale-up waits its turn");
+    assert_eq!(h.puts().len(), 3);
+    tokio::time::advance(Duration::from_secs(10)).await;
+    h.reconciler.run_once().await.unwrap();
+    assert_eq!(h.capacity("pool-a"), 5);
+    assert_eq!(h.puts().len(), 4);
 }
 
 #[tokio::test(start_paused = true)]

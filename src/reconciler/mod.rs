@@ -17,9 +17,9 @@
 //! - ambiguous outcome (the answer was lost after the PUT was sent) → mark stale and GET before
 //!   any further write; never resend blindly;
 //! - 429 closes the `Retry-After` gate of that call class (in [`crate::azure::ArmClient`]); a
-//!   capacity write's 429 keeps the write gate closed a little longer the newer this controller's
-//!   oldest unmet scale-up is ([`retry_offset`]), so across a fleet sharing the subscription's
-//!   bucket the scale-ups that waited longest ask first;
+//!   scale-up refused by it (or held by the gate) then waits its turn: `Retry-After` plus an
+//!   offset that shrinks with how long the group has wanted the capacity ([`retry_offset`]), so
+//!   across a fleet sharing the subscription's bucket the scale-ups that waited longest ask first;
 //!   409 `OperationNotAllowed` cools the node group down; 5xx and transport errors back it off
 //!   exponentially with jitter; a per-scale-set token bucket keeps writes within Azure's limits.
 
@@ -142,6 +142,8 @@ struct GroupState {
     /// When the plan first asked this group for more capacity than it has, while that is still
     /// unmet: the age that orders retries after a 429 (see [`retry_offset`]).
     wanting_since: Option<Instant>,
+    /// After a 429 (or the gate it closed) held this group's scale-up: when its turn comes.
+    turn_at: Option<Instant>,
 }
 
 /// Liveness and readiness, read by `/healthz` and `/readyz`.
@@ -752,7 +754,10 @@ impl Inner {
                 let end = this.clone().write(&group, change).await;
                 this.release(&group.name);
                 if matches!(end.0, WriteEnd::Written | WriteEnd::Satisfied) {
-                    this.with_state(&group.name, |s| s.wanting_since = None);
+                    this.with_state(&group.name, |s| {
+                        s.wanting_since = None;
+                        s.turn_at = None;
+                    });
                 }
                 end
             });
@@ -819,46 +824,46 @@ impl Inner {
                 s.wanting_since.get_or_insert(now);
             } else {
                 s.wanting_since = None;
+                s.turn_at = None;
             }
         }
     }
 
-    /// How long to wait before the next pass when a scale-up waits behind a closed
-    /// `Retry-After` gate: until the gate opens (sooner than the next scan, when it opens
-    /// first). `None` when no scale-up waits or no gate is closed.
+    /// How long until the first scale-up waiting its turn after a 429 may go (see
+    /// [`retry_offset`]): the pass is woken then rather than at the next scan. `None` when none
+    /// waits.
     fn retry_wait(&self, now: Instant) -> Option<Duration> {
-        if !self
-            .state
+        self.state
             .lock()
             .values()
-            .any(|s| s.wanting_since.is_some())
-        {
-            return None;
-        }
-        let gates = self.arm.gates();
-        [CallClass::Write, CallClass::Read]
-            .into_iter()
-            .filter_map(|c| gates.closed_for(c, now))
-            .max()
+            .filter(|s| s.wanting_since.is_some())
+            .filter_map(|s| s.turn_at)
+            .filter(|t| *t > now)
+            .min()
+            .map(|t| t - now)
     }
 
-    /// After Azure refused a write for an empty bucket: keeps this controller's writes back
-    /// past `retry_after` by [`retry_offset`] of its oldest unmet scale-up's age, so the oldest
-    /// scale-ups in the fleet ask first when tokens come back.
-    fn queue_behind_older(&self, retry_after: Duration) {
+    /// A scale-up of `name` was throttled (Azure's 429, or the gate one closed): its turn comes
+    /// `retry_after` from now plus [`retry_offset`] of how long the group has wanted it.
+    fn wait_turn(&self, name: &str, retry_after: Duration) {
         let now = Instant::now();
-        let oldest = self
-            .state
-            .lock()
-            .values()
-            .filter_map(|s| s.wanting_since)
-            .min();
-        let age = oldest.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
-        self.arm.gates().close(
-            CallClass::Write,
-            retry_after + retry_offset(age, self.settings.scan_interval),
-            now,
-        );
+        let scan = self.settings.scan_interval;
+        // The gate may already stand later than this answer's Retry-After (it never shortens).
+        let gate = self.arm.gates().closed_for(CallClass::Write, now);
+        let retry_after = gate.map_or(retry_after, |g| g.max(retry_after));
+        self.with_state(name, |s| {
+            let age = s
+                .wanting_since
+                .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+            s.turn_at = Some(now + retry_after + retry_offset(age, scan));
+        });
+    }
+
+    /// `Some(RetryTurn)` while a scale-up of `name` waits its turn after a 429.
+    fn turn_hold(&self, name: &str) -> Option<HoldReason> {
+        let now = Instant::now();
+        self.with_state(name, |s| s.turn_at.is_some_and(|t| t > now))
+            .then_some(HoldReason::RetryTurn)
     }
 
     fn claim(&self, name: &str) -> bool {
@@ -893,6 +898,7 @@ impl Inner {
             foreign_writes: 0,
             held: None,
             wanting_since: None,
+            turn_at: None,
             budget: TokenBucket {
                 tokens: f64::from(self.settings.write_budget.burst),
                 last: Instant::now(),
@@ -1065,11 +1071,12 @@ impl Inner {
                     .and_then(|c| c.capacity)
                     .unwrap_or(change.from);
                 let grows = change.to > now;
-                self.reserve_hold(if grows {
-                    Urgency::ScaleUp
+                if grows {
+                    self.turn_hold(name)
+                        .or_else(|| self.reserve_hold(Urgency::ScaleUp))
                 } else {
-                    Urgency::Other
-                })
+                    self.reserve_hold(Urgency::Other)
+                }
             });
         if let Some(reason) = early {
             if reason == HoldReason::DryRun {
@@ -1140,7 +1147,14 @@ impl Inner {
                 self.conflict(group, &resource, target, &precondition).await,
                 true,
             ),
-            Err(e) => (self.write_error(name, &e), false),
+            Err(e) => {
+                if let ArmError::Throttled { retry_after, .. } = &e {
+                    if current.capacity.is_some_and(|c| target > c) {
+                        self.wait_turn(name, *retry_after);
+                    }
+                }
+                (self.write_error(name, &e), false)
+            }
         }
     }
 
@@ -1423,12 +1437,7 @@ impl Inner {
             ArmError::Throttled {
                 retry_after, local, ..
             } => {
-                // The gate in ArmClient already holds every call of this class back. Azure's
-                // answer (not the gate's) also says this controller met an empty bucket: its
-                // next try waits its turn among the fleet's (see `retry_offset`).
-                if !*local {
-                    self.queue_behind_older(*retry_after);
-                }
+                // The gate in ArmClient already holds every call of this class back.
                 info!(
                     scale_set = name,
                     retry_after_secs = retry_after.as_secs_f64(),
@@ -1583,12 +1592,13 @@ pub const RETRY_ORDER_HORIZON: Duration = Duration::from_secs(30);
 /// gate that opens when a token is back (Azure's `Retry-After`). Trying again at the next scan,
 /// as a pass does otherwise, hands each new token to whichever controller's scan happens to come
 /// first: a lottery in which a cluster can lose for minutes while others that asked later win.
-/// Stretching the gate by this offset after each 429, with no channel between the controllers
-/// (they share only the clock and the bucket), lets the scale-ups that have waited longest ask
-/// first when tokens come back, and the newest last: close to first come, first served across
-/// the fleet. A new scale-up asks again one scan interval after `Retry-After`; one that has
-/// waited [`RETRY_ORDER_HORIZON`] asks as soon as the gate opens, and the pass is woken for it
-/// then rather than at the next scan.
+/// Holding each throttled scale-up this much past `Retry-After`, with no channel between the
+/// controllers (they share only the clock and the bucket), lets the scale-ups that have waited
+/// longest ask first when tokens come back, and the newest last: close to first come, first
+/// served across the fleet. A new scale-up asks again one scan interval after `Retry-After`; one
+/// that has waited [`RETRY_ORDER_HORIZON`] asks as soon as the gate opens, and the pass is woken
+/// for it then rather than at the next scan. Only scale-ups wait their turn: the gate itself
+/// stays at `Retry-After`, so deletions and lowered capacities go when it opens.
 pub fn retry_offset(age: Duration, scan_interval: Duration) -> Duration {
     let left = 1.0 - (age.as_secs_f64() / RETRY_ORDER_HORIZON.as_secs_f64()).min(1.0);
     scan_interval.mul_f64(left)
