@@ -121,7 +121,17 @@ async fn only_a_scale_up_waits_its_turn_a_lowered_capacity_goes_when_the_gate_op
     }
     let _ = h.reconciler.run_once().await;
     assert_eq!(h.puts().len(), 2, "both refused");
-    tokio::time::advance(Duration::from_millis(5_100)).await;
+    tokio::time::advance(Duration::from_millis(4_900)).await;
+    let _ = h.reconciler.run_once().await;
+    assert_eq!(h.puts().len(), 2, "nothing before Retry-After");
+    assert!(
+        h.counter(
+            &h.metrics.arm_requests_total,
+            &[("operation", "put_capacity"), ("code", "gated")]
+        ) >= 1,
+        "the lowered capacity was held by the gate"
+    );
+    tokio::time::advance(Duration::from_millis(200)).await;
     let _ = h.reconciler.run_once().await;
     assert_eq!(
         h.capacity("pool-b"),

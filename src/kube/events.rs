@@ -304,8 +304,14 @@ fn shape(event: &ControllerEvent) -> Option<Shape> {
             ..
         } => return None,
         ControllerEvent::WriteHeld { group, reason } => {
+            // Waiting a turn after a 429 is the subscription's bucket at work, not a fault.
+            let kind = if *reason == HoldReason::RetryTurn {
+                NORMAL
+            } else {
+                WARNING
+            };
             let mut s = group_shape(
-                WARNING,
+                kind,
                 "WriteHeld",
                 "Hold",
                 group,
@@ -751,6 +757,12 @@ mod tests {
         assert_eq!(shape(&held(HoldReason::Fenced(FenceHold::NotLeader))), None);
         let s = shape(&held(HoldReason::Fenced(FenceHold::RenewalStale))).expect("an Event");
         assert_eq!((s.type_, s.reason), (WARNING, "WriteHeld"));
+        let s = shape(&held(HoldReason::RetryTurn)).expect("an Event");
+        assert_eq!(
+            (s.type_, s.reason),
+            (NORMAL, "WriteHeld"),
+            "waiting a turn after a 429 is the bucket at work, not a fault"
+        );
     }
 
     #[test]

@@ -843,20 +843,32 @@ impl Inner {
             .map(|t| t - now)
     }
 
-    /// A scale-up of `name` was throttled (Azure's 429, or the gate one closed): its turn comes
-    /// `retry_after` from now plus [`retry_offset`] of how long the group has wanted it.
-    fn wait_turn(&self, name: &str, retry_after: Duration) {
+    /// A scale-up of `name` ended in `e`: when that is a throttle (Azure's 429, or the gate one
+    /// closed), its turn comes `Retry-After` from now plus [`retry_offset`] of how long the
+    /// group has wanted it.
+    fn wait_turn(&self, name: &str, e: &ArmError) {
+        let ArmError::Throttled { retry_after, .. } = e else {
+            return;
+        };
+        let retry_after = *retry_after;
         let now = Instant::now();
         let scan = self.settings.scan_interval;
         // The gate may already stand later than this answer's Retry-After (it never shortens).
         let gate = self.arm.gates().closed_for(CallClass::Write, now);
         let retry_after = gate.map_or(retry_after, |g| g.max(retry_after));
-        self.with_state(name, |s| {
-            let age = s
-                .wanting_since
-                .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
-            s.turn_at = Some(now + retry_after + retry_offset(age, scan));
+        let turn = self.with_state(name, |s| {
+            // A scale-up the plan asked for is wanted from now on, if `note_wants` had not
+            // seen it yet, so `retry_wait` wakes the pass for its turn.
+            let since = *s.wanting_since.get_or_insert(now);
+            let wait = retry_after + retry_offset(now.saturating_duration_since(since), scan);
+            s.turn_at = Some(now + wait);
+            wait
         });
+        info!(
+            scale_set = name,
+            turn_in_secs = turn.as_secs_f64(),
+            "scale-up throttled: waiting its turn (Retry-After, then the scale-ups that waited longer)"
+        );
     }
 
     /// `Some(RetryTurn)` while a scale-up of `name` waits its turn after a 429.
@@ -1058,6 +1070,12 @@ impl Inner {
             .scale_sets()
             .get(name)
             .map(|c| c.scale_set.clone());
+        // More capacity is what pending pods wait for (and what waits its turn after a 429).
+        let grows = change.to
+            > cached
+                .as_ref()
+                .and_then(|c| c.capacity)
+                .unwrap_or(change.from);
         // Held before any read is spent on it.
         let early = cached
             .as_ref()
@@ -1065,12 +1083,6 @@ impl Inner {
             .map(HoldReason::Refused)
             .or_else(|| self.early_hold(name, WriteKind::Capacity))
             .or_else(|| {
-                // More capacity is what pending pods wait for.
-                let now = cached
-                    .as_ref()
-                    .and_then(|c| c.capacity)
-                    .unwrap_or(change.from);
-                let grows = change.to > now;
                 if grows {
                     self.turn_hold(name)
                         .or_else(|| self.reserve_hold(Urgency::ScaleUp))
@@ -1148,10 +1160,8 @@ impl Inner {
                 true,
             ),
             Err(e) => {
-                if let ArmError::Throttled { retry_after, .. } = &e {
-                    if current.capacity.is_some_and(|c| target > c) {
-                        self.wait_turn(name, *retry_after);
-                    }
+                if grows {
+                    self.wait_turn(name, &e);
                 }
                 (self.write_error(name, &e), false)
             }
@@ -1406,7 +1416,12 @@ impl Inner {
                 }
                 WriteEnd::GaveUp
             }
-            Err(e) => self.write_error(name, &e),
+            Err(e) => {
+                if next > fresh_capacity {
+                    self.wait_turn(name, &e);
+                }
+                self.write_error(name, &e)
+            }
         }
     }
 
