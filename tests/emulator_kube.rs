@@ -192,6 +192,59 @@ async fn a_request_without_the_bearer_token_is_unauthorized() {
 }
 
 #[tokio::test]
+async fn a_protobuf_body_is_refused_with_415_naming_json_and_nothing_is_created() {
+    // kubectl 1.32 and later send protobuf for typed creates (`kubectl create namespace`).
+    let k = Kube::start().await;
+    let resp = k
+        .http
+        .post(k.url(CM))
+        .bearer_auth(TOKEN)
+        .header("content-type", "application/vnd.kubernetes.protobuf")
+        .body(b"k8s\0\x0a\x0f\x0a\x02v1\x12\x09ConfigMap".to_vec())
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(resp.status().as_u16(), 415);
+    let v: Value = resp.json().await.expect("a Status");
+    assert_eq!(v["reason"], "UnsupportedMediaType");
+    let message = v["message"].as_str().unwrap();
+    assert!(message.contains("application/json"), "{message}");
+    assert!(
+        message.contains("application/vnd.kubernetes.protobuf"),
+        "{message}"
+    );
+    let (status, list) = k.get(CM).await;
+    assert_eq!(
+        (status, list["items"].as_array().map(Vec::len)),
+        (200, Some(0))
+    );
+}
+
+#[tokio::test]
+async fn openapi_v2_is_served_as_protobuf_to_kubectl_and_as_json_otherwise() {
+    // kubectl 1.27 validates `replace` against /openapi/v2, and any kubectl falls back to it.
+    let k = Kube::start().await;
+    let resp = k
+        .http
+        .get(k.url("/openapi/v2"))
+        .bearer_auth(TOKEN)
+        .header(
+            "accept",
+            "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+        )
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(resp.status().as_u16(), 200);
+    assert_eq!(resp.headers()["content-type"], "application/octet-stream");
+    let bytes = resp.bytes().await.unwrap();
+    assert_eq!(&bytes[..5], b"\x0a\x032.0", "field 1, swagger: \"2.0\"");
+    let (status, doc) = k.get("/openapi/v2").await;
+    assert_eq!((status, &doc["swagger"]), (200, &json!("2.0")));
+    assert_eq!(doc["definitions"], json!({}));
+}
+
+#[tokio::test]
 async fn lists_page_with_limit_and_continue_and_filter_pods_by_field_and_label() {
     let k = Kube::start().await;
     let kube = k.handle.kube().expect("kubernetes side on");

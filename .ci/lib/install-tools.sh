@@ -12,6 +12,18 @@ ensure_kubectl() {
   if [ -n "${KUBECTL:-}" ] && [ -x "$KUBECTL" ]; then :;
   elif command -v kubectl >/dev/null 2>&1; then KUBECTL="$(command -v kubectl)"; fi
   if [ -n "${KUBECTL:-}" ]; then
+    # Google's kubectl dispatcher (google-cloud-cli) picks a kubectl per call by asking the
+    # server's version, and runs its own build (1.32, which sends protobuf bodies and validates
+    # differently) when that question is slow: two calls of one script could run two kubectls.
+    # Pin the bundled kubectl of the emulator's minor version (1.30) instead.
+    if "$KUBECTL" version --client 2>/dev/null | grep -q -- '-dispatcher'; then
+      local pinned
+      pinned="$(dirname "$(readlink -f "$KUBECTL")")/kubectl.1.30"
+      if [ -x "$pinned" ]; then
+        echo "kubectl: $KUBECTL is Google's version dispatcher; pinning $pinned"
+        KUBECTL="$pinned"
+      fi
+    fi
     local kv
     kv="$("$KUBECTL" version --client 2>/dev/null | sed -n 's/^Kustomize Version: v\([0-9]*\).*/\1/p')"
     if [ -n "$kv" ] && [ "$kv" -ge 4 ]; then

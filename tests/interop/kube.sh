@@ -121,7 +121,10 @@ YAML
 
   # A drain's eviction refused by a PodDisruptionBudget. policy/v1 where served (the emulator,
   # 1.21+), else policy/v1beta1 (a 1.20 server), picked by discovery as kubectl drain picks.
-  if k api-versions | grep -qx 'policy/v1'; then pv=policy/v1; else pv=policy/v1beta1; fi
+  # (Into a file first: `grep -q` stops reading at the match, and with pipefail the writer's
+  # SIGPIPE would fail the pipeline.)
+  k api-versions >"$tmp/api-versions"
+  if grep -qx 'policy/v1' "$tmp/api-versions"; then pv=policy/v1; else pv=policy/v1beta1; fi
   k create -f - >/dev/null <<YAML
 apiVersion: v1
 kind: Node

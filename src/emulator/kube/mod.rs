@@ -445,8 +445,22 @@ pub(crate) fn handle(kube: &KubeState, parts: &Parts, body: &[u8]) -> Response {
             None => error_response(status::no_route()),
         };
     }
+    if path == "/openapi/v2" {
+        return openapi::v2(parts);
+    }
     if path.starts_with("/openapi") {
         return error_response(status::no_route());
+    }
+    if matches!(parts.method.as_str(), "POST" | "PUT") {
+        let content_type = parts
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/json");
+        let media = content_type.split(';').next().unwrap_or("").trim();
+        if !media.eq_ignore_ascii_case("application/json") {
+            return error_response(status::unsupported_body(content_type));
+        }
     }
     match routes::handle(kube, parts, body) {
         Ok(r) => r,

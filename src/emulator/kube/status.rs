@@ -145,10 +145,24 @@ pub fn unauthorized() -> KubeError {
 
 /// 415 for a PATCH content type that is not supported.
 pub fn unsupported_media_type(content_type: &str) -> KubeError {
+    unknown_format(
+        content_type,
+        "application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json",
+    )
+}
+
+/// 415 for a create or replace body that is not JSON: the emulator reads no protobuf or YAML
+/// (kubectl 1.32 and later send protobuf for some typed creates, such as `create namespace`).
+pub fn unsupported_body(content_type: &str) -> KubeError {
+    unknown_format(content_type, "application/json")
+}
+
+/// The API server's words for a body in a format it does not read.
+fn unknown_format(content_type: &str, accepted: &str) -> KubeError {
     failure(
         415,
         "UnsupportedMediaType",
-        format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {content_type})"),
+        format!("the body of the request was in an unknown format - accepted media types include: {accepted} (got {content_type})"),
         None,
     )
 }
