@@ -311,9 +311,9 @@ impl ScaleDownLoop {
         }
 
         let now = Instant::now();
-        let pods: Vec<Arc<PodRecord>> = s.cluster.pods.snapshot().values().cloned().collect();
+        let pods = s.cluster.pods.derived();
         let pdbs: Vec<_> = s.cluster.pdbs.snapshot().values().cloned().collect();
-        let volumes = s.cluster.storage.volumes_for(pods.iter());
+        let volumes = s.cluster.storage.volumes_if(pods.any_claims());
         let namespaces = s.cluster.namespace_labels();
         let (busy, deleting, draining) = {
             let f = s.flight.lock();
@@ -1147,7 +1147,7 @@ impl Shared {
         );
         // Destinations: Ready, schedulable nodes not being removed. The rest (but this node,
         // whose pods are the ones moving) still count for spread and affinity.
-        let volumes = self.cluster.storage.volumes_for(state.pods.iter());
+        let volumes = self.cluster.storage.volumes_for(state.pods().iter());
         let namespaces = self.cluster.namespace_labels();
         let (others, rest): (Vec<_>, Vec<_>) = self
             .cluster
@@ -1168,13 +1168,13 @@ impl Shared {
         let others: Vec<NodeState> = others.into_iter().map(|(_, n)| n).collect();
         let rest: Vec<NodeState> = rest.into_iter().map(|(_, n)| n).collect();
         let pdbs: Vec<_> = self.cluster.pdbs.snapshot().values().cloned().collect();
-        let cross_node = state.pods.iter().any(|p| {
+        let cross_node = state.pods().iter().any(|p| {
             p.facts().has_cross_node_rules()
                 || (!volumes.is_empty() && crate::pods::volumes::has_claims(p.spec()))
         }) || others
             .iter()
             .chain(&rest)
-            .flat_map(|n| &n.pods)
+            .flat_map(|n| n.pods())
             .any(|p| p.facts().has_remote_anti_affinity());
         let topology = cross_node.then(|| {
             Cluster::new(others.iter().chain(&rest))

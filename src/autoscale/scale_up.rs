@@ -416,7 +416,8 @@ impl ScaleUpLoop {
         // The decision's one wall clock (node ages, schedules), read once.
         let wall = self.groups.now();
         let nodes: Vec<_> = self.cluster.nodes.snapshot().values().cloned().collect();
-        let pods: Vec<_> = self.cluster.pods.snapshot().values().cloned().collect();
+        // The pods by key (to tell each what the decision says) and by where they are.
+        let (pod_objects, pods) = self.cluster.pods.snapshot_and_derived();
         let daemonsets: Vec<_> = self
             .cluster
             .daemonsets
@@ -512,7 +513,7 @@ impl ScaleUpLoop {
         }
         self.reconciler.set_provision_backoff(backed_off);
         self.decisions += 1;
-        let volumes = self.cluster.storage.volumes_for(pods.iter());
+        let volumes = self.cluster.storage.volumes_if(pods.any_claims());
         let input = ScaleUpInput {
             groups: inputs,
             nodes,
@@ -542,7 +543,7 @@ impl ScaleUpLoop {
             .with_label_values(&[trigger])
             .inc();
         self.last_decision = Some(now);
-        self.report(&input, &plan, took);
+        self.report(&input, &pod_objects, &plan, took);
         // Wake the writer for a new target, and for an unchanged one the group fell below
         // since (a spot eviction, another writer): not a scan interval later.
         let behind = plan
@@ -559,7 +560,13 @@ impl ScaleUpLoop {
     }
 
     /// Metrics, logs and pod Events for one decision.
-    fn report(&mut self, input: &ScaleUpInput, plan: &ScaleUpPlan, took: Duration) {
+    fn report(
+        &mut self,
+        input: &ScaleUpInput,
+        by_key: &crate::kube::reflect::Objects<PodRecord>,
+        plan: &ScaleUpPlan,
+        took: Duration,
+    ) {
         let m = &self.metrics;
         let unfit = plan.unfit.len() as i64;
         m.unschedulable_pods_count
@@ -626,8 +633,6 @@ impl ScaleUpLoop {
         } else {
             debug!(pending = plan.pending, "scale-up decision: nothing to do");
         }
-        let by_key: HashMap<String, &Arc<PodRecord>> =
-            input.pods.iter().map(|p| (p.key(), p)).collect();
         let mut told_now = HashMap::new();
         let mut tell = |key: &str, event: ControllerEvent, text: String| {
             if self.told.get(key) != Some(&text) {

@@ -22,6 +22,7 @@ use crate::config::{NodeGroupSpec, PodDemandSettings, ScaleDownSettings};
 use crate::node_groups::{Backing, Unhealthy};
 use crate::notify::{ConflictRecord, WriteRecord};
 use crate::planner::{ConfiguredDemand, Demand, DemandSource};
+use crate::pods::index::PodIndex;
 use crate::pods::pending::wants_capacity;
 use crate::pods::record::{NodeRecord, PodRecord};
 use crate::pods::scale_down::Blocker;
@@ -378,7 +379,7 @@ impl World {
         ScaleUpInput {
             groups: inputs,
             nodes: self.nodes.clone(),
-            pods,
+            pods: Arc::new(PodIndex::of(&pods)),
             daemonsets: self.daemonsets.clone(),
             expander: self.pod_demand.expander.clone(),
             priority_cutoff: self.pod_demand.priority_cutoff,
@@ -430,7 +431,7 @@ impl World {
         let candidates = unneeded::unneeded(&DownInput {
             groups: &groups,
             nodes: &self.nodes,
-            pods: &self.pods,
+            pods: &PodIndex::of(&self.pods),
             pdbs: &self.pdbs,
             threshold: self.scale_down.utilization_threshold,
             busy: &none,

@@ -24,6 +24,7 @@
 //! reads the node and its pods fresh from the API server immediately before a delete in any case.
 
 use crate::metrics::Metrics;
+use crate::pods::index::PodIndex;
 use crate::pods::record::{Interner, NodeRecord, PodRecord};
 use crate::pods::topology::NamespaceLabels;
 use crate::pods::volumes::Volumes;
@@ -50,10 +51,29 @@ use tokio_util::sync::CancellationToken;
 /// Objects of one kind by `namespace/name` (`name` for cluster-scoped kinds).
 pub type Objects<K> = HashMap<String, Arc<K>>;
 
-/// The published state of one kind: a snapshot, whether a full list has arrived, and whether the
-/// watch is failing.
-pub struct Reflected<K> {
-    snapshot: RwLock<Arc<Objects<K>>>,
+/// What a reflector keeps beside its objects, changed event by event and published with them
+/// (the pods' [`PodIndex`]); `()` for the kinds that keep nothing more.
+pub trait Derived<K>: Clone + Default + Send + Sync + 'static {
+    /// An object changed: `old` as it was (none when new), `new` as it is (none when deleted).
+    fn replace(&mut self, old: Option<&Arc<K>>, new: Option<&Arc<K>>);
+}
+
+impl<K> Derived<K> for () {
+    fn replace(&mut self, _: Option<&Arc<K>>, _: Option<&Arc<K>>) {}
+}
+
+impl Derived<PodRecord> for PodIndex {
+    fn replace(&mut self, old: Option<&Arc<PodRecord>>, new: Option<&Arc<PodRecord>>) {
+        PodIndex::replace(self, old, new);
+    }
+}
+
+/// The published state of one kind: a snapshot (with what is derived from it), whether a full
+/// list has arrived, and whether the watch is failing.
+pub struct Reflected<K, D = ()> {
+    /// The objects and what is derived from them, published together: a reader never sees one
+    /// without the other.
+    snapshot: RwLock<(Arc<Objects<K>>, Arc<D>)>,
     synced: AtomicBool,
     failing: parking_lot::Mutex<Option<Failing>>,
     /// Counts publications: loops wait on it instead of polling ([`Reflected::changes`]).
@@ -83,10 +103,10 @@ impl std::fmt::Display for Failing {
     }
 }
 
-impl<K> Default for Reflected<K> {
+impl<K, D: Default> Default for Reflected<K, D> {
     fn default() -> Self {
         Self {
-            snapshot: RwLock::new(Arc::new(HashMap::new())),
+            snapshot: RwLock::new((Arc::new(HashMap::new()), Arc::new(D::default()))),
             synced: AtomicBool::new(false),
             failing: parking_lot::Mutex::new(None),
             changes: tokio::sync::watch::Sender::new(0),
@@ -94,9 +114,19 @@ impl<K> Default for Reflected<K> {
     }
 }
 
-impl<K> Reflected<K> {
+impl<K, D> Reflected<K, D> {
     /// The current snapshot (one pointer copy under the lock).
     pub fn snapshot(&self) -> Arc<Objects<K>> {
+        self.snapshot.read().0.clone()
+    }
+
+    /// What is derived from the current snapshot (the pods' index).
+    pub fn derived(&self) -> Arc<D> {
+        self.snapshot.read().1.clone()
+    }
+
+    /// The current snapshot and what is derived from it, as one publication.
+    pub fn snapshot_and_derived(&self) -> (Arc<Objects<K>>, Arc<D>) {
         self.snapshot.read().clone()
     }
 
@@ -115,8 +145,8 @@ impl<K> Reflected<K> {
         self.changes.subscribe()
     }
 
-    fn publish(&self, objects: Objects<K>, synced: bool) {
-        *self.snapshot.write() = Arc::new(objects);
+    fn publish(&self, objects: Objects<K>, derived: D, synced: bool) {
+        *self.snapshot.write() = (Arc::new(objects), Arc::new(derived));
         if synced {
             self.synced.store(true, Ordering::Release);
         }
@@ -149,8 +179,9 @@ pub struct ClusterView {
     /// Nodes, as [`NodeRecord`]s: what the controller reads of them.
     pub nodes: Arc<Reflected<NodeRecord>>,
     /// Pods not yet `Succeeded` or `Failed` (a field selector on the watch), as
-    /// [`PodRecord`]s: what the controller reads, specs and labels shared by equal pods.
-    pub pods: Arc<Reflected<PodRecord>>,
+    /// [`PodRecord`]s: what the controller reads, specs and labels shared by equal pods; with
+    /// them the [`PodIndex`] (pods by node, summed), kept event by event.
+    pub pods: Arc<Reflected<PodRecord, PodIndex>>,
     /// PodDisruptionBudgets (`policy/v1`).
     pub pdbs: Arc<Reflected<PodDisruptionBudget>>,
     /// DaemonSets (`apps/v1`).
@@ -178,7 +209,12 @@ impl Storage {
     /// The storage objects as of now, as the volume filters read them, when a pod of `pods`
     /// has a claim (else there is nothing for them to decide: no objects are copied).
     pub fn volumes_for<'a>(&self, mut pods: impl Iterator<Item = &'a Arc<PodRecord>>) -> Volumes {
-        if pods.any(|p| crate::pods::volumes::has_claims(p.spec())) {
+        self.volumes_if(pods.any(|p| p.facts().has_claims()))
+    }
+
+    /// The storage objects as of now when `needed` (some pod has a claim), else none.
+    pub fn volumes_if(&self, needed: bool) -> Volumes {
+        if needed {
             self.volumes()
         } else {
             Volumes::default()
@@ -478,15 +514,16 @@ fn map_event<A, B>(e: Event<A>, mut f: impl FnMut(A) -> B) -> Event<B> {
 }
 
 /// `make` builds the watch stream: once at start, and anew (a full list) after each error.
-fn spawn_reflector<K, S, F>(
+fn spawn_reflector<K, D, S, F>(
     make: F,
     kind: &'static str,
     key: fn(&K) -> String,
     metrics: Arc<Metrics>,
     stop: CancellationToken,
-) -> (Arc<Reflected<K>>, JoinHandle<()>)
+) -> (Arc<Reflected<K, D>>, JoinHandle<()>)
 where
     K: Clone + Send + Sync + 'static,
+    D: Derived<K>,
     S: futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send + 'static,
     F: FnMut() -> S + Send + 'static,
 {
@@ -550,19 +587,22 @@ fn as_typed(
 }
 
 /// What a relist or a live event did to the state.
-struct Mirror<K> {
+struct Mirror<K, D = ()> {
     live: Objects<K>,
-    /// A relist being built aside; swapped in at `InitDone`.
-    relist: Option<Objects<K>>,
+    /// What is derived from `live`, changed with it.
+    derived: D,
+    /// A relist being built aside (with its own derived state); swapped in at `InitDone`.
+    relist: Option<(Objects<K>, D)>,
     lists: u64,
     synced: bool,
     key: fn(&K) -> String,
 }
 
-impl<K> Mirror<K> {
+impl<K, D: Derived<K>> Mirror<K, D> {
     fn new(key: fn(&K) -> String) -> Self {
         Self {
             live: HashMap::new(),
+            derived: D::default(),
             relist: None,
             lists: 0,
             synced: false,
@@ -573,26 +613,33 @@ impl<K> Mirror<K> {
     fn apply(&mut self, event: Event<K>) -> bool {
         match event {
             Event::Init => {
-                self.relist = Some(HashMap::new());
+                self.relist = Some((HashMap::new(), D::default()));
                 self.lists += 1;
                 false
             }
             Event::InitApply(obj) => {
-                let map = self.relist.get_or_insert_with(HashMap::new);
-                map.insert((self.key)(&obj), Arc::new(obj));
+                let (map, derived) = self
+                    .relist
+                    .get_or_insert_with(|| (HashMap::new(), D::default()));
+                let obj = Arc::new(obj);
+                let old = map.insert((self.key)(&obj), obj.clone());
+                derived.replace(old.as_ref(), Some(&obj));
                 false
             }
             Event::InitDone => {
-                self.live = self.relist.take().unwrap_or_default();
+                (self.live, self.derived) = self.relist.take().unwrap_or_default();
                 self.synced = true;
                 true
             }
             Event::Apply(obj) => {
-                self.live.insert((self.key)(&obj), Arc::new(obj));
+                let obj = Arc::new(obj);
+                let old = self.live.insert((self.key)(&obj), obj.clone());
+                self.derived.replace(old.as_ref(), Some(&obj));
                 self.synced
             }
             Event::Delete(obj) => {
-                self.live.remove(&(self.key)(&obj));
+                let old = self.live.remove(&(self.key)(&obj));
+                self.derived.replace(old.as_ref(), None);
                 self.synced
             }
         }
@@ -608,19 +655,20 @@ const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// Drives the watch streams `make` builds into `into` until `stop` (or until a stream ends,
 /// which only a test's does). Generic over the stream so tests can feed it events directly.
-async fn reflect<K, S, F>(
+async fn reflect<K, D, S, F>(
     mut make: F,
     kind: &'static str,
     key: fn(&K) -> String,
-    into: &Reflected<K>,
+    into: &Reflected<K, D>,
     metrics: &Metrics,
     stop: CancellationToken,
 ) where
     K: Clone + Send + Sync + 'static,
+    D: Derived<K>,
     S: futures::Stream<Item = Result<Event<K>, watcher::Error>> + Send,
     F: FnMut() -> S,
 {
-    let mut mirror = Mirror::<K>::new(key);
+    let mut mirror = Mirror::<K, D>::new(key);
     let mut newest = Instant::now();
     let mut backoff = RESTART_BACKOFF;
     let mut age_tick = tokio::time::interval(Duration::from_secs(1));
@@ -684,7 +732,7 @@ async fn reflect<K, S, F>(
                     .kube_objects_cached
                     .with_label_values(&[kind])
                     .set(mirror.live.len() as i64);
-                into.publish(mirror.live.clone(), mirror.synced);
+                into.publish(mirror.live.clone(), mirror.derived.clone(), mirror.synced);
             }
             metrics
                 .kube_newest_event_age_seconds

@@ -98,7 +98,7 @@ pub fn waste(o: &Estimate) -> f64 {
             let (mut alloc, mut used) = (0i128, 0i128);
             for n in &o.nodes {
                 alloc += n.allocatable.get(r).copied().unwrap_or(0);
-                used += n.requested.get(r).copied().unwrap_or(0);
+                used += n.requested().get(r).copied().unwrap_or(0);
             }
             if alloc <= 0 {
                 0.0

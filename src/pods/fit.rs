@@ -425,6 +425,86 @@ fn host_ports(spec: &PodSpec) -> Vec<HostPort> {
         .collect()
 }
 
+/// The pods on one node and what they take: their summed requests, their host ports, and how
+/// many have required anti-affinity or any rule about other nodes' pods. Kept per node across
+/// decisions by [`super::index::PodIndex`]; a decision's [`NodeState`] points at it.
+#[derive(Debug, Clone, Default)]
+pub struct Placed {
+    pods: Vec<Arc<PodRecord>>,
+    requested: Resources,
+    ports: Vec<HostPort>,
+    /// Pods with required anti-affinity terms (only then do others' terms need a look).
+    anti_affinity_pods: usize,
+    /// Pods with a rule about other nodes' pods ([`PodFacts::has_cross_node_rules`]).
+    cross_node_pods: usize,
+    /// Pods with volume claims (their volumes say where they may move).
+    claim_pods: usize,
+    /// Pods with required anti-affinity on a key other than the hostname (they keep pods out
+    /// of whole domains).
+    remote_anti_pods: usize,
+}
+
+impl Placed {
+    /// These pods, summed.
+    pub fn of<'a>(pods: impl IntoIterator<Item = &'a Arc<PodRecord>>) -> Self {
+        let mut placed = Self::default();
+        for p in pods {
+            placed.add(p.clone());
+        }
+        placed
+    }
+
+    /// Adds a pod: its requests, host ports and rules count from now on.
+    pub fn add(&mut self, pod: Arc<PodRecord>) {
+        let facts = pod.facts();
+        add(&mut self.requested, &facts.requests);
+        self.ports.extend(facts.ports.iter().cloned());
+        self.anti_affinity_pods += usize::from(facts.anti_affinity);
+        self.cross_node_pods += usize::from(facts.cross_node);
+        self.claim_pods += usize::from(facts.claims);
+        self.remote_anti_pods += usize::from(facts.remote_anti_affinity);
+        self.pods.push(pod);
+    }
+
+    /// Removes the pod of this namespace and name, if here; the sums are made again from the
+    /// pods left (a node holds tens of pods: exact, and no subtraction to drift).
+    pub fn remove(&mut self, pod: &PodRecord) -> bool {
+        let before = self.pods.len();
+        self.pods
+            .retain(|p| !(p.name == pod.name && p.namespace == pod.namespace));
+        if self.pods.len() == before {
+            return false;
+        }
+        *self = Self::of(&std::mem::take(&mut self.pods));
+        true
+    }
+
+    /// The pods.
+    pub fn pods(&self) -> &[Arc<PodRecord>] {
+        &self.pods
+    }
+
+    /// Their summed requests.
+    pub fn requested(&self) -> &Resources {
+        &self.requested
+    }
+
+    /// Whether any has a rule about other nodes' pods.
+    pub fn any_cross_node_rules(&self) -> bool {
+        self.cross_node_pods > 0
+    }
+
+    /// Whether any has volume claims.
+    pub fn any_claims(&self) -> bool {
+        self.claim_pods > 0
+    }
+
+    /// Whether any has required anti-affinity on a key other than the hostname.
+    pub fn any_remote_anti_affinity(&self) -> bool {
+        self.remote_anti_pods > 0
+    }
+}
+
 /// A node as the fit sees it: what it offers and what its pods already take. Built from a live
 /// Node and its pods, or from a template for a node that does not exist yet; [`NodeState::place`]
 /// adds a pod in a simulation.
@@ -438,13 +518,9 @@ pub struct NodeState {
     pub taints: Arc<Vec<Taint>>,
     /// Allocatable, including `pods`.
     pub allocatable: Resources,
-    /// Sum of the requests of the pods placed on it.
-    pub requested: Resources,
-    /// Pods on it.
-    pub pods: Vec<Arc<PodRecord>>,
-    ports: Vec<HostPort>,
-    /// Placed pods with required anti-affinity terms (only then do others' terms need a look).
-    anti_affinity_pods: usize,
+    /// Its pods and what they take: shared with the pod index a decision starts from, copied
+    /// only when a simulation places a pod here.
+    placed: Arc<Placed>,
     /// A template of a group spanning several zones: its labels in each zone a new node may land
     /// in (Azure chooses). A node selector or required node affinity must match in every one;
     /// `labels` then carries no zone.
@@ -465,6 +541,7 @@ pub struct PodFacts {
     anti_affinity: bool,
     cross_node: bool,
     remote_anti_affinity: bool,
+    claims: bool,
 }
 
 impl PodFacts {
@@ -483,6 +560,11 @@ impl PodFacts {
         self.anti_affinity
     }
 
+    /// Whether the pod has volume claims ([`super::volumes::has_claims`]).
+    pub fn has_claims(&self) -> bool {
+        self.claims
+    }
+
     /// The facts of `spec`.
     pub fn of(spec: &PodSpec) -> Self {
         Self {
@@ -491,6 +573,7 @@ impl PodFacts {
             anti_affinity: required_anti_affinity(spec).next().is_some(),
             cross_node: super::topology::has_rules(spec),
             remote_anti_affinity: super::topology::has_remote_anti_affinity(spec),
+            claims: super::volumes::has_claims(spec),
         }
     }
 }
@@ -508,10 +591,7 @@ impl NodeState {
             labels: Arc::new(labels),
             taints: Arc::new(taints),
             allocatable,
-            requested: Resources::new(),
-            pods: Vec::new(),
-            ports: Vec::new(),
-            anti_affinity_pods: 0,
+            placed: Arc::default(),
             zone_variants: None,
             volume_limits: None,
         }
@@ -522,23 +602,21 @@ impl NodeState {
         node: &NodeRecord,
         pods: impl IntoIterator<Item = &'a Arc<PodRecord>>,
     ) -> Self {
+        Self::with_placed(node, Arc::new(Placed::of(pods)))
+    }
+
+    /// A live node with its pods as the pod index keeps them (shared, not copied).
+    pub fn with_placed(node: &NodeRecord, placed: Arc<Placed>) -> Self {
         // The labels and taints are the node's own, shared: copying a node copies pointers.
-        let mut state = Self {
+        Self {
             name: node.name.clone(),
             labels: node.labels.clone(),
             taints: node.taints.clone(),
             allocatable: node.allocatable.clone(),
-            requested: Resources::new(),
-            pods: Vec::new(),
-            ports: Vec::new(),
-            anti_affinity_pods: 0,
+            placed,
             zone_variants: None,
             volume_limits: None,
-        };
-        for p in pods {
-            state.place(p.clone());
         }
-        state
     }
 
     /// The node without its pods (what it offers, its labels and taints).
@@ -548,10 +626,7 @@ impl NodeState {
             labels: self.labels.clone(),
             taints: self.taints.clone(),
             allocatable: self.allocatable.clone(),
-            requested: Resources::new(),
-            pods: Vec::new(),
-            ports: Vec::new(),
-            anti_affinity_pods: 0,
+            placed: Arc::default(),
             zone_variants: self.zone_variants.clone(),
             volume_limits: self.volume_limits.clone(),
         }
@@ -559,13 +634,32 @@ impl NodeState {
 
     /// Adds a pod: its requests, host ports and labels count from now on.
     pub fn place(&mut self, pod: Arc<PodRecord>) {
-        let facts = pod.facts();
-        add(&mut self.requested, &facts.requests);
-        self.ports.extend(facts.ports.iter().cloned());
-        if facts.anti_affinity {
-            self.anti_affinity_pods += 1;
-        }
-        self.pods.push(pod);
+        Arc::make_mut(&mut self.placed).add(pod);
+    }
+
+    /// Its pods (bound, nominated, and those a simulation placed).
+    pub fn pods(&self) -> &[Arc<PodRecord>] {
+        &self.placed.pods
+    }
+
+    /// The summed requests of its pods.
+    pub fn requested(&self) -> &Resources {
+        &self.placed.requested
+    }
+
+    /// Whether any of its pods has a rule about other nodes' pods.
+    pub fn any_cross_node_rules(&self) -> bool {
+        self.placed.any_cross_node_rules()
+    }
+
+    /// Whether any of its pods has volume claims.
+    pub fn any_claims(&self) -> bool {
+        self.placed.any_claims()
+    }
+
+    /// Whether any of its pods has required anti-affinity on a key other than the hostname.
+    pub fn any_remote_anti_affinity(&self) -> bool {
+        self.placed.any_remote_anti_affinity()
     }
 
     /// How many pods like `pod` this node, empty as it is now, takes by resources (1 for a pod
@@ -591,7 +685,7 @@ impl NodeState {
     /// What is left of `resource`.
     pub fn free(&self, resource: &str) -> Milli {
         self.allocatable.get(resource).copied().unwrap_or(0)
-            - self.requested.get(resource).copied().unwrap_or(0)
+            - self.placed.requested.get(resource).copied().unwrap_or(0)
     }
 
     /// Whether `pod` fits, or the first reason it does not (checked in the scheduler's filter
@@ -616,14 +710,14 @@ impl NodeState {
             });
         }
         for want in &facts.ports {
-            if self.ports.iter().any(|have| have.conflicts(want)) {
+            if self.placed.ports.iter().any(|have| have.conflicts(want)) {
                 return Err(Unfit::HostPort {
                     port: want.port,
                     protocol: want.protocol.clone(),
                 });
             }
         }
-        if facts.anti_affinity || self.anti_affinity_pods > 0 {
+        if facts.anti_affinity || self.placed.anti_affinity_pods > 0 {
             if let Some(with) = self.anti_affinity_conflict(pod) {
                 return Err(Unfit::AntiAffinity { with });
             }
@@ -762,7 +856,7 @@ impl NodeState {
 
     fn anti_affinity_conflict(&self, pod: &PodRecord) -> Option<String> {
         let spec = pod.spec();
-        for existing in &self.pods {
+        for existing in &self.placed.pods {
             // The incoming pod's terms against the pods already there...
             if required_anti_affinity(spec)
                 .any(|t| on_this_node(t) && term_selects(t, pod, existing))

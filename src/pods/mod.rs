@@ -18,6 +18,7 @@
 pub mod estimate;
 pub mod expander;
 pub mod fit;
+pub mod index;
 pub mod pending;
 pub mod quantity;
 pub mod record;

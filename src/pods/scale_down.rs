@@ -73,7 +73,7 @@ impl std::fmt::Display for Blocker {
 
 /// The pods that would have to move if the node went (not DaemonSet or mirror pods).
 pub fn pods_to_move(node: &NodeState) -> Vec<Arc<PodRecord>> {
-    node.pods.iter().filter(|p| moves(p)).cloned().collect()
+    node.pods().iter().filter(|p| moves(p)).cloned().collect()
 }
 
 /// Whether `pod` would have to move if its node went (not a DaemonSet or mirror pod).
@@ -88,7 +88,7 @@ pub fn utilization(node: &NodeState) -> f64 {
         .iter()
         .map(|r| {
             let alloc = node.allocatable.get(r).copied().unwrap_or(0);
-            let used = node.requested.get(r).copied().unwrap_or(0);
+            let used = node.requested().get(r).copied().unwrap_or(0);
             if alloc <= 0 {
                 0.0
             } else {

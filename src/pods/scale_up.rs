@@ -14,6 +14,7 @@ use super::estimate::{
 };
 use super::expander::{choose_ref, Expander};
 use super::fit::NodeState;
+use super::index::PodIndex;
 use super::pending::wants_capacity;
 use super::record::NodeRecord;
 use super::record::PodRecord;
@@ -68,8 +69,8 @@ pub struct ScaleUpInput<'a> {
     pub groups: Vec<GroupInput<'a>>,
     /// Nodes in the cluster.
     pub nodes: Vec<Arc<NodeRecord>>,
-    /// Pods not finished.
-    pub pods: Vec<Arc<PodRecord>>,
+    /// Pods not finished, by where they are (the pods reflector keeps the index).
+    pub pods: Arc<PodIndex>,
     /// DaemonSets (their pods take room on every new node).
     pub daemonsets: Vec<Arc<DaemonSet>>,
     /// The expander.
@@ -215,53 +216,48 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
             live_template[i] = Some(node);
         }
     }
-    // Pending pods, and pods bound to a Ready schedulable node placed on that node's state.
+    // Every node with the pods the index keeps bound to it (shared, not placed again); a pod
+    // nominated to a Ready schedulable node (a preemption under way) takes its room there, as it
+    // will.
     let mut room: Vec<NodeState> = Vec::new();
-    let mut room_of: rustc_hash::FxHashMap<&str, usize> = Default::default();
     // Nodes that take no pod (not Ready, cordoned): their pods still count for spread and
     // affinity, as the scheduler counts them.
     let mut elsewhere: Vec<NodeState> = Vec::new();
-    let mut elsewhere_of: rustc_hash::FxHashMap<&str, usize> = Default::default();
     for n in &input.nodes {
-        let mut state = NodeState::from_node(n, std::iter::empty());
+        let placed = input.pods.bound(&n.name).cloned().unwrap_or_default();
+        let mut state = NodeState::with_placed(n, placed);
         state.set_volume_limits(input.volumes.limits(&n.name));
         if is_ready(n) && schedulable(n) {
-            room_of.insert(n.name.as_str(), room.len());
+            if let Some(nominated) = input.pods.nominated(&n.name) {
+                for pod in nominated.pods() {
+                    state.place(pod.clone());
+                }
+            }
             room.push(state);
         } else {
-            elsewhere_of.insert(n.name.as_str(), elsewhere.len());
             elsewhere.push(state);
         }
     }
+    // Pending pods.
     let mut pending: Vec<Arc<PodRecord>> = Vec::new();
-    for pod in &input.pods {
-        // A pod nominated to a node (a preemption under way) takes its room there, as it will.
-        match pod.node_name.as_deref().or(pod.nominated_node.as_deref()) {
-            Some(n) => {
-                if let Some(i) = room_of.get(n) {
-                    room[*i].place(pod.clone());
-                } else if let Some(i) = elsewhere_of.get(n).filter(|_| pod.is_bound()) {
-                    elsewhere[*i].place(pod.clone());
-                }
-            }
-            None if wants_capacity(pod, input.priority_cutoff) => {
-                if has_claims(pod.spec()) {
-                    match input.volumes.of_pod(pod) {
-                        Verdict::Waiting(why) => {
-                            out.waiting.insert(pod.key(), why);
-                            continue;
-                        }
-                        Verdict::NotSimulated(why) => {
-                            out.not_simulated.insert(pod.key(), why.to_string());
-                            continue;
-                        }
-                        Verdict::None | Verdict::Needs(_) => {}
-                    }
-                }
-                pending.push(pod.clone());
-            }
-            None => {}
+    for pod in input.pods.unplaced() {
+        if !wants_capacity(pod, input.priority_cutoff) {
+            continue;
         }
+        if has_claims(pod.spec()) {
+            match input.volumes.of_pod(pod) {
+                Verdict::Waiting(why) => {
+                    out.waiting.insert(pod.key(), why);
+                    continue;
+                }
+                Verdict::NotSimulated(why) => {
+                    out.not_simulated.insert(pod.key(), why.to_string());
+                    continue;
+                }
+                Verdict::None | Verdict::Needs(_) => {}
+            }
+        }
+        pending.push(pod.clone());
     }
     out.pending = pending.len() + out.not_simulated.len() + out.waiting.len();
     if pending.is_empty() {
@@ -593,7 +589,7 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
                                 groups[m].name,
                                 capacity + u64::from(first) + j as u64
                             );
-                            for p in &n.pods {
+                            for p in n.pods() {
                                 out.triggered.insert(p.key(), groups[m].name.clone());
                                 moved.place(p.clone());
                             }
@@ -861,7 +857,7 @@ mod tests {
         ScaleUpInput {
             groups,
             nodes,
-            pods,
+            pods: Arc::new(PodIndex::of(&pods)),
             daemonsets: Vec::new(),
             expander: Expander::LeastWaste,
             priority_cutoff: -10,

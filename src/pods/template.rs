@@ -832,7 +832,7 @@ mod tests {
         assert_eq!(t.allocatable["cpu"], 3860);
         assert_eq!(t.labels[HOSTNAME], "template-gen");
         assert_eq!(t.taints.len(), 1);
-        assert!(t.pods.is_empty());
+        assert!(t.pods().is_empty());
     }
 
     #[test]

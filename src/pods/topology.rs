@@ -556,7 +556,7 @@ impl<'a> Cluster<'a> {
         };
         for i in 0..c.nodes.len() {
             let n = c.nodes[i];
-            for p in &n.pods {
+            for p in n.pods() {
                 c.place(p, i);
             }
         }
@@ -650,9 +650,7 @@ impl Topology {
     ) -> Self {
         let nodes: Vec<&NodeState> = nodes.into_iter().collect();
         let cross_node = pending.iter().any(|p| p.pod.facts().has_cross_node_rules())
-            || nodes
-                .iter()
-                .any(|n| n.pods.iter().any(|p| p.facts().has_remote_anti_affinity()));
+            || nodes.iter().any(|n| n.any_remote_anti_affinity());
         let claims = pending
             .iter()
             .any(|p| super::volumes::has_claims(p.pod.spec()));

@@ -12,14 +12,14 @@
 //! `maxScaleDownPerPass` in all.
 
 use super::fit::NodeState;
-use super::record::{NodeRecord, PodRecord};
+use super::index::PodIndex;
+use super::record::NodeRecord;
 use super::scale_down::{moves, pods_to_move, removable_hinted, utilization, Blocker, Hints};
 use super::topology::{Cluster, NamespaceLabels};
-use super::volumes::{has_claims, Volumes};
+use super::volumes::Volumes;
 use crate::cache::Instance;
 use crate::node_groups::{is_ready, schedulable, Backing, GroupIndex};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,8 +55,8 @@ pub struct DownInput<'a> {
     pub groups: &'a [DownGroup],
     /// Nodes in the cluster.
     pub nodes: &'a [Arc<NodeRecord>],
-    /// Pods not finished.
-    pub pods: &'a [Arc<PodRecord>],
+    /// Pods not finished, by where they are (the pods reflector keeps the index).
+    pub pods: &'a PodIndex,
     /// PodDisruptionBudgets, with the status the disruption controller wrote.
     pub pdbs: &'a [Arc<PodDisruptionBudget>],
     /// `scaleDown.utilizationThreshold`.
@@ -118,27 +118,17 @@ pub struct Candidates {
 pub fn unneeded(input: &DownInput) -> Candidates {
     let mut out = Candidates::default();
     let index = GroupIndex::of_backings(input.groups.iter().map(|g| &g.backing));
-    // Every node's state with its pods, placed in one pass over the pods.
-    let at: FxHashMap<&str, usize> = input
-        .nodes
-        .iter()
-        .enumerate()
-        .map(|(i, n)| (n.name.as_str(), i))
-        .collect();
-    let mut states: Vec<NodeState> = input
+    // Every node's state with the pods the index keeps bound to it (shared, not placed again).
+    let states: Vec<NodeState> = input
         .nodes
         .iter()
         .map(|node| {
-            let mut state = NodeState::from_node(node, std::iter::empty());
+            let placed = input.pods.bound(&node.name).cloned().unwrap_or_default();
+            let mut state = NodeState::with_placed(node, placed);
             state.set_volume_limits(input.volumes.limits(&node.name));
             state
         })
         .collect();
-    for pod in input.pods {
-        if let Some(&i) = pod.node_name.as_deref().and_then(|n| at.get(n)) {
-            states[i].place(pod.clone());
-        }
-    }
     // Every Ready, schedulable node that is not being removed: the room pods can move to.
     let mut room: Vec<NodeState> = Vec::new();
     let mut candidates: Vec<Candidate> = Vec::new();
@@ -190,10 +180,7 @@ pub fn unneeded(input: &DownInput) -> Candidates {
     let cross_node = room
         .iter()
         .chain(&elsewhere)
-        .flat_map(|n| &n.pods)
-        .any(|p| {
-            p.facts().has_cross_node_rules() || (!input.volumes.is_empty() && has_claims(p.spec()))
-        });
+        .any(|n| n.any_cross_node_rules() || (!input.volumes.is_empty() && n.any_claims()));
     let bare: Vec<NodeState> = if cross_node {
         room.iter().chain(&elsewhere).map(NodeState::bare).collect()
     } else {
@@ -205,7 +192,7 @@ pub fn unneeded(input: &DownInput) -> Candidates {
             room.iter()
                 .chain(&elsewhere)
                 .enumerate()
-                .flat_map(|(i, n)| n.pods.iter().map(move |p| (i, p))),
+                .flat_map(|(i, n)| n.pods().iter().map(move |p| (i, p))),
         )
         .with_volumes(input.volumes)
         .with_namespaces(input.namespaces)
@@ -221,7 +208,7 @@ pub fn unneeded(input: &DownInput) -> Candidates {
     for c in candidates {
         let state = &room[c.at];
         let n = c.node.name.clone();
-        let moves_any = state.pods.iter().any(|p| moves(p));
+        let moves_any = state.pods().iter().any(|p| moves(p));
         // As it is now: pods of nodes looked at before may have been placed on it.
         let u = utilization(state);
         // An unready node's pods are served by no one: its utilisation keeps it nowhere.
@@ -532,6 +519,7 @@ fn larger_groups_first(candidates: &Candidates, groups: &[DownGroup]) -> Vec<usi
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pods::record::PodRecord;
     use serde_json::json;
 
     const SUB: &str = "00000000-0000-0000-0000-000000000000";
@@ -585,7 +573,7 @@ mod tests {
         unneeded(&DownInput {
             groups,
             nodes,
-            pods,
+            pods: &PodIndex::of(pods),
             pdbs,
             threshold: 0.5,
             busy: &HashSet::new(),
@@ -673,7 +661,7 @@ mod tests {
         let mut dead = (*node("dead", "ss", 2, "4")).clone();
         dead.ready = false;
         let nodes = [Arc::new(sick), node("ok", "ss", 1, "8"), Arc::new(dead)];
-        let pods = [pod("p", "sick", "3"), pod("busy", "ok", "6")];
+        let pods = PodIndex::of(&[pod("p", "sick", "3"), pod("busy", "ok", "6")]);
         let unready = HashSet::from(["sick".to_string(), "dead".to_string()]);
         let groups = [group("ss", Some(3), 0)];
         let none = HashSet::new();
@@ -779,7 +767,7 @@ mod tests {
         let c = unneeded(&DownInput {
             groups: &[group("ss", Some(5), 0)],
             nodes: &nodes,
-            pods: &pods,
+            pods: &PodIndex::of(&pods),
             pdbs: &[],
             threshold: 0.5,
             busy: &HashSet::new(),
@@ -911,7 +899,7 @@ mod tests {
         let c = unneeded(&DownInput {
             groups: &[group("ss", Some(2), 0)],
             nodes: &nodes,
-            pods: &pods,
+            pods: &PodIndex::of(&pods),
             pdbs: &[],
             threshold: 0.5,
             busy: &HashSet::new(),
@@ -949,7 +937,7 @@ mod tests {
         let c = unneeded(&DownInput {
             groups: &[group("ss", Some(4), 0)],
             nodes: &nodes,
-            pods: &pods,
+            pods: &PodIndex::of(&pods),
             pdbs: &[],
             threshold: 0.5,
             busy: &busy,
