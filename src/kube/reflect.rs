@@ -848,6 +848,74 @@ mod tests {
         assert_eq!(m.live.keys().collect::<Vec<_>>(), ["b"]);
     }
 
+    fn pod(name: &str, node: Option<&str>, cpu: &str) -> PodRecord {
+        let mut spec = serde_json::json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]});
+        if let Some(n) = node {
+            spec["nodeName"] = n.into();
+        }
+        let p: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}")},
+            "spec": spec,
+        }))
+        .unwrap();
+        Interner::default().record(p)
+    }
+
+    fn usage(index: &PodIndex, node: &str) -> (usize, i128) {
+        index.bound(node).map_or((0, 0), |p| {
+            (p.pods().len(), p.requested().get("cpu").copied().unwrap_or(0))
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_pod_index_is_published_with_the_pods_through_events_and_a_relist() {
+        let into: Reflected<PodRecord, PodIndex> = Reflected::default();
+        let metrics = Metrics::new();
+        let events: Vec<Result<Event<PodRecord>, watcher::Error>> = vec![
+            Ok(Event::Init),
+            Ok(Event::InitApply(pod("a", Some("n1"), "100m"))),
+            Ok(Event::InitApply(pod("b", None, "200m"))),
+            Ok(Event::InitDone),
+            // `b` is bound, `a` grows (a resize), `c` arrives on n2.
+            Ok(Event::Apply(pod("b", Some("n1"), "200m"))),
+            Ok(Event::Apply(pod("a", Some("n1"), "300m"))),
+            Ok(Event::Apply(pod("c", Some("n2"), "1"))),
+        ];
+        let mut once = Some(events);
+        reflect(
+            move || futures::stream::iter(once.take().unwrap_or_default()),
+            "pods",
+            PodRecord::key,
+            &into,
+            &metrics,
+            CancellationToken::new(),
+        )
+        .await;
+        let (objects, index) = into.snapshot_and_derived();
+        assert_eq!(objects.len(), 3);
+        assert_eq!(index.len(), 3);
+        assert_eq!(usage(&index, "n1"), (2, 500));
+        assert_eq!(usage(&index, "n2"), (1, 1000));
+        assert_eq!(index.unplaced().count(), 0);
+        // The relist, mid-way, serves the old index; done, the new one.
+        // Started anew: `a` was deleted and `c` moved while the watch was down.
+        let mut m = Mirror::<PodRecord, PodIndex>::new(PodRecord::key);
+        m.live = (*objects).clone();
+        m.derived = (*index).clone();
+        m.synced = true;
+        for e in [
+            Event::Init,
+            Event::InitApply(pod("b", Some("n1"), "200m")),
+            Event::InitApply(pod("c", Some("n1"), "1")),
+        ] {
+            m.apply(e);
+        }
+        assert_eq!(usage(&m.derived, "n2"), (1, 1000), "the old index until the relist completes");
+        m.apply(Event::InitDone);
+        assert_eq!(usage(&m.derived, "n1"), (2, 1200));
+        assert_eq!(usage(&m.derived, "n2"), (0, 0));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_watch_error_makes_the_kind_failing_and_keeps_the_last_complete_state() {
         let started = Instant::now();

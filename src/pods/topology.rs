@@ -38,6 +38,7 @@ use super::volumes::{Needs, Verdict, Volumes};
 use k8s_openapi::api::core::v1::{PodAffinityTerm, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use rustc_hash::FxHashMap;
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -544,9 +545,49 @@ pub struct Cluster<'a> {
     volumes: Option<&'a Volumes>,
     /// Namespaces' labels, for terms that select namespaces by them.
     namespaces: Option<&'a NamespaceLabels>,
+    /// Per topology key, each node's value: read once per decision, shared by every set of
+    /// rules compiled over this cluster (scale-down compiles one per simulated node).
+    values: RefCell<FxHashMap<String, Arc<Vec<Option<Arc<str>>>>>>,
+    /// Per eligibility (a spread's keys, node affinity and tolerations as it honours them),
+    /// which nodes the spread counts on; shared the same way.
+    eligible: RefCell<FxHashMap<String, Arc<Vec<bool>>>>,
 }
 
 impl<'a> Cluster<'a> {
+    /// Each node's value of `key` (`None` where it has none, or several), computed once.
+    fn values_of(&self, key: &str) -> Arc<Vec<Option<Arc<str>>>> {
+        if let Some(v) = self.values.borrow().get(key) {
+            return v.clone();
+        }
+        let v: Arc<Vec<Option<Arc<str>>>> = Arc::new(
+            self.nodes
+                .iter()
+                .map(|n| match domain(n, key) {
+                    Domain::One(d) => Some(Arc::from(d)),
+                    _ => None,
+                })
+                .collect(),
+        );
+        self.values
+            .borrow_mut()
+            .insert(key.to_string(), v.clone());
+        v
+    }
+
+    /// Which nodes a spread of this eligibility `signature` counts on, computed once.
+    fn eligible_for(
+        &self,
+        signature: String,
+        make: impl FnOnce() -> Vec<bool>,
+    ) -> Arc<Vec<bool>> {
+        if let Some(v) = self.eligible.borrow().get(&signature) {
+            return v.clone();
+        }
+        let v = Arc::new(make());
+        self.eligible.borrow_mut().insert(signature, v.clone());
+        v
+    }
+
     /// `nodes` with the pods bound to each (indices follow the order given).
     pub fn new(nodes: impl IntoIterator<Item = &'a NodeState>) -> Self {
         let nodes: Vec<&'a NodeState> = nodes.into_iter().collect();
@@ -853,20 +894,10 @@ impl Topology {
         // Per key, each node's value (read once, shared by the rules on that key); per
         // eligibility (keys, node affinity, tolerations: most rules share one), which nodes
         // spread counts on.
-        let mut values_by_key: HashMap<String, Vec<Option<Arc<str>>>> = HashMap::new();
-        let mut eligible_by: HashMap<String, Arc<Vec<bool>>> = HashMap::new();
         for r in &mut unique {
             for i in 0..r.counted.len() {
                 let mut c = r.counted[i].clone();
-                let at = values_by_key.entry(c.key.clone()).or_insert_with(|| {
-                    nodes
-                        .iter()
-                        .map(|n| match domain(n, &c.key) {
-                            Domain::One(d) => Some(Arc::from(d)),
-                            _ => None,
-                        })
-                        .collect()
-                });
+                let at = cluster.values_of(&c.key);
                 let eligible = match c.kind {
                     Kind::Spread {
                         honor_affinity,
@@ -888,14 +919,9 @@ impl Topology {
                         );
                         let rr = &*r;
                         let cc = &c;
-                        Some(
-                            eligible_by
-                                .entry(signature)
-                                .or_insert_with(|| {
-                                    Arc::new(nodes.iter().map(|n| rr.eligible(cc, n)).collect())
-                                })
-                                .clone(),
-                        )
+                        Some(cluster.eligible_for(signature, || {
+                            nodes.iter().map(|n| rr.eligible(cc, n)).collect()
+                        }))
                     }
                     _ => None,
                 };
