@@ -1,8 +1,10 @@
 //! One planning pass on a large cluster: 5,000 nodes in 100 node groups, 50,000 pods of which
 //! 3,000 are pending, 10 DaemonSets (goal under 50 ms): the scale-up decision
 //! (`pods::scale_up::plan`) and the scale-down decision (`pods::unneeded::unneeded`), both pure,
-//! over the same snapshot, as the daemon's loops run them. Also timed: turning the API's pods
-//! into the records the reflector keeps (once per pod event, not per pass).
+//! over the same snapshot and the same pod index (pods by node, summed), as the daemon's loops
+//! run them. Also timed: turning the API's pods into the records the reflector keeps (once per
+//! pod event, not per pass), and keeping the index (built at a list, one event applied, one
+//! publication per batch of events).
 //! Groups mix four VM sizes, every fourth is a tainted GPU group; pods come from 60 Deployments
 //! (some pinned to a group by nodeSelector, some tolerating the GPU taint). Median and
 //! percentiles of many decisions over the same snapshot.

@@ -863,7 +863,10 @@ mod tests {
 
     fn usage(index: &PodIndex, node: &str) -> (usize, i128) {
         index.bound(node).map_or((0, 0), |p| {
-            (p.pods().len(), p.requested().get("cpu").copied().unwrap_or(0))
+            (
+                p.pods().len(),
+                p.requested().get("cpu").copied().unwrap_or(0),
+            )
         })
     }
 
@@ -910,7 +913,11 @@ mod tests {
         ] {
             m.apply(e);
         }
-        assert_eq!(usage(&m.derived, "n2"), (1, 1000), "the old index until the relist completes");
+        assert_eq!(
+            usage(&m.derived, "n2"),
+            (1, 1000),
+            "the old index until the relist completes"
+        );
         m.apply(Event::InitDone);
         assert_eq!(usage(&m.derived, "n1"), (2, 1200));
         assert_eq!(usage(&m.derived, "n2"), (0, 0));

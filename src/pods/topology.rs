@@ -527,6 +527,10 @@ fn signature(r: &Rules, repellers: Option<&Vec<(usize, usize)>>) -> String {
     )
 }
 
+/// Each node's value of one topology key, in the cluster's node order (`None`: it has none, or
+/// several).
+type NodeValues = Arc<Vec<Option<Arc<str>>>>;
+
 /// The cluster as the cross-node filters read it: every node's labels and taints, and the pods
 /// bound to each, grouped by shared label map (pods of one ReplicaSet share one) so a selector
 /// is tried once per group, not once per pod. Built once per decision or scale-down pass, and
@@ -547,7 +551,7 @@ pub struct Cluster<'a> {
     namespaces: Option<&'a NamespaceLabels>,
     /// Per topology key, each node's value: read once per decision, shared by every set of
     /// rules compiled over this cluster (scale-down compiles one per simulated node).
-    values: RefCell<FxHashMap<String, Arc<Vec<Option<Arc<str>>>>>>,
+    values: RefCell<FxHashMap<String, NodeValues>>,
     /// Per eligibility (a spread's keys, node affinity and tolerations as it honours them),
     /// which nodes the spread counts on; shared the same way.
     eligible: RefCell<FxHashMap<String, Arc<Vec<bool>>>>,
@@ -555,11 +559,11 @@ pub struct Cluster<'a> {
 
 impl<'a> Cluster<'a> {
     /// Each node's value of `key` (`None` where it has none, or several), computed once.
-    fn values_of(&self, key: &str) -> Arc<Vec<Option<Arc<str>>>> {
+    fn values_of(&self, key: &str) -> NodeValues {
         if let Some(v) = self.values.borrow().get(key) {
             return v.clone();
         }
-        let v: Arc<Vec<Option<Arc<str>>>> = Arc::new(
+        let v: NodeValues = Arc::new(
             self.nodes
                 .iter()
                 .map(|n| match domain(n, key) {
@@ -568,18 +572,12 @@ impl<'a> Cluster<'a> {
                 })
                 .collect(),
         );
-        self.values
-            .borrow_mut()
-            .insert(key.to_string(), v.clone());
+        self.values.borrow_mut().insert(key.to_string(), v.clone());
         v
     }
 
     /// Which nodes a spread of this eligibility `signature` counts on, computed once.
-    fn eligible_for(
-        &self,
-        signature: String,
-        make: impl FnOnce() -> Vec<bool>,
-    ) -> Arc<Vec<bool>> {
+    fn eligible_for(&self, signature: String, make: impl FnOnce() -> Vec<bool>) -> Arc<Vec<bool>> {
         if let Some(v) = self.eligible.borrow().get(&signature) {
             return v.clone();
         }
