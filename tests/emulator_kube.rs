@@ -241,6 +241,19 @@ async fn openapi_v2_is_served_as_protobuf_to_kubectl_and_as_json_otherwise() {
     assert_eq!(&bytes[..5], b"\x0a\x032.0", "field 1, swagger: \"2.0\"");
     let (status, doc) = k.get("/openapi/v2").await;
     assert_eq!((status, &doc["swagger"]), (200, &json!("2.0")));
+    // A client that takes protobuf but prefers JSON gets JSON.
+    let resp = k
+        .http
+        .get(k.url("/openapi/v2"))
+        .bearer_auth(TOKEN)
+        .header(
+            "accept",
+            "application/json, application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+        )
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(resp.headers()["content-type"], "application/json");
     assert_eq!(doc["definitions"], json!({}));
 }
 

@@ -74,7 +74,11 @@ impl PodIndex {
                 Arc::make_mut(self.nominated.entry(n.to_string()).or_default()).add(pod.clone())
             }
             Slot::Unplaced => {
-                self.unplaced.insert(pod.key(), pod.clone());
+                // The same key twice (a hand-made snapshot) is one pod: the last one.
+                if let Some(old) = self.unplaced.insert(pod.key(), pod.clone()) {
+                    self.len -= 1;
+                    self.with_claims -= usize::from(old.facts().has_claims());
+                }
             }
         }
     }
@@ -265,7 +269,17 @@ mod tests {
                 k
             };
             assert_eq!(keys(&index), keys(&built), "{n}");
+            let nominated = |i: &PodIndex| {
+                let mut k: Vec<String> = i
+                    .nominated(n)
+                    .map(|p| p.pods().iter().map(|p| p.key()).collect())
+                    .unwrap_or_default();
+                k.sort();
+                k
+            };
+            assert_eq!(nominated(&index), nominated(&built), "{n}");
         }
+        assert_eq!(index.any_nominated(), built.any_nominated());
         let unplaced = |i: &PodIndex| i.unplaced().map(|p| p.key()).collect::<Vec<_>>();
         assert_eq!(unplaced(&index), unplaced(&built));
     }

@@ -577,6 +577,9 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
             // so its labels (zone) are the ones later rounds count, and its pods say which group
             // they triggered.
             let mut nodes = best.nodes.iter();
+            // An estimate's node is group i's template (with its DaemonSet pods) and then the
+            // pods placed on it: only those move to another group's template.
+            let base = templates[i].as_ref().map_or(0, |t| t.pods().len());
             for &(m, k) in &split {
                 let first = added[m] - k;
                 let capacity = u64::try_from(groups[m].capacity.unwrap_or(0).max(0)).unwrap_or(0);
@@ -589,7 +592,7 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
                                 groups[m].name,
                                 capacity + u64::from(first) + j as u64
                             );
-                            for p in n.pods() {
+                            for p in n.pods().get(base..).unwrap_or_default() {
                                 out.triggered.insert(p.key(), groups[m].name.clone());
                                 moved.place(p.clone());
                             }
@@ -1534,6 +1537,54 @@ mod tests {
             *by_group.entry(g.as_str()).or_default() += 1;
         }
         assert_eq!(by_group, BTreeMap::from([("z1", 2), ("z2", 1), ("z3", 2)]));
+    }
+
+    #[test]
+    fn a_node_balancing_moves_to_a_similar_group_carries_that_groups_daemonset_pods_once() {
+        let zones = vec![
+            zonal("z1", &["1"], 0),
+            zonal("z2", &["2"], 0),
+            zonal("z3", &["3"], 0),
+        ];
+        let mut i = input(zones, vec![], six_big_pods());
+        i.balance_similar = true;
+        i.daemonsets = vec![Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": "agent", "namespace": "kube-system"},
+                "spec": {
+                    "selector": {"matchLabels": {"ds": "agent"}},
+                    "template": {
+                        "metadata": {"labels": {"ds": "agent"}},
+                        "spec": {"containers": [{"name": "a", "resources": {"requests": {"cpu": "500m"}}}]},
+                    },
+                },
+            }))
+            .unwrap(),
+        )];
+        let p = plan(&i);
+        // Six 3-cpu pods, one per D4s_v5 node (its 500m agent beside each): two per zone.
+        assert_eq!(
+            p.targets,
+            BTreeMap::from([
+                ("z1".to_string(), 2),
+                ("z2".to_string(), 2),
+                ("z3".to_string(), 2)
+            ])
+        );
+        // Only the pending pods triggered anything: the agent is no pod of the plan's.
+        let mut keys: Vec<&str> = p.triggered.keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            [
+                "default/p0",
+                "default/p1",
+                "default/p2",
+                "default/p3",
+                "default/p4",
+                "default/p5"
+            ]
+        );
     }
 
     #[test]

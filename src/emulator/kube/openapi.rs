@@ -68,14 +68,14 @@ pub fn document(gv: &str) -> Option<Value> {
 }
 
 /// `/openapi/v2`: `swagger: "2.0"` and its info, no paths or definitions; protobuf when the
-/// client asks for it (kubectl does), JSON otherwise.
+/// client's first choice is protobuf (kubectl's only one), JSON otherwise.
 pub fn v2(parts: &Parts) -> Response {
     let wants_protobuf = parts
         .headers
-        .get_all(http::header::ACCEPT)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .any(|v| v.contains("protobuf"));
+        .get(http::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(',').next())
+        .is_some_and(|first| first.contains("protobuf"));
     let (bytes, content_type) = if wants_protobuf {
         // kubectl asks for `application/com.github.proto-openapi.spec.v2@v1.0+protobuf`, which
         // Go's media type parser refuses in an answer (`@`); the API server answers the bytes
