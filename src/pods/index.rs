@@ -260,24 +260,15 @@ mod tests {
         assert_eq!(index.len(), built.len());
         for n in ["n0", "n1", "n2"] {
             assert_eq!(cpu(&index, n), cpu(&built, n), "{n}");
-            let keys = |i: &PodIndex| {
-                let mut k: Vec<String> = i
-                    .bound(n)
+            let keys = |placed: Option<&Arc<Placed>>| {
+                let mut k: Vec<String> = placed
                     .map(|p| p.pods().iter().map(|p| p.key()).collect())
                     .unwrap_or_default();
                 k.sort();
                 k
             };
-            assert_eq!(keys(&index), keys(&built), "{n}");
-            let nominated = |i: &PodIndex| {
-                let mut k: Vec<String> = i
-                    .nominated(n)
-                    .map(|p| p.pods().iter().map(|p| p.key()).collect())
-                    .unwrap_or_default();
-                k.sort();
-                k
-            };
-            assert_eq!(nominated(&index), nominated(&built), "{n}");
+            assert_eq!(keys(index.bound(n)), keys(built.bound(n)), "{n}");
+            assert_eq!(keys(index.nominated(n)), keys(built.nominated(n)), "{n}");
         }
         assert_eq!(index.any_nominated(), built.any_nominated());
         let unplaced = |i: &PodIndex| i.unplaced().map(|p| p.key()).collect::<Vec<_>>();

@@ -1541,12 +1541,7 @@ mod tests {
 
     #[test]
     fn a_node_balancing_moves_to_a_similar_group_carries_that_groups_daemonset_pods_once() {
-        let zones = vec![
-            zonal("z1", &["1"], 0),
-            zonal("z2", &["2"], 0),
-            zonal("z3", &["3"], 0),
-        ];
-        let mut i = input(zones, vec![], six_big_pods());
+        let mut i = input(three_zones(), vec![], six_big_pods());
         i.balance_similar = true;
         i.daemonsets = vec![Arc::new(
             serde_json::from_value(json!({
