@@ -675,4 +675,8 @@ fn a_retry_after_a_429_waits_less_the_longer_its_scale_up_has_waited() {
     assert!(
         retry_offset(Duration::from_secs(1), scan) > retry_offset(Duration::from_secs(2), scan)
     );
+    // The order holds across the minutes a sustained crunch makes scale-ups wait.
+    assert!(
+        retry_offset(Duration::from_secs(60), scan) > retry_offset(Duration::from_secs(90), scan)
+    );
 }
