@@ -55,6 +55,10 @@ pub struct Metrics {
     pub cache_age_seconds: GaugeVec,
     /// Last `x-ms-ratelimit-remaining-*` value seen, by scope (header suffix or policy).
     pub arm_ratelimit_remaining: IntGaugeVec,
+    /// The same counts as the budget view reads them: by scope (`subscription`, `tenant`, or a
+    /// provider such as `Microsoft.Compute`) and policy (`reads`, `writes`, `deletes`, or the
+    /// provider's policy name).
+    pub arm_budget_remaining: IntGaugeVec,
     /// Seconds of `Retry-After` deadlines that held calls back (the extension of each gate).
     pub throttle_wait_seconds_total: Counter,
     /// Unix time of the last reconcile pass that succeeded.
@@ -237,6 +241,12 @@ impl Metrics {
                 "arm_ratelimit_remaining",
                 "Last x-ms-ratelimit-remaining value seen, by scope.",
                 &["scope"],
+            ),
+            arm_budget_remaining: int_gauge(
+                &registry,
+                "arm_budget_remaining",
+                "What Azure last said is left of a throttling bucket (x-ms-ratelimit-remaining-*), by scope (subscription, tenant, or the provider of a x-ms-ratelimit-remaining-resource policy) and policy.",
+                &["scope", "policy"],
             ),
             throttle_wait_seconds_total: float_counter(
                 &registry,

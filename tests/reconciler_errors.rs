@@ -376,6 +376,7 @@ async fn the_metrics_endpoint_exports_every_documented_name() {
         "vmss_capacity_scale_set_max_size",
         "vmss_capacity_cache_age_seconds",
         "vmss_capacity_arm_ratelimit_remaining",
+        "vmss_capacity_arm_budget_remaining",
         "vmss_capacity_throttle_wait_seconds_total",
         "vmss_capacity_last_successful_reconcile_timestamp_seconds",
         "vmss_capacity_cache_invalidations_total",
@@ -447,4 +448,45 @@ async fn the_steady_state_makes_one_list_per_cache_ttl_and_no_per_scale_set_gets
         .count();
     assert_eq!(gets, 0, "no per-scale-set GET in the steady state");
     assert!(h.puts().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_budget_azure_reports_is_exported_by_scope_and_policy() {
+    use vmss_capacity_controller::emulator::{EmulatorBuilder, ThrottleLimits};
+    // The subscription's write bucket: 2 tokens.
+    let limits = ThrottleLimits {
+        sub_write_per_min: 6.0,
+        sub_write_burst: 2,
+        ..ThrottleLimits::azure_compute()
+    };
+    let h = Harness::with_emulator(
+        EmulatorBuilder::new().throttling(limits),
+        &[("pool-a", 3), ("pool-b", 3)],
+        vec![
+            group("pool-a", 0, 10, Some(4)),
+            group("pool-b", 0, 10, Some(4)),
+        ],
+        |_| {},
+    )
+    .await;
+    h.reconciler.run_once().await.unwrap();
+    assert_eq!(h.capacity("pool-a"), 4);
+    assert_eq!(h.capacity("pool-b"), 4);
+    let remaining = |scope: &str, policy: &str| {
+        h.metrics
+            .arm_budget_remaining
+            .with_label_values(&[scope, policy])
+            .get()
+    };
+    assert_eq!(
+        remaining("subscription", "writes"),
+        0,
+        "two writes spent the bucket"
+    );
+    assert!(remaining("subscription", "reads") > 0);
+    assert_eq!(
+        remaining("Microsoft.Compute", "UpdateVMScaleSet3Min"),
+        i64::from(limits.vmss_write_burst) - 1,
+        "each scale set's own bucket, one write spent"
+    );
 }

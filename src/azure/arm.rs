@@ -502,11 +502,17 @@ fn record_ratelimits(metrics: &Metrics, budget: &ArmBudget, headers: &Headers) {
             for part in v.split(',') {
                 if let Some((policy, n)) = part.trim().rsplit_once(';') {
                     if let Ok(n) = n.trim().parse::<i64>() {
+                        let policy = policy.trim();
                         metrics
                             .arm_ratelimit_remaining
-                            .with_label_values(&[policy.trim()])
+                            .with_label_values(&[policy])
                             .set(n);
-                        budget.observe(policy.trim(), n);
+                        let (provider, name) = policy.rsplit_once('/').unwrap_or(("", policy));
+                        metrics
+                            .arm_budget_remaining
+                            .with_label_values(&[provider, name])
+                            .set(n);
+                        budget.observe(policy, n);
                     }
                 }
             }
@@ -514,6 +520,12 @@ fn record_ratelimits(metrics: &Metrics, budget: &ArmBudget, headers: &Headers) {
             metrics
                 .arm_ratelimit_remaining
                 .with_label_values(&[scope])
+                .set(n);
+            // "subscription-writes" → (subscription, writes).
+            let (bucket, class) = scope.split_once('-').unwrap_or((scope, ""));
+            metrics
+                .arm_budget_remaining
+                .with_label_values(&[bucket, class])
                 .set(n);
             budget.observe(scope, n);
         }

@@ -18,7 +18,7 @@
 //! subscription's (500/min, burst 1,500), under one name, so the counts of different scale sets
 //! would overwrite each other here. A scale set's own bucket is already paced by the group's write
 //! budget (`writeBudget`) and its `Retry-After` gate; Compute's counts are still exported, per
-//! policy, as `arm_ratelimit_remaining`.
+//! policy, as `arm_ratelimit_remaining` and `arm_budget_remaining{scope,policy}`.
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
