@@ -224,15 +224,14 @@ async fn a_protobuf_body_is_refused_with_415_naming_json_and_nothing_is_created(
 async fn openapi_v2_is_served_as_protobuf_to_kubectl_and_as_json_otherwise() {
     // kubectl 1.27 validates `replace` against /openapi/v2, and any kubectl falls back to it.
     let k = Kube::start().await;
-    let resp = k
-        .http
-        .get(k.url("/openapi/v2"))
-        .bearer_auth(TOKEN)
-        .header(
-            "accept",
-            "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
-        )
-        .send()
+    let openapi = |accept: &'static str| {
+        k.http
+            .get(k.url("/openapi/v2"))
+            .bearer_auth(TOKEN)
+            .header("accept", accept)
+            .send()
+    };
+    let resp = openapi("application/com.github.proto-openapi.spec.v2@v1.0+protobuf")
         .await
         .expect("answered");
     assert_eq!(resp.status().as_u16(), 200);
@@ -242,17 +241,10 @@ async fn openapi_v2_is_served_as_protobuf_to_kubectl_and_as_json_otherwise() {
     let (status, doc) = k.get("/openapi/v2").await;
     assert_eq!((status, &doc["swagger"]), (200, &json!("2.0")));
     // A client that takes protobuf but prefers JSON gets JSON.
-    let resp = k
-        .http
-        .get(k.url("/openapi/v2"))
-        .bearer_auth(TOKEN)
-        .header(
-            "accept",
-            "application/json, application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
-        )
-        .send()
-        .await
-        .expect("answered");
+    let resp =
+        openapi("application/json, application/com.github.proto-openapi.spec.v2@v1.0+protobuf")
+            .await
+            .expect("answered");
     assert_eq!(resp.headers()["content-type"], "application/json");
     assert_eq!(doc["definitions"], json!({}));
 }

@@ -1492,6 +1492,11 @@ mod tests {
     }
 
     /// Six pods of 3 cpu: one per new D4s_v5 node.
+    /// Two new nodes in each of z1, z2 and z3.
+    fn two_per_zone() -> BTreeMap<String, i64> {
+        ["z1", "z2", "z3"].map(|z| (z.to_string(), 2)).into()
+    }
+
     fn six_big_pods() -> Vec<Arc<PodRecord>> {
         (0..6)
             .map(|k| pending(&format!("p{k}"), "3", "1Gi", json!({})))
@@ -1522,14 +1527,7 @@ mod tests {
         let p = balanced(zones(), six_big_pods());
         // z2's one node is on its way and takes a pod; five new nodes level the three at 2.
         assert_eq!(p.already_provided.len(), 1);
-        assert_eq!(
-            p.targets,
-            BTreeMap::from([
-                ("z1".to_string(), 2),
-                ("z2".to_string(), 2),
-                ("z3".to_string(), 2)
-            ])
-        );
+        assert_eq!(p.targets, two_per_zone());
         assert_eq!(p.triggered.len(), 5);
         // Each pod names the group whose new node it goes to.
         let mut by_group: BTreeMap<&str, u32> = BTreeMap::new();
@@ -1558,14 +1556,7 @@ mod tests {
         )];
         let p = plan(&i);
         // Six 3-cpu pods, one per D4s_v5 node (its 500m agent beside each): two per zone.
-        assert_eq!(
-            p.targets,
-            BTreeMap::from([
-                ("z1".to_string(), 2),
-                ("z2".to_string(), 2),
-                ("z3".to_string(), 2)
-            ])
-        );
+        assert_eq!(p.targets, two_per_zone());
         // Only the pending pods triggered anything: the agent is no pod of the plan's.
         let mut keys: Vec<&str> = p.triggered.keys().map(String::as_str).collect();
         keys.sort();
