@@ -1,9 +1,10 @@
 //! A fleet of clusters in one subscription, sharing its ARM budget (issue 18, item 8).
 //!
 //! 30 controllers, each its own cluster (its own resource group, 3 scale sets, its own ARM
-//! client, metrics and view of the budget), run against one emulator whose subscription buckets
-//! are scaled down so the fleet is near the limit (`ThrottleLimits::subscription_scaled`; the
-//! scale sets' own buckets stay Azure's). Each cluster gets bursts of pending pods at random times
+//! client, identity, metrics and view of the budget), run against one emulator whose Compute
+//! buckets of the subscription in its region (updates, deletes, GETs, LISTs: the ones a fleet
+//! shares) are scaled down so the fleet is near the limit (`ThrottleLimits::subscription_scaled`;
+//! ARM's buckets and the scale sets' own stay Azure's). Each cluster gets bursts of pending pods at random times
 //! (seeded): a group's target rises by 1-3 nodes, the controller is woken as the pod loop wakes it,
 //! and 2-6 minutes later the burst is gone and the target falls back (a write that is not urgent).
 //! Every controller also refreshes its scale sets (one LIST per `vmssCacheTTL`) and polls its
@@ -56,18 +57,26 @@ const CLUSTERS: usize = 30;
 const GROUPS: usize = 3;
 const START: i64 = 2;
 const LATENCY_MS: u64 = 100;
-/// The subscription's write and delete buckets at this share of Azure's: writes 25/min (burst 75).
+/// Compute's update and delete buckets (the subscription's, in the region) at this share of
+/// Azure's: updates 25/min (burst 75).
 const WRITE_SCALE: f64 = 0.05;
-/// The read bucket at this share: 96/min (burst 288). Thirty controllers read about 50/min when
-/// idle (a scale-set LIST and a usages read per minute each) and more after every write (the
-/// operation's polls, the instance list, a re-read), so reads are near their limit too.
+/// Compute's low-cost GET bucket at this share: 96/min (burst 288). Thirty controllers read a
+/// scale set's usages once a minute each, and re-read a scale set after some writes.
 const READ_SCALE: f64 = 0.12;
+/// Compute's high-cost GET bucket (LISTs) at this share: 50.4/min (burst 151). Thirty controllers
+/// LIST their scale sets once a minute each, and list a scale set's instances after every write,
+/// so LISTs are near their limit: at 0.13 the fleet without pacing meets 1,400 to 2,400 429s in
+/// 40 minutes even when its writes fit, at 0.15 none.
+const LIST_SCALE: f64 = 0.14;
 
 fn limits() -> ThrottleLimits {
     let reads = ThrottleLimits::azure_compute().subscription_scaled(READ_SCALE);
+    let lists = ThrottleLimits::azure_compute().subscription_scaled(LIST_SCALE);
     ThrottleLimits {
         sub_read_per_min: reads.sub_read_per_min,
         sub_read_burst: reads.sub_read_burst,
+        sub_list_per_min: lists.sub_list_per_min,
+        sub_list_burst: lists.sub_list_burst,
         ..ThrottleLimits::azure_compute().subscription_scaled(WRITE_SCALE)
     }
 }
@@ -360,6 +369,18 @@ async fn run(load: Load, reserve: f64, length: Duration, seed: u64) -> Outcome {
             .is_some_and(|w| w.starts_with("cluster-"))
     };
     let throttled = log.iter().filter(ours).filter(|r| r.status == 429).count() as u64;
+    if std::env::var("FLEET_DEBUG").is_ok() {
+        for r in log.iter().filter(ours).filter(|r| r.status == 429).take(20) {
+            eprintln!(
+                "429 #{} of {}: {} {} by {:?}",
+                r.seq,
+                log.len(),
+                r.method,
+                r.path,
+                r.writer
+            );
+        }
+    }
     let throttled_writes = log
         .iter()
         .filter(ours)
@@ -464,11 +485,13 @@ fn main() {
         if quick { "QUICK" } else { "full" }
     );
     println!(
-        "{CLUSTERS} controllers in one subscription, {GROUPS} scale sets each; subscription buckets scaled down: writes {}/min burst {}, reads {}/min burst {}; {} min of virtual time, ARM latency {LATENCY_MS} ms, seed {seed}",
+        "{CLUSTERS} controllers in one subscription, {GROUPS} scale sets each; Compute's buckets of the subscription in its region scaled down: updates {}/min burst {}, GETs {}/min burst {}, LISTs {:.1}/min burst {}; {} min of virtual time, ARM latency {LATENCY_MS} ms, seed {seed}",
         limits.sub_write_per_min,
         limits.sub_write_burst,
         limits.sub_read_per_min,
         limits.sub_read_burst,
+        limits.sub_list_per_min,
+        limits.sub_list_burst,
         length.as_secs() / 60
     );
     let loads = [

@@ -163,12 +163,14 @@ pub struct EmulatorArgs {
     /// How long writes stay `InProgress`.
     #[arg(long, default_value = "2s", value_parser = config::parse_duration_arg)]
     pub lro_delay: Duration,
-    /// Enforce Azure's compute throttling limits (token buckets, 429 with Retry-After).
+    /// Enforce Azure's throttling limits (ARM's per subscription, Compute's per subscription and
+    /// region and per scale set: token buckets, 429 with Retry-After).
     #[arg(long)]
     pub throttling: bool,
-    /// With `--throttling`: the subscription's buckets (reads, writes, deletes: shared by every
-    /// client of a subscription) at this fraction of Azure's sizes, e.g. 0.05 to put a small
-    /// fleet near the limit. The scale sets' own buckets stay Azure's.
+    /// With `--throttling`: Compute's buckets of the subscription in a region (updates, deletes,
+    /// GETs, LISTs: shared by every client of the subscription there) at this fraction of Azure's
+    /// sizes, e.g. 0.05 to put a small fleet near the limit. ARM's buckets and the scale sets'
+    /// own stay Azure's.
     #[arg(long, default_value_t = 1.0, value_parser = parse_scale)]
     pub subscription_limits_scale: f64,
     /// Also serve the Kubernetes API (`/api`, `/apis`, `/version`) on the same listener.

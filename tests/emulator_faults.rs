@@ -252,12 +252,13 @@ async fn throttling_answers_429_with_retry_after_and_refills_on_the_tokio_clock(
     assert_eq!(a.status, 200);
     assert_eq!(
         a.header("x-ms-ratelimit-remaining-resource").as_deref(),
-        Some("Microsoft.Compute/UpdateVMScaleSet3Min;1")
+        Some("Microsoft.Compute/UpdateVMScaleSet3Min;1499"),
+        "the region's bucket (the scale set's own, 1 left, is not reported)"
     );
     assert_eq!(
         a.header("x-ms-ratelimit-remaining-subscription-writes")
             .as_deref(),
-        Some("1499")
+        Some("199")
     );
     assert_eq!(
         env.off_clock("PUT", &vmss_path("v"), None, Some(put_body(3)))
@@ -280,7 +281,7 @@ async fn throttling_answers_429_with_retry_after_and_refills_on_the_tokio_clock(
     assert_eq!(g.status, 200);
     assert_eq!(
         g.header("x-ms-ratelimit-remaining-resource").as_deref(),
-        Some("Microsoft.Compute/GetVMScaleSet3Min;35")
+        Some("Microsoft.Compute/GetVMScaleSet3Min;2399")
     );
     tokio::time::advance(Duration::from_secs(60)).await;
     assert_eq!(
@@ -302,44 +303,90 @@ async fn rate_limit_headers_are_present_even_with_throttling_off() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_subscription_buckets_are_shared_by_every_scale_set_and_deletes_have_their_own() {
-    // The subscription's writes: 2 in all (its scale sets' own buckets hold 12 each).
+async fn computes_buckets_are_shared_by_the_scale_sets_of_a_region_and_arms_by_every_region() {
+    // Compute's updates, per subscription and region: 2 (each scale set's own bucket holds 12).
+    // ARM's writes, per subscription: 4.
     let limits = ThrottleLimits {
         sub_write_per_min: 1.0,
         sub_write_burst: 2,
         sub_delete_per_min: 1.0,
         sub_delete_burst: 3,
+        arm_write_per_min: 1.0,
+        arm_write_burst: 4,
         ..ThrottleLimits::azure_compute()
     };
     let env = Env::with(EmulatorBuilder::new().throttling(limits)).await;
-    for name in ["v", "w"] {
-        env.handle
-            .state()
-            .seed_scale_set(ScaleSetSeed::new(SUB, RG, name, 1));
+    for (name, location) in [
+        ("v", "westeurope"),
+        ("w", "westeurope"),
+        ("x", "northeurope"),
+    ] {
+        let mut seed = ScaleSetSeed::new(SUB, RG, name, 1);
+        seed.location = location.into();
+        env.handle.state().seed_scale_set(seed);
     }
-    let a = env
-        .off_clock("PUT", &vmss_path("v"), None, Some(put_body(2)))
-        .await;
-    assert_eq!(a.status, 200);
-    let b = env
-        .off_clock("PUT", &vmss_path("w"), None, Some(put_body(2)))
-        .await;
+    let put = |name: &'static str, capacity: i64| {
+        let env = &env;
+        let location = if name == "x" {
+            "northeurope"
+        } else {
+            "westeurope"
+        };
+        let body = json!({"location": location, "sku": {"capacity": capacity}});
+        async move {
+            env.off_clock("PUT", &vmss_path(name), None, Some(body))
+                .await
+        }
+    };
+    assert_eq!(put("v", 2).await.status, 200);
+    let b = put("w", 2).await;
     assert_eq!(b.status, 200);
+    assert_eq!(
+        b.header("x-ms-ratelimit-remaining-resource").as_deref(),
+        Some("Microsoft.Compute/UpdateVMScaleSet3Min;0"),
+        "another scale set of the region spent from the same bucket"
+    );
     assert_eq!(
         b.header("x-ms-ratelimit-remaining-subscription-writes")
             .as_deref(),
-        Some("0"),
-        "another scale set spent from the same bucket"
+        Some("2")
     );
-    let c = env
-        .off_clock("PUT", &vmss_path("w"), None, Some(put_body(3)))
-        .await;
+    let c = put("w", 3).await;
     assert_eq!(
         c.status, 429,
-        "w's own bucket has tokens; the subscription's does not"
+        "w's own bucket has tokens; the region's does not"
     );
     assert!(c.header("retry-after").is_some());
-    // A delete of instances pays from the deletes bucket, not the writes one.
+    assert_eq!(
+        c.header("x-ms-ratelimit-remaining-subscription-writes")
+            .as_deref(),
+        Some("1"),
+        "ARM admitted it before Compute refused it"
+    );
+    // Another region has its own Compute bucket, and the same ARM one.
+    let x = put("x", 2).await;
+    assert_eq!(x.status, 200);
+    assert_eq!(
+        x.header("x-ms-ratelimit-remaining-resource").as_deref(),
+        Some("Microsoft.Compute/UpdateVMScaleSet3Min;1")
+    );
+    assert_eq!(
+        x.header("x-ms-ratelimit-remaining-subscription-writes")
+            .as_deref(),
+        Some("0")
+    );
+    let refused = put("x", 3).await;
+    assert_eq!(refused.status, 429, "ARM's bucket is empty");
+    assert_eq!(
+        refused.header("x-ms-ratelimit-remaining-resource"),
+        None,
+        "ARM refused it: Compute never saw it"
+    );
+    assert_eq!(
+        env.handle.state().scale_set(SUB, RG, "x").unwrap().capacity,
+        2
+    );
+    // A delete of instances pays from the deletes buckets, not the writes ones.
     let d = env
         .off_clock(
             "POST",
@@ -352,11 +399,25 @@ async fn the_subscription_buckets_are_shared_by_every_scale_set_and_deletes_have
     assert_eq!(
         d.header("x-ms-ratelimit-remaining-subscription-deletes")
             .as_deref(),
-        Some("2")
+        Some((limits.arm_delete_burst - 1).to_string().as_str())
     );
-    // The scale set's own bucket is one for its writes and deletes (12, one PUT spent).
     assert_eq!(
         d.header("x-ms-ratelimit-remaining-resource").as_deref(),
-        Some("Microsoft.Compute/DeleteVMScaleSetVMs3Min;10")
+        Some("Microsoft.Compute/DeleteVMScaleSetVMs3Min;2")
+    );
+    // A LIST is a high-cost GET, from its own bucket.
+    let l = env
+        .off_clock("GET", vmss_path("").trim_end_matches('/'), None, None)
+        .await;
+    assert_eq!(l.status, 200);
+    assert_eq!(
+        l.header("x-ms-ratelimit-remaining-resource").as_deref(),
+        Some(
+            format!(
+                "Microsoft.Compute/HighCostGetVMScaleSet3Min;{}",
+                limits.sub_list_burst - 1
+            )
+            .as_str()
+        )
     );
 }

@@ -453,7 +453,7 @@ async fn the_steady_state_makes_one_list_per_cache_ttl_and_no_per_scale_set_gets
 #[tokio::test(start_paused = true)]
 async fn the_budget_azure_reports_is_exported_by_scope_and_policy() {
     use vmss_capacity_controller::emulator::{EmulatorBuilder, ThrottleLimits};
-    // The subscription's write bucket: 2 tokens.
+    // Compute's update bucket of the subscription in the region: 2 tokens.
     let limits = ThrottleLimits {
         sub_write_per_min: 6.0,
         sub_write_burst: 2,
@@ -479,14 +479,85 @@ async fn the_budget_azure_reports_is_exported_by_scope_and_policy() {
             .get()
     };
     assert_eq!(
-        remaining("subscription", "writes"),
+        remaining("Microsoft.Compute", "UpdateVMScaleSet3Min"),
         0,
-        "two writes spent the bucket"
+        "two writes spent the region's bucket"
+    );
+    assert_eq!(
+        remaining("subscription", "writes"),
+        i64::from(limits.arm_write_burst) - 2,
+        "ARM's bucket, two writes spent"
     );
     assert!(remaining("subscription", "reads") > 0);
     assert_eq!(
-        remaining("Microsoft.Compute", "UpdateVMScaleSet3Min"),
-        i64::from(limits.vmss_write_burst) - 1,
-        "each scale set's own bucket, one write spent"
+        h.metrics
+            .arm_budget_fraction
+            .with_label_values(&["writes"])
+            .get(),
+        0.0,
+        "the emptiest write bucket is Compute's"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_region_whose_compute_budget_runs_low_holds_deletions_there_and_not_in_another_region() {
+    use vmss_capacity_controller::azure::arm::Precondition;
+    use vmss_capacity_controller::emulator::{EmulatorBuilder, ScaleSetSeed, ThrottleLimits};
+    use vmss_capacity_controller::hold::HoldReason;
+    // Compute's updates of the subscription in each region: 10, refilled slowly.
+    let limits = ThrottleLimits {
+        sub_write_per_min: 0.1,
+        sub_write_burst: 10,
+        ..ThrottleLimits::azure_compute()
+    };
+    let groups = vec![
+        group("pool-a", 0, 10, Some(4)),
+        group("pool-b", 0, 10, Some(6)),
+    ];
+    let h = Harness::with_emulator(
+        EmulatorBuilder::new().throttling(limits),
+        &[("pool-a", 3), ("busy", 1)],
+        groups.clone(),
+        |_| {},
+    )
+    .await;
+    let mut north = ScaleSetSeed::new(SUB, RG, "pool-b", 6);
+    north.location = "northeurope".into();
+    h.state.seed_scale_set(north);
+    // Another cluster of the subscription spends 9 of westeurope's 10 updates.
+    let other = arm_client(
+        &h.emulator,
+        &h.state,
+        "other-cluster",
+        std::sync::Arc::new(vmss_capacity_controller::metrics::Metrics::new()),
+    );
+    for capacity in 2..=10 {
+        let busy = other.get_scale_set("busy").await.unwrap().unwrap();
+        let etag = busy.etag.clone().unwrap();
+        other
+            .put_capacity(&busy, capacity, &Precondition::IfMatch(etag))
+            .await
+            .unwrap();
+    }
+    // A scale-up is urgent: it goes, and its answer shows westeurope's bucket spent.
+    h.reconciler.run_once().await.unwrap();
+    assert_eq!(h.capacity("pool-a"), 4);
+    assert_eq!(
+        h.metrics
+            .arm_budget_remaining
+            .with_label_values(&["Microsoft.Compute", "UpdateVMScaleSet3Min"])
+            .get(),
+        0
+    );
+    // Deleting an unneeded node in westeurope waits for its region's bucket; in northeurope,
+    // whose bucket nobody spent, it goes.
+    assert_eq!(
+        h.reconciler.delete_hold(&groups[0]),
+        Some(HoldReason::ArmBudgetReserve)
+    );
+    assert_eq!(h.reconciler.delete_hold(&groups[1]), None);
+    // Once the count is old, one deletion goes to look at the bucket again (its answer shows it
+    // as it is): the count does not hold deletions for ever.
+    tokio::time::advance(vmss_capacity_controller::azure::budget::BUDGET_MEMORY).await;
+    assert_eq!(h.reconciler.delete_hold(&groups[0]), None);
 }

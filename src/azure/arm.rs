@@ -472,7 +472,12 @@ impl Policy for ResponsePolicy {
                 )
             })??,
         };
-        record_ratelimits(&self.metrics, &self.budget, rsp.headers());
+        record_ratelimits(
+            &self.metrics,
+            &self.budget,
+            rsp.headers(),
+            request.url().path(),
+        );
         let status = rsp.status();
         if (status as u16) < 300 {
             return Ok(rsp);
@@ -491,7 +496,9 @@ fn header<'h>(headers: &'h Headers, name: &'static str) -> Option<&'h str> {
     headers.get_optional_str(&HeaderName::from_static(name))
 }
 
-fn record_ratelimits(metrics: &Metrics, budget: &ArmBudget, headers: &Headers) {
+/// Records what is left of each bucket an answer to a request for `path` was charged to.
+fn record_ratelimits(metrics: &Metrics, budget: &ArmBudget, headers: &Headers, path: &str) {
+    let mut region = None;
     for (k, v) in headers.iter() {
         let Some(scope) = k.as_str().strip_prefix("x-ms-ratelimit-remaining-") else {
             continue;
@@ -512,7 +519,8 @@ fn record_ratelimits(metrics: &Metrics, budget: &ArmBudget, headers: &Headers) {
                             .arm_budget_remaining
                             .with_label_values(&[provider, name])
                             .set(n);
-                        budget.observe(policy, n);
+                        let region = region.get_or_insert_with(|| budget.region_of(path));
+                        budget.observe_in(region.as_deref(), policy, n);
                     }
                 }
             }
@@ -881,13 +889,15 @@ impl ArmClient {
             match page {
                 Ok(page) => {
                     for vmss in page.value {
-                        out.push(scale_set_from_model(vmss, None).map_err(|detail| {
+                        let ss = scale_set_from_model(vmss, None).map_err(|detail| {
                             ArmError::Decode {
                                 op,
                                 scale_set: String::new(),
                                 detail,
                             }
-                        })?);
+                        })?;
+                        self.budget.locate(&ss.name, &ss.location);
+                        out.push(ss);
                     }
                 }
                 Err(e) => {
@@ -970,13 +980,13 @@ impl ArmClient {
             scale_set: name.into(),
             detail: e.to_string(),
         })?;
-        scale_set_from_model(model, etag)
-            .map(Some)
-            .map_err(|detail| ArmError::Decode {
-                op,
-                scale_set: name.into(),
-                detail,
-            })
+        let ss = scale_set_from_model(model, etag).map_err(|detail| ArmError::Decode {
+            op,
+            scale_set: name.into(),
+            detail,
+        })?;
+        self.budget.locate(&ss.name, &ss.location);
+        Ok(Some(ss))
     }
 
     /// Sparse capacity PUT with the given precondition. One request, never retried here.
@@ -1240,7 +1250,7 @@ impl ArmClient {
                 headers.insert(HeaderName::from(k.as_str().to_owned()), v.to_owned());
             }
         }
-        record_ratelimits(&self.metrics, &self.budget, &headers);
+        record_ratelimits(&self.metrics, &self.budget, &headers, rsp.url().path());
         let body = match rsp.bytes().await {
             Ok(b) => b.to_vec(),
             Err(e) => {

@@ -166,7 +166,10 @@ impl Reconciler {
     pub fn delete_hold(&self, group: &NodeGroupSpec) -> Option<HoldReason> {
         self.inner
             .early_hold(&group.name, WriteKind::Delete)
-            .or_else(|| self.inner.reserve_hold(Urgency::ScaleDown))
+            .or_else(|| {
+                self.inner
+                    .reserve_hold(&group.name, Urgency::ScaleDown, false)
+            })
     }
 
     /// Whether this replica may write now (the leader, with a fresh renewal).
@@ -198,7 +201,7 @@ impl Inner {
         // Held before any read is spent on it (asked again right before the send).
         if let Some(reason) = self
             .early_hold(name, WriteKind::Delete)
-            .or_else(|| self.reserve_hold(Urgency::ScaleDown))
+            .or_else(|| self.reserve_hold(name, Urgency::ScaleDown, true))
         {
             if reason == HoldReason::DryRun {
                 info!(scale_set = name, node = %nodes, "dry run: would delete the instance");

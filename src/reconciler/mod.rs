@@ -1085,9 +1085,9 @@ impl Inner {
             .or_else(|| {
                 if grows {
                     self.turn_hold(name)
-                        .or_else(|| self.reserve_hold(Urgency::ScaleUp))
+                        .or_else(|| self.reserve_hold(name, Urgency::ScaleUp, true))
                 } else {
-                    self.reserve_hold(Urgency::Other)
+                    self.reserve_hold(name, Urgency::Other, true)
                 }
             });
         if let Some(reason) = early {

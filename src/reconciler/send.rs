@@ -73,20 +73,38 @@ pub(super) enum Sent<T> {
 impl Inner {
     /// Whether a write of `urgency` waits for the subscription's API budget: below this
     /// process's reserve of what Azure reports, only the urgent go (see [`Pacing::holds`]).
-    pub(super) fn reserve_hold(&self, urgency: Urgency) -> Option<HoldReason> {
+    /// The budget asked is ARM's and Compute's in the region of `name`'s scale set. A write the
+    /// budget holds on a count older than [`BUDGET_MEMORY`](crate::azure::budget::BUDGET_MEMORY)
+    /// goes as the probe that looks at the bucket again ([`ArmBudget::probe`]); `take`: this
+    /// question is the write's own (not a scale-down's look before it drains a node), so a probe
+    /// granted is spent.
+    ///
+    /// [`ArmBudget::probe`]: crate::azure::budget::ArmBudget::probe
+    pub(super) fn reserve_hold(
+        &self,
+        name: &str,
+        urgency: Urgency,
+        take: bool,
+    ) -> Option<HoldReason> {
         let pacing = Pacing {
             reserve: self.settings.arm_budget_reserve,
         };
         let budget = self.arm.budget();
-        let left = match urgency {
-            Urgency::ScaleDown => budget
-                .fraction(BudgetClass::Deletes)
-                .or_else(|| budget.fraction(BudgetClass::Writes)),
-            _ => budget.fraction(BudgetClass::Writes),
+        let region = self
+            .node_groups
+            .scale_sets()
+            .get(name)
+            .map(|c| c.scale_set.location.clone())
+            .filter(|l| !l.is_empty());
+        let region = region.as_deref();
+        let class = match urgency {
+            Urgency::ScaleDown if budget.fraction_in(BudgetClass::Deletes, region).is_some() => {
+                BudgetClass::Deletes
+            }
+            _ => BudgetClass::Writes,
         };
-        pacing
-            .holds(urgency, left)
-            .then_some(HoldReason::ArmBudgetReserve)
+        let held = pacing.holds(urgency, budget.fraction_in(class, region));
+        (held && !budget.probe(class, region, take)).then_some(HoldReason::ArmBudgetReserve)
     }
 
     /// The group's holds: the fence (asked without a permit: cheap), an unavailable offering (capacity

@@ -11,9 +11,10 @@ use tokio::time::Instant;
 use super::aks;
 use super::faults::{self, FaultKind};
 use super::state::{
-    describe_change, rfc3339, vmss_key, Data, RequestRecord, ScaleSetSeed, Settings, MAX_CAPACITY,
+    default_location, describe_change, rfc3339, vmss_key, Data, RequestRecord, ScaleSetSeed,
+    Settings, MAX_CAPACITY,
 };
-use super::throttle::Spend;
+use super::throttle::{ComputeTarget, Spend};
 use super::{ConnKill, EmulatorState, Reply, ReplyBody};
 
 /// Tenant named in `WWW-Authenticate` challenges.
@@ -308,6 +309,36 @@ impl Route {
         }
     }
 
+    /// The region whose Compute buckets this request draws on; `None` for requests Compute
+    /// does not throttle here (AKS's API, operation polls). A scale set's request: its location;
+    /// a resource group's LIST: its scale sets' location when they share one; otherwise (or for
+    /// a scale set not created yet) the emulator's default region.
+    fn compute_location(&self, d: &Data) -> Option<String> {
+        match self {
+            Route::Usages { location, .. } => Some(location.clone()),
+            Route::Vmss { sub, rg, name }
+            | Route::VmssVms { sub, rg, name }
+            | Route::VmssDeleteInstances { sub, rg, name } => Some(
+                d.scale_sets
+                    .get(&vmss_key(sub, rg, name))
+                    .map_or_else(default_location, |s| s.location.clone()),
+            ),
+            Route::VmssList { sub, rg } => {
+                let mut locations = d
+                    .scale_sets
+                    .values()
+                    .filter(|s| s.sub.eq_ignore_ascii_case(sub) && s.rg.eq_ignore_ascii_case(rg))
+                    .map(|s| s.location.to_ascii_lowercase());
+                let first = locations.next();
+                Some(match first {
+                    Some(l) if locations.all(|o| o == l) => l,
+                    _ => default_location(),
+                })
+            }
+            _ => None,
+        }
+    }
+
     fn allows(&self, method: &str) -> bool {
         match self {
             Route::VmssList { .. }
@@ -535,19 +566,32 @@ async fn process(
         ));
     }
     let spend = if method == "GET" {
-        Spend::Read
+        if matches!(route, Route::VmssList { .. } | Route::VmssVms { .. }) {
+            Spend::List
+        } else {
+            Spend::Read
+        }
     } else if method == "DELETE" || path.ends_with("/delete") || path.ends_with("/deleteMachines") {
         Spend::Delete
     } else {
         Spend::Write
     };
-    let admission = state.lock().throttle.admit(
-        settings.throttling.as_ref(),
-        route.sub(),
-        route.vmss_key().as_deref(),
-        spend,
-        ctx.now,
-    );
+    let admission = {
+        let mut d = state.lock();
+        let location = route.compute_location(&d);
+        let vmss = route.vmss_key();
+        let compute = location.as_deref().map(|location| ComputeTarget {
+            location,
+            vmss: vmss.as_deref(),
+        });
+        d.throttle.admit(
+            settings.throttling.as_ref(),
+            route.sub(),
+            compute,
+            spend,
+            ctx.now,
+        )
+    };
     let with_limits = |mut reply: Reply| {
         for (n, v) in &admission.headers {
             reply.push_header(n, v.clone());

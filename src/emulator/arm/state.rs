@@ -81,7 +81,8 @@ pub struct ScaleSetSeed {
     pub eviction_policy: Option<String>,
 }
 
-fn default_location() -> String {
+/// Where a scale set is when its seed names no location.
+pub(crate) fn default_location() -> String {
     "westeurope".to_string()
 }
 fn default_sku() -> String {
