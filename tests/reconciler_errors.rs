@@ -557,7 +557,12 @@ async fn a_region_whose_compute_budget_runs_low_holds_deletions_there_and_not_in
     );
     assert_eq!(h.reconciler.delete_hold(&groups[1]), None);
     // Once the count is old, one deletion goes to look at the bucket again (its answer shows it
-    // as it is): the count does not hold deletions for ever.
+    // as it is): the count does not hold deletions for ever. One: no second node is drained
+    // for a delete that would be held.
     tokio::time::advance(vmss_capacity_controller::azure::budget::BUDGET_MEMORY).await;
     assert_eq!(h.reconciler.delete_hold(&groups[0]), None);
+    assert_eq!(
+        h.reconciler.delete_hold(&groups[0]),
+        Some(HoldReason::ArmBudgetReserve)
+    );
 }

@@ -243,9 +243,9 @@ impl ArmBudget {
 
     /// Whether a write that the emptiest bucket of `class` in `region` holds may go anyway, to
     /// look at the bucket again: its count is older than [`BUDGET_MEMORY`], and no write went to
-    /// look in the last [`BUDGET_MEMORY`]. With `take`, a `true` answer is that write: the next
-    /// probe is a [`BUDGET_MEMORY`] later (or never, once an answer brings a fresh count).
-    pub fn probe(&self, class: BudgetClass, region: Option<&str>, take: bool) -> bool {
+    /// look in the last [`BUDGET_MEMORY`]. A `true` answer is that write: the next probe is a
+    /// [`BUDGET_MEMORY`] later (or never, once an answer brings a fresh count).
+    pub fn probe(&self, class: BudgetClass, region: Option<&str>) -> bool {
         let now = Instant::now();
         let mut buckets = self.buckets.lock();
         let emptiest = buckets
@@ -258,7 +258,7 @@ impl ArmBudget {
         };
         let old = |t: Instant| now.saturating_duration_since(t) >= BUDGET_MEMORY;
         let due = old(seen.at) && seen.probed.is_none_or(old);
-        if due && take {
+        if due {
             seen.probed = Some(now);
         }
         due
@@ -398,37 +398,24 @@ mod tests {
             Some(0.0),
             "seen empty: empty"
         );
-        assert!(
-            !b.probe(BudgetClass::Writes, west, true),
-            "a fresh count holds"
-        );
+        assert!(!b.probe(BudgetClass::Writes, west), "a fresh count holds");
         tokio::time::advance(BUDGET_MEMORY).await;
+        assert!(b.probe(BudgetClass::Writes, west), "one write goes to look");
+        assert!(!b.probe(BudgetClass::Writes, west), "one only");
         assert!(
-            b.probe(BudgetClass::Writes, west, false),
-            "asked, not taken"
-        );
-        assert!(
-            b.probe(BudgetClass::Writes, west, true),
-            "one write goes to look"
-        );
-        assert!(!b.probe(BudgetClass::Writes, west, true), "one only");
-        assert!(
-            !b.probe(BudgetClass::Writes, Some("northeurope"), true),
+            !b.probe(BudgetClass::Writes, Some("northeurope")),
             "nothing seen there: nothing holds"
         );
         tokio::time::advance(BUDGET_MEMORY - Duration::from_secs(1)).await;
-        assert!(!b.probe(BudgetClass::Writes, west, true));
+        assert!(!b.probe(BudgetClass::Writes, west));
         tokio::time::advance(Duration::from_secs(1)).await;
         assert!(
-            b.probe(BudgetClass::Writes, west, true),
+            b.probe(BudgetClass::Writes, west),
             "its answer never came: again"
         );
         b.observe_in(west, update, 0);
         tokio::time::advance(BUDGET_MEMORY - Duration::from_secs(1)).await;
-        assert!(
-            !b.probe(BudgetClass::Writes, west, true),
-            "a fresh count again"
-        );
+        assert!(!b.probe(BudgetClass::Writes, west), "a fresh count again");
     }
 
     #[test]

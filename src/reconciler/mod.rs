@@ -144,6 +144,9 @@ struct GroupState {
     wanting_since: Option<Instant>,
     /// After a 429 (or the gate it closed) held this group's scale-up: when its turn comes.
     turn_at: Option<Instant>,
+    /// When scale-down's look before a drain was granted the budget's probe for this group's
+    /// delete (see [`Inner::reserve_hold`]): that delete goes, and no other drain starts for it.
+    probe_granted: Option<Instant>,
 }
 
 /// Liveness and readiness, read by `/healthz` and `/readyz`.
@@ -911,6 +914,7 @@ impl Inner {
             held: None,
             wanting_since: None,
             turn_at: None,
+            probe_granted: None,
             budget: TokenBucket {
                 tokens: f64::from(self.settings.write_budget.burst),
                 last: Instant::now(),

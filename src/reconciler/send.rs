@@ -40,7 +40,7 @@
 //!   the status's `held` describes planned capacity writes.
 
 use super::Inner;
-use crate::azure::budget::{BudgetClass, Pacing, Urgency};
+use crate::azure::budget::{BudgetClass, Pacing, Urgency, BUDGET_MEMORY};
 use crate::azure::{ArmError, Precondition};
 use crate::cache::ScaleSet;
 use crate::config::NodeGroupSpec;
@@ -73,11 +73,13 @@ pub(super) enum Sent<T> {
 impl Inner {
     /// Whether a write of `urgency` waits for the subscription's API budget: below this
     /// process's reserve of what Azure reports, only the urgent go (see [`Pacing::holds`]).
-    /// The budget asked is ARM's and Compute's in the region of `name`'s scale set. A write the
-    /// budget holds on a count older than [`BUDGET_MEMORY`](crate::azure::budget::BUDGET_MEMORY)
-    /// goes as the probe that looks at the bucket again ([`ArmBudget::probe`]); `take`: this
-    /// question is the write's own (not a scale-down's look before it drains a node), so a probe
-    /// granted is spent.
+    /// The budget asked is ARM's and Compute's in the region of `name`'s scale set.
+    ///
+    /// A write held on a count older than [`BUDGET_MEMORY`] goes as the probe that looks at the
+    /// bucket again ([`ArmBudget::probe`]). `take`: the question is the write's own. Otherwise
+    /// it is scale-down's look before it drains a node for a delete: a probe granted then is
+    /// kept for the group's next delete (no other drain starts for it meanwhile), so no node is
+    /// drained for a delete the probe would not let through.
     ///
     /// [`ArmBudget::probe`]: crate::azure::budget::ArmBudget::probe
     pub(super) fn reserve_hold(
@@ -103,8 +105,32 @@ impl Inner {
             }
             _ => BudgetClass::Writes,
         };
-        let held = pacing.holds(urgency, budget.fraction_in(class, region));
-        (held && !budget.probe(class, region, take)).then_some(HoldReason::ArmBudgetReserve)
+        if !pacing.holds(urgency, budget.fraction_in(class, region)) {
+            return None;
+        }
+        let now = Instant::now();
+        let goes = self.with_state(name, |s| {
+            let granted = s
+                .probe_granted
+                .filter(|t| now.saturating_duration_since(*t) < BUDGET_MEMORY);
+            match (granted, take) {
+                // The delete the look before its drain was granted the probe for.
+                (Some(_), true) => {
+                    s.probe_granted = None;
+                    true
+                }
+                // That delete is on its way: no second drain for this group.
+                (Some(_), false) => false,
+                (None, _) => {
+                    let probe = budget.probe(class, region);
+                    if probe && !take {
+                        s.probe_granted = Some(now);
+                    }
+                    probe
+                }
+            }
+        });
+        (!goes).then_some(HoldReason::ArmBudgetReserve)
     }
 
     /// The group's holds: the fence (asked without a permit: cheap), an unavailable offering (capacity
