@@ -4,11 +4,11 @@
 //! client, identity, metrics and view of the budget), run against one emulator whose Compute
 //! buckets of the subscription in its region (updates, deletes, GETs, LISTs: the ones a fleet
 //! shares) are scaled down so the fleet is near the limit (`ThrottleLimits::subscription_scaled`;
-//! ARM's buckets and the scale sets' own stay Azure's). Each cluster gets bursts of pending pods at random times
-//! (seeded): a group's target rises by 1-3 nodes, the controller is woken as the pod loop wakes it,
-//! and 2-6 minutes later the burst is gone and the target falls back (a write that is not urgent).
-//! Every controller also refreshes its scale sets (one LIST per `vmssCacheTTL`) and polls its
-//! operations, so reads spend from the subscription too.
+//! ARM's buckets and the scale sets' own stay Azure's). Each cluster gets bursts of pending pods
+//! at random times (seeded): a group's target rises by 1-3 nodes, the controller is woken as the
+//! pod loop wakes it, and 2-6 minutes later the burst is gone and the target falls back (a write
+//! that is not urgent). Every controller also refreshes its scale sets (one LIST per
+//! `vmssCacheTTL`) and polls its operations, so reads spend from the subscription too.
 //!
 //! Side by side in one run, on tokio's paused clock (virtual time, 100 ms per ARM call): pacing
 //! on (`armBudgetReservePercentage` 20, the default) against pacing off (0: a controller that only

@@ -136,6 +136,11 @@ impl Scope {
         }
     }
 
+    /// Whether this bucket is one of `class` that a request in `region` spends from.
+    fn counts_for(&self, class: BudgetClass, region: Option<&str>) -> bool {
+        self.class() == Some(class) && self.covers(region)
+    }
+
     /// Whether a write in `region` spends from this bucket (`None`: any region).
     fn covers(&self, region: Option<&str>) -> bool {
         match (self, region) {
@@ -236,7 +241,7 @@ impl ArmBudget {
         self.buckets
             .lock()
             .iter()
-            .filter(|(scope, _)| scope.class() == Some(class) && scope.covers(region))
+            .filter(|(scope, _)| scope.counts_for(class, region))
             .map(|(_, seen)| seen.fraction())
             .reduce(f64::min)
     }
@@ -250,7 +255,7 @@ impl ArmBudget {
         let mut buckets = self.buckets.lock();
         let emptiest = buckets
             .iter_mut()
-            .filter(|(scope, _)| scope.class() == Some(class) && scope.covers(region))
+            .filter(|(scope, _)| scope.counts_for(class, region))
             .map(|(_, seen)| seen)
             .min_by(|a, b| a.fraction().total_cmp(&b.fraction()));
         let Some(seen) = emptiest else {
