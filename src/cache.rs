@@ -320,32 +320,36 @@ impl Instance {
     }
 }
 
-struct JitteredTtl {
-    ttl: Duration,
-    jitter: Duration,
+struct JitteredTtl;
+
+/// One cached instance list and how long it was given.
+#[derive(Clone)]
+struct Listed {
+    instances: Arc<Vec<Instance>>,
+    /// Its TTL (stretched, jittered), and when that runs out on tokio's clock.
+    lives: Duration,
+    until: Instant,
 }
 
-impl moka::Expiry<String, Arc<Vec<Instance>>> for JitteredTtl {
+impl moka::Expiry<String, Listed> for JitteredTtl {
+    /// Reclaims the entry's memory once its life is over (on the wall clock; [`InstanceCache::get`]
+    /// judges expiry on tokio's, so a paused clock sees it too).
     fn expire_after_create(
         &self,
         _key: &String,
-        _value: &Arc<Vec<Instance>>,
+        value: &Listed,
         _now: std::time::Instant,
     ) -> Option<Duration> {
-        let jitter_ms = self.jitter.as_millis() as u64;
-        let extra = if jitter_ms == 0 {
-            0
-        } else {
-            rand::random::<u64>() % jitter_ms
-        };
-        Some(self.ttl + Duration::from_millis(extra))
+        Some(value.lives)
     }
 }
 
 /// Instance lists per scale set, with TTL and jitter.
 #[derive(Clone)]
 pub struct InstanceCache {
-    cache: moka::sync::Cache<String, Arc<Vec<Instance>>>,
+    cache: moka::sync::Cache<String, Listed>,
+    ttl: Duration,
+    jitter: Duration,
 }
 
 impl std::fmt::Debug for InstanceCache {
@@ -361,19 +365,48 @@ impl InstanceCache {
     pub fn new(ttl: Duration, jitter: Duration) -> Self {
         let cache = moka::sync::Cache::builder()
             .max_capacity(100_000)
-            .expire_after(JitteredTtl { ttl, jitter })
+            .expire_after(JitteredTtl)
             .build();
-        Self { cache }
+        Self { cache, ttl, jitter }
     }
 
     /// The cached instances of `name`, if present and not expired.
     pub fn get(&self, name: &str) -> Option<Arc<Vec<Instance>>> {
-        self.cache.get(name)
+        self.cache
+            .get(name)
+            .filter(|l| l.until > Instant::now())
+            .map(|l| l.instances)
     }
 
-    /// Stores a fresh instance list.
+    /// Stores a fresh instance list, to live the TTL plus its jitter.
     pub fn insert(&self, name: &str, instances: Vec<Instance>) {
-        self.cache.insert(name.to_string(), Arc::new(instances));
+        self.insert_stretched(name, instances, 1.0);
+    }
+
+    /// Stores a fresh instance list to live `stretch` (at least 1) times the TTL, plus its
+    /// jitter: below the reserve of the reads budget, instance lists are refreshed less often,
+    /// like the scale sets and the usages.
+    pub fn insert_stretched(&self, name: &str, instances: Vec<Instance>, stretch: f64) {
+        let lives = self.lifetime(stretch);
+        self.cache.insert(
+            name.to_string(),
+            Listed {
+                instances: Arc::new(instances),
+                lives,
+                until: Instant::now() + lives,
+            },
+        );
+    }
+
+    /// The TTL times `stretch` (at least 1), plus a random part of the jitter.
+    fn lifetime(&self, stretch: f64) -> Duration {
+        let jitter_ms = self.jitter.as_millis() as u64;
+        let extra = if jitter_ms == 0 {
+            0
+        } else {
+            rand::random::<u64>() % jitter_ms
+        };
+        self.ttl.mul_f64(stretch.max(1.0)) + Duration::from_millis(extra)
     }
 
     /// Drops the entry so the next read lists the instances again.
@@ -498,5 +531,27 @@ pub(crate) mod tests {
         assert!(c.get("a").is_some());
         c.invalidate("a");
         assert!(c.get("a").is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_instance_list_taken_while_the_reads_budget_is_low_lives_its_stretched_ttl() {
+        let c = InstanceCache::new(Duration::from_secs(300), Duration::ZERO);
+        c.insert("usual", Vec::new());
+        c.insert_stretched("stretched", Vec::new(), 2.5);
+        c.insert_stretched("never-shortened", Vec::new(), 0.5);
+        tokio::time::advance(Duration::from_secs(299)).await;
+        assert!(c.get("usual").is_some());
+        assert!(c.get("never-shortened").is_some());
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(c.get("usual").is_none(), "expired after its TTL");
+        assert!(c.get("never-shortened").is_none());
+        assert!(c.get("stretched").is_some());
+        tokio::time::advance(Duration::from_secs(448)).await;
+        assert!(c.get("stretched").is_some());
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert!(
+            c.get("stretched").is_none(),
+            "expired after 2.5 times its TTL"
+        );
     }
 }

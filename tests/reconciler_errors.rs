@@ -148,12 +148,14 @@ async fn only_a_scale_up_waits_its_turn_a_lowered_capacity_goes_when_the_gate_op
 
 #[tokio::test(start_paused = true)]
 async fn a_scale_up_that_has_waited_asks_again_as_soon_as_its_gate_opens_not_at_the_next_scan() {
+    use vmss_capacity_controller::reconciler::RETRY_ORDER_HORIZON;
     let h = pool_a_wanting_5().await;
-    throttle_next_put(&h, 120);
+    let horizon = RETRY_ORDER_HORIZON.as_secs();
+    throttle_next_put(&h, horizon);
     throttle_next_put(&h, 3);
     let cancel = tokio_util::sync::CancellationToken::new();
     tokio::join!(h.reconciler.run(cancel.clone()), async {
-        tokio::time::sleep(Duration::from_secs(180)).await;
+        tokio::time::sleep(RETRY_ORDER_HORIZON + Duration::from_secs(60)).await;
         cancel.cancel();
     });
     let puts = h.puts();
@@ -161,13 +163,13 @@ async fn a_scale_up_that_has_waited_asks_again_as_soon_as_its_gate_opens_not_at_
     assert_eq!(statuses, [429, 429, 200], "{puts:?}");
     let second = puts[1].at - puts[0].at;
     assert!(
-        second >= Duration::from_secs(130),
-        "a new scale-up waits Retry-After (120 s) and a scan (10 s): {second:?}"
+        second >= Duration::from_secs(horizon + 10),
+        "a new scale-up waits Retry-After (the horizon) and a scan (10 s): {second:?}"
     );
     let third = puts[2].at - puts[1].at;
     assert!(
         third >= Duration::from_secs(3) && third < Duration::from_secs(4),
-        "130 s old, it asks when the 3 s gate opens, woken for it, not at the next scan: {third:?}"
+        "older than the horizon, it asks when the 3 s gate opens, woken for it, not at the next scan: {third:?}"
     );
     assert_eq!(h.capacity("pool-a"), 5);
 }
@@ -565,4 +567,36 @@ async fn a_region_whose_compute_budget_runs_low_holds_deletions_there_and_not_in
         h.reconciler.delete_hold(&groups[0]),
         Some(HoldReason::ArmBudgetReserve)
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn instance_lists_are_refreshed_less_often_while_the_reads_budget_is_below_the_reserve() {
+    let h = Harness::new(
+        &[("pool-a", 3)],
+        vec![group("pool-a", 0, 10, Some(3))],
+        |_| {},
+    )
+    .await;
+    let instance_lists = || h.requests("GET", "/pool-a/virtualMachines").len();
+    // Another cluster of the subscription has spent Compute's LISTs in westeurope down to 5 %
+    // of what this process has seen the bucket hold: refreshes stretch 3.25 times.
+    let policy = "Microsoft.Compute/HighCostGetVMScaleSet3Min";
+    h.arm.budget().observe_in(Some("westeurope"), policy, 100);
+    h.arm.budget().observe_in(Some("westeurope"), policy, 5);
+    h.reconciler.run_once().await.unwrap();
+    assert_eq!(instance_lists(), 1);
+    // The emulator's answers have since shown the bucket full again, but the list taken while
+    // it was low lives 3.25 times instanceCacheTTL (300 s): 975 s, not 300.
+    tokio::time::advance(Duration::from_secs(301)).await;
+    h.reconciler.run_once().await.unwrap();
+    tokio::time::advance(Duration::from_secs(600)).await;
+    h.reconciler.run_once().await.unwrap();
+    assert_eq!(instance_lists(), 1, "not listed again before 975 s");
+    tokio::time::advance(Duration::from_secs(75)).await;
+    h.reconciler.run_once().await.unwrap();
+    assert_eq!(instance_lists(), 2);
+    // Listed with the budget full, the list lives instanceCacheTTL.
+    tokio::time::advance(Duration::from_secs(301)).await;
+    h.reconciler.run_once().await.unwrap();
+    assert_eq!(instance_lists(), 3);
 }

@@ -480,8 +480,12 @@ impl NodeGroups {
     }
 
     /// Lists instances of groups whose instance-cache entry expired or was invalidated: at most
-    /// 32 per call, a few at a time, so a large fleet spreads the cost.
-    pub async fn refresh_instances(&self, groups: &[NodeGroupSpec]) {
+    /// 32 per call, a few at a time, so a large fleet spreads the cost. Each new list lives
+    /// `stretch` times `instanceCacheTTL` (the pass's stretch: below the reserve of the reads
+    /// budget, every refresh comes less often). A list our own write invalidated is listed again
+    /// at once whatever the budget: an unknown list holds the instance timers, a stale one would
+    /// show a deleted instance as unregistered.
+    pub async fn refresh_instances(&self, groups: &[NodeGroupSpec], stretch: f64) {
         if self.settings.instance_cache_ttl.is_zero() {
             return;
         }
@@ -511,7 +515,7 @@ impl NodeGroups {
                             .set(list.len() as i64);
                         let stopped = list.iter().any(Instance::deallocated)
                             && self.offering(&name).is_some_and(|o| o.spot);
-                        self.instances.insert(&name, list);
+                        self.instances.insert_stretched(&name, list, stretch);
                         if stopped {
                             self.stopped.send_modify(|n| *n += 1);
                         }

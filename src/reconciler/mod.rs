@@ -782,7 +782,7 @@ impl Inner {
             }
         }
         // After the writes, so listing instances or usages never delays a capacity change.
-        self.node_groups.refresh_instances(&groups).await;
+        self.node_groups.refresh_instances(&groups, stretch).await;
         self.node_groups.refresh_quota(stretch).await;
         if report.failed > 0 {
             return Err(ReconcileError::Writes {
@@ -1603,16 +1603,20 @@ fn rfc3339(t: OffsetDateTime) -> String {
 
 /// The age beyond which every unmet scale-up retries as soon as its gate opens.
 ///
-/// Two minutes: when a fleet's scale-ups ask for more than the subscription's write bucket gives
-/// for long, a scale-up waits minutes (the fleet benchmark's growing fleet: about 50 s at the
-/// median, 2.5 to 3 min at the p99), and the order has to hold across those waits. With 30 s, every
-/// scale-up older than that asked at each `Retry-After`, a lottery among most of the waiting ones:
-/// the slowest cluster's p99 there was 550 to 730 s against 113 to 146 s for the fastest (three
-/// seeds), with about 20,000 429s. With two minutes it is 200 to 270 s against 120 to 130 s, with
-/// about 9,000 429s. The price is paid in a short crunch (a few minutes in which the fleet asks for
-/// more than the bucket): a scale-up between 30 s and 2 min old asks a few seconds later than it
-/// did, and the slowest cluster's worst wait there went from 43 to 57 s to 69 to 101 s.
-pub const RETRY_ORDER_HORIZON: Duration = Duration::from_secs(120);
+/// Two and a half minutes: when a fleet's scale-ups ask for more than the subscription's write
+/// bucket gives for long, a scale-up waits minutes (the fleet benchmark's growing fleet: about
+/// 50 s at the median, 2.5 to 3 min at the p99), and the order has to hold across those waits.
+/// With 30 s, every scale-up older than that asked at each `Retry-After`, a lottery among most of
+/// the waiting ones: the slowest cluster's p99 there was 550 to 730 s against 113 to 146 s for the
+/// fastest (three seeds), with about 20,000 429s. With 2 min the slowest cluster's p99 was within
+/// 2x of the fastest's in 20 of 24 runs (seeds 7, 8, 9; up to 2.33, the slowest cluster's p99 219 s
+/// at the median run); with 2.5 min in 24 of 24 (up to 1.79, 205 s), with 3 min in 24 (up to 1.91,
+/// 220 s) and with 4 min in 23 (up to 2.18, 259 s). The price grows with the horizon: a scale-up
+/// less than the horizon old asks a few seconds later than it would. In the growing fleet the
+/// fleet's p99 was 160 s at 2 min, 169 s at 2.5, 192 s at 3 and 229 s at 4 (medians); in a short
+/// crunch (the benchmark's third load) 2.5 min against 2 min cost the fleet's p99 42 to 46 s and
+/// the slowest cluster's 99 to 112 s (medians of 12 runs).
+pub const RETRY_ORDER_HORIZON: Duration = Duration::from_secs(150);
 
 /// How long after its `Retry-After` gate opens a scale-up unmet for `age` is tried again: the
 /// scan interval for a new one, shrinking linearly to nothing at [`RETRY_ORDER_HORIZON`].
