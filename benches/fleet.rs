@@ -8,7 +8,8 @@
 //! at random times (seeded): a group's target rises by 1-3 nodes, the controller is woken as the
 //! pod loop wakes it, and 2-6 minutes later the burst is gone and the target falls back (a write
 //! that is not urgent). Every controller also refreshes its scale sets (one LIST per
-//! `vmssCacheTTL`) and polls its operations, so reads spend from the subscription too.
+//! `vmssCacheTTL`) and their instances (one LIST per scale set per `instanceCacheTTL`, and after
+//! each write), and polls its operations, so reads spend from the subscription too.
 //!
 //! Side by side in one run, on tokio's paused clock (virtual time, 100 ms per ARM call): pacing
 //! on (`armBudgetReservePercentage` 20, the default) against pacing off (0: a controller that only
@@ -45,8 +46,9 @@ use tokio_util::sync::CancellationToken;
 use vmss_capacity_controller::azure::arm::{http_client, ArmTarget};
 use vmss_capacity_controller::azure::ArmClient;
 use vmss_capacity_controller::config::{
-    NodeGroupSpec, DEFAULT_ARM_BUDGET_RESERVE, DEFAULT_MAX_CONCURRENT_WRITES,
-    DEFAULT_SCAN_INTERVAL, DEFAULT_VMSS_CACHE_TTL, DEFAULT_WRITE_BUDGET,
+    NodeGroupSpec, DEFAULT_ARM_BUDGET_RESERVE, DEFAULT_INSTANCE_CACHE_TTL,
+    DEFAULT_MAX_CONCURRENT_WRITES, DEFAULT_SCAN_INTERVAL, DEFAULT_VMSS_CACHE_TTL,
+    DEFAULT_WRITE_BUDGET,
 };
 use vmss_capacity_controller::emulator::{EmulatorBuilder, ScaleSetSeed, ThrottleLimits};
 use vmss_capacity_controller::metrics::Metrics;
@@ -63,11 +65,12 @@ const WRITE_SCALE: f64 = 0.05;
 /// Compute's low-cost GET bucket at this share: 96/min (burst 288). Thirty controllers read a
 /// scale set's usages once a minute each, and re-read a scale set after some writes.
 const READ_SCALE: f64 = 0.12;
-/// Compute's high-cost GET bucket (LISTs) at this share: 50.4/min (burst 151). Thirty controllers
-/// LIST their scale sets once a minute each, and list a scale set's instances after every write,
-/// so LISTs are near their limit: at 0.13 the fleet without pacing meets 1,400 to 2,400 429s in
-/// 40 minutes even when its writes fit, at 0.15 none.
-const LIST_SCALE: f64 = 0.14;
+/// Compute's high-cost GET bucket (LISTs) at this share: 57.6/min (burst 173). Thirty controllers
+/// LIST their scale sets once a minute each, list a scale set's instances after every write and
+/// every `instanceCacheTTL` (5 min), so LISTs are near their limit: without pacing, the fleet
+/// meets 118 to 838 429s in 40 minutes even when its writes fit (seeds 7, 8, 9, twice each); at
+/// 0.15, 1,549 to 2,338; at 0.17, none. With pacing: none at 0.15 and 0.16, 10 to 33 at 0.14.
+const LIST_SCALE: f64 = 0.16;
 
 fn limits() -> ThrottleLimits {
     let reads = ThrottleLimits::azure_compute().subscription_scaled(READ_SCALE);
@@ -204,6 +207,9 @@ async fn run(load: Load, reserve: f64, length: Duration, seed: u64) -> Outcome {
         s.write_budget = DEFAULT_WRITE_BUDGET;
         s.max_concurrent_writes = DEFAULT_MAX_CONCURRENT_WRITES;
         s.arm_budget_reserve = reserve;
+        s.instance_cache_ttl = DEFAULT_INSTANCE_CACHE_TTL;
+        // No jitter, the default (cluster-autoscaler's `vmssVmsCacheJitter` is 0 too).
+        s.instance_cache_jitter = Duration::ZERO;
         let m = Arc::new(Metrics::new());
         let arm = Arc::new(ArmClient::new(
             ArmTarget {
@@ -372,9 +378,10 @@ async fn run(load: Load, reserve: f64, length: Duration, seed: u64) -> Outcome {
     if std::env::var("FLEET_DEBUG").is_ok() {
         for r in log.iter().filter(ours).filter(|r| r.status == 429).take(20) {
             eprintln!(
-                "429 #{} of {}: {} {} by {:?}",
+                "429 #{} of {} at {:.1} s: {} {} by {:?}",
                 r.seq,
                 log.len(),
+                (r.at - start).as_secs_f64(),
                 r.method,
                 r.path,
                 r.writer

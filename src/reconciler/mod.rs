@@ -1608,14 +1608,14 @@ fn rfc3339(t: OffsetDateTime) -> String {
 /// 50 s at the median, 2.5 to 3 min at the p99), and the order has to hold across those waits.
 /// With 30 s, every scale-up older than that asked at each `Retry-After`, a lottery among most of
 /// the waiting ones: the slowest cluster's p99 there was 550 to 730 s against 113 to 146 s for the
-/// fastest (three seeds), with about 20,000 429s. With 2 min the slowest cluster's p99 was within
-/// 2x of the fastest's in 20 of 24 runs (seeds 7, 8, 9; up to 2.33, the slowest cluster's p99 219 s
-/// at the median run); with 2.5 min in 24 of 24 (up to 1.79, 205 s), with 3 min in 24 (up to 1.91,
-/// 220 s) and with 4 min in 23 (up to 2.18, 259 s). The price grows with the horizon: a scale-up
-/// less than the horizon old asks a few seconds later than it would. In the growing fleet the
-/// fleet's p99 was 160 s at 2 min, 169 s at 2.5, 192 s at 3 and 229 s at 4 (medians); in a short
-/// crunch (the benchmark's third load) 2.5 min against 2 min cost the fleet's p99 42 to 46 s and
-/// the slowest cluster's 99 to 112 s (medians of 12 runs).
+/// fastest (three seeds), with about 20,000 429s. Longer horizons, 24 runs each (seeds 7, 8, 9,
+/// interleaved): the slowest cluster's p99 over the fastest's was 1.64 at the median run with
+/// 2 min, 1.54 with 2.5 and 1.51 with 3; the slowest cluster's p99 217, 209 and 224 s; above 2x in
+/// 2, 1 and 1 runs (in another batch 2 min missed in 4 of 24 and 2.5 min in none, and 4 min in 1).
+/// The price grows with the horizon, as a scale-up younger than it asks a few seconds later than
+/// it would: the growing fleet's p99 was 161 s with 2 min, 168 s with 2.5 and 191 s with 3, and in
+/// a short crunch (the benchmark's third load) 2.5 min against 2 cost the fleet's p99 42 to 46 s
+/// and the slowest cluster's 99 to 112 s (medians of 12 runs).
 pub const RETRY_ORDER_HORIZON: Duration = Duration::from_secs(150);
 
 /// How long after its `Retry-After` gate opens a scale-up unmet for `age` is tried again: the
