@@ -320,7 +320,8 @@ impl Instance {
     }
 }
 
-struct JitteredTtl;
+/// moka's expiry for the instance cache: each entry lives the time it was given ([`Listed`]).
+struct ListedLifetime;
 
 /// One cached instance list and how long it was given.
 #[derive(Clone)]
@@ -331,7 +332,7 @@ struct Listed {
     until: Instant,
 }
 
-impl moka::Expiry<String, Listed> for JitteredTtl {
+impl moka::Expiry<String, Listed> for ListedLifetime {
     /// Reclaims the entry's memory once its life is over (on the wall clock; [`InstanceCache::get`]
     /// judges expiry on tokio's, so a paused clock sees it too).
     fn expire_after_create(
@@ -365,7 +366,7 @@ impl InstanceCache {
     pub fn new(ttl: Duration, jitter: Duration) -> Self {
         let cache = moka::sync::Cache::builder()
             .max_capacity(100_000)
-            .expire_after(JitteredTtl)
+            .expire_after(ListedLifetime)
             .build();
         Self { cache, ttl, jitter }
     }
