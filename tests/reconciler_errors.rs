@@ -600,3 +600,53 @@ async fn instance_lists_are_refreshed_less_often_while_the_reads_budget_is_below
     h.reconciler.run_once().await.unwrap();
     assert_eq!(instance_lists(), 3);
 }
+
+#[tokio::test(start_paused = true)]
+async fn the_probe_kept_for_a_scale_down_delete_is_not_taken_by_a_lowering_of_the_same_group() {
+    use vmss_capacity_controller::azure::budget::BUDGET_MEMORY;
+    use vmss_capacity_controller::emulator::sim::nodes::node_name;
+    use vmss_capacity_controller::hold::HoldReason;
+    use vmss_capacity_controller::reconciler::{DeleteEnd, DeleteKind, NoLastLook};
+    use vmss_capacity_controller::resource::Victim;
+    // A schedule lowers pool-a from 4 to 3 while scale-down finds one of its nodes unneeded.
+    let h = Harness::new(
+        &[("pool-a", 4)],
+        vec![group("pool-a", 0, 10, Some(3))],
+        |_| {},
+    )
+    .await;
+    let g = h.settings.node_groups[0].clone();
+    // Other clusters of the subscription have spent Compute's updates in westeurope to 5 %.
+    let policy = "Microsoft.Compute/UpdateVMScaleSet3Min";
+    h.arm.budget().observe_in(Some("westeurope"), policy, 100);
+    h.arm.budget().observe_in(Some("westeurope"), policy, 5);
+    h.reconciler.run_once().await.unwrap();
+    assert_eq!(
+        h.capacity("pool-a"),
+        4,
+        "the lowering waits below the reserve"
+    );
+    // Five minutes on, the count is old: scale-down's look before it drains the node is granted
+    // the probe that looks at the bucket again, kept for this group's delete.
+    tokio::time::advance(BUDGET_MEMORY).await;
+    assert_eq!(h.reconciler.delete_hold(&g), None);
+    // The schedule's lowering asks next: it does not take the delete's probe.
+    h.reconciler.run_once().await.unwrap();
+    assert_eq!(h.capacity("pool-a"), 4, "the lowering still waits");
+    assert_eq!(
+        h.reconciler.status()[0].held.as_deref(),
+        Some(HoldReason::ArmBudgetReserve.metric_label())
+    );
+    // The drained node's delete goes with the probe kept for it.
+    let victim = Victim {
+        instance_id: "0".into(),
+        node_name: node_name("pool-a", 0),
+    };
+    assert_eq!(
+        h.reconciler
+            .delete_instance(&g, victim, DeleteKind::Unneeded, &NoLastLook)
+            .await,
+        DeleteEnd::Deleted
+    );
+    assert_eq!(h.capacity("pool-a"), 3);
+}

@@ -78,8 +78,9 @@ impl Inner {
     /// A write held on a count older than [`BUDGET_MEMORY`] goes as the probe that looks at the
     /// bucket again ([`ArmBudget::probe`]). `take`: the question is the write's own. Otherwise
     /// it is scale-down's look before it drains a node for a delete: a probe granted then is
-    /// kept for the group's next delete (no other drain starts for it meanwhile), so no node is
-    /// drained for a delete the probe would not let through.
+    /// kept for the group's next delete (no other drain starts for it, and no other write of the
+    /// group takes it, meanwhile), so no node is drained for a delete the probe would not let
+    /// through.
     ///
     /// [`ArmBudget::probe`]: crate::azure::budget::ArmBudget::probe
     pub(super) fn reserve_hold(
@@ -115,12 +116,13 @@ impl Inner {
                 .filter(|t| now.saturating_duration_since(*t) < BUDGET_MEMORY);
             match (granted, take) {
                 // The delete the look before its drain was granted the probe for.
-                (Some(_), true) => {
+                (Some(_), true) if urgency == Urgency::ScaleDown => {
                     s.probe_granted = None;
                     true
                 }
-                // That delete is on its way: no second drain for this group.
-                (Some(_), false) => false,
+                // That delete is on its way: no second drain for this group, and no other write
+                // of it (a lowered capacity number) takes its probe.
+                (Some(_), _) => false,
                 (None, _) => {
                     let probe = budget.probe(class, region);
                     if probe && !take {
