@@ -25,8 +25,9 @@
 //! `cargo bench --bench fleet`; `BENCH_QUICK=1` for the CI-sized run; `BENCH_SEED` (default 7);
 //! `FLEET_ONLY=<load>` (fits, urgentfits, exceeds, grows) runs one load; `FLEET_RATE=<f>`
 //! (default 1) multiplies the update and delete buckets and every load's bursts by `f`, the same
-//! loads against the bucket at another token rate; `FLEET_DEBUG=1` prints each cluster's waits and
-//! the requests of the longest.
+//! loads against the bucket at another token rate (above 1 the GET and LIST buckets too, since
+//! every write is followed by reads); `FLEET_DEBUG=1` prints each cluster's waits and the requests
+//! of the longest.
 //!
 //! For the growing fleet it also prints what an ideal queue across the fleet gives on the same
 //! bursts ([`ideal_queue`]): the order the controllers approach with no channel between them.
@@ -78,8 +79,10 @@ const READ_SCALE: f64 = 0.12;
 const LIST_SCALE: f64 = 0.16;
 
 fn limits() -> ThrottleLimits {
-    let reads = ThrottleLimits::azure_compute().subscription_scaled(READ_SCALE);
-    let lists = ThrottleLimits::azure_compute().subscription_scaled(LIST_SCALE);
+    // Above 1, the reads grow with the writes too: each write is followed by a GET and a LIST.
+    let reads_rate = rate().max(1.0);
+    let reads = ThrottleLimits::azure_compute().subscription_scaled(READ_SCALE * reads_rate);
+    let lists = ThrottleLimits::azure_compute().subscription_scaled(LIST_SCALE * reads_rate);
     ThrottleLimits {
         sub_read_per_min: reads.sub_read_per_min,
         sub_read_burst: reads.sub_read_burst,
@@ -213,7 +216,8 @@ async fn run(load: Load, reserve: f64, length: Duration, seed: u64) -> Outcome {
         let mut t = Targets::default();
         for g in 0..GROUPS {
             state.seed_scale_set(ScaleSetSeed::new(SUB, &rg(c), &name(c, g), START));
-            groups.push(group(&name(c, g), 0, 100, None));
+            // A max no load reaches at any FLEET_RATE: every burst can be served.
+            groups.push(group(&name(c, g), 0, 1000, None));
             t.0.insert(name(c, g), AtomicI64::new(START));
         }
         let mut s = support::settings(&emulator.base_url(), groups);
