@@ -267,9 +267,35 @@ pub fn first_fit(
 /// tried once per domain against the rules and then first-fit within the domains that allow it.
 #[derive(Debug, Default)]
 pub struct DomainIndex {
-    by_key: HashMap<String, Vec<(String, Vec<usize>)>>,
+    by_key: HashMap<String, KeyIndex>,
     /// Per (class, domain): the first node in the domain's list that may still take the class.
     start: HashMap<(usize, usize), usize>,
+}
+
+/// The nodes grouped by their value of one key, and those left out of the groups.
+#[derive(Debug)]
+struct KeyIndex {
+    domains: Vec<(String, Vec<usize>)>,
+    /// Nodes without the key, or with a zone Azure will choose: every rule refuses them for
+    /// spread, and the others go the slow way.
+    unindexed: Vec<usize>,
+}
+
+impl KeyIndex {
+    fn new(nodes: &[NodeState], key: &str) -> Self {
+        let mut by: std::collections::BTreeMap<String, Vec<usize>> = Default::default();
+        let mut unindexed = Vec::new();
+        for (i, n) in nodes.iter().enumerate() {
+            match n.labels.get(key) {
+                Some(v) if n.zone_variants().is_none() => by.entry(v.clone()).or_default().push(i),
+                _ => unindexed.push(i),
+            }
+        }
+        KeyIndex {
+            domains: by.into_iter().collect(),
+            unindexed,
+        }
+    }
 }
 
 impl DomainIndex {
@@ -285,20 +311,12 @@ impl DomainIndex {
         let Some(key) = topology.domain_key(pod.class).map(str::to_string) else {
             return first_fit(nodes, pod, start, topology);
         };
-        let domains = self.by_key.entry(key.clone()).or_insert_with(|| {
-            let mut by: std::collections::BTreeMap<String, Vec<usize>> = Default::default();
-            for (i, n) in nodes.iter().enumerate() {
-                // Nodes without the key, or with a zone Azure will choose, are not indexed:
-                // every rule refuses them for spread, and the others go the slow way.
-                if n.zone_variants().is_none() {
-                    if let Some(v) = n.labels.get(&key) {
-                        by.entry(v.clone()).or_default().push(i);
-                    }
-                }
-            }
-            by.into_iter().collect()
-        });
-        for (d, (_, members)) in domains.iter().enumerate() {
+        if !self.by_key.contains_key(&key) {
+            let index = KeyIndex::new(nodes, &key);
+            self.by_key.insert(key.clone(), index);
+        }
+        let index = &self.by_key[&key];
+        for (d, (_, members)) in index.domains.iter().enumerate() {
             let Some(&first) = members.first() else {
                 continue;
             };
@@ -321,23 +339,12 @@ impl DomainIndex {
         }
         // Nodes the index leaves out (no such label: refused by spread, maybe not by
         // anti-affinity).
-        let unindexed = nodes
-            .iter()
-            .position(|n| n.zone_variants().is_some() || !n.labels.contains_key(&key));
-        match unindexed {
-            Some(_) => {
-                let i = nodes
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, n)| n.zone_variants().is_some() || !n.labels.contains_key(&key))
-                    .find(|(_, n)| n.fits(&pod.pod).is_ok() && topology.fits(pod.class, n).is_ok())
-                    .map(|(i, _)| i)?;
-                nodes[i].place(pod.pod.clone());
-                topology.placed(pod.class, &nodes[i]);
-                Some(i)
-            }
-            None => None,
-        }
+        let i = index.unindexed.iter().copied().find(|&i| {
+            nodes[i].fits(&pod.pod).is_ok() && topology.fits(pod.class, &nodes[i]).is_ok()
+        })?;
+        nodes[i].place(pod.pod.clone());
+        topology.placed(pod.class, &nodes[i]);
+        Some(i)
     }
 }
 
