@@ -273,6 +273,18 @@ impl Rules {
 
     /// Whether `node` is one spread counts on for rule `c`.
     fn eligible(&self, c: &Counted, node: &NodeState) -> bool {
+        if !c.is_spread() {
+            return true;
+        }
+        !self
+            .spread_keys
+            .iter()
+            .any(|k| matches!(domain(node, k), Domain::Missing))
+            && self.eligible_but_keys(c, node)
+    }
+
+    /// [`Rules::eligible`] but for the spread's keys, which the caller has checked.
+    fn eligible_but_keys(&self, c: &Counted, node: &NodeState) -> bool {
         let Kind::Spread {
             honor_affinity,
             honor_taints,
@@ -281,13 +293,6 @@ impl Rules {
         else {
             return true;
         };
-        if self
-            .spread_keys
-            .iter()
-            .any(|k| matches!(domain(node, k), Domain::Missing))
-        {
-            return false;
-        }
         if honor_affinity && !node.matches_selector(self.pod.spec()) {
             return false;
         }
@@ -536,6 +541,9 @@ fn signature(r: &Rules, repellers: Option<&Vec<(usize, usize)>>) -> String {
 /// several).
 type NodeValues = Arc<Vec<Option<Arc<str>>>>;
 
+/// One topology key over the cluster's nodes: each node's value, and whether it has the key.
+type KeyValues = (NodeValues, Arc<Vec<bool>>);
+
 /// The cluster as the cross-node filters read it: every node's labels and taints, and the pods
 /// bound to each, grouped by shared label map (pods of one ReplicaSet share one) so a selector
 /// is tried once per group, not once per pod. Built once per decision or scale-down pass, and
@@ -554,9 +562,10 @@ pub struct Cluster<'a> {
     volumes: Option<&'a Volumes>,
     /// Namespaces' labels, for terms that select namespaces by them.
     namespaces: Option<&'a NamespaceLabels>,
-    /// Per topology key, each node's value: read once per decision, shared by every set of
-    /// rules compiled over this cluster (scale-down compiles one per simulated node).
-    values: RefCell<FxHashMap<String, NodeValues>>,
+    /// Per topology key, each node's value and whether it has the key: read once per
+    /// decision, shared by every set of rules compiled over this cluster (scale-down compiles
+    /// one per simulated node).
+    values: RefCell<FxHashMap<String, KeyValues>>,
     /// Per eligibility (a spread's keys, node affinity and tolerations as it honours them),
     /// which nodes the spread counts on; shared the same way.
     eligible: RefCell<FxHashMap<String, Arc<Vec<bool>>>>,
@@ -565,23 +574,38 @@ pub struct Cluster<'a> {
 impl<'a> Cluster<'a> {
     /// Each node's value of `key` (`None` where it has none, or several), computed once.
     fn values_of(&self, key: &str) -> NodeValues {
+        self.key_of(key).0
+    }
+
+    /// Whether each node has `key` (one value, or a zone Azure will choose among several),
+    /// computed once.
+    fn has_key(&self, key: &str) -> Arc<Vec<bool>> {
+        self.key_of(key).1
+    }
+
+    fn key_of(&self, key: &str) -> KeyValues {
         if let Some(v) = self.values.borrow().get(key) {
             return v.clone();
         }
         // One `Arc` per distinct value, so a loop over the nodes can tell a domain it has
         // seen by its pointer.
         let mut interned: FxHashMap<&str, Arc<str>> = FxHashMap::default();
-        let v: NodeValues = Arc::new(
-            self.nodes
-                .iter()
-                .map(|n| match domain(n, key) {
+        let mut present = Vec::with_capacity(self.nodes.len());
+        let values = self
+            .nodes
+            .iter()
+            .map(|n| {
+                let d = domain(n, key);
+                present.push(!matches!(d, Domain::Missing));
+                match d {
                     Domain::One(d) => {
                         Some(interned.entry(d).or_insert_with(|| Arc::from(d)).clone())
                     }
                     _ => None,
-                })
-                .collect(),
-        );
+                }
+            })
+            .collect();
+        let v = (Arc::new(values), Arc::new(present));
         self.values.borrow_mut().insert(key.to_string(), v.clone());
         v
     }
@@ -928,7 +952,15 @@ impl Topology {
                         let rr = &*r;
                         let cc = &c;
                         Some(cluster.eligible_for(signature, || {
-                            nodes.iter().map(|n| rr.eligible(cc, n)).collect()
+                            let keys: Vec<Arc<Vec<bool>>> =
+                                rr.spread_keys.iter().map(|k| cluster.has_key(k)).collect();
+                            nodes
+                                .iter()
+                                .enumerate()
+                                .map(|(i, n)| {
+                                    keys.iter().all(|k| k[i]) && rr.eligible_but_keys(cc, n)
+                                })
+                                .collect()
                         }))
                     }
                     _ => None,
