@@ -61,9 +61,9 @@ pub enum HoldReason {
     /// `--dry-run`: decided and logged, never sent.
     DryRun,
     /// A scale-up throttled by the subscription's bucket (Azure's 429, or the gate one closed)
-    /// waits its turn: `Retry-After` plus an offset that shrinks with how long the group has
-    /// wanted the capacity, so the fleet's oldest scale-ups ask first
-    /// ([`crate::reconciler::retry_offset`]).
+    /// waits its turn: `Retry-After`, then a slot in the second set by how long its process's
+    /// oldest scale-up has waited, so the fleet's oldest scale-ups ask first
+    /// ([`crate::reconciler::turn_at`]).
     RetryTurn,
 }
 

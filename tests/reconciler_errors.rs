@@ -46,6 +46,29 @@ fn throttle_next_put(h: &Harness, retry_after_secs: u64) {
     ));
 }
 
+/// pool-a (3 nodes, wanting 5) and pool-b (`b` nodes, wanting `b_wants`), the next PUT of each
+/// refused with a 429 (`Retry-After` 5 s).
+async fn both_pools_throttled_once(b: i64, b_wants: u32) -> Harness {
+    let h = Harness::new(
+        &[("pool-a", 3), ("pool-b", b)],
+        vec![
+            group("pool-a", 0, 10, Some(5)),
+            group("pool-b", 0, 10, Some(b_wants)),
+        ],
+        |_| {},
+    )
+    .await;
+    for pool in ["pool-a", "pool-b"] {
+        h.state.inject_fault(fault(
+            "PUT",
+            pool,
+            status(429, "TooManyRequests", Some(5)),
+            Some(1),
+        ));
+    }
+    h
+}
+
 #[tokio::test(start_paused = true)]
 async fn no_write_goes_out_before_retry_after_expires() {
     let h = pool_a_wanting_5().await;
@@ -85,40 +108,59 @@ async fn no_write_goes_out_before_retry_after_expires() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_new_scale_up_refused_for_an_empty_bucket_asks_again_one_scan_after_retry_after() {
+async fn a_new_scale_up_refused_for_an_empty_bucket_asks_again_at_its_slot_one_scan_after_retry_after(
+) {
     let h = pool_a_wanting_5().await;
     throttle_next_put(&h, 5);
     let _ = h.reconciler.run_once().await;
     assert_eq!(h.puts().len(), 1);
-    // Retry-After 5 s plus the scan interval (10 s) for a scale-up that has not waited yet.
-    tokio::time::advance(Duration::from_millis(14_900)).await;
+    // Retry-After 5 s plus the scan interval (10 s) for a scale-up that has not waited yet, then
+    // its slot within the next second; a pass less than a second before it lets the write wait
+    // for it.
+    tokio::time::advance(Duration::from_millis(13_900)).await;
     let _ = h.reconciler.run_once().await;
     assert_eq!(h.puts().len(), 1, "scale-ups that waited longer go first");
-    tokio::time::advance(Duration::from_millis(200)).await;
+    tokio::time::advance(Duration::from_millis(1_200)).await;
     h.reconciler.run_once().await.unwrap();
-    assert_eq!(h.puts().len(), 2);
+    let puts = h.puts();
+    assert_eq!(puts.len(), 2);
+    let after = puts[1].at - puts[0].at;
+    assert!(
+        after >= Duration::from_secs(15) && after < Duration::from_millis(16_100),
+        "{after:?}"
+    );
     assert_eq!(h.capacity("pool-a"), 5);
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_scale_ups_of_one_controller_ask_again_together_in_the_slot_of_the_oldest() {
+    let h = both_pools_throttled_once(3, 6).await;
+    let cancel = tokio_util::sync::CancellationToken::new();
+    tokio::join!(h.reconciler.run(cancel.clone()), async {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        cancel.cancel();
+    });
+    let puts = h.puts();
+    let statuses: Vec<u16> = puts.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [429, 429, 200, 200], "{puts:?}");
+    // Both asked again after Retry-After and a scan, in one slot, a millisecond apart: the
+    // first answer could not close the gate on the second.
+    let again = puts[2].at - puts[0].at;
+    assert!(
+        again >= Duration::from_secs(15) && again < Duration::from_secs(16),
+        "{again:?}"
+    );
+    assert_eq!(
+        puts[3].at - puts[2].at,
+        Duration::from_millis(1),
+        "{puts:?}"
+    );
+    assert_eq!((h.capacity("pool-a"), h.capacity("pool-b")), (5, 6));
+}
+
+#[tokio::test(start_paused = true)]
 async fn only_a_scale_up_waits_its_turn_a_lowered_capacity_goes_when_the_gate_opens() {
-    let h = Harness::new(
-        &[("pool-a", 3), ("pool-b", 5)],
-        vec![
-            group("pool-a", 0, 10, Some(5)),
-            group("pool-b", 0, 10, Some(3)),
-        ],
-        |_| {},
-    )
-    .await;
-    for pool in ["pool-a", "pool-b"] {
-        h.state.inject_fault(fault(
-            "PUT",
-            pool,
-            status(429, "TooManyRequests", Some(5)),
-            Some(1),
-        ));
-    }
+    let h = both_pools_throttled_once(5, 3).await;
     let _ = h.reconciler.run_once().await;
     assert_eq!(h.puts().len(), 2, "both refused");
     tokio::time::advance(Duration::from_millis(4_900)).await;

@@ -17,8 +17,8 @@
 //! - ambiguous outcome (the answer was lost after the PUT was sent) → mark stale and GET before
 //!   any further write; never resend blindly;
 //! - 429 closes the `Retry-After` gate of that call class (in [`crate::azure::ArmClient`]); a
-//!   scale-up refused by it (or held by the gate) then waits its turn: `Retry-After` plus an
-//!   offset that shrinks with how long the group has wanted the capacity ([`retry_offset`]), so
+//!   scale-up refused by it (or held by the gate) then waits its turn: `Retry-After`, then a
+//!   slot in the second set by how long the process's oldest scale-up has waited ([`turn`]), so
 //!   across a fleet sharing the subscription's bucket the scale-ups that waited longest ask first;
 //!   409 `OperationNotAllowed` cools the node group down; 5xx and transport errors back it off
 //!   exponentially with jitter; a per-scale-set token bucket keeps writes within Azure's limits.
@@ -52,10 +52,12 @@ use tracing::{debug, info, warn};
 mod delete;
 mod operation;
 mod send;
+pub mod turn;
 
 pub use delete::{DeleteEnd, DeleteKind, DeleteRefusal, LastLook, NoLastLook};
 use operation::OperationEnd;
 use send::{Sent, WriteKind};
+pub use turn::{retry_offset, turn_at, RETRY_ORDER_HORIZON};
 
 #[cfg(test)]
 mod tests;
@@ -140,7 +142,7 @@ struct GroupState {
     /// Why the last planned write was not sent; cleared when a write is sent or none is planned.
     held: Option<HoldReason>,
     /// When the plan first asked this group for more capacity than it has, while that is still
-    /// unmet: the age that orders retries after a 429 (see [`retry_offset`]).
+    /// unmet: the age that orders retries after a 429 (see [`turn`]).
     wanting_since: Option<Instant>,
     /// After a 429 (or the gate it closed) held this group's scale-up: when its turn comes.
     turn_at: Option<Instant>,
@@ -832,23 +834,23 @@ impl Inner {
         }
     }
 
-    /// How long until the first scale-up waiting its turn after a 429 may go (see
-    /// [`retry_offset`]): the pass is woken then rather than at the next scan. `None` when none
-    /// waits.
+    /// How long until the pass of the first scale-up waiting its turn after a 429 starts
+    /// ([`turn::SLOT_LEAD`] before its slot): it is woken then rather than at the next scan.
+    /// `None` when none waits.
     fn retry_wait(&self, now: Instant) -> Option<Duration> {
         self.state
             .lock()
             .values()
             .filter(|s| s.wanting_since.is_some())
             .filter_map(|s| s.turn_at)
+            .map(turn::wake_at)
             .filter(|t| *t > now)
             .min()
             .map(|t| t - now)
     }
 
     /// A scale-up of `name` ended in `e`: when that is a throttle (Azure's 429, or the gate one
-    /// closed), its turn comes `Retry-After` from now plus [`retry_offset`] of how long the
-    /// group has wanted it.
+    /// closed), its turn comes after `Retry-After`, at its process's slot ([`turn::turn_at`]).
     fn wait_turn(&self, name: &str, e: &ArmError) {
         let ArmError::Throttled { retry_after, .. } = e else {
             return;
@@ -859,25 +861,49 @@ impl Inner {
         // The gate may already stand later than this answer's Retry-After (it never shortens).
         let gate = self.arm.gates().closed_for(CallClass::Write, now);
         let retry_after = gate.map_or(retry_after, |g| g.max(retry_after));
-        let turn = self.with_state(name, |s| {
-            // A scale-up the plan asked for is wanted from now on, if `note_wants` had not
-            // seen it yet, so `retry_wait` wakes the pass for its turn.
-            let since = *s.wanting_since.get_or_insert(now);
-            let wait = retry_after + retry_offset(now.saturating_duration_since(since), scan);
-            s.turn_at = Some(now + wait);
-            wait
-        });
+        let mut state = self.state.lock();
+        let s = state
+            .entry(name.to_string())
+            .or_insert_with(|| self.new_group_state());
+        // A scale-up the plan asked for is wanted from now on, if `note_wants` had not seen it
+        // yet, so `retry_wait` wakes the pass for its turn.
+        let since = *s.wanting_since.get_or_insert(now);
+        // The process asks in the slot of its oldest unmet scale-up, oldest first.
+        let wanting = || {
+            state
+                .iter()
+                .filter_map(|(n, s)| Some((s.wanting_since?, n)))
+        };
+        let oldest = wanting().map(|(w, _)| w).min().unwrap_or(since);
+        let rank = wanting()
+            .filter(|&(w, n)| (w, n.as_str()) < (since, name))
+            .count();
+        let turn = turn::turn_at(now, retry_after, oldest, rank, scan);
+        if let Some(s) = state.get_mut(name) {
+            s.turn_at = Some(turn);
+        }
+        drop(state);
         info!(
             scale_set = name,
-            turn_in_secs = turn.as_secs_f64(),
-            "scale-up throttled: waiting its turn (Retry-After, then the scale-ups that waited longer)"
+            turn_in_secs = (turn - now).as_secs_f64(),
+            "scale-up throttled: waiting its turn (Retry-After, then its slot: the scale-ups that waited longer ask first)"
         );
     }
 
-    /// `Some(RetryTurn)` while a scale-up of `name` waits its turn after a 429.
+    /// A throttled scale-up's write, let through [`turn::SLOT_LEAD`] before its turn, leaves
+    /// at its slot: the place in the second that orders the fleet ([`turn`]).
+    async fn await_turn(&self, name: &str) {
+        let now = Instant::now();
+        if let Some(t) = self.with_state(name, |s| s.turn_at) {
+            tokio::time::sleep(turn::until_turn(t, now)).await;
+        }
+    }
+
+    /// `Some(RetryTurn)` while a scale-up of `name` waits its turn after a 429, until
+    /// [`turn::SLOT_LEAD`] before it (the write then waits for its slot, [`Inner::await_turn`]).
     fn turn_hold(&self, name: &str) -> Option<HoldReason> {
         let now = Instant::now();
-        self.with_state(name, |s| s.turn_at.is_some_and(|t| t > now))
+        self.with_state(name, |s| s.turn_at.is_some_and(|t| turn::holds(t, now)))
             .then_some(HoldReason::RetryTurn)
     }
 
@@ -1133,6 +1159,9 @@ impl Inner {
         let Some(current) = current else {
             return (WriteEnd::Failed, false);
         };
+        if grows {
+            self.await_turn(name).await;
+        }
         let (precondition, result) = match self
             .guarded_send(
                 group,
@@ -1599,42 +1628,6 @@ fn write_result(result: &Result<PutAccepted, ArmError>) -> &'static str {
 fn rfc3339(t: OffsetDateTime) -> String {
     t.format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_default()
-}
-
-/// The age beyond which every unmet scale-up retries as soon as its gate opens.
-///
-/// Two and a half minutes: when a fleet's scale-ups ask for more than the subscription's write
-/// bucket gives for long, a scale-up waits minutes (the fleet benchmark's growing fleet: about
-/// 50 s at the median, 2.5 to 3 min at the p99), and the order has to hold across those waits.
-/// With 30 s, every scale-up older than that asked at each `Retry-After`, a lottery among most of
-/// the waiting ones: the slowest cluster's p99 there was 550 to 730 s against 113 to 146 s for the
-/// fastest (three seeds), with about 20,000 429s. Longer horizons, 24 runs each (seeds 7, 8, 9,
-/// interleaved): the slowest cluster's p99 over the fastest's was 1.64 at the median run with
-/// 2 min, 1.54 with 2.5 and 1.51 with 3; the slowest cluster's p99 217, 209 and 224 s; above 2x in
-/// 2, 1 and 1 runs (in another batch 2 min missed in 4 of 24 and 2.5 min in none, and 4 min in 1).
-/// The price grows with the horizon, as a scale-up younger than it asks a few seconds later than
-/// it would: the growing fleet's p99 was 161 s with 2 min, 168 s with 2.5 and 191 s with 3, and in
-/// a short crunch (the benchmark's third load) 2.5 min against 2 cost the fleet's p99 42 to 46 s
-/// and the slowest cluster's 99 to 112 s (medians of 12 runs).
-pub const RETRY_ORDER_HORIZON: Duration = Duration::from_secs(150);
-
-/// How long after its `Retry-After` gate opens a scale-up unmet for `age` is tried again: the
-/// scan interval for a new one, shrinking linearly to nothing at [`RETRY_ORDER_HORIZON`].
-///
-/// When the subscription's bucket is empty, every controller in it holds its writes behind a
-/// gate that opens when a token is back (Azure's `Retry-After`). Trying again at the next scan,
-/// as a pass does otherwise, hands each new token to whichever controller's scan happens to come
-/// first: a lottery in which a cluster can lose for minutes while others that asked later win.
-/// Holding each throttled scale-up this much past `Retry-After`, with no channel between the
-/// controllers (they share only the clock and the bucket), lets the scale-ups that have waited
-/// longest ask first when tokens come back, and the newest last: close to first come, first
-/// served across the fleet. A new scale-up asks again one scan interval after `Retry-After`; one
-/// that has waited [`RETRY_ORDER_HORIZON`] asks as soon as the gate opens, and the pass is woken
-/// for it then rather than at the next scan. Only scale-ups wait their turn: the gate itself
-/// stays at `Retry-After`, so deletions and lowered capacities go when it opens.
-pub fn retry_offset(age: Duration, scan_interval: Duration) -> Duration {
-    let left = 1.0 - (age.as_secs_f64() / RETRY_ORDER_HORIZON.as_secs_f64()).min(1.0);
-    scan_interval.mul_f64(left)
 }
 
 /// `d` plus or minus `fraction` of it, at random.

@@ -661,22 +661,3 @@ async fn below_the_reserve_of_the_api_budget_azure_reports_scale_ups_go_and_the_
     h.arm.budget().observe("subscription-writes", 900);
     assert_eq!(planned_write(&h, 8, 5).await, WriteEnd::Written);
 }
-
-#[test]
-fn a_retry_after_a_429_waits_less_the_longer_its_scale_up_has_waited() {
-    let scan = Duration::from_secs(10);
-    assert_eq!(retry_offset(Duration::ZERO, scan), scan);
-    assert_eq!(retry_offset(RETRY_ORDER_HORIZON / 2, scan), scan / 2);
-    assert_eq!(retry_offset(RETRY_ORDER_HORIZON, scan), Duration::ZERO);
-    assert_eq!(
-        retry_offset(Duration::from_secs(3600), scan),
-        Duration::ZERO
-    );
-    assert!(
-        retry_offset(Duration::from_secs(1), scan) > retry_offset(Duration::from_secs(2), scan)
-    );
-    // The order holds across the minutes a sustained crunch makes scale-ups wait.
-    assert!(
-        retry_offset(Duration::from_secs(60), scan) > retry_offset(Duration::from_secs(90), scan)
-    );
-}
