@@ -348,6 +348,8 @@ fn scenario(
             unhealthy: None,
             failed: Vec::new(),
             stopped: Vec::new(),
+            passed_over: Default::default(),
+            learned: None,
             quota: Vec::new(),
             vcpus: None,
         })

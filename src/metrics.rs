@@ -108,6 +108,9 @@ pub struct Metrics {
     /// `allocation_failed`: Azure refused the allocation and the offering was marked
     /// unavailable).
     pub failed_scale_ups_total: IntCounterVec,
+    /// `template_mismatches_total{scale_set,key}`: new nodes that registered otherwise than the
+    /// template their scale-up was planned with, per differing key.
+    pub template_mismatches_total: IntCounterVec,
     /// The share left of the emptiest ARM bucket of each class (`reads`, `writes`, `deletes`)
     /// as Azure last reported it, against the most it ever showed.
     pub arm_budget_fraction: GaugeVec,
@@ -359,6 +362,12 @@ impl Metrics {
                 "failed_scale_ups_total",
                 "Scale-ups given up on, by node group and reason.",
                 &["scale_set", "reason"],
+            ),
+            template_mismatches_total: counter(
+                &registry,
+                "template_mismatches_total",
+                "New nodes that registered otherwise than the template their scale-up was planned with, by node group and differing key (a label key, taint/<key>, allocatable/<resource>).",
+                &["scale_set", "key"],
             ),
             arm_budget_fraction: gauge_vec(
                 &registry,

@@ -79,6 +79,28 @@ pub enum ControllerEvent {
         /// Why, in words.
         why: String,
     },
+    /// A new node of a group registered otherwise than the template its scale-up was planned
+    /// with (a Warning: the group's template is that node from now on).
+    TemplateMismatch {
+        /// Node group.
+        group: String,
+        /// The node.
+        node: String,
+        /// What differs, in words (`key: predicted X, registered Y; ...`).
+        mismatches: String,
+    },
+    /// A scale-up of a group did not help: its new nodes are Ready and cannot take the pods it
+    /// was for; the group is passed over for their workloads for a while.
+    ScaleUpDidNotHelp {
+        /// Node group.
+        group: String,
+        /// The workloads passed over.
+        workloads: Vec<String>,
+        /// Why, for the first pod.
+        why: String,
+        /// For how long.
+        backoff_secs: u64,
+    },
     /// This replica acquired the Lease.
     LeadershipGained {
         /// This replica's identity.
@@ -177,6 +199,31 @@ pub struct UnneededNode {
     pub since: String,
 }
 
+/// The last time a group's new node registered otherwise than its template predicted (status
+/// ConfigMap, `explain group`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateMismatchStatus {
+    /// When it was seen (RFC 3339, UTC).
+    pub at: String,
+    /// The node.
+    pub node: String,
+    /// What differs, one entry per key (`key: predicted X, registered Y`).
+    pub mismatches: Vec<String>,
+}
+
+/// A group passed over because a scale-up of it did not help (status ConfigMap, `explain group`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NotHelpedStatus {
+    /// Until when (RFC 3339, UTC) scale-up passes over the group for these workloads.
+    pub until: String,
+    /// The workloads (`namespace/Kind/name`).
+    pub workloads: Vec<String>,
+    /// Why, for the first pod.
+    pub why: String,
+}
+
 /// One node group as the reconciler sees it now. Written under the status ConfigMap's key and
 /// read back by `explain`: every field a later version adds is optional.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -222,6 +269,12 @@ pub struct GroupStatus {
     /// [`UNNEEDED_LISTED`]; `unneeded_nodes_count` has them all).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unneeded: Vec<UnneededNode>,
+    /// The last new node that registered otherwise than its template predicted, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template_mismatch: Option<TemplateMismatchStatus>,
+    /// Workloads scale-up passes over the group for, because a scale-up for them did not help.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_helped: Option<NotHelpedStatus>,
 }
 
 /// How many unneeded nodes a group's status lists, so a large cluster's status stays far below

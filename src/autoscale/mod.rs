@@ -8,5 +8,6 @@
 //! this replica may write and whether a delete would be held, request a delete, invalidate a
 //! size whose delete outcome a fresh list settled, and report a halt for the status.
 
+pub mod follow_up;
 pub mod scale_down;
 pub mod scale_up;

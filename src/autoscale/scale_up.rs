@@ -11,6 +11,7 @@
 //! down after a quota refusal, is left out of the next decisions so planning moves to another
 //! group that fits.
 
+use super::follow_up::{Finding, FollowUp};
 use crate::cache::Instance;
 use crate::config::{DemandKind, NodeGroupSpec, Settings};
 use crate::hold::HoldReason;
@@ -200,6 +201,8 @@ pub struct ScaleUpLoop {
     /// notice a node gone, or a spot node stopped).
     node_groups_seen: HashMap<String, (String, NodeLook)>,
     provisioning: ProvisionWatch,
+    /// The scale-ups made, followed until their nodes are Ready.
+    follow_up: FollowUp,
     /// What each pending pod was last told (Event text), so a re-check does not repeat it.
     told: HashMap<String, String>,
     last_decision: Option<Instant>,
@@ -232,6 +235,7 @@ impl ScaleUpLoop {
             seen: HashSet::new(),
             node_groups_seen: HashMap::new(),
             provisioning: ProvisionWatch::default(),
+            follow_up: FollowUp::default(),
             told: HashMap::new(),
             last_decision: None,
             decisions: 0,
@@ -272,6 +276,7 @@ impl ScaleUpLoop {
                 // has seen is forgotten, so on taking over it starts from the pods as they are.
                 last_nodes = None;
                 self.node_groups_seen.clear();
+                self.follow_up = FollowUp::default();
                 if last_pods.take().is_some() {
                     self.seen.clear();
                     self.told.clear();
@@ -478,6 +483,8 @@ impl ScaleUpLoop {
                 unhealthy,
                 failed: listed(&|i| i.failed() && !i.deallocated()),
                 stopped: listed(&Instance::deallocated),
+                passed_over: Default::default(),
+                learned: None,
             });
         }
         // Requested nodes that never register: the group is failing until one does.
@@ -514,7 +521,21 @@ impl ScaleUpLoop {
         self.reconciler.set_provision_backoff(backed_off);
         self.decisions += 1;
         let volumes = self.cluster.storage.volumes_if(pods.any_claims());
-        let input = ScaleUpInput {
+        // Each group's nodes now: what registered since a scale-up is compared with its plan.
+        let mut nodes_of: HashMap<String, Vec<Arc<NodeRecord>>> = HashMap::new();
+        {
+            let index =
+                crate::node_groups::GroupIndex::of_backings(inputs.iter().map(|g| &g.backing));
+            for n in &nodes {
+                if let Some(i) = index.group_of(n) {
+                    nodes_of
+                        .entry(inputs[i].name.clone())
+                        .or_default()
+                        .push(n.clone());
+                }
+            }
+        }
+        let mut input = ScaleUpInput {
             groups: inputs,
             nodes,
             pods,
@@ -531,8 +552,15 @@ impl ScaleUpLoop {
             volumes: Arc::new(volumes),
             namespaces: Arc::new(self.cluster.namespace_labels()),
         };
+        let findings = self.follow_up.look(&input, &nodes_of, limit, now);
+        self.learned(findings, wall);
+        for g in &mut input.groups {
+            g.passed_over = Arc::new(self.follow_up.passed_over(&g.name, now));
+            g.learned = self.groups.learned_template(&g.name);
+        }
         let started = std::time::Instant::now();
         let plan = scale_up::plan(&input);
+        self.follow_up.planned(&plan, &nodes_of, now);
         let took = started.elapsed();
         self.metrics
             .scale_up_decision_duration_seconds
@@ -552,6 +580,78 @@ impl ScaleUpLoop {
             .any(|(g, t)| self.groups.target_size(g).is_some_and(|now| now < *t));
         if (self.demand.publish(plan.targets.clone()) || behind) && !plan.targets.is_empty() {
             self.reconciler.wake();
+        }
+    }
+
+    /// Acts on what the follow-up of earlier scale-ups found: a template mismatch is counted,
+    /// logged, posted as a Warning and kept as the group's template; a scale-up that did not
+    /// help is counted and logged, and the group's status says which workloads it is passed
+    /// over for (the pods' own `NotTriggerScaleUp` Events say it per pod).
+    fn learned(&mut self, findings: Vec<Finding>, wall: OffsetDateTime) {
+        let rfc3339 = |t: OffsetDateTime| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .unwrap_or_default()
+        };
+        for f in findings {
+            match f {
+                Finding::Mismatch {
+                    group,
+                    node,
+                    mismatches,
+                } => {
+                    for m in &mismatches {
+                        self.metrics
+                            .template_mismatches_total
+                            .with_label_values(&[&group, &m.key])
+                            .inc();
+                    }
+                    let said: Vec<String> = mismatches.iter().map(ToString::to_string).collect();
+                    warn!(scale_set = %group, node = %node.name, mismatches = %said.join("; "), "a new node registered otherwise than its template predicted: it is the group's template from now on");
+                    self.events.record(ControllerEvent::TemplateMismatch {
+                        group: group.clone(),
+                        node: node.name.clone(),
+                        mismatches: said.join("; "),
+                    });
+                    let status = crate::notify::TemplateMismatchStatus {
+                        at: rfc3339(wall),
+                        node: node.name.clone(),
+                        mismatches: said,
+                    };
+                    self.groups.learn_template(&group, node, status);
+                }
+                Finding::NotHelped {
+                    group,
+                    pods,
+                    until,
+                    backoff,
+                } => {
+                    self.metrics
+                        .failed_scale_ups_total
+                        .with_label_values(&[&group, "did_not_help"])
+                        .inc();
+                    let mut workloads: Vec<String> =
+                        pods.iter().map(|p| p.workload.clone()).collect();
+                    workloads.sort();
+                    workloads.dedup();
+                    let why = pods
+                        .first()
+                        .map_or_else(String::new, |p| format!("{}: {}", p.pod, p.why));
+                    warn!(scale_set = %group, workloads = %workloads.join(", "), why = %why, backoff_secs = backoff.as_secs(), "a scale-up did not help: its new nodes are Ready and cannot take the pods it was for; the group is passed over for them");
+                    self.events.record(ControllerEvent::ScaleUpDidNotHelp {
+                        group: group.clone(),
+                        workloads: workloads.clone(),
+                        why: why.clone(),
+                        backoff_secs: backoff.as_secs(),
+                    });
+                    let status = crate::notify::NotHelpedStatus {
+                        until: rfc3339(wall + backoff),
+                        workloads,
+                        why,
+                    };
+                    self.groups.set_not_helped(&group, Some((until, status)));
+                }
+                Finding::Helped { group } => self.groups.set_not_helped(&group, None),
+            }
         }
     }
 

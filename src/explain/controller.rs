@@ -123,6 +123,18 @@ impl ControllerStatus {
                 "scale-up passes it over until {until}: nodes it asked for did not register within maxNodeProvisionTime"
             ));
         }
+        if let Some(n) = g
+            .not_helped
+            .as_ref()
+            .filter(|n| left(Some(&n.until), now).is_some())
+        {
+            out.push(format!(
+                "scale-up passes it over for {} until {}: a scale-up for them did not help ({})",
+                n.workloads.join(", "),
+                n.until,
+                n.why
+            ));
+        }
         if let Some(why) = &g.scale_down_halted {
             out.push(format!("scale-down halted: {why}"));
         }

@@ -273,6 +273,10 @@ pub struct ControllerView {
     pub last_conflict: Option<ConflictRecord>,
     /// Writes by others it has seen.
     pub foreign_writes: u64,
+    /// The last new node that registered otherwise than its template predicted (the group's
+    /// template since).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub template_mismatch: Option<crate::notify::TemplateMismatchStatus>,
     /// What holds the group now (offering unavailable, backoffs, held writes, scale-down
     /// halted), each with until when; empty: nothing.
     pub holds: Vec<String>,
@@ -372,6 +376,8 @@ impl World {
                     unhealthy: self.unhealthy(g),
                     failed: Vec::new(),
                     stopped: Vec::new(),
+                    passed_over: Default::default(),
+                    learned: None,
                     quota: std::mem::take(pools),
                 }
             })
@@ -841,6 +847,7 @@ impl World {
                     last_write: s.last_write.clone(),
                     last_conflict: s.last_conflict.clone(),
                     foreign_writes: s.foreign_writes,
+                    template_mismatch: s.template_mismatch.clone(),
                     holds: c.holds(&g.spec.name, self.now),
                 })
             }),
@@ -1064,6 +1071,15 @@ impl Explanation {
                         c.holds.join("; ")
                     };
                     let _ = writeln!(s, "  holds: {holds}");
+                    if let Some(m) = &c.template_mismatch {
+                        let _ = writeln!(
+                            s,
+                            "  template learned from node {} at {} (it registered otherwise than predicted: {})",
+                            m.node,
+                            m.at,
+                            m.mismatches.join("; ")
+                        );
+                    }
                 }
                 if let Some(n) = &g.not_known_here {
                     let _ = writeln!(s, "  not known here: {n}");

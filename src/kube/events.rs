@@ -320,6 +320,38 @@ fn shape(event: &ControllerEvent) -> Option<Shape> {
             s.note_key = format!("{group}/{reason}");
             s
         }
+        ControllerEvent::TemplateMismatch {
+            group,
+            node,
+            mismatches,
+        } => {
+            let mut s = group_shape(
+                WARNING,
+                "TemplateMismatch",
+                "Learn",
+                group,
+                format!(
+                    "node group {group}: node {node} registered otherwise than its template predicted ({mismatches}); the group's template is that node from now on"
+                ),
+            );
+            s.note_key = format!("{group}/{node}");
+            s
+        }
+        ControllerEvent::ScaleUpDidNotHelp {
+            group,
+            workloads,
+            why,
+            backoff_secs,
+        } => group_shape(
+            WARNING,
+            "ScaleUpDidNotHelp",
+            "Backoff",
+            group,
+            format!(
+                "node group {group}: its new nodes cannot take the pods of {} it grew for ({why}); passed over for them for {backoff_secs}s",
+                workloads.join(", ")
+            ),
+        ),
         ControllerEvent::LeadershipGained { identity } => Shape {
             type_: NORMAL,
             reason: "LeaderElection",

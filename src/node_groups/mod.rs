@@ -131,6 +131,20 @@ pub struct NodeGroups {
     refusals: tokio::sync::watch::Sender<u64>,
     /// Counts fresh instance lists of spot groups showing VMs stopped ([`NodeGroups::stopped`]).
     stopped: tokio::sync::watch::Sender<u64>,
+    /// What the scale-up loop learned of each group from the nodes that registered.
+    learned: Mutex<BTreeMap<String, Learned>>,
+}
+
+/// What registered nodes taught about a group (see [`crate::autoscale::follow_up`]).
+#[derive(Debug, Clone, Default)]
+struct Learned {
+    /// A node that registered otherwise than its template predicted: the group's template when
+    /// none of its nodes is Ready.
+    node: Option<Arc<crate::pods::record::NodeRecord>>,
+    /// The last mismatch, for the status.
+    mismatch: Option<crate::notify::TemplateMismatchStatus>,
+    /// Passed over for workloads a scale-up did not help, until then.
+    not_helped: Option<(Instant, crate::notify::NotHelpedStatus)>,
 }
 
 impl std::fmt::Debug for NodeGroups {
@@ -164,6 +178,7 @@ impl NodeGroups {
             offerings: UnavailableOfferings::new(settings.quota_cooldown),
             refusals: tokio::sync::watch::Sender::new(0),
             stopped: tokio::sync::watch::Sender::new(0),
+            learned: Mutex::new(BTreeMap::new()),
             settings,
             resources,
             metrics,
@@ -297,6 +312,56 @@ impl NodeGroups {
                 .with_label_values(&[&pool.location, &pool.name])
                 .set(pool.remaining);
         }
+    }
+
+    /// Records that `node` of `group` registered otherwise than its template predicted
+    /// (`status` says how): it is the group's template from now on, also when the group has no
+    /// Ready node.
+    pub fn learn_template(
+        &self,
+        group: &str,
+        node: Arc<crate::pods::record::NodeRecord>,
+        status: crate::notify::TemplateMismatchStatus,
+    ) {
+        let mut learned = self.learned.lock();
+        let l = learned.entry(group.to_string()).or_default();
+        l.node = Some(node);
+        l.mismatch = Some(status);
+    }
+
+    /// The node learned as `group`'s template ([`NodeGroups::learn_template`]), if any.
+    pub fn learned_template(&self, group: &str) -> Option<Arc<crate::pods::record::NodeRecord>> {
+        self.learned.lock().get(group)?.node.clone()
+    }
+
+    /// The last template mismatch of `group`, if one was seen.
+    pub fn template_mismatch(&self, group: &str) -> Option<crate::notify::TemplateMismatchStatus> {
+        self.learned.lock().get(group)?.mismatch.clone()
+    }
+
+    /// Records that scale-up passes over `group` for some workloads until `until` (a scale-up
+    /// for them did not help), or, with `None`, that it no longer does (a scale-up helped).
+    pub fn set_not_helped(
+        &self,
+        group: &str,
+        not_helped: Option<(Instant, crate::notify::NotHelpedStatus)>,
+    ) {
+        let mut learned = self.learned.lock();
+        match not_helped {
+            Some(n) => learned.entry(group.to_string()).or_default().not_helped = Some(n),
+            None => {
+                if let Some(l) = learned.get_mut(group) {
+                    l.not_helped = None;
+                }
+            }
+        }
+    }
+
+    /// The workloads scale-up passes over `group` for now, if any.
+    pub fn not_helped(&self, group: &str) -> Option<crate::notify::NotHelpedStatus> {
+        let learned = self.learned.lock();
+        let (until, status) = learned.get(group)?.not_helped.as_ref()?;
+        (*until > Instant::now()).then(|| status.clone())
     }
 
     /// cluster-autoscaler's `TargetSize`: the size the planner would use now, `None` if unknown.

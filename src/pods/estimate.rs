@@ -6,7 +6,7 @@
 use super::fit::{NodeState, Unfit};
 use super::record::PodRecord;
 use super::topology::Topology;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// What the estimator needs to know of one node group.
@@ -22,6 +22,10 @@ pub struct GroupCapacity {
     pub registered: u32,
     /// The group's maximum size.
     pub max: u32,
+    /// Workloads ([`PodRecord::workload`]) the group is passed over for, with why: an earlier
+    /// scale-up of the group for their pods did not help (its nodes came and could not take
+    /// them).
+    pub passed_over: Arc<BTreeMap<String, String>>,
 }
 
 impl GroupCapacity {
@@ -90,6 +94,8 @@ pub enum Refusal {
     DoesNotFit(Unfit),
     /// It would fit, but the group is at its max.
     AtMax,
+    /// An earlier scale-up of the group for this workload did not help: passed over, and why.
+    PassedOver(String),
 }
 
 impl std::fmt::Display for Refusal {
@@ -97,6 +103,7 @@ impl std::fmt::Display for Refusal {
         match self {
             Refusal::DoesNotFit(u) => u.fmt(f),
             Refusal::AtMax => f.write_str("node group at its max size"),
+            Refusal::PassedOver(why) => f.write_str(why),
         }
     }
 }
@@ -397,6 +404,17 @@ pub fn estimate_prepared(
         let mut template_says: Option<Result<(), Unfit>> = None;
         for (k, &m) in batches[b].members.iter().enumerate() {
             let pod = &pods[m];
+            if let Some(why) = (!group.passed_over.is_empty())
+                .then(|| group.passed_over.get(&pod.pod.workload()))
+                .flatten()
+            {
+                out.refused.push(Refused {
+                    batch: b,
+                    from: k,
+                    why: Refusal::PassedOver(why.clone()),
+                });
+                break;
+            }
             if first_fit(&mut nodes, pod, &mut start, &mut topology).is_some() {
                 out.placed.push(m);
                 continue;
@@ -486,6 +504,7 @@ mod tests {
             capacity,
             registered,
             max,
+            passed_over: Default::default(),
         }
     }
 

@@ -141,6 +141,7 @@ mod tests {
             capacity: 0,
             registered: 0,
             max: 10,
+            passed_over: Default::default(),
         }
     }
 

@@ -7,6 +7,7 @@
 //! | [`estimate`] | first-fit-decreasing bin packing: new nodes per group for pending pods |
 //! | [`expander`] | which group to grow: least-waste, most-pods, priority, random |
 //! | [`template`] | what a new node of a group would offer: live node, or VM size + tags |
+//! | [`learn`] | what registered against what was predicted: template mismatches, scale-ups that did not help |
 //! | [`topology`] | the filters that look beyond one node: topology spread, inter-pod (anti-)affinity on any key |
 //! | [`volumes`] | what a pod's claims ask of a node: bound volumes' zones, `WaitForFirstConsumer` classes, attach limits |
 //! | [`pending`] | which pods ask for capacity, and batching a burst of them |
@@ -19,6 +20,7 @@ pub mod estimate;
 pub mod expander;
 pub mod fit;
 pub mod index;
+pub mod learn;
 pub mod pending;
 pub mod quantity;
 pub mod record;

@@ -97,6 +97,16 @@ impl PodRecord {
         format!("{}/{}", self.namespace, self.name)
     }
 
+    /// The workload the pod belongs to: `namespace/Kind/name` of its controller (a ReplicaSet,
+    /// a Job, a StatefulSet), else the pod's own key. Its replacements share it, so a decision
+    /// about the workload outlives any one of its pods.
+    pub fn workload(&self) -> String {
+        match &self.controller {
+            Some(c) => format!("{}/{}/{}", self.namespace, c.kind, c.name),
+            None => self.key(),
+        }
+    }
+
     /// The spec (without `nodeName`: see [`PodRecord::node_name`]).
     pub fn spec(&self) -> &PodSpec {
         &self.shape.spec

@@ -18,9 +18,7 @@ use super::index::PodIndex;
 use super::pending::wants_capacity;
 use super::record::NodeRecord;
 use super::record::PodRecord;
-use super::template::{
-    daemonset_pods, from_live_node, from_shape, subtract_daemonsets, zoned, GroupShape,
-};
+use super::template::{daemonset_pods, subtract_daemonsets, template_for, GroupShape};
 use super::topology::{NamespaceLabels, Topology};
 use super::volumes::{has_claims, Verdict, Volumes};
 pub use crate::capacity::QuotaPool;
@@ -60,6 +58,12 @@ pub struct GroupInput<'a> {
     pub quota: Vec<usize>,
     /// vCPUs of one node (the VM size's), when the size is known.
     pub vcpus: Option<u32>,
+    /// Workloads ([`PodRecord::workload`]) the group is passed over for, with why: an earlier
+    /// scale-up of the group for their pods did not help.
+    pub passed_over: Arc<BTreeMap<String, String>>,
+    /// A node of the group that registered unlike its generated template predicted: the
+    /// template when no node of the group is Ready (see [`template_for`]).
+    pub learned: Option<Arc<NodeRecord>>,
 }
 
 /// Everything one decision looks at.
@@ -97,7 +101,7 @@ pub struct ScaleUpInput<'a> {
 }
 
 /// What one decision says.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default)]
 pub struct ScaleUpPlan {
     /// Per group that grows: the capacity it needs at least (observed capacity + new nodes).
     pub targets: BTreeMap<String, i64>,
@@ -120,6 +124,9 @@ pub struct ScaleUpPlan {
     pub capped: BTreeMap<String, QuotaCapped>,
     /// Rounds the decision took (one group chosen per round).
     pub rounds: u32,
+    /// The template each group in `targets` was planned with (what its new nodes are
+    /// predicted to be, DaemonSet pods placed): compared with the nodes that register.
+    pub templates: BTreeMap<String, NodeState>,
 }
 
 /// A group's growth cut short by quota in one decision.
@@ -270,28 +277,13 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
     let daemonsets = daemonset_pods(&input.daemonsets);
     let mut templates: Vec<Result<NodeState, WhyNot>> = Vec::with_capacity(groups.len());
     for (i, g) in groups.iter().enumerate() {
-        let t = match (live_template[i], &g.shape) {
-            // A new node attaches what the live one may (CSINode), as cluster-autoscaler copies
-            // the example node's CSINode to its template.
-            (Some(node), _) => {
-                let mut t = from_live_node(node, &g.name);
-                if let Some(limits) = input.volumes.limits(&node.name) {
-                    t.set_volume_limits(Some(limits));
-                }
-                Ok(t)
-            }
-            (None, Some(shape)) => {
-                from_shape(shape).map_err(|e| WhyNot::new("no_template", e.to_string()))
-            }
-            (None, None) => Err(WhyNot::new(
-                "no_template",
-                "no Ready node and no VM size to build a template from",
-            )),
-        };
+        let live = live_template[i]
+            .map(|node| (node, input.volumes.limits(&node.name)))
+            .or_else(|| g.learned.as_deref().map(|node| (node, None)));
+        let t = template_for(&g.name, live, g.shape.as_ref())
+            .map(|(t, _)| t)
+            .map_err(|e| WhyNot::new("no_template", e.to_string()));
         templates.push(t.map(|mut t| {
-            if let Some(shape) = &g.shape {
-                zoned(&mut t, shape.location, shape.zones);
-            }
             subtract_daemonsets(&mut t, &daemonsets);
             t
         }));
@@ -478,6 +470,7 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
                         capacity,
                         registered: capacity,
                         max,
+                        passed_over: g.passed_over.clone(),
                     },
                     &pending,
                     &round_batches,
@@ -561,6 +554,11 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
                 let capacity = g.capacity.unwrap_or(0).max(0);
                 let target = (capacity + i64::from(added[m])).max(i64::from(g.min));
                 out.targets.insert(g.name.clone(), target);
+                if let Ok(t) = &templates[m] {
+                    out.templates
+                        .entry(g.name.clone())
+                        .or_insert_with(|| t.clone());
+                }
                 let drawn = i64::from(new_nodes) * i64::from(g.vcpus.unwrap_or(0));
                 for &p in &g.quota {
                     if let Some(pool) = quota.get_mut(p) {
@@ -673,6 +671,9 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
                                     ),
                                     None => WhyNot::new("max_size", Refusal::AtMax.to_string()),
                                 },
+                                Refusal::PassedOver(why) => {
+                                    WhyNot::new("did_not_help", why.clone())
+                                }
                             },
                         };
                         Some((groups[*i].name.clone(), w))
@@ -847,6 +848,8 @@ mod tests {
             unhealthy: None,
             failed: Vec::new(),
             stopped: Vec::new(),
+            passed_over: Default::default(),
+            learned: None,
             quota: Vec::new(),
             vcpus: crate::pods::template::vm_size(vm_size).map(|s| s.vcpu),
         }
@@ -958,6 +961,111 @@ mod tests {
         assert_eq!(targets(&p), [("z1", 2), ("z2", 2), ("z3", 2)], "{p:?}");
         assert_eq!(p.triggered.len(), 6);
         assert!(p.unfit.is_empty() && p.not_simulated.is_empty());
+    }
+
+    /// A regional scale set (no zones) of westeurope whose template tags say its nodes are in
+    /// `zone`, as cluster-autoscaler's `..._node-template_label_topology.kubernetes.io_zone` tag
+    /// does.
+    fn regional_tagged(name: &str, zone: &str, capacity: i64) -> GroupInput<'static> {
+        let mut g = group(name, "Standard_D4s_v5", capacity, 10);
+        if let Some(shape) = g.shape.as_mut() {
+            shape.location = "westeurope";
+            shape.tags.insert(
+                "k8s.io_cluster-autoscaler_node-template_label_topology.kubernetes.io_zone".into(),
+                format!("westeurope-{zone}"),
+            );
+        }
+        g
+    }
+
+    /// A Ready node of scale set `vmss` in `zone` of westeurope, as a kubelet registered it.
+    fn zoned_node(name: &str, vmss: &str, zone: &str) -> Arc<NodeRecord> {
+        let mut n = (*node(name, vmss, 0, "4", "16Gi", json!([]))).clone();
+        Arc::make_mut(&mut n.labels).insert(ZONE.into(), format!("westeurope-{zone}"));
+        Arc::new(n)
+    }
+
+    /// Issue 41's runaway, as a user met it: the template of a regional group was given zone
+    /// `0`, overriding both its zone tag and its live node, so every pending spread pod "needed"
+    /// that empty domain and each decision grew the groups again.
+    #[test]
+    fn regional_groups_with_a_live_node_each_grow_only_as_the_zone_spread_needs() {
+        let groups = vec![
+            regional_tagged("r1", "1", 1),
+            regional_tagged("r2", "2", 1),
+            regional_tagged("r3", "3", 1),
+        ];
+        let nodes = vec![
+            zoned_node("r1-0", "r1", "1"),
+            zoned_node("r2-0", "r2", "2"),
+            zoned_node("r3-0", "r3", "3"),
+        ];
+        let mut pods: Vec<_> = (1..=3)
+            .map(|z| {
+                running(
+                    &format!("web-run-{z}"),
+                    "web",
+                    &format!("r{z}-0"),
+                    spread_by_zone(1),
+                )
+            })
+            .collect();
+        pods.extend((0..3).map(|i| app_pod(&format!("web-{i}"), "web", spread_by_zone(1))));
+        let p = plan(&input(groups, nodes, pods));
+        assert_eq!(targets(&p), [("r1", 2), ("r2", 2), ("r3", 2)], "{p:?}");
+        for g in ["r1", "r2", "r3"] {
+            let zone = p.templates[g].labels.get(ZONE).cloned();
+            assert_eq!(
+                zone,
+                Some(format!("westeurope-{}", &g[1..])),
+                "{g}'s template keeps its node's zone"
+            );
+        }
+    }
+
+    #[test]
+    fn a_regional_groups_zone_tag_overrides_the_generated_zone_when_it_scales_from_zero() {
+        let groups = vec![
+            regional_tagged("r1", "1", 0),
+            regional_tagged("r2", "2", 0),
+            regional_tagged("r3", "3", 0),
+        ];
+        let pods = (0..6)
+            .map(|i| app_pod(&format!("web-{i}"), "web", spread_by_zone(1)))
+            .collect();
+        let p = plan(&input(groups, vec![], pods));
+        assert_eq!(targets(&p), [("r1", 2), ("r2", 2), ("r3", 2)], "{p:?}");
+        assert_eq!(
+            p.templates["r2"].labels.get(ZONE).map(String::as_str),
+            Some("westeurope-2")
+        );
+    }
+
+    #[test]
+    fn a_workload_a_group_is_passed_over_for_goes_to_another_group_and_says_why() {
+        let mut groups = vec![
+            group("a", "Standard_D4s_v5", 0, 10),
+            group("b", "Standard_D4s_v5", 0, 10),
+        ];
+        groups[0].passed_over = Arc::new(BTreeMap::from([(
+            "default/ReplicaSet/web".to_string(),
+            "a scale-up of a for it did not help".to_string(),
+        )]));
+        let pods = vec![
+            app_pod("web-0", "web", json!({})),
+            app_pod("api-0", "api", json!({})),
+        ];
+        let p = plan(&input(groups.clone(), vec![], pods.clone()));
+        assert_eq!(p.triggered["default/web-0"], "b");
+        // Alone, a group passed over is no option: the pod says why.
+        let p = plan(&input(
+            vec![groups.remove(0)],
+            vec![],
+            vec![pods[0].clone()],
+        ));
+        assert!(p.targets.is_empty(), "{p:?}");
+        let why = &p.unfit["default/web-0"];
+        assert_eq!((why[0].0.as_str(), why[0].1.label), ("a", "did_not_help"));
     }
 
     #[test]

@@ -326,6 +326,12 @@ pub enum TemplateError {
         /// Its VM size.
         size: String,
     },
+    /// Neither a Ready node nor the group's VM size and tags are known yet.
+    #[error("node group {group}: no Ready node and no VM size to build a template from")]
+    NoShape {
+        /// The group.
+        group: String,
+    },
 }
 
 const TAG_LABEL: &str = "k8s.io_cluster-autoscaler_node-template_label_";
@@ -528,6 +534,85 @@ pub fn from_shape(shape: &GroupShape) -> Result<NodeState, TemplateError> {
     Ok(t)
 }
 
+/// The labels cluster-autoscaler's template tags give (`k8s.io_cluster-autoscaler_node-template_label_*`),
+/// keys decoded.
+fn tag_labels(tags: &BTreeMap<String, String>) -> impl Iterator<Item = (String, String)> + '_ {
+    tags.iter().filter_map(|(tag, value)| {
+        let k = tag.strip_prefix(TAG_LABEL).filter(|k| !k.is_empty())?;
+        Some((decode_tag_key(k), value.clone()))
+    })
+}
+
+/// Per CSI driver, how many volumes a node may attach (its `CSINode`).
+pub type AttachLimits = Arc<BTreeMap<String, u32>>;
+
+/// Where a group's template comes from: cluster-autoscaler's order of truth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TemplateSource {
+    /// A Ready live node of the group, sanitized.
+    LiveNode,
+    /// The VM size and the group's tags or pool properties (scale from zero).
+    Generated,
+}
+
+/// A group's template, in cluster-autoscaler's order of truth (its Azure provider's
+/// `processVMSSTemplate` and core's mixed template provider):
+/// - a Ready live node of the group, when there is one ([`from_live_node`]). A single-zone or
+///   regional group keeps the node's zone labels (what AKS, or a kubelet's `--node-labels`,
+///   really put there); a group spanning several zones gets one variant per zone ([`zoned`]),
+///   since the next node's zone is Azure's choice;
+/// - else the generated template ([`from_shape`], then [`zoned`]), on which **the node-template
+///   tags override the generated labels**, zone included: an operator who tags a regional
+///   group `..._label_topology.kubernetes.io_zone=westeurope-1` is believed.
+///
+/// `live_limits` are the live node's CSI attach limits (its `CSINode`), copied as
+/// cluster-autoscaler copies the example node's `CSINode`.
+pub fn template_for(
+    group: &str,
+    live: Option<(&NodeRecord, Option<AttachLimits>)>,
+    shape: Option<&GroupShape>,
+) -> Result<(NodeState, TemplateSource), TemplateError> {
+    let (location, zones) = shape.map_or(("", &[][..]), |s| (s.location, s.zones));
+    if let Some((node, limits)) = live {
+        let mut t = from_live_node(node, group);
+        if let Some(limits) = limits {
+            t.set_volume_limits(Some(limits));
+        }
+        if zones.len() > 1 {
+            zoned(&mut t, location, zones);
+        } else if !location.is_empty() {
+            // The region is the group's wherever the node says nothing; its zone stays the node's.
+            Arc::make_mut(&mut t.labels)
+                .entry(REGION_LABEL.into())
+                .or_insert_with(|| location.to_ascii_lowercase());
+        }
+        return Ok((t, TemplateSource::LiveNode));
+    }
+    let Some(shape) = shape else {
+        return Err(TemplateError::NoShape {
+            group: group.into(),
+        });
+    };
+    let mut t = from_shape(shape)?;
+    zoned(&mut t, location, zones);
+    let tagged: Vec<(String, String)> = tag_labels(&shape.tags).collect();
+    if !tagged.is_empty() {
+        Arc::make_mut(&mut t.labels).extend(tagged.iter().cloned());
+        if let Some(variants) = t.zone_variants() {
+            let variants = variants
+                .iter()
+                .map(|v| {
+                    let mut v = v.clone();
+                    v.extend(tagged.iter().cloned());
+                    v
+                })
+                .collect();
+            t.set_zone_variants(variants);
+        }
+    }
+    Ok((t, TemplateSource::Generated))
+}
+
 /// A template copied from a live node of the group: its allocatable, labels (with a fresh
 /// hostname) and taints, without its pods.
 pub fn from_live_node(node: &NodeRecord, group: &str) -> NodeState {
@@ -555,9 +640,11 @@ const LEGACY_ZONE_LABEL: &str = "failure-domain.beta.kubernetes.io/zone";
 /// template carries no zone label and one variant of its labels per zone, and a node selector or
 /// required node affinity must match in every one of them: a pod that needs one zone is never
 /// counted on a group that may put its node in another (for zonal workloads, one group per zone
-/// is the supported layout, as cluster-autoscaler's FAQ says). A regional group's nodes carry
-/// zone `0`, as AKS labels them, and an empty disk zone. Applied to both kinds of template (a live node's zone is that
-/// node's, not the next one's).
+/// is the supported layout, as cluster-autoscaler's FAQ says). A regional group's generated
+/// template carries zone `0`, as AKS labels such nodes, and an empty disk zone, unless its
+/// template tags say otherwise ([`template_for`] applies them after this). A live node's
+/// template goes through here only for a group spanning several zones (its zone is that node's,
+/// not the next one's).
 pub fn zoned(t: &mut NodeState, location: &str, zones: &[String]) {
     if location.is_empty() {
         return;

@@ -636,6 +636,8 @@ impl Inner {
                                 .collect()
                         })
                         .unwrap_or_default(),
+                    template_mismatch: self.node_groups.template_mismatch(&g.name),
+                    not_helped: self.node_groups.not_helped(&g.name),
                 }
             })
             .collect()
