@@ -40,7 +40,7 @@ FAILED=0
 pass() { PASSED=$((PASSED + 1)); echo "ok   $*"; }
 fail() { FAILED=$((FAILED + 1)); echo "FAIL $*" >&2; }
 
-ensure_kubectl "$WORK/venv" >/dev/null || exit 1
+ensure_kubectl "$WORK/venv" || exit 1
 PY=python3
 if ! python3 -c 'import yaml' 2>/dev/null; then
   ensure_venv "$WORK/venv" && "$WORK/venv/bin/pip" install --quiet --disable-pip-version-check PyYAML==6.0.2 || exit 1
