@@ -3,8 +3,9 @@
 //
 // Helm v3's engine is Go's text/template with sprig v3's TxtFuncMap (less env and expandenv),
 // values read and toYaml written by sigs.k8s.io/yaml, and values.schema.json checked by
-// xeipuuv/gojsonschema. This program uses exactly those libraries (Debian bookworm's packages:
-// sprig 3.2.3, as helm 3.11-3.17 pin; gojsonschema 1.2.0, as helm 3 pins; sigs.k8s.io/yaml)
+// xeipuuv/gojsonschema. This program uses those libraries as Debian bookworm packages them
+// (sprig 3.2.3, where recent helm 3 releases pin 3.3.0, which only adds functions; gojsonschema
+// 1.2.0 and sigs.k8s.io/yaml 1.3.0, the versions helm 3 pins or pinned)
 // and re-implements the few functions Helm adds (include, tpl, required, toYaml, fromYaml,
 // toJson, fromJson, lookup) and its value coalescing, after helm's pkg/engine and pkg/chartutil.
 // It is not helm: no releases, no repositories, no --set. Only what the chart's CI needs.
