@@ -413,6 +413,7 @@ fn scenario(
         .collect();
     let busy = std::collections::HashSet::new();
     let down_input = DownInput {
+        now: k8s_openapi::jiff::Timestamp::now(),
         groups: &down_groups,
         nodes: &input.nodes,
         pods: &input.pods,

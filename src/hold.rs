@@ -63,7 +63,8 @@ pub enum HoldReason {
     /// A scale-up throttled by the subscription's bucket (Azure's 429, or the gate one closed)
     /// waits its turn: `Retry-After`, then a slot in the second set by how long its process's
     /// oldest scale-up has waited, so the fleet's oldest scale-ups ask first
-    /// ([`crate::reconciler::turn_at`]).
+    /// ([`crate::reconciler::turn_at`]). A delete scale-down would start while that gate is
+    /// closed waits for it too (the node is not drained meanwhile).
     RetryTurn,
 }
 

@@ -364,6 +364,7 @@ impl ScaleDownLoop {
         let per_pass = settings.max_scale_down_per_pass as usize;
         let left = self.remove_evicted(&groups, &mut down, &evicted, &busy, per_pass);
         let candidates = unneeded::unneeded(&DownInput {
+            now: wall,
             groups: &down,
             nodes: &nodes,
             pods: &pods,
@@ -1101,14 +1102,22 @@ impl Shared {
         self.cluster.nodes.snapshot().get(name).cloned()
     }
 
-    /// The pods on `node` that a removal has to move (not DaemonSet or mirror pods).
+    /// The wall clock, as the decisions read it.
+    fn wall(&self) -> k8s_openapi::jiff::Timestamp {
+        k8s_openapi::jiff::Timestamp::from_nanosecond(self.groups.now().unix_timestamp_nanos())
+            .unwrap_or_default()
+    }
+
+    /// The pods on `node` that a removal has to move (not DaemonSet or mirror pods, nor pods
+    /// deleted long ago that no kubelet confirms: [`PodRecord::long_terminating`]).
     fn pods_on(&self, node: &str) -> Vec<Arc<PodRecord>> {
+        let now = self.wall();
         self.cluster
             .pods
             .snapshot()
             .values()
             .filter(|p| p.node_name.as_deref() == Some(node))
-            .filter(|p| !p.is_daemonset_pod() && !p.is_mirror())
+            .filter(|p| !p.is_daemonset_pod() && !p.is_mirror() && !p.long_terminating(now))
             .cloned()
             .collect()
     }
@@ -1135,8 +1144,9 @@ impl Shared {
         }
         let busy = self.flight.lock().busy.clone();
         let pods = self.cluster.pods.snapshot();
+        let now = self.wall();
         let mut by_node: HashMap<&str, Vec<&Arc<PodRecord>>> = HashMap::new();
-        for p in pods.values() {
+        for p in pods.values().filter(|p| !p.long_terminating(now)) {
             if let Some(n) = p.node_name.as_deref() {
                 by_node.entry(n).or_default().push(p);
             }
@@ -1325,10 +1335,13 @@ impl NodeLook {
         if !has_our_taint_record(&node) {
             return Err("our taint is no longer on the node (somebody removed it)".into());
         }
+        // A pod deleted long ago that no kubelet confirms does not hold the node (see
+        // `PodRecord::long_terminating`).
+        let now = self.shared.wall();
         if let Some(p) = fresh
             .pods
             .iter()
-            .find(|p| !p.is_daemonset_pod() && !p.is_mirror())
+            .find(|p| !p.is_daemonset_pod() && !p.is_mirror() && !p.long_terminating(now))
         {
             return Err(format!("pod {} is on the node", pod_name(p)));
         }

@@ -435,6 +435,7 @@ impl World {
         );
         let none = HashSet::new();
         let candidates = unneeded::unneeded(&DownInput {
+            now: self.now,
             groups: &groups,
             nodes: &self.nodes,
             pods: &PodIndex::of(&self.pods),

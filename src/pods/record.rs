@@ -25,6 +25,13 @@ use k8s_openapi::jiff::Timestamp;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Weak};
 
+/// A pod's `terminationGracePeriodSeconds` when its spec does not say.
+pub const DEFAULT_TERMINATION_GRACE_SECONDS: i64 = 30;
+
+/// How long past its deletion time and grace period a pod counts as long terminating
+/// (cluster-autoscaler's `PodLongTerminatingExtraThreshold`).
+pub const LONG_TERMINATING_EXTRA: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The annotation the kubelet puts on a static pod's mirror.
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
@@ -87,6 +94,10 @@ pub struct PodRecord {
     /// `metadata.deletionTimestamp` is set: it is going away (spread no longer counts it, as
     /// the scheduler does not; affinity still does).
     pub terminating: bool,
+    /// When it was deleted and with what grace period (`metadata.deletionTimestamp`, and
+    /// `metadata.deletionGracePeriodSeconds` or else `spec.terminationGracePeriodSeconds`,
+    /// 30 s by default), when it was: see [`PodRecord::long_terminating`].
+    pub deleted: Option<(k8s_openapi::jiff::Timestamp, i64)>,
     /// Its spec and fit facts (shared with the pods that have the same).
     pub shape: Arc<PodShape>,
 }
@@ -95,6 +106,23 @@ impl PodRecord {
     /// `namespace/name`.
     pub fn key(&self) -> String {
         format!("{}/{}", self.namespace, self.name)
+    }
+
+    /// cluster-autoscaler's long-terminating rule (`drain.IsPodLongTerminating`): deleted, and
+    /// `now` is past its deletion time plus its grace period plus
+    /// [`LONG_TERMINATING_EXTRA`]. Such a pod is going away without anyone confirming it (a
+    /// kubelet that died): it is no pod to move or drain, holds no node and counts in no
+    /// utilisation.
+    pub fn long_terminating(&self, now: k8s_openapi::jiff::Timestamp) -> bool {
+        let Some((at, grace)) = self.deleted else {
+            return false;
+        };
+        let past = k8s_openapi::jiff::SignedDuration::from_secs(
+            grace
+                .max(0)
+                .saturating_add(LONG_TERMINATING_EXTRA.as_secs() as i64),
+        );
+        at.checked_add(past).is_ok_and(|end| end < now)
     }
 
     /// The workload the pod belongs to: `namespace/Kind/name` of its controller (a ReplicaSet,
@@ -424,6 +452,7 @@ impl Interner {
         } = pod;
         let mut spec = spec.unwrap_or_default();
         let node_name = spec.node_name.take().filter(|n| !n.is_empty());
+        let termination_grace = spec.termination_grace_period_seconds;
         slim_spec(&mut spec);
         let shape = self.shape(spec);
         let labels = self.labels(m.labels.unwrap_or_default());
@@ -440,6 +469,13 @@ impl Interner {
         let mut annotations = m.annotations.unwrap_or_default();
         annotations.retain(|k, _| kept_annotation(k));
         let terminating = m.deletion_timestamp.is_some();
+        let deleted = m.deletion_timestamp.map(|t| {
+            let grace = m
+                .deletion_grace_period_seconds
+                .or(termination_grace)
+                .unwrap_or(DEFAULT_TERMINATION_GRACE_SECONDS);
+            (t.0, grace)
+        });
         let (phase, unschedulable, nominated_node) = match status {
             Some(s) => {
                 let unschedulable = s.conditions.iter().flatten().any(|c| {
@@ -466,6 +502,7 @@ impl Interner {
             unschedulable,
             nominated_node,
             terminating,
+            deleted,
             shape,
         }
     }

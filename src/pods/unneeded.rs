@@ -63,6 +63,10 @@ pub struct DownInput<'a> {
     pub threshold: f64,
     /// Nodes being removed now: neither candidates nor destinations.
     pub busy: &'a HashSet<String>,
+    /// The pass's wall clock: a pod deleted long enough ago
+    /// ([`crate::pods::record::PodRecord::long_terminating`]) is no longer on its node as far as
+    /// scale-down goes.
+    pub now: k8s_openapi::jiff::Timestamp,
     /// Nodes not Ready and past their startup window ([`crate::node_groups::unready_nodes`]):
     /// candidates whatever their utilisation (their pods are served by no one), never a
     /// destination; they wait `scaleDown.unreadyTime` instead of `unneededTime`.
@@ -124,7 +128,19 @@ pub fn unneeded(input: &DownInput) -> Candidates {
         .iter()
         .map(|node| {
             let placed = input.pods.bound(&node.name).cloned().unwrap_or_default();
-            let mut state = NodeState::with_placed(node, placed);
+            // Pods deleted long ago that nobody confirms (a dead kubelet) are gone for
+            // scale-down: they neither move, nor block, nor count in utilisation.
+            let mut state = if placed.pods().iter().any(|p| p.long_terminating(input.now)) {
+                NodeState::from_node(
+                    node,
+                    placed
+                        .pods()
+                        .iter()
+                        .filter(|p| !p.long_terminating(input.now)),
+                )
+            } else {
+                NodeState::with_placed(node, placed)
+            };
             state.set_volume_limits(input.volumes.limits(&node.name));
             state
         })
@@ -571,6 +587,7 @@ mod tests {
         pdbs: &[Arc<PodDisruptionBudget>],
     ) -> Candidates {
         unneeded(&DownInput {
+            now: k8s_openapi::jiff::Timestamp::now(),
             groups,
             nodes,
             pods: &PodIndex::of(pods),
@@ -666,6 +683,7 @@ mod tests {
         let groups = [group("ss", Some(3), 0)];
         let none = HashSet::new();
         let input = |unready| DownInput {
+            now: k8s_openapi::jiff::Timestamp::now(),
             groups: &groups,
             nodes: &nodes,
             pods: &pods,
@@ -765,6 +783,7 @@ mod tests {
         ];
         let previously = HashSet::from(["d".to_string()]);
         let c = unneeded(&DownInput {
+            now: k8s_openapi::jiff::Timestamp::now(),
             groups: &[group("ss", Some(5), 0)],
             nodes: &nodes,
             pods: &PodIndex::of(&pods),
@@ -897,6 +916,7 @@ mod tests {
             &[],
         );
         let c = unneeded(&DownInput {
+            now: k8s_openapi::jiff::Timestamp::now(),
             groups: &[group("ss", Some(2), 0)],
             nodes: &nodes,
             pods: &PodIndex::of(&pods),
@@ -918,6 +938,45 @@ mod tests {
         assert_eq!(names(&c), ["a"]);
     }
 
+    /// `pod` on `node`, deleted `ago` before now with a grace period of `grace` seconds.
+    fn deleted(name: &str, node: &str, ago: i64, grace: i64) -> Arc<PodRecord> {
+        let at = k8s_openapi::jiff::Timestamp::now()
+            .checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(ago))
+            .unwrap();
+        Arc::new(PodRecord::of(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"),
+                    "deletionTimestamp": at.to_string(), "deletionGracePeriodSeconds": grace,
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": true}]},
+                "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {"cpu": "3"}}}]},
+            }))
+            .unwrap(),
+        ))
+    }
+
+    /// Issue 41: cluster-autoscaler's long-terminating rule. A pod deleted more than its grace
+    /// period plus 30 s ago (its kubelet dead, nobody confirms) is no pod to move, blocks
+    /// nothing and counts in no utilisation; one still within that time is a pod like any.
+    #[test]
+    fn a_pod_deleted_longer_ago_than_its_grace_period_plus_thirty_seconds_no_longer_holds_its_node()
+    {
+        let nodes = [node("a", "ss", 0, "4"), node("b", "ss", 1, "4")];
+        // `a` holds a 3-cpu pod deleted 61 s ago with a 30 s grace period: long terminating.
+        let pods = [deleted("gone", "a", 61, 30), pod("p", "b", "3")];
+        let c = run(&[group("ss", Some(2), 0)], &nodes, &pods, &[]);
+        assert_eq!(names(&c), ["a"]);
+        assert!(
+            c.unneeded[0].is_empty(),
+            "nothing to move: {:?}",
+            c.unneeded[0].pods
+        );
+        assert_eq!(c.unneeded[0].utilization, 0.0);
+        // 59 s ago: still within 30 + 30 s, so it would have to move, and there is no room.
+        let pods = [deleted("going", "a", 59, 30), pod("p", "b", "3")];
+        let c = run(&[group("ss", Some(2), 0)], &nodes, &pods, &[]);
+        assert!(names(&c).is_empty(), "{:?}", names(&c));
+    }
+
     #[test]
     fn empty_nodes_come_first_then_underused_ones_and_busy_nodes_are_left_alone() {
         let nodes = [
@@ -935,6 +994,7 @@ mod tests {
         assert!(matches!(c.blocked.get("c"), Some(Blocker::Utilized(_))));
         let busy = HashSet::from(["a".to_string()]);
         let c = unneeded(&DownInput {
+            now: k8s_openapi::jiff::Timestamp::now(),
             groups: &[group("ss", Some(4), 0)],
             nodes: &nodes,
             pods: &PodIndex::of(&pods),

@@ -95,6 +95,7 @@ struct MetaIn {
     annotations: Option<BTreeMap<String, String>>,
     owner_references: Option<Vec<OwnerReference>>,
     deletion_timestamp: Option<Time>,
+    deletion_grace_period_seconds: Option<i64>,
 }
 
 impl From<MetaIn> for ObjectMeta {
@@ -108,6 +109,7 @@ impl From<MetaIn> for ObjectMeta {
             annotations: m.annotations,
             owner_references: m.owner_references,
             deletion_timestamp: m.deletion_timestamp,
+            deletion_grace_period_seconds: m.deletion_grace_period_seconds,
             ..ObjectMeta::default()
         }
     }
@@ -140,6 +142,9 @@ struct SpecIn {
     #[serde(rename = "setHostnameAsFQDN")]
     set_hostname_as_fqdn: Option<bool>,
     share_process_namespace: Option<bool>,
+    /// Not scheduling's, but a deleted pod's fallback grace period (see
+    /// [`super::record::PodRecord::long_terminating`]); dropped by `slim_spec` after.
+    termination_grace_period_seconds: Option<i64>,
     tolerations: Option<Vec<Toleration>>,
     topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
     volumes: Option<Vec<VolumeIn>>,
@@ -169,6 +174,7 @@ impl From<SpecIn> for PodSpec {
             scheduler_name: s.scheduler_name,
             set_hostname_as_fqdn: s.set_hostname_as_fqdn,
             share_process_namespace: s.share_process_namespace,
+            termination_grace_period_seconds: s.termination_grace_period_seconds,
             tolerations: s.tolerations,
             topology_spread_constraints: s.topology_spread_constraints,
             volumes: s.volumes.map(|v| v.into_iter().map(Volume::from).collect()),
@@ -384,6 +390,8 @@ mod tests {
             scheduler_name: _,
             set_hostname_as_fqdn: _,
             share_process_namespace: _,
+            // Read for a deleted pod's grace period, then dropped by `slim_spec`.
+            termination_grace_period_seconds: _,
             tolerations: _,
             topology_spread_constraints: _,
             volumes: _,
@@ -404,7 +412,6 @@ mod tests {
             service_account: _,
             service_account_name: _,
             subdomain: _,
-            termination_grace_period_seconds: _,
         } = PodSpec::default();
     }
 

@@ -167,6 +167,15 @@ impl Reconciler {
         self.inner
             .early_hold(&group.name, WriteKind::Delete)
             .or_else(|| {
+                // An earlier 429's `Retry-After` holds every write back: the delete would not
+                // leave the process, so no node is drained for it meanwhile.
+                self.inner
+                    .arm
+                    .gates()
+                    .closed_for(crate::azure::throttle::CallClass::Write, Instant::now())
+                    .map(|_| HoldReason::RetryTurn)
+            })
+            .or_else(|| {
                 self.inner
                     .reserve_hold(&group.name, Urgency::ScaleDown, false)
             })
@@ -337,6 +346,23 @@ impl Inner {
                     self.operation_failed(name);
                     self.backoff(name);
                     return DeleteEnd::Unknown(e.to_string());
+                }
+                Err(ArmError::Throttled {
+                    retry_after, local, ..
+                }) => {
+                    // Refused before Azure's bucket (or held back by the gate an earlier 429
+                    // closed): nothing happened, and the subscription's budget is no fault of the
+                    // group's. Its scale-ups are not backed off; the removal stops and a later
+                    // pass tries again once the gate opens (scale-down asks it before a drain).
+                    self.metrics
+                        .instance_deletes_total
+                        .with_label_values(&[name, "throttled"])
+                        .inc();
+                    info!(scale_set = name, node = %nodes, retry_after_secs = retry_after.as_secs_f64(), local, "instance delete throttled: not sent, the group is not backed off");
+                    return DeleteEnd::Failed(format!(
+                        "throttled by Azure: retry after {}s",
+                        retry_after.as_secs()
+                    ));
                 }
                 Err(e) => {
                     self.metrics

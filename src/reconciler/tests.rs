@@ -38,6 +38,8 @@ struct FakeState {
     deletes: usize,
     /// The next deletes answer 503.
     failing_deletes: usize,
+    /// The next deletes are refused with a 429 (`Retry-After: 7`).
+    throttled_deletes: usize,
     /// Before the next write is answered, another writer sets this capacity (so it gets a 412).
     rival: Option<i64>,
 }
@@ -166,6 +168,14 @@ impl CapacityResource for Fake {
         self.state.lock().deletes += 1;
         self.precondition_holds(precondition, ArmOp::DeleteInstances)?;
         let mut s = self.state.lock();
+        if s.throttled_deletes > 0 {
+            s.throttled_deletes -= 1;
+            return Err(ArmError::Throttled {
+                op: ArmOp::DeleteInstances,
+                retry_after: std::time::Duration::from_secs(7),
+                local: false,
+            });
+        }
         if s.failing_deletes > 0 {
             s.failing_deletes -= 1;
             return Err(ArmError::Http {
@@ -490,6 +500,35 @@ async fn a_delete_that_azure_fails_with_a_5xx_backs_off_every_write_to_the_group
         None,
         "success resets it"
     );
+}
+
+/// Issue 41: a 429 on a delete is the subscription's budget, not a failure of the group: its
+/// scale-ups go on (before, the delete's 429 doubled a group-wide backoff, and pending pods went
+/// elsewhere or nowhere).
+#[tokio::test(start_paused = true)]
+async fn a_throttled_delete_does_not_back_off_the_groups_scale_ups() {
+    let h = harness(Fake::new(3), settings(None, ""));
+    h.fake.state.lock().throttled_deletes = 1;
+    assert!(matches!(h.delete().await, DeleteEnd::Failed(why) if why.contains("throttled")));
+    assert_eq!(h.write(5).await, Ok(()), "the scale-up is not backed off");
+    assert_eq!(h.fake.writes(), [5]);
+    assert_ne!(
+        h.reconciler.delete_hold(&h.group()),
+        Some(HoldReason::Backoff),
+        "nor are the group's deletes"
+    );
+    // While the gate a 429 closed is shut, scale-down is told before it drains a node.
+    h.arm.gates().close(
+        crate::azure::throttle::CallClass::Write,
+        std::time::Duration::from_secs(7),
+        tokio::time::Instant::now(),
+    );
+    assert_eq!(
+        h.reconciler.delete_hold(&h.group()),
+        Some(HoldReason::RetryTurn)
+    );
+    tokio::time::advance(std::time::Duration::from_secs(8)).await;
+    assert_eq!(h.reconciler.delete_hold(&h.group()), None);
 }
 
 #[tokio::test(start_paused = true)]

@@ -208,6 +208,41 @@ pub fn evict(
             }
         }
     }
-    store.delete(pods_rt, namespace, name, None)?;
+    delete_pod(store, namespace, name, None)?;
     Ok(status::success(201))
+}
+
+/// Deletes a pod as the API server and a kubelet together do: at once, unless the pod is bound
+/// to a node whose kubelet is dead (the emulator's `emulator-not-ready` annotation). Then, as on
+/// a real cluster where no kubelet confirms, the pod only gets its `deletionTimestamp` (now plus
+/// its grace period: `spec.terminationGracePeriodSeconds`, 30 s by default) and stays
+/// until its node goes. Returns the pod as deleted or as marked.
+pub fn delete_pod(
+    store: &mut Store,
+    namespace: &str,
+    name: &str,
+    precondition_rv: Option<&str>,
+) -> Result<Value, KubeError> {
+    let pods_rt = resources::find("", "v1", "pods").expect("pods are served");
+    let nodes_rt = resources::find("", "v1", "nodes").expect("nodes are served");
+    let pod = store.get(pods_rt, namespace, name)?;
+    let dead_kubelet = pod
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+        .and_then(|n| store.get(nodes_rt, "", n).ok())
+        .is_some_and(|node| {
+            node.pointer("/metadata/annotations")
+                .and_then(|a| a.get(crate::emulator::sim::nodes::NOT_READY_ANNOTATION))
+                .and_then(Value::as_str)
+                == Some("true")
+        });
+    if dead_kubelet {
+        let grace = pod
+            .pointer("/spec/terminationGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(30);
+        return store.mark_deleting(pods_rt, namespace, name, grace, precondition_rv);
+    }
+    store.delete(pods_rt, namespace, name, precondition_rv)
 }

@@ -508,12 +508,13 @@ fn item(
                     .and_then(Value::as_str)
                     .map(str::to_string)
             };
-            ok(
-                200,
-                kube.store
-                    .lock()
-                    .delete(rt, namespace, name, precondition.as_deref())?,
-            )
+            let mut store = kube.store.lock();
+            let gone = if is_pod {
+                eviction::delete_pod(&mut store, namespace, name, precondition.as_deref())?
+            } else {
+                store.delete(rt, namespace, name, precondition.as_deref())?
+            };
+            ok(200, gone)
         }
         (Some("binding"), &Method::POST) if is_pod => {
             let b = parse_json(body)?;

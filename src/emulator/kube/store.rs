@@ -493,6 +493,50 @@ impl Store {
         Ok(new)
     }
 
+    /// Graceful deletion's first half: sets `deletionTimestamp` (now plus `grace` seconds) and
+    /// `deletionGracePeriodSeconds` and keeps the object, as the API server does for a pod bound
+    /// to a node until its kubelet confirms. An object already marked is left as it is.
+    /// `precondition_rv` as for [`Store::delete`].
+    pub fn mark_deleting(
+        &mut self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        grace: i64,
+        precondition_rv: Option<&str>,
+    ) -> Result<Value, KubeError> {
+        let key = Self::key(rt, namespace, name);
+        let old = self
+            .objects
+            .get(&key)
+            .ok_or_else(|| status::not_found(rt, name))?;
+        if let Some(want) = precondition_rv {
+            if rv_of(old) != Some(want) {
+                return Err(status::conflict(rt, name));
+            }
+        }
+        if old.pointer("/metadata/deletionTimestamp").is_some() {
+            return Ok(old.clone());
+        }
+        let at = time::OffsetDateTime::now_utc()
+            .replace_nanosecond(0)
+            .ok()
+            .map(|t| t + time::Duration::seconds(grace.max(0)))
+            .and_then(|t| {
+                t.format(&time::format_description::well_known::Rfc3339)
+                    .ok()
+            })
+            .unwrap_or_else(now_rfc3339);
+        let mut new = old.clone();
+        new["metadata"]["deletionTimestamp"] = json!(at);
+        new["metadata"]["deletionGracePeriodSeconds"] = json!(grace.max(0));
+        self.rv += 1;
+        new["metadata"]["resourceVersion"] = json!(self.rv.to_string());
+        let prev = self.objects.insert(key, new.clone());
+        self.record(rt, namespace, EventType::Modified, new.clone(), prev);
+        Ok(new)
+    }
+
     /// Deletes an object (a namespace takes its objects with it). `precondition_rv`, from
     /// `DeleteOptions.preconditions.resourceVersion`, must match when given.
     pub fn delete(

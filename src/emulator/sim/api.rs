@@ -31,6 +31,8 @@ pub struct PodTemplate {
     pub spread: Vec<Value>,
     /// `affinity.podAntiAffinity` required terms.
     pub anti_affinity: Vec<Value>,
+    /// `terminationGracePeriodSeconds` (`None`: Kubernetes' default, 30).
+    pub termination_grace_seconds: Option<i64>,
 }
 
 impl PodTemplate {
@@ -128,6 +130,9 @@ impl PodTemplate {
         }
         if let Some(p) = self.priority {
             spec["priority"] = json!(p);
+        }
+        if let Some(g) = self.termination_grace_seconds {
+            spec["terminationGracePeriodSeconds"] = json!(g);
         }
         if !self.spread.is_empty() {
             spec["topologySpreadConstraints"] = json!(self.spread);

@@ -312,37 +312,45 @@ pub(crate) fn delete_pods_on(store: &mut Store, node: &str) -> Vec<PodLoss> {
     let Some(pods_rt) = resources::find("", "v1", "pods") else {
         return Vec::new();
     };
-    let bound: Vec<PodLoss> = store
+    let bound: Vec<(PodLoss, bool)> = store
         .list(pods_rt, None, &Selector::default(), None, None)
         .items
         .iter()
         .filter(|p| p.pointer("/spec/nodeName").and_then(Value::as_str) == Some(node))
-        .map(|p| PodLoss {
-            namespace: p
-                .pointer("/metadata/namespace")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_string(),
-            name: name_of(p).unwrap_or("").to_string(),
-            node: node.to_string(),
-            owner_kind: p
-                .pointer("/metadata/ownerReferences")
-                .and_then(Value::as_array)
-                .and_then(|refs| {
-                    refs.iter()
-                        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
-                })
-                .and_then(|r| r.get("kind").and_then(Value::as_str))
-                .map(str::to_string),
+        .map(|p| {
+            let deleted = p.pointer("/metadata/deletionTimestamp").is_some();
+            let loss = PodLoss {
+                namespace: p
+                    .pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string(),
+                name: name_of(p).unwrap_or("").to_string(),
+                node: node.to_string(),
+                owner_kind: p
+                    .pointer("/metadata/ownerReferences")
+                    .and_then(Value::as_array)
+                    .and_then(|refs| {
+                        refs.iter()
+                            .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))
+                    })
+                    .and_then(|r| r.get("kind").and_then(Value::as_str))
+                    .map(str::to_string),
+            };
+            (loss, deleted)
         })
         .collect();
     bound
         .into_iter()
-        .filter(|loss| {
+        .filter(|(loss, _)| {
             store
                 .delete(pods_rt, &loss.namespace, &loss.name, None)
                 .is_ok()
         })
+        // A pod already deleted through the API (its kubelet dead, so it waited with a
+        // `deletionTimestamp`) is finished by the pod garbage collector, not lost with its node.
+        .filter(|(_, deleted)| !deleted)
+        .map(|(loss, _)| loss)
         .collect()
 }
 
