@@ -320,6 +320,23 @@ impl Instance {
     }
 }
 
+/// The instances of a group no node is coming from, as scale-up counts them: those Azure lists
+/// `Failed` (and not deallocated), and those stopped and deallocated (a spot VM evicted with
+/// `Deallocate`), by instance id. One rule for the loop and `explain`.
+pub fn not_coming(instances: &[Instance]) -> (Vec<String>, Vec<String>) {
+    let ids = |keep: &dyn Fn(&Instance) -> bool| -> Vec<String> {
+        instances
+            .iter()
+            .filter(|i| keep(i))
+            .map(|i| i.instance_id.clone())
+            .collect()
+    };
+    (
+        ids(&|i| i.failed() && !i.deallocated()),
+        ids(&Instance::deallocated),
+    )
+}
+
 /// moka's expiry for the instance cache: each entry lives the time it was given ([`Listed`]).
 struct ListedLifetime;
 

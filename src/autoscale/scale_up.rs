@@ -12,7 +12,6 @@
 //! group that fits.
 
 use super::follow_up::{Finding, FollowUp};
-use crate::cache::Instance;
 use crate::config::{DemandKind, NodeGroupSpec, Settings};
 use crate::hold::HoldReason;
 use crate::kube::reflect::ClusterView;
@@ -459,15 +458,12 @@ impl ScaleUpLoop {
                     _ => None,
                 })
                 .map(why_not);
-            let instances = self.groups.instances().get(&g.name);
-            let listed = |keep: &dyn Fn(&Instance) -> bool| -> Vec<String> {
-                instances
-                    .iter()
-                    .flat_map(|l| l.iter())
-                    .filter(|i| keep(i))
-                    .map(|i| i.instance_id.clone())
-                    .collect()
-            };
+            let (failed, stopped) = self
+                .groups
+                .instances()
+                .get(&g.name)
+                .map(|l| crate::cache::not_coming(&l))
+                .unwrap_or_default();
             inputs.push(GroupInput {
                 name: g.name.clone(),
                 backing: self.backing(g),
@@ -481,8 +477,8 @@ impl ScaleUpLoop {
                     .map(|s| s.vcpu),
                 quota: std::mem::take(pools),
                 unhealthy,
-                failed: listed(&|i| i.failed() && !i.deallocated()),
-                stopped: listed(&Instance::deallocated),
+                failed,
+                stopped,
                 passed_over: Default::default(),
                 learned: None,
             });

@@ -83,6 +83,33 @@ pub async fn read(settings: &Settings) -> anyhow::Result<Snapshot> {
             )),
         }
     }
+    // Each group's instances, as the reconciler lists them: scale-up counts no node coming from
+    // a `Failed` or deallocated one, and neither does an explanation.
+    for (rg, s) in &snap.scale_sets {
+        match arm.list_instances_in(rg, &s.name).await {
+            Ok(list) => {
+                snap.instances.insert(s.name.to_ascii_lowercase(), list);
+            }
+            Err(e) => snap.notes.push(format!(
+                "instances of scale set {} not listed ({e}): Failed instances count as nodes on their way here",
+                s.name
+            )),
+        }
+    }
+    for (crg, cluster, p) in &snap.pools {
+        match AgentPools::new(arm.clone(), crg, cluster)
+            .list_instances(&p.name)
+            .await
+        {
+            Ok(list) => {
+                snap.instances.insert(p.name.to_ascii_lowercase(), list);
+            }
+            Err(e) => snap.notes.push(format!(
+                "instances of agent pool {} not listed ({e}): Failed instances count as nodes on their way here",
+                p.name
+            )),
+        }
+    }
     let client = crate::app::kube_client(&settings.kubernetes).await?;
     snap.nodes = list::<Node>(&client, "nodes")
         .await?

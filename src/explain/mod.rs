@@ -49,6 +49,9 @@ pub struct Group {
     pub backing: Backing,
     /// The scale set or agent pool as read; `None`: not found.
     pub resource: Option<ScaleSet>,
+    /// Its VM instances as listed (`Failed` and deallocated ones bring no node, as the loop
+    /// counts them); empty when not read.
+    pub instances: Vec<crate::cache::Instance>,
 }
 
 /// Everything one explanation looks at.
@@ -374,8 +377,8 @@ impl World {
                         .map(|s| s.vcpu),
                     shape,
                     unhealthy: self.unhealthy(g),
-                    failed: Vec::new(),
-                    stopped: Vec::new(),
+                    failed: crate::cache::not_coming(&g.instances).0,
+                    stopped: crate::cache::not_coming(&g.instances).1,
                     passed_over: Default::default(),
                     learned: None,
                     quota: std::mem::take(pools),

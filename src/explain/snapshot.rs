@@ -35,6 +35,8 @@ pub struct Snapshot {
     pub nodes: Vec<Arc<NodeRecord>>,
     /// Pods.
     pub pods: Vec<Arc<PodRecord>>,
+    /// VM instances by node-group name (lower case), where they were listed.
+    pub instances: BTreeMap<String, Vec<crate::cache::Instance>>,
     /// PodDisruptionBudgets.
     pub pdbs: Vec<Arc<PodDisruptionBudget>>,
     /// DaemonSets.
@@ -365,6 +367,7 @@ impl Snapshot {
                                     name: spec.name.clone(),
                                 },
                                 resource: found.map(|(_, s)| s),
+                                instances: Vec::new(),
                                 spec,
                             }
                         }
@@ -385,6 +388,7 @@ impl Snapshot {
                                     pool: spec.name.clone(),
                                 },
                                 resource: found,
+                                instances: Vec::new(),
                                 spec,
                             }
                         }
@@ -410,6 +414,7 @@ impl Snapshot {
                             name: s.name.clone(),
                         },
                         resource: Some(s.clone()),
+                        instances: Vec::new(),
                     });
                 }
                 for (rg, cluster, p) in &self.pools {
@@ -432,6 +437,7 @@ impl Snapshot {
                             pool: p.name.clone(),
                         },
                         resource: Some(p.clone()),
+                        instances: Vec::new(),
                     });
                 }
                 notes.push("no --config: every scale set and agent pool of the snapshot is a node group, with cluster-autoscaler's podDemand and scaleDown defaults".into());
@@ -507,10 +513,18 @@ impl Snapshot {
             }
             None => notes.push(super::not_known(&status_config_map)),
         }
+        // Each group's instances, where they were listed (a live read lists them).
+        for g in &mut groups {
+            if let Some(list) = self.instances.get(&g.spec.name.to_ascii_lowercase()) {
+                g.instances = list.clone();
+            }
+        }
         let world = World {
             groups,
             nodes: self.nodes,
-            pods: self.pods,
+            // Finished pods take no room and ask for none: the loops never see them (their
+            // watch selects unfinished pods), and neither does an explanation.
+            pods: self.pods.into_iter().filter(|p| !p.finished()).collect(),
             pdbs: self.pdbs,
             daemonsets: self.daemonsets,
             volumes: Arc::new(Volumes::new(
@@ -667,6 +681,76 @@ mod tests {
                 .is_some_and(|w| w.contains("autoscaler")),
             "{g:?}"
         );
+    }
+
+    /// A snapshot of scale set `ss` (D4s_v5, capacity 2): instance 0 has Ready node `n0`,
+    /// holding `on_n0`; instance 1 has no node; `pending` waits for 3 cpus.
+    fn one_node_snapshot(on_n0: serde_json::Value) -> Snapshot {
+        let dir = tempfile::tempdir().unwrap();
+        let vmss = json!([{
+            "id": "/subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/ss",
+            "name": "ss", "type": "Microsoft.Compute/virtualMachineScaleSets",
+            "location": "westeurope", "etag": "\"1\"",
+            "sku": {"name": "Standard_D4s_v5", "tier": "Standard", "capacity": 2},
+            "tags": {"min": "0", "max": "5"}, "properties": {"provisioningState": "Succeeded"}
+        }]);
+        let pod = |name: &str, cpu: &str, node: Option<&str>, phase: &str| {
+            let mut spec =
+                json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]});
+            if let Some(n) = node {
+                spec["nodeName"] = json!(n);
+            }
+            json!({"kind": "Pod", "metadata": {"name": name, "namespace": "default",
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": name, "uid": name, "controller": true}]},
+                "spec": spec,
+                "status": {"phase": phase, "conditions": [{"type": "PodScheduled", "status": if node.is_some() { "True" } else { "False" }, "reason": "Unschedulable"}]}})
+        };
+        let items = json!([
+            {"kind": "Node", "metadata": {"name": "n0", "labels": {"kubernetes.io/hostname": "n0"}},
+                "spec": {"providerID": "azure:///subscriptions/s/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/ss/virtualMachines/0"},
+                "status": {"allocatable": {"cpu": "3860m", "memory": "12Gi", "pods": "110"},
+                    "conditions": [{"type": "Ready", "status": "True"}]}},
+            pod("pending", "3", None, "Pending"),
+            pod(on_n0["name"].as_str().unwrap(), on_n0["cpu"].as_str().unwrap(), Some("n0"), on_n0["phase"].as_str().unwrap()),
+        ]);
+        std::fs::write(dir.path().join("vmss.json"), vmss.to_string()).unwrap();
+        std::fs::write(
+            dir.path().join("cluster.json"),
+            json!({"kind": "List", "items": items}).to_string(),
+        )
+        .unwrap();
+        load(dir.path()).unwrap()
+    }
+
+    /// Issue 41: `explain` counts as the loops count. An instance Azure lists `Failed` brings
+    /// no node, so it is no room on its way; a finished pod takes no room on its node.
+    #[test]
+    fn explain_ignores_failed_instances_and_finished_pods_exactly_as_the_loops_do() {
+        let full = json!({"name": "busy", "cpu": "3500m", "phase": "Running"});
+        let snap = one_node_snapshot(full.clone());
+        let (world, _) = snap.world(None);
+        let e = world.pod("default/pending").unwrap();
+        assert_eq!(e.outcome, "roomOnItsWay", "{e:?}");
+        let mut snap = one_node_snapshot(full);
+        let instance = |id: &str, state: &str| crate::cache::Instance {
+            instance_id: id.into(),
+            provisioning_state: Some(state.into()),
+            computer_name: None,
+            power_state: None,
+        };
+        snap.instances.insert(
+            "ss".into(),
+            vec![instance("0", "Succeeded"), instance("1", "Failed")],
+        );
+        let (world, _) = snap.world(None);
+        let e = world.pod("default/pending").unwrap();
+        assert_eq!(e.outcome, "scaleUp", "{e:?}");
+        assert_eq!(e.scale_up.as_ref().map(|s| s.to), Some(3));
+        // A Succeeded pod of 3.5 cpus on n0 takes nothing: the pending pod fits there.
+        let snap = one_node_snapshot(json!({"name": "done", "cpu": "3500m", "phase": "Succeeded"}));
+        let (world, _) = snap.world(None);
+        let e = world.pod("default/pending").unwrap();
+        assert_ne!(e.outcome, "scaleUp", "{e:?}");
     }
 
     #[test]

@@ -108,6 +108,12 @@ impl PodRecord {
         format!("{}/{}", self.namespace, self.name)
     }
 
+    /// `Succeeded` or `Failed`: finished, it takes no room and asks for none (the pods reflector
+    /// watches only unfinished pods: [`crate::kube::reflect::UNFINISHED_PODS`]).
+    pub fn finished(&self) -> bool {
+        matches!(self.phase.as_deref(), Some("Succeeded" | "Failed"))
+    }
+
     /// cluster-autoscaler's long-terminating rule (`drain.IsPodLongTerminating`): deleted, and
     /// `now` is past its deletion time plus its grace period plus
     /// [`LONG_TERMINATING_EXTRA`]. Such a pod is going away without anyone confirming it (a
