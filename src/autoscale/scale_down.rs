@@ -102,6 +102,9 @@ struct Shared {
 pub struct ScaleDownLoop {
     shared: Arc<Shared>,
     since: HashMap<String, Instant>,
+    /// Per node whose removal started, since when it had been unneeded: a removal that stops
+    /// without making the node needed gives it back ([`unneeded::resume`]).
+    started: HashMap<String, Instant>,
     /// Since when each instance (node group, instance id) has had no Node.
     unregistered_since: HashMap<(String, String), Instant>,
     /// Spot instances (node group, instance id) seen evicted with `Deallocate`: each counted and
@@ -214,6 +217,7 @@ impl ScaleDownLoop {
                 flight: Mutex::new(Flight::default()),
             }),
             since: HashMap::new(),
+            started: HashMap::new(),
             unregistered_since: HashMap::new(),
             evicted_seen: HashSet::new(),
             sizes_seen: HashMap::new(),
@@ -262,6 +266,7 @@ impl ScaleDownLoop {
         if !s.reconciler.may_write() || !s.cluster.synced() {
             // Not leading (or not seeing the cluster yet): nothing is unneeded "since" anything.
             self.since.clear();
+            self.started.clear();
             s.reconciler.set_unneeded(BTreeMap::new());
             self.cleaned = false;
             return;
@@ -378,6 +383,7 @@ impl ScaleDownLoop {
             namespaces: &namespaces,
         });
         unneeded::track(&mut self.since, &candidates, now);
+        unneeded::resume(&mut self.since, &mut self.started, &busy);
         self.report(&down, &candidates, now);
         let (chosen, waiting) = unneeded::select(
             &candidates,
@@ -456,7 +462,9 @@ impl ScaleDownLoop {
                     drains,
                 }
             };
-            self.since.remove(&removal.node);
+            if let Some(at) = self.since.remove(&removal.node) {
+                self.started.insert(removal.node.clone(), at);
+            }
             info!(node = %removal.node, scale_set = %removal.group.name, reason = removal.reason(), pods = removal.pods.len(), "removing an unneeded node");
             let at = match removal.pods.is_empty() {
                 true => *bulk.entry(removal.group.name.clone()).or_insert_with(|| {
@@ -511,6 +519,7 @@ impl ScaleDownLoop {
                 s.reconciler.set_scale_down_halted(Some(why.clone()));
                 self.halted = Some(why);
                 self.since.clear();
+                self.started.clear();
                 s.reconciler.set_unneeded(BTreeMap::new());
                 false
             }

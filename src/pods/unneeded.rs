@@ -415,6 +415,27 @@ pub fn track(since: &mut HashMap<String, Instant>, candidates: &Candidates, now:
     }
 }
 
+/// Gives back their unneeded time to the nodes whose removal stopped without making them needed
+/// (a taint refused for a moved `resourceVersion`, a throttled or held delete, a Lease renewal
+/// hiccup): `started` holds, per node whose removal started, since when it had been unneeded
+/// then. A node still being removed (`busy`) waits; one found unneeded again keeps its earlier
+/// start; one that is not (it became needed, or it is gone) is forgotten. Called after [`track`].
+pub fn resume(
+    since: &mut HashMap<String, Instant>,
+    started: &mut HashMap<String, Instant>,
+    busy: &HashSet<String>,
+) {
+    started.retain(|node, at| {
+        if busy.contains(node) {
+            return true;
+        }
+        if let Some(s) = since.get_mut(node) {
+            *s = (*s).min(*at);
+        }
+        false
+    });
+}
+
 /// The limits of one pass.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limits {
@@ -936,6 +957,34 @@ mod tests {
         // Without the volume's zone, it would have moved.
         let c = run(&[group("ss", Some(2), 0)], &nodes, &pods, &[]);
         assert_eq!(names(&c), ["a"]);
+    }
+
+    /// Issue 41: a removal that stopped without making its node needed does not start the node's
+    /// unneeded time over; a node that became needed meanwhile starts from scratch.
+    #[test]
+    fn a_stopped_removal_gives_its_node_back_its_unneeded_time_unless_it_became_needed() {
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(300);
+        let mut started = HashMap::from([
+            ("a".to_string(), t0),
+            ("b".to_string(), t0),
+            ("c".to_string(), t0),
+        ]);
+        // The pass after: `a` is unneeded again (new to the list, so `track` said "now"), `b`
+        // is needed, `c` is still being removed.
+        let mut since = HashMap::from([("a".to_string(), later)]);
+        let busy = HashSet::from(["c".to_string()]);
+        resume(&mut since, &mut started, &busy);
+        assert_eq!(since["a"], t0, "a keeps the time it had been unneeded");
+        assert!(!since.contains_key("b"));
+        assert_eq!(
+            started.keys().collect::<Vec<_>>(),
+            ["c"],
+            "c waits for its end"
+        );
+        // c's removal ended (the node is gone): forgotten.
+        resume(&mut since, &mut started, &HashSet::new());
+        assert!(started.is_empty() && !since.contains_key("c"));
     }
 
     /// `pod` on `node`, deleted `ago` before now with a grace period of `grace` seconds.
