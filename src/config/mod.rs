@@ -8,7 +8,7 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | `raw` | YAML text into serde structs (camelCase, unknown keys rejected), every schema problem with its path |
+//! | `raw` | YAML text into serde structs (camelCase, unknown keys rejected), every schema problem with its path; relative paths taken from the file's folder; each problem's line and column in the file |
 //! | `sources` | the environment, `azure.json`, and the credential sources; merging the layers |
 //! | `validate` | raw values into typed settings, each problem with its path |
 //! | `discovery` | tag auto-discovery of scale sets and AKS agent pools |
