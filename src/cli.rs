@@ -17,9 +17,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
-/// Keeps Azure VM Scale Set capacity where a plan says it should be, and never silently
-/// overwrites another writer's change: every capacity write carries If-Match with the ETag last
-/// read, and a 412 makes the controller re-read and re-plan instead of clobbering.
+/// A cluster autoscaler for Azure VM Scale Sets and AKS agent pools whose every write carries
+/// If-Match with the ETag last read, so no other writer's change is lost.
+///
+/// Pending pods grow the node group that fits them; unneeded nodes are drained and deleted by
+/// name. A 412 makes the controller re-read and re-plan instead of overwriting.
 #[derive(Debug, Parser)]
 #[command(
     name = "vmss-capacity-controller",
@@ -49,6 +51,13 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// Whether text logs carry colour codes: only when they go to a terminal, and never when
+/// `NO_COLOR` is set to a non-empty value (<https://no-color.org>), so pipes and files get plain
+/// text.
+pub fn log_colour(to_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    to_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 /// Log output format.

@@ -1,6 +1,7 @@
 //! Entry point: parse flags, start telemetry, dispatch to [`vmss_capacity_controller::cli`].
 
 use clap::Parser;
+use std::io::IsTerminal;
 use vmss_capacity_controller::cli::{self, Cli, Command, ExitCode, LogFormat};
 
 fn init_tracing(format: LogFormat, filter: &str) {
@@ -17,7 +18,13 @@ fn init_tracing(format: LogFormat, filter: &str) {
             .flatten_event(true)
             .with_current_span(false)
             .init(),
-        LogFormat::Text => builder.with_target(false).init(),
+        LogFormat::Text => builder
+            .with_target(false)
+            .with_ansi(cli::log_colour(
+                std::io::stderr().is_terminal(),
+                std::env::var_os("NO_COLOR").as_deref(),
+            ))
+            .init(),
     }
 }
 

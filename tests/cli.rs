@@ -522,3 +522,75 @@ async fn a_node_group_azure_does_not_have_is_named_with_its_resource_group_and_t
         "the group that exists is not reported:\n{text}"
     );
 }
+
+#[test]
+fn help_and_the_crate_description_say_it_is_a_cluster_autoscaler_not_a_plan_keeper() {
+    let out = run(&["--help"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let first = text.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("A cluster autoscaler for Azure VM Scale Sets and AKS agent pools"),
+        "--help's first line: {first:?}"
+    );
+    let short = run(&["-h"]);
+    let first_short = String::from_utf8_lossy(&short.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(first_short, first, "-h and --help open alike");
+    for said in [text.as_ref(), env!("CARGO_PKG_DESCRIPTION")] {
+        assert!(!said.contains("where a plan says"), "{said}");
+        assert!(said.contains("cluster autoscaler"), "{said}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_logs_into_a_pipe_carry_no_colour_codes() {
+    let emu = emulator().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &emu.base_url(), true);
+    let out = run_once(&config, &["--log-format", "text"]).await;
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("INFO"), "some text log lines: {err}");
+    assert!(
+        !err.contains('\u{1b}'),
+        "an escape code in logs written to a pipe: {err:?}"
+    );
+}
+
+#[test]
+fn log_colour_needs_a_terminal_and_no_non_empty_no_color() {
+    use std::ffi::OsStr;
+    use vmss_capacity_controller::cli::log_colour;
+    assert!(log_colour(true, None));
+    assert!(log_colour(true, Some(OsStr::new(""))), "empty: as if unset");
+    assert!(!log_colour(true, Some(OsStr::new("1"))));
+    assert!(!log_colour(true, Some(OsStr::new("false"))), "any value");
+    assert!(!log_colour(false, None), "a pipe or a file");
+}
+
+#[test]
+fn check_config_names_the_file_and_the_line_and_column_of_each_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.yaml");
+    std::fs::write(
+        &path,
+        "azure:\n  tenantId: t\n  subscriptionId: s\n  resourceGroup: r\n  auth: {method: clientSecret, clientId: c}\nscanInterval: soon\nnodeGroups:\n  - {name: b, minSize: 0, maxSize: 3, bogus: 1}\n",
+    )
+    .unwrap();
+    let out = run(&["check-config", "--config", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let file = path.display();
+    for line in [
+        format!("{file}:6:1: scanInterval: "),
+        format!("{file}:8:39: nodeGroups[0].bogus: unknown key"),
+    ] {
+        assert!(
+            err.lines().any(|l| l.starts_with(&line)),
+            "no line starting {line:?} in:\n{err}"
+        );
+    }
+}

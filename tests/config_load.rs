@@ -303,10 +303,12 @@ fn problems_render_one_per_line_as_path_colon_message() {
         ConfigProblem {
             path: "nodeGroups[1].maxSize".into(),
             message: "required".into(),
+            file: None,
         },
         ConfigProblem {
             path: "env AZURE_ENABLE_VMSS_ETAG".into(),
             message: "\"yes\" is not a boolean".into(),
+            file: None,
         },
     ]);
     assert_eq!(
@@ -811,4 +813,193 @@ fn the_shipped_example_and_emulator_configs_are_valid() {
             (10, vec!["ondemand".to_string()]),
         ])
     );
+}
+
+/// Line and column (from 1) of the first `needle` on the line that contains `line_has`.
+fn line_column(text: &str, line_has: &str, needle: &str) -> (usize, usize) {
+    let (i, line) = text
+        .lines()
+        .enumerate()
+        .find(|(_, l)| l.contains(line_has))
+        .unwrap_or_else(|| panic!("no line with {line_has:?}"));
+    (i + 1, line.find(needle).expect("needle on the line") + 1)
+}
+
+#[test]
+fn a_problem_in_the_config_file_names_the_file_and_the_line_and_column_of_its_key() {
+    let text = r#"azure:
+  resourceManagerEndpoint: http://127.0.0.1:8443
+  authorityHost: http://127.0.0.1:8443
+  tenantId: tenant
+  subscriptionId: "00000000-0000-0000-0000-000000000000"
+  resourceGroup: rg-demo
+  auth: {method: clientSecret, clientId: controller}
+scanInterval: soon
+nodeGroups:
+  - {name: pool-a, minSize: 5, maxSize: 2}
+  - name: pool-b
+    minSize: 1
+    maxSize: 3
+    colour: blue
+"#;
+    let f = yaml_file(text);
+    let errs = load(&ConfigSources {
+        config_file: Some(f.path.clone()),
+        env: env(&[("ARM_CLIENT_SECRET", "s")]),
+        ..Default::default()
+    })
+    .expect_err("three problems");
+    let file = f.path.display().to_string();
+    let said = render_problems(&errs);
+    for (path, (line, column), words) in [
+        (
+            "scanInterval",
+            line_column(text, "scanInterval", "scanInterval"),
+            "invalid duration",
+        ),
+        (
+            "nodeGroups[0].minSize",
+            line_column(text, "pool-a", "minSize"),
+            "greater than maxSize",
+        ),
+        (
+            "nodeGroups[1].colour",
+            line_column(text, "colour", "colour"),
+            "unknown key",
+        ),
+    ] {
+        let start = format!("{file}:{line}:{column}: {path}: ");
+        assert!(
+            said.lines()
+                .any(|l| l.starts_with(&start) && l.contains(words)),
+            "no line starting {start:?} and saying {words:?} in:\n{said}"
+        );
+        let p = errs.0.iter().find(|p| p.path == path).expect("the problem");
+        assert_eq!(
+            p.file,
+            Some(FileLocation {
+                path: f.path.clone(),
+                line_column: Some((line, column))
+            })
+        );
+    }
+
+    // A key the file lacks: the nearest enclosing key it has.
+    let without = text.replace("    maxSize: 3\n", "");
+    let f2 = yaml_file(&without);
+    let errs = load(&ConfigSources {
+        config_file: Some(f2.path.clone()),
+        env: env(&[("ARM_CLIENT_SECRET", "s")]),
+        ..Default::default()
+    })
+    .expect_err("problems");
+    let p = errs
+        .0
+        .iter()
+        .find(|p| p.path == "nodeGroups[1].maxSize")
+        .expect("maxSize is required");
+    assert_eq!(
+        p.file.as_ref().and_then(|l| l.line_column),
+        Some(line_column(&without, "pool-b", "name")),
+        "the list item's place: {p:?}"
+    );
+
+    // Text that is not YAML: the parser's line and column, before the message.
+    let f3 = yaml_file("azure: {tenantId: [unclosed\n");
+    let errs = load(&ConfigSources {
+        config_file: Some(f3.path.clone()),
+        ..Default::default()
+    })
+    .expect_err("not YAML");
+    let p = &errs.0[0];
+    let at = p
+        .file
+        .as_ref()
+        .and_then(|l| l.line_column)
+        .expect("a place");
+    assert!(
+        render_problems(&errs).starts_with(&format!(
+            "{}:{}:{}: not valid YAML: ",
+            f3.path.display(),
+            at.0,
+            at.1
+        )),
+        "{errs}"
+    );
+
+    // What is not in the file names no file.
+    let errs = load(&ConfigSources {
+        config_file: Some(f.path.clone()),
+        env: env(&[
+            ("ARM_CLIENT_SECRET", "s"),
+            ("AZURE_ENABLE_VMSS_ETAG", "yes"),
+        ]),
+        ..Default::default()
+    })
+    .expect_err("problems");
+    let p = errs
+        .0
+        .iter()
+        .find(|p| p.path == "env AZURE_ENABLE_VMSS_ETAG")
+        .expect("the environment's problem");
+    assert_eq!(p.file, None);
+}
+
+#[test]
+fn relative_paths_in_a_config_file_resolve_against_its_folder_not_the_working_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("config");
+    std::fs::create_dir(&folder).unwrap();
+    for f in ["kubeconfig", "secret"] {
+        std::fs::write(folder.join(f), "x").unwrap();
+    }
+    std::fs::write(
+        folder.join("ca.pem"),
+        "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    let path = folder.join("c.yaml");
+    std::fs::write(
+        &path,
+        VALID.replace(
+            "  auth: {method: clientSecret, clientId: controller}",
+            "  caBundleFile: ./ca.pem\n  auth: {method: clientSecret, clientId: controller, clientSecretFile: secret}",
+        ) + "kubernetes: {enabled: true, kubeconfig: ./kubeconfig}\n",
+    )
+    .unwrap();
+    // The test's working directory is the crate's, which has no such files.
+    assert!(
+        !std::path::Path::new("ca.pem").exists() && !std::path::Path::new("kubeconfig").exists()
+    );
+    let s = load(&ConfigSources {
+        config_file: Some(path.clone()),
+        ..Default::default()
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(s.azure.ca_bundle_file, Some(folder.join("ca.pem")));
+    assert_eq!(s.kubernetes.kubeconfig, Some(folder.join("kubeconfig")));
+    match &s.azure.auth {
+        AuthSettings::ClientSecret {
+            secret: SecretSource::File(f),
+            ..
+        } => assert_eq!(f, &folder.join("secret")),
+        other => panic!("{other:?}"),
+    }
+    // An absolute path stays as written.
+    let absolute = folder.join("ca.pem");
+    std::fs::write(
+        &path,
+        VALID.replace(
+            "  auth:",
+            &format!("  caBundleFile: {}\n  auth:", absolute.display()),
+        ),
+    )
+    .unwrap();
+    let s = load(&ConfigSources {
+        config_file: Some(path),
+        env: env(&[("ARM_CLIENT_SECRET", "s")]),
+        ..Default::default()
+    })
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(s.azure.ca_bundle_file, Some(absolute));
 }

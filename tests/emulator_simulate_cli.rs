@@ -265,3 +265,216 @@ fn the_simulation_flags_are_checked_and_a_bad_scale_set_is_named() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--scale-set ZONE1 is given twice"), "{err}");
 }
+
+/// The README's try-out block: one command per entry, continuation lines joined and comments
+/// dropped, words split as a shell splits them (a backslash keeps the next character, single
+/// quotes keep everything up to the next one).
+fn readme_try_out() -> Vec<(Vec<String>, bool)> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
+        .expect("README.md");
+    let section = readme
+        .split("## Try it from outside, with kubectl")
+        .nth(1)
+        .expect("the try-out section");
+    let block = section
+        .split("```sh\n")
+        .nth(1)
+        .and_then(|b| b.split("```").next())
+        .expect("its sh block");
+    let joined = block.replace("\\\n", " ");
+    let mut commands = Vec::new();
+    for line in joined.lines() {
+        let line = match line.find(" #") {
+            Some(i) => &line[..i],
+            None => line,
+        }
+        .trim();
+        if line.is_empty() {
+            continue;
+        }
+        let (line, background) = match line.strip_suffix('&') {
+            Some(l) => (l.trim_end(), true),
+            None => (line, false),
+        };
+        let mut words = Vec::new();
+        let mut word = String::new();
+        let mut chars = line.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => word.extend(chars.next()),
+                '\'' => {
+                    let quoted: String = chars.by_ref().take_while(|&c| c != '\'').collect();
+                    word.push_str(&quoted);
+                }
+                '"' | '$' | '|' | ';' | '<' | '>' | '`' => {
+                    panic!("the try-out uses shell syntax this test does not run: {line}")
+                }
+                c if c.is_whitespace() => {
+                    if !word.is_empty() {
+                        words.push(std::mem::take(&mut word));
+                    }
+                }
+                c => word.push(c),
+            }
+        }
+        if !word.is_empty() {
+            words.push(word);
+        }
+        commands.push((words, background));
+    }
+    commands
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_try_out_works_as_written_every_command_from_a_copy_of_the_repository() {
+    let repo = tempfile::tempdir().unwrap();
+    let root = repo.path();
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for file in ["config/emulator-pods.yaml", "examples/try-out/web.yaml"] {
+        std::fs::create_dir_all(root.join(file).parent().unwrap()).unwrap();
+        std::fs::copy(src.join(file), root.join(file)).unwrap();
+    }
+    let kubectl_here = Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let commands = readme_try_out();
+    assert!(
+        commands
+            .last()
+            .is_some_and(|(w, _)| w.contains(&"get".to_string())),
+        "the try-out ends with `get`: {commands:?}"
+    );
+    let mut env: Vec<(String, String)> = Vec::new();
+    let mut running = Vec::new();
+    let mut nodes_seen = String::new();
+    let mut last = None;
+    for (mut words, background) in commands {
+        let shown = words.join(" ");
+        if words[0] == "export" {
+            let (k, v) = words[1].split_once('=').expect("export K=V");
+            env.push((k.into(), v.into()));
+            continue;
+        }
+        // `K=V command ...`: for this command only.
+        let mut only_here: Vec<(String, String)> = Vec::new();
+        while let Some((k, v)) = words[0].split_once('=') {
+            only_here.push((k.into(), v.into()));
+            words.remove(0);
+        }
+        let program = match words[0].as_str() {
+            "vmss-capacity-controller" => BIN,
+            "kubectl" => "kubectl",
+            other => panic!("the try-out runs {other}: {shown}"),
+        };
+        let mut args: Vec<String> = words[1..].to_vec();
+        let mut cmd = Command::new(program);
+        cmd.current_dir(root)
+            .env_remove("ARM_CLIENT_SECRET")
+            .env_remove("VMSS_CONTROLLER_CONFIG")
+            .env_remove("KUBECONFIG")
+            .env_remove("RUST_LOG")
+            .envs(env.iter().cloned())
+            .envs(only_here);
+        if args.first().map(String::as_str) == Some("emulator") {
+            // The one change: a free port instead of 8443, written into the copied config.
+            assert!(background, "{shown}");
+            args.splice(1..1, ["--listen".to_string(), "127.0.0.1:0".to_string()]);
+            let mut child = cmd
+                .args(&args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("emulator starts");
+            let mut line = String::new();
+            BufReader::new(child.stdout.take().unwrap())
+                .read_line(&mut line)
+                .unwrap();
+            running.push(Running(child));
+            let url = line
+                .trim()
+                .strip_prefix("emulator listening on ")
+                .unwrap_or_else(|| panic!("{line:?}"))
+                .to_string();
+            let config = root.join("config/emulator-pods.yaml");
+            let text = std::fs::read_to_string(&config)
+                .unwrap()
+                .replace("https://127.0.0.1:8443", &url)
+                .replace("127.0.0.1:8085", "127.0.0.1:0");
+            std::fs::write(&config, text).unwrap();
+            continue;
+        }
+        if program == "kubectl" && !kubectl_here {
+            eprintln!("kubectl is not installed: `{shown}` is not run");
+            continue;
+        }
+        if background {
+            let child = cmd
+                .args(&args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("starts");
+            running.push(Running(child));
+        } else if args.contains(&"-w".to_string()) {
+            // The watch runs until stopped: read it until the six zonal nodes are there.
+            let mut child = cmd
+                .args(&args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("kubectl starts");
+            let out = BufReader::new(child.stdout.take().unwrap());
+            let watch = Running(child);
+            let lines = tokio::task::spawn_blocking(move || {
+                let mut seen = Vec::new();
+                for line in out.lines().map_while(Result::ok) {
+                    seen.push(line);
+                    let zonal = seen
+                        .iter()
+                        .filter(|l| l.contains("westeurope-"))
+                        .map(|l| l.split_whitespace().next().unwrap_or("").to_string())
+                        .collect::<std::collections::BTreeSet<_>>();
+                    if zonal.len() >= 6 {
+                        break;
+                    }
+                }
+                seen
+            });
+            let lines = tokio::time::timeout(Duration::from_secs(30), lines)
+                .await
+                .unwrap_or_else(|_| panic!("`{shown}` did not show six zonal nodes in 30 s"))
+                .unwrap();
+            drop(watch);
+            nodes_seen = lines.join("\n");
+        } else {
+            let out = tokio::task::spawn_blocking(move || cmd.args(&args).output())
+                .await
+                .unwrap()
+                .expect("runs");
+            assert!(
+                out.status.success(),
+                "`{shown}` failed:\n{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            last = Some(String::from_utf8_lossy(&out.stdout).into_owned());
+        }
+    }
+    if kubectl_here {
+        assert!(nodes_seen.starts_with("NAME"), "{nodes_seen}");
+        assert!(
+            last.as_deref()
+                .is_some_and(|l| l.contains("capacity:           2")),
+            "zone1 grown to two nodes: {last:?}"
+        );
+    }
+    let last = last.expect("the last command ran");
+    assert!(
+        last.contains("name:               zone1"),
+        "`get zone1` prints the scale set: {last}"
+    );
+    // Written where the README says, beside the configuration.
+    assert!(root.join("config/ca.pem").is_file() && root.join("config/kubeconfig").is_file());
+    drop(running);
+}

@@ -855,3 +855,299 @@ async fn each_groups_verdict_for_a_pod_is_said_in_its_own_words_max_size_filter_
         ("taint", "node(s) had untolerated taint {sku: gpu}")
     );
 }
+
+/// A JSON value whose every object names each key once (serde_json's `Value` keeps the last of
+/// two, so a duplicate can only be seen while parsing).
+struct KeysOnce;
+
+impl<'de> serde::Deserialize<'de> for KeysOnce {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = KeysOnce;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<KeysOnce, A::Error> {
+                let mut seen = std::collections::HashSet::new();
+                while let Some(key) = map.next_key::<String>()? {
+                    if !seen.insert(key.clone()) {
+                        return Err(serde::de::Error::custom(format!(
+                            "key {key:?} twice in one object"
+                        )));
+                    }
+                    map.next_value::<KeysOnce>()?;
+                }
+                Ok(KeysOnce)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<KeysOnce, A::Error> {
+                while seq.next_element::<KeysOnce>()?.is_some() {}
+                Ok(KeysOnce)
+            }
+            fn visit_str<E>(self, _: &str) -> Result<KeysOnce, E> {
+                Ok(KeysOnce)
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<KeysOnce, E> {
+                Ok(KeysOnce)
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<KeysOnce, E> {
+                Ok(KeysOnce)
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<KeysOnce, E> {
+                Ok(KeysOnce)
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<KeysOnce, E> {
+                Ok(KeysOnce)
+            }
+            fn visit_unit<E>(self) -> Result<KeysOnce, E> {
+                Ok(KeysOnce)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// The JSON Schema keywords [`schema_errors`] checks; a schema using any other is refused, so a
+/// keyword cannot be silently ignored.
+const SCHEMA_KEYWORDS: &[&str] = &[
+    "$schema",
+    "$id",
+    "$defs",
+    "$ref",
+    "title",
+    "description",
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "const",
+    "enum",
+    "oneOf",
+    "minimum",
+];
+
+/// Where `value` breaks `schema` (the subset of JSON Schema 2020-12 in [`SCHEMA_KEYWORDS`];
+/// `$ref` only to `#/$defs/NAME` of `root`), one line per problem; empty: it conforms.
+fn schema_errors(root: &Value, schema: &Value, value: &Value, at: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let Some(schema) = schema.as_object() else {
+        return vec![format!("{at}: the schema is not an object")];
+    };
+    for key in schema.keys() {
+        assert!(
+            SCHEMA_KEYWORDS.contains(&key.as_str()),
+            "the schema uses {key:?}, which this check does not know"
+        );
+    }
+    if let Some(r) = schema.get("$ref").and_then(Value::as_str) {
+        let name = r.strip_prefix("#/$defs/").expect("$ref to #/$defs/NAME");
+        let def = &root["$defs"][name];
+        assert!(def.is_object(), "$ref {r} names no definition");
+        out.extend(schema_errors(root, def, value, at));
+    }
+    if let Some(t) = schema.get("type") {
+        let types: Vec<&str> = match t {
+            Value::String(s) => vec![s.as_str()],
+            Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
+            _ => panic!("type must be a string or a list"),
+        };
+        let is = |ty: &str| match ty {
+            "object" => value.is_object(),
+            "array" => value.is_array(),
+            "string" => value.is_string(),
+            "boolean" => value.is_boolean(),
+            "null" => value.is_null(),
+            "integer" => value.is_i64() || value.is_u64(),
+            "number" => value.is_number(),
+            other => panic!("unknown type {other}"),
+        };
+        if !types.iter().any(|t| is(t)) {
+            out.push(format!("{at}: {value} is not {}", types.join(" or ")));
+            return out;
+        }
+    }
+    if let Some(c) = schema.get("const") {
+        if c != value {
+            out.push(format!("{at}: {value} is not {c}"));
+        }
+    }
+    if let Some(e) = schema.get("enum").and_then(Value::as_array) {
+        if !e.contains(value) {
+            out.push(format!(
+                "{at}: {value} is not one of {}",
+                Value::from(e.clone())
+            ));
+        }
+    }
+    if let (Some(min), Some(n)) = (
+        schema.get("minimum").and_then(Value::as_f64),
+        value.as_f64(),
+    ) {
+        if n < min {
+            out.push(format!("{at}: {n} is below {min}"));
+        }
+    }
+    if let Some(obj) = value.as_object() {
+        let props = schema.get("properties").and_then(Value::as_object);
+        for r in schema
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+        {
+            if !obj.contains_key(r) {
+                out.push(format!("{at}: {r:?} is required"));
+            }
+        }
+        for (k, v) in obj {
+            match props.and_then(|p| p.get(k)) {
+                Some(s) => out.extend(schema_errors(root, s, v, &format!("{at}.{k}"))),
+                None if schema.get("additionalProperties") == Some(&Value::Bool(false)) => {
+                    out.push(format!("{at}: {k:?} is not in the schema"))
+                }
+                None => {}
+            }
+        }
+    }
+    if let (Some(items), Some(arr)) = (schema.get("items"), value.as_array()) {
+        for (i, v) in arr.iter().enumerate() {
+            out.extend(schema_errors(root, items, v, &format!("{at}[{i}]")));
+        }
+    }
+    if let Some(options) = schema.get("oneOf").and_then(Value::as_array) {
+        let each: Vec<Vec<String>> = options
+            .iter()
+            .map(|o| schema_errors(root, o, value, at))
+            .collect();
+        match each.iter().filter(|e| e.is_empty()).count() {
+            1 => {}
+            0 => {
+                out.push(format!("{at}: matches none of oneOf:"));
+                out.extend(each.into_iter().flatten().map(|e| format!("  {e}")));
+            }
+            n => out.push(format!("{at}: matches {n} of oneOf, not one")),
+        }
+    }
+    out
+}
+
+fn explain_schema() -> Value {
+    serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/docs/explain.schema.json"
+        ))
+        .expect("docs/explain.schema.json"),
+    )
+    .expect("the schema is JSON")
+}
+
+#[test]
+fn the_explain_schema_check_refuses_what_the_schema_does_not_allow() {
+    let schema = explain_schema();
+    let errors = |v: Value| schema_errors(&schema, &schema, &v, "$");
+    let group = json!({"subject": "group", "group": "g", "kind": "vmss", "min": 0, "max": 3,
+        "floor": 0, "size": null, "zones": [], "nodesReady": 0, "nodesNotReady": 0,
+        "podsForIt": [], "unneededNodes": [], "quota": []});
+    assert_eq!(errors(group.clone()), Vec::<String>::new());
+    let mut unknown = group.clone();
+    unknown["colour"] = json!("blue");
+    assert!(
+        !errors(unknown).is_empty(),
+        "a key the schema does not name"
+    );
+    let mut missing = group.clone();
+    missing.as_object_mut().unwrap().remove("quota");
+    assert!(!errors(missing).is_empty(), "a required key left out");
+    let mut wrong = group.clone();
+    wrong["kind"] = json!("group");
+    assert!(!errors(wrong).is_empty(), "a kind that is not a group's");
+    let mut typed = group;
+    typed["min"] = json!("0");
+    assert!(!errors(typed).is_empty(), "a number as a string");
+    assert!(
+        serde_json::from_str::<KeysOnce>(r#"{"kind": "group", "a": {"kind": 1, "kind": 2}}"#)
+            .is_err(),
+        "a key twice in a nested object"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_json_names_each_key_once_and_matches_docs_explain_schema_for_every_subject() {
+    use vmss_capacity_controller::notify::{ConflictRecord, GroupStatus, WriteRecord};
+    let (emulator, a, full) = cluster().await;
+    let dir = tempfile::tempdir().unwrap();
+    save(&emulator, dir.path()).await;
+    drop(emulator);
+    let schema = explain_schema();
+    let mut asked = vec![
+        vec!["pod", "default/web"],
+        vec!["pod", "default/huge"],
+        vec!["pod", "default/db-0"],
+        vec!["node", a[0].as_str()],
+        vec!["node", full[0].as_str()],
+        vec!["group", "pool-a"],
+        vec!["group", "pool-gpu"],
+    ];
+    let check = |label: &str, args: &[Vec<&str>]| {
+        for q in args {
+            let mut all = vec!["--output", "json"];
+            all.extend_from_slice(q);
+            let (code, out, err) = explain(dir.path(), &all);
+            assert_eq!(code, 0, "{q:?}: {err}");
+            if let Err(e) = serde_json::from_str::<KeysOnce>(&out) {
+                panic!("{label} {q:?}: {e}:\n{out}");
+            }
+            let v: Value = serde_json::from_str(&out).unwrap();
+            assert_eq!(v["subject"], q[0], "{v:#}");
+            let errors = schema_errors(&schema, &schema, &v, "$");
+            assert!(
+                errors.is_empty(),
+                "{label} {q:?} breaks docs/explain.schema.json:\n{}\n{v:#}",
+                errors.join("\n")
+            );
+        }
+    };
+    check("without a status", &asked);
+    // With the running controller's status: the group's `controller` view, a last write whose
+    // `from` is not known, a last 412.
+    let written = k8s_openapi::jiff::Timestamp::now();
+    let pool_a = GroupStatus {
+        name: "pool-a".into(),
+        kind: "vmss".into(),
+        target: Some(3),
+        capacity: Some(2),
+        etag: Some("\"4\"".into()),
+        last_write: Some(WriteRecord {
+            at: written.to_string(),
+            from: None,
+            to: 3,
+            result: "ok".into(),
+        }),
+        last_conflict: Some(ConflictRecord {
+            at: written.to_string(),
+            outcome: "retried_ok".into(),
+        }),
+        backoff_until: Some(
+            (written + k8s_openapi::jiff::SignedDuration::from_secs(60)).to_string(),
+        ),
+        ..Default::default()
+    };
+    status_file(dir.path(), vec![pool_a], written);
+    asked.push(vec!["node", a[1].as_str()]);
+    check("with a status", &asked);
+    let g = json_of(dir.path(), &["group", "pool-a"]);
+    let c = &g["controller"];
+    assert!(
+        c["lastWrite"]["from"].is_null() && c["lastConflict"].is_object(),
+        "the status's view was checked: {g:#}"
+    );
+}

@@ -8,7 +8,7 @@
 //!
 //! | module | owns |
 //! |---|---|
-//! | `raw` | YAML text into serde structs (camelCase, unknown keys rejected), every schema problem with its path |
+//! | `raw` | YAML text into serde structs (camelCase, unknown keys rejected), every schema problem with its path; relative paths taken from the file's folder; each problem's line and column in the file |
 //! | `sources` | the environment, `azure.json`, and the credential sources; merging the layers |
 //! | `validate` | raw values into typed settings, each problem with its path |
 //! | `discovery` | tag auto-discovery of scale sets and AKS agent pools |
@@ -310,11 +310,42 @@ pub struct ConfigProblem {
     pub path: String,
     /// What is wrong, and when possible how to fix it.
     pub message: String,
+    /// The file the problem is in, and where in it when the parser knows; `None` for the
+    /// environment, `--nodes`, and a key no file holds.
+    pub file: Option<FileLocation>,
+}
+
+/// A place in a configuration file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileLocation {
+    /// The file as it was named (`--config`, `--cloud-config`).
+    pub path: PathBuf,
+    /// Line and column, from 1: of the key for a value in a mapping, of the item for one in a
+    /// list, of the nearest enclosing one the file has for a key it lacks. `None` when not known.
+    pub line_column: Option<(usize, usize)>,
+}
+
+impl std::fmt::Display for FileLocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.path.display())?;
+        if let Some((line, column)) = self.line_column {
+            write!(f, ":{line}:{column}")?;
+        }
+        Ok(())
+    }
 }
 
 impl std::fmt::Display for ConfigProblem {
+    /// `FILE:LINE:COLUMN: path: message` (as compilers write it), `FILE: message` for the file
+    /// as a whole, `path: message` where no file is involved.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.path, self.message)
+        match &self.file {
+            Some(file) if self.path == file.path.display().to_string() => {
+                write!(f, "{file}: {}", self.message)
+            }
+            Some(file) => write!(f, "{file}: {}: {}", self.path, self.message),
+            None => write!(f, "{}: {}", self.path, self.message),
+        }
     }
 }
 
@@ -351,6 +382,35 @@ impl Problems {
         self.0.push(ConfigProblem {
             path: path.into(),
             message: message.into(),
+            file: None,
+        });
+    }
+
+    /// Records a problem with the file whole, at a place in it when that is known.
+    fn push_in_file(
+        &mut self,
+        file: &Path,
+        line_column: Option<(usize, usize)>,
+        message: impl Into<String>,
+    ) {
+        self.push_located(file.display().to_string(), file, line_column, message);
+    }
+
+    /// Records a problem at `path` inside `file`, at a place in it when that is known.
+    fn push_located(
+        &mut self,
+        path: impl Into<String>,
+        file: &Path,
+        line_column: Option<(usize, usize)>,
+        message: impl Into<String>,
+    ) {
+        self.0.push(ConfigProblem {
+            path: path.into(),
+            message: message.into(),
+            file: Some(FileLocation {
+                path: file.to_path_buf(),
+                line_column,
+            }),
         });
     }
 
@@ -415,7 +475,7 @@ pub fn load(sources: &ConfigSources) -> Result<Settings, ConfigErrors> {
     let mut problems = Problems::default();
     let env = sources::EnvReader(&sources.env);
     let cc = sources::read_cloud_config(sources.cloud_config_file.as_deref(), &mut problems);
-    let mut raw = raw::read_yaml(sources.config_file.as_deref(), &mut problems);
+    let (mut raw, yaml_text) = raw::read_yaml(sources.config_file.as_deref(), &mut problems);
 
     let azure = azure_settings(
         &env,
@@ -447,12 +507,19 @@ pub fn load(sources: &ConfigSources) -> Result<Settings, ConfigErrors> {
     let scale_down =
         scale_down::scale_down_settings(raw.scale_down.take(), pod_demand.kind, &mut problems);
 
+    if let (Some(file), Some(text)) = (&sources.config_file, &yaml_text) {
+        raw::locate(&mut problems, file, text);
+    }
+    if let Some(file) = &sources.cloud_config_file {
+        sources::locate(&mut problems, file);
+    }
     problems.finish()?;
     let Some(azure) = azure else {
         // Every missing Azure piece pushed a problem, so this is unreachable; fail rather than panic.
         return Err(ConfigErrors(vec![ConfigProblem {
             path: "azure".into(),
             message: "incomplete Azure settings".into(),
+            file: None,
         }]));
     };
     Ok(Settings {

@@ -8,18 +8,254 @@ use serde::{Deserialize, Deserializer};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// Reads and decodes the YAML file; a missing file name means an empty configuration.
-pub(super) fn read_yaml(path: Option<&Path>, problems: &mut Problems) -> RawConfig {
+/// Reads and decodes the YAML file, with its relative paths resolved against the file's folder;
+/// a missing file name means an empty configuration. The text comes back too, for [`locate`].
+pub(super) fn read_yaml(
+    path: Option<&Path>,
+    problems: &mut Problems,
+) -> (RawConfig, Option<String>) {
     let Some(path) = path else {
-        return RawConfig::default();
+        return (RawConfig::default(), None);
     };
-    let origin = path.display().to_string();
     match std::fs::read_to_string(path) {
-        Ok(text) => decode_yaml(&text, &origin, problems),
-        Err(e) => {
-            problems.push(origin, format!("cannot read config file: {e}"));
-            RawConfig::default()
+        Ok(text) => {
+            let mut raw = decode_yaml(&text, path, problems);
+            resolve_relative_paths(&mut raw, path.parent().unwrap_or(Path::new("")));
+            (raw, Some(text))
         }
+        Err(e) => {
+            problems.push_in_file(path, None, format!("cannot read config file: {e}"));
+            (RawConfig::default(), None)
+        }
+    }
+}
+
+/// The file paths a configuration names (`azure.caBundleFile`, `azure.auth.clientSecretFile`,
+/// `azure.auth.tokenFile`, `kubernetes.kubeconfig`), when relative, are taken from `folder`, the
+/// configuration file's own, not from the working directory: `./ca.pem` beside the file.
+fn resolve_relative_paths(raw: &mut RawConfig, folder: &Path) {
+    let resolve = |p: &mut Option<PathBuf>| {
+        if let Some(path) = p
+            .as_mut()
+            .filter(|p| p.is_relative() && !p.as_os_str().is_empty())
+        {
+            // `./x` joined as `folder/x`, not `folder/./x`, so messages name the path plainly.
+            let rest: PathBuf = path
+                .components()
+                .filter(|c| !matches!(c, std::path::Component::CurDir))
+                .collect();
+            *path = folder.join(rest);
+        }
+    };
+    if let Some(azure) = raw.azure.as_mut() {
+        resolve(&mut azure.ca_bundle_file);
+        if let Some(auth) = azure.auth.as_mut() {
+            resolve(&mut auth.client_secret_file);
+            resolve(&mut auth.token_file);
+        }
+    }
+    if let Some(k) = raw.kubernetes.as_mut() {
+        resolve(&mut k.kubeconfig);
+    }
+}
+
+/// Gives the problems whose path is a key of the YAML file that file, with the line and column
+/// of that key (or of the nearest enclosing key the file has).
+pub(super) fn locate(problems: &mut Problems, file: &Path, text: &str) {
+    let whole = file.display().to_string();
+    for p in problems.0.iter_mut().filter(|p| p.file.is_none()) {
+        if p.path == whole {
+            p.file = Some(super::FileLocation {
+                path: file.to_path_buf(),
+                line_column: None,
+            });
+            continue;
+        }
+        let Some(segments) = yaml_path(&p.path) else {
+            continue;
+        };
+        let line_column = (1..=segments.len())
+            .rev()
+            .find_map(|n| position(text, &segments[..n]));
+        if line_column.is_some() {
+            p.file = Some(super::FileLocation {
+                path: file.to_path_buf(),
+                line_column,
+            });
+        }
+    }
+}
+
+/// One step of a path into a YAML document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Step {
+    Key(String),
+    Index(usize),
+}
+
+/// `nodeGroups[1].maxSize` as steps; `None` for what is not a path into the YAML file
+/// (`env X`, `--nodes[0]`, `azure.json:x`, a file name).
+fn yaml_path(path: &str) -> Option<Vec<Step>> {
+    let mut steps = Vec::new();
+    for part in path.split('.') {
+        let (key, mut indices) = match part.find('[') {
+            Some(i) => (&part[..i], &part[i..]),
+            None => (part, ""),
+        };
+        let plain = |k: &str| {
+            !k.is_empty()
+                && !k.starts_with('-')
+                && k.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        };
+        if !plain(key) {
+            return None;
+        }
+        steps.push(Step::Key(key.to_string()));
+        while !indices.is_empty() {
+            let close = indices.find(']')?;
+            steps.push(Step::Index(indices.get(1..close)?.parse().ok()?));
+            indices = &indices[close + 1..];
+        }
+    }
+    Some(steps)
+}
+
+/// What [`position`]'s search raises when it reaches the value, so serde_yaml stamps the error
+/// with that value's place.
+const FOUND: &str = "\u{0}found";
+
+/// Line and column (from 1) of the value at `steps` in the YAML `text`: of its key in a mapping,
+/// of the item in a list. `None` when the text has no such value.
+fn position(text: &str, steps: &[Step]) -> Option<(usize, usize)> {
+    use serde::de::DeserializeSeed;
+    match (Find { steps }).deserialize(serde_yaml::Deserializer::from_str(text)) {
+        Ok(()) => None,
+        Err(e) if e.to_string().contains(FOUND) => e.location().map(|l| (l.line(), l.column())),
+        Err(_) => None,
+    }
+}
+
+/// Walks a YAML document down `steps`; fails with [`FOUND`] at the last one.
+struct Find<'a> {
+    steps: &'a [Step],
+}
+
+impl<'de> de::DeserializeSeed<'de> for Find<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> de::Visitor<'de> for Find<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a mapping or a list")
+    }
+    fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let Some((Step::Key(want), rest)) = self.steps.split_first() else {
+            while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            return Ok(());
+        };
+        while let Some(hit) = map.next_key_seed(KeyIs {
+            want,
+            last: rest.is_empty(),
+        })? {
+            if hit {
+                map.next_value_seed(Find { steps: rest })?;
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(())
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let Some((Step::Index(want), rest)) = self.steps.split_first() else {
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            return Ok(());
+        };
+        let mut i = 0;
+        loop {
+            let more = if i == *want && rest.is_empty() {
+                seq.next_element_seed(Here)?.is_some()
+            } else if i == *want {
+                seq.next_element_seed(Find { steps: rest })?.is_some()
+            } else {
+                seq.next_element::<IgnoredAny>()?.is_some()
+            };
+            if !more {
+                return Ok(());
+            }
+            i += 1;
+        }
+    }
+}
+
+/// A mapping key: whether it is `want`; [`FOUND`] if it is and it is the last step.
+struct KeyIs<'a> {
+    want: &'a str,
+    last: bool,
+}
+
+impl<'de> de::DeserializeSeed<'de> for KeyIs<'_> {
+    type Value = bool;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> de::Visitor<'de> for KeyIs<'_> {
+    type Value = bool;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a key")
+    }
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<bool, E> {
+        match (s == self.want, self.last) {
+            (true, true) => Err(E::custom(FOUND)),
+            (hit, _) => Ok(hit),
+        }
+    }
+    fn visit_i64<E: de::Error>(self, n: i64) -> Result<bool, E> {
+        self.visit_str(&n.to_string())
+    }
+    fn visit_u64<E: de::Error>(self, n: u64) -> Result<bool, E> {
+        self.visit_str(&n.to_string())
+    }
+    fn visit_bool<E: de::Error>(self, b: bool) -> Result<bool, E> {
+        self.visit_str(&b.to_string())
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<bool, E> {
+        Ok(false)
+    }
+    fn visit_map<A: de::MapAccess<'de>>(self, mut map: A) -> Result<bool, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(false)
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<bool, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(false)
+    }
+}
+
+/// A list item that is the last step: [`FOUND`], stamped with the item's place.
+struct Here;
+
+impl<'de> de::DeserializeSeed<'de> for Here {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> de::Visitor<'de> for Here {
+    type Value = ();
+    /// Every value is refused with a message holding [`FOUND`].
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(FOUND)
     }
 }
 
@@ -293,11 +529,19 @@ pub(super) struct RawAutoDiscovery {
 /// serde stops at the first error, so the offending value is removed from the parsed tree and
 /// deserialization is retried; each round reports one more problem. Removed values behave as
 /// if absent (a removed list element shifts the indices of the ones after it).
-fn decode_yaml(text: &str, origin: &str, problems: &mut Problems) -> RawConfig {
+fn decode_yaml(text: &str, file: &Path, problems: &mut Problems) -> RawConfig {
+    let origin = file.display().to_string();
+    let origin = origin.as_str();
     let mut value: serde_yaml::Value = match serde_yaml::from_str(text) {
         Ok(v) => v,
         Err(e) => {
-            problems.push(origin, format!("not valid YAML: {e}"));
+            let at = e.location().map(|l| (l.line(), l.column()));
+            let message = e.to_string();
+            let message = match (at, message.find(" at line ")) {
+                (Some(_), Some(i)) => &message[..i],
+                _ => message.as_str(),
+            };
+            problems.push_in_file(file, at, format!("not valid YAML: {message}"));
             return RawConfig::default();
         }
     };

@@ -22,6 +22,20 @@ fn js(field: &str) -> String {
     format!("azure.json:{field}")
 }
 
+/// Gives the problems of the `azure.json` file (`azure.json:FIELD`, or the file whole) that
+/// file, so they name it as it was given.
+pub(super) fn locate(problems: &mut Problems, file: &Path) {
+    let whole = file.display().to_string();
+    for p in problems.0.iter_mut().filter(|p| p.file.is_none()) {
+        if p.path.starts_with("azure.json:") || p.path == whole {
+            p.file = Some(super::FileLocation {
+                path: file.to_path_buf(),
+                line_column: None,
+            });
+        }
+    }
+}
+
 /// Reads the `azure.json` cloud-config file, if one is named; problems name the file or field.
 pub(super) fn read_cloud_config(path: Option<&Path>, problems: &mut Problems) -> CloudConfig {
     let Some(path) = path else {
@@ -33,16 +47,20 @@ pub(super) fn read_cloud_config(path: Option<&Path>, problems: &mut Problems) ->
             match serde_path_to_error::deserialize::<_, CloudConfig>(&mut de) {
                 Ok(c) => c,
                 Err(e) => {
-                    problems.push(format!("azure.json:{}", e.path()), e.inner().to_string());
+                    let inner = e.inner();
+                    let at = (inner.line() > 0).then(|| (inner.line(), inner.column()));
+                    let message = inner.to_string();
+                    let message = match (at, message.find(" at line ")) {
+                        (Some(_), Some(i)) => message[..i].to_string(),
+                        _ => message,
+                    };
+                    problems.push_located(format!("azure.json:{}", e.path()), path, at, message);
                     CloudConfig::default()
                 }
             }
         }
         Err(e) => {
-            problems.push(
-                path.display().to_string(),
-                format!("cannot read azure.json: {e}"),
-            );
+            problems.push_in_file(path, None, format!("cannot read azure.json: {e}"));
             CloudConfig::default()
         }
     }

@@ -96,9 +96,11 @@ pub enum Subject {
     Group(String),
 }
 
-/// An explanation, ready to print as text or JSON.
+/// An explanation, ready to print as text or JSON. In JSON, `subject` says which one (`pod`,
+/// `node`, `group`); `kind` is left to a group's own kind (`vmss`, `aksAgentPool`), as in the
+/// configuration. The shape is `docs/explain.schema.json`.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-#[serde(tag = "kind", rename_all = "camelCase")]
+#[serde(tag = "subject", rename_all = "camelCase")]
 pub enum Explanation {
     /// For a pod.
     Pod(PodExplanation),

@@ -183,8 +183,10 @@ pub struct Condition {
 pub struct GroupScaleUp {
     /// `Backoff`, `InProgress` or `NoActivity`.
     pub status: &'static str,
-    /// Why the group is backed off (`{}` when it is not, as cluster-autoscaler writes it).
-    pub backoff_info: BackoffInfo,
+    /// Why the group is backed off; left out when it is not, as cluster-autoscaler leaves it
+    /// out (its `omitempty` pointer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backoff_info: Option<BackoffInfo>,
     /// This write.
     pub last_probe_time: String,
     /// When `status` last changed.
@@ -387,7 +389,7 @@ pub fn build(input: &CaInput, transitions: &mut Transitions) -> CaStatus {
             },
             scale_up: GroupScaleUp {
                 status: up,
-                backoff_info: info.unwrap_or_default(),
+                backoff_info: info,
                 last_probe_time: now.clone(),
                 last_transition_time: transitions.at(format!("{name}/scaleUp"), up, &now),
             },
@@ -582,7 +584,10 @@ mod tests {
         let gpu = &doc.node_groups[1];
         assert_eq!(gpu.scale_up.status, "Backoff");
         assert_eq!(
-            gpu.scale_up.backoff_info.error_code.as_deref(),
+            gpu.scale_up
+                .backoff_info
+                .as_ref()
+                .and_then(|i| i.error_code.as_deref()),
             Some("QuotaExceeded")
         );
         // The node of no group counts cluster-wide only: unready past its startup window.
@@ -646,10 +651,7 @@ mod tests {
             "2026-11-25T10:01:00Z"
         );
         assert_eq!(doc.node_groups[1].scale_up.status, "NoActivity");
-        assert_eq!(
-            doc.node_groups[1].scale_up.backoff_info,
-            BackoffInfo::default()
-        );
+        assert_eq!(doc.node_groups[1].scale_up.backoff_info, None);
     }
 
     #[test]
@@ -676,5 +678,34 @@ mod tests {
         assert_eq!(doc.cluster_wide.health.status, "Unhealthy");
         assert_eq!(doc.node_groups[0].health.status, "Unhealthy");
         assert_eq!(doc.cluster_wide.scale_down.status, "NoCandidates");
+    }
+
+    #[test]
+    fn a_group_that_is_not_backed_off_has_no_backoff_info_key_as_cluster_autoscaler_writes_it() {
+        let now: Timestamp = "2026-11-25T10:00:00Z".parse().unwrap();
+        let groups = [spec("general", 0, 10), spec("gpu", 0, 4)];
+        let mut gpu = status("gpu", 0);
+        gpu.backoff_until = Some("2026-11-25T10:05:00Z".into());
+        let st = [status("general", 0), gpu];
+        let none = BTreeMap::new();
+        let input = CaInput {
+            groups: &groups,
+            status: &st,
+            nodes: &[],
+            unneeded: &none,
+            running: true,
+            startup: Duration::from_secs(900),
+            ok_unready: 3,
+            max_unready_percent: 45.0,
+            now,
+        };
+        let yaml = serde_yaml::to_string(&build(&input, &mut Transitions::default())).unwrap();
+        assert!(!yaml.contains("{}"), "an empty object is written:\n{yaml}");
+        assert_eq!(
+            yaml.matches("backoffInfo:").count(),
+            1,
+            "only the backed-off group says backoffInfo:\n{yaml}"
+        );
+        assert!(yaml.contains("errorCode: cloudProviderError"), "{yaml}");
     }
 }
