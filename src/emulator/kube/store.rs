@@ -600,6 +600,7 @@ fn event_twin(rt: &ResourceType, obj: &Value) -> Option<(&'static ResourceType, 
     }
     m.insert("kind".into(), json!(twin.kind));
     m.insert("apiVersion".into(), json!(twin.group_version()));
+    super::shape::always_sent(twin, &mut out);
     Some((twin, out))
 }
 
@@ -621,6 +622,7 @@ fn defaults(rt: &ResourceType, obj: &mut Value) {
         ("", "pods") => pod_defaults(obj),
         _ => {}
     }
+    super::shape::always_sent(rt, obj);
 }
 
 /// What a 1.20 API server adds to a pod it stores (compared with `kubectl get pod -o json` on
@@ -699,6 +701,12 @@ fn pod_defaults(obj: &mut Value) {
     }
     if obj.pointer("/status/qosClass").is_none() {
         obj["status"]["qosClass"] = json!(qos);
+    }
+    // The status strategy derives `podIPs` from a `podIP` written alone.
+    if let Some(ip) = obj.pointer("/status/podIP").and_then(Value::as_str) {
+        if obj.pointer("/status/podIPs").is_none() && !ip.is_empty() {
+            obj["status"]["podIPs"] = json!([{"ip": ip}]);
+        }
     }
 }
 
