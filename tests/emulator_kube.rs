@@ -1333,3 +1333,56 @@ async fn every_served_kind_reads_back_with_the_fields_the_go_api_server_always_s
         (&json!(0), &json!(""), &json!(""), &json!({}), &json!({}))
     );
 }
+
+#[tokio::test]
+async fn a_watch_asking_for_tables_sends_one_row_tables_with_the_columns_in_the_first_only() {
+    let k = Kube::start().await;
+    k.post(CM, json!({"metadata": {"name": "a"}, "data": {"x": "1"}}))
+        .await;
+    k.post(CM, json!({"metadata": {"name": "b"}})).await;
+    let resp = k
+        .http
+        .get(k.url(&format!("{CM}?watch=1")))
+        .bearer_auth(TOKEN)
+        .header("accept", TABLE)
+        .send()
+        .await
+        .expect("watch starts");
+    assert_eq!(resp.status().as_u16(), 200);
+    let writer = {
+        let http = k.http.clone();
+        let url = k.url(&format!("{CM}/a"));
+        tokio::spawn(async move {
+            let _ = http
+                .patch(url)
+                .bearer_auth(TOKEN)
+                .header("content-type", "application/merge-patch+json")
+                .body(json!({"data": {"y": "2"}}).to_string())
+                .send()
+                .await;
+        })
+    };
+    let events = read_events(resp, |evs| evs.iter().any(|e| e["type"] == "MODIFIED")).await;
+    writer.await.expect("writer ran");
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(kinds, ["ADDED", "ADDED", "MODIFIED"]);
+    for (i, e) in events.iter().enumerate() {
+        let t = &e["object"];
+        assert_eq!(t["kind"], "Table");
+        assert_eq!(t["rows"].as_array().map(Vec::len), Some(1));
+        assert_eq!(t["columnDefinitions"].is_array(), i == 0, "event {i}: {t}");
+    }
+    assert_eq!(
+        columns(&events[0]["object"]),
+        named(&[("Name", 0), ("Data", 0), ("Age", 0)])
+    );
+    let modified = &events[2]["object"]["rows"][0];
+    assert_eq!(
+        &modified["cells"].as_array().expect("cells")[..2],
+        &[json!("a"), json!(2)]
+    );
+    assert_eq!(modified["object"]["kind"], "PartialObjectMetadata");
+}

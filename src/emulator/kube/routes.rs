@@ -245,6 +245,12 @@ fn collection(
                         bookmark_interval: kube.bookmark_interval,
                         cut: Some(kube.forbidden.subscribe()),
                         stall: Some(kube.stalled.subscribe()),
+                        table: table::wanted(parts).map(|v| {
+                            (
+                                v,
+                                table::Include::parse(q.get("includeObject").map(String::as_str)),
+                            )
+                        }),
                     },
                 ));
             }
