@@ -1284,7 +1284,6 @@ async fn every_served_kind_reads_back_with_the_fields_the_go_api_server_always_s
     ] {
         assert_eq!(ds["status"][field], 0, "DaemonSet status.{field}");
     }
-    assert_eq!(ds["spec"]["updateStrategy"], json!({}));
     let (_, lease) = k
         .post(
             "/apis/coordination.k8s.io/v1/namespaces/default/leases",
@@ -1385,4 +1384,85 @@ async fn a_watch_asking_for_tables_sends_one_row_tables_with_the_columns_in_the_
         &[json!("a"), json!(2)]
     );
     assert_eq!(modified["object"]["kind"], "PartialObjectMetadata");
+}
+
+#[tokio::test]
+async fn workloads_and_volumes_read_back_with_the_defaults_kube_apiserver_gives_them() {
+    let k = Kube::start().await;
+    let template = json!({"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "nginx:1.25"}]}});
+    let (_, d) = k
+        .post(
+            "/apis/apps/v1/namespaces/default/deployments",
+            json!({"metadata": {"name": "d"}, "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": template}}),
+        )
+        .await;
+    assert_eq!(d["spec"]["replicas"], 1);
+    assert_eq!(d["spec"]["revisionHistoryLimit"], 10);
+    assert_eq!(d["spec"]["progressDeadlineSeconds"], 600);
+    assert_eq!(
+        d["spec"]["strategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}})
+    );
+    let pod_spec = &d["spec"]["template"]["spec"];
+    assert_eq!(
+        (
+            &pod_spec["restartPolicy"],
+            &pod_spec["dnsPolicy"],
+            &pod_spec["schedulerName"],
+            &pod_spec["terminationGracePeriodSeconds"]
+        ),
+        (
+            &json!("Always"),
+            &json!("ClusterFirst"),
+            &json!("default-scheduler"),
+            &json!(30)
+        )
+    );
+    assert_eq!(pod_spec["containers"][0]["imagePullPolicy"], "IfNotPresent");
+    assert!(
+        pod_spec.get("tolerations").is_none() && pod_spec.get("priority").is_none(),
+        "no admission plugin runs on a template: {pod_spec}"
+    );
+    // An update that leaves the defaulted fields out changes no spec: the generation stays.
+    let mut again = json!({"metadata": {"name": "d"}, "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": template}});
+    again["metadata"]["labels"] = json!({"x": "y"});
+    let (code, updated) = k
+        .put("/apis/apps/v1/namespaces/default/deployments/d", again)
+        .await;
+    assert_eq!(code, 200, "{updated}");
+    assert_eq!(updated["metadata"]["generation"], 1);
+    let (_, ds) = k
+        .post(
+            "/apis/apps/v1/namespaces/default/daemonsets",
+            json!({"metadata": {"name": "ds"}, "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": template}}),
+        )
+        .await;
+    assert_eq!(
+        ds["spec"]["updateStrategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}})
+    );
+    let (_, pvc) = k
+        .post(
+            "/api/v1/namespaces/default/persistentvolumeclaims",
+            json!({"metadata": {"name": "c"}, "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}),
+        )
+        .await;
+    assert_eq!(pvc["spec"]["volumeMode"], "Filesystem");
+    assert_eq!(pvc["status"]["phase"], "Pending");
+    let (_, pv) = k
+        .post(
+            "/api/v1/persistentvolumes",
+            json!({"metadata": {"name": "v"}, "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"]}}),
+        )
+        .await;
+    assert_eq!(pv["spec"]["persistentVolumeReclaimPolicy"], "Retain");
+    assert_eq!(pv["spec"]["volumeMode"], "Filesystem");
+    let (_, sc) = k
+        .post(
+            "/apis/storage.k8s.io/v1/storageclasses",
+            json!({"metadata": {"name": "s"}, "provisioner": "disk.csi.azure.com"}),
+        )
+        .await;
+    assert_eq!(sc["reclaimPolicy"], "Delete");
+    assert_eq!(sc["volumeBindingMode"], "Immediate");
 }
