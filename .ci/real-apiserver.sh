@@ -4,7 +4,8 @@
 # 127.0.0.1 on ports of its own, stopped on exit):
 #   1. every `#[ignore]`d test (ignored only because plain `cargo test` has no server);
 #   2. kubectl and the Python kubernetes client: the same checks first against the real server
-#      (the oracle), then against the emulator's Kubernetes side;
+#      (the oracle), then against the emulator's Kubernetes side (kube.sh; kube-shapes.sh: every
+#      kind read by the newest, strict client, kubectl's tables and describe, simulated Nodes);
 #   3. deploy/base's RBAC: applied under throw-away names, every verb the controller needs allowed
 #      and what it must not have refused for its ServiceAccount, and, with BIN (the release
 #      binary), the daemon itself running with that ServiceAccount's token.
@@ -21,6 +22,7 @@ if [ -z "$KA" ]; then
     echo "WARNING: no kube-apiserver kit (KUBE_APISERVER_DIR, ../shared/kube-apiserver, /work/shared/kube-apiserver):"
     echo "WARNING: SKIPPING the real-server checks; kubectl and Python kubernetes run against the emulator only."
     bash tests/interop/kube.sh "${1:-target/debug/vmss-capacity-controller}"
+    bash tests/interop/kube-shapes.sh "${1:-target/debug/vmss-capacity-controller}"
     exit 0
 fi
 echo "kube-apiserver kit: $KA"
@@ -39,6 +41,10 @@ trap stop EXIT
 cargo test --locked -- --ignored
 # kubectl and the Python kubernetes client: each check on the real server, then on the emulator.
 ORACLE_KUBECONFIG="$KUBECONFIG" bash tests/interop/kube.sh "${1:-target/debug/vmss-capacity-controller}"
+# Objects as the Go API server serializes them: the newest (strict) Python client and kubectl's
+# tables and describe, on the real server (the oracle, Table columns included), then on the
+# emulator's simulated cluster.
+ORACLE_KUBECONFIG="$KUBECONFIG" bash tests/interop/kube-shapes.sh "${1:-target/debug/vmss-capacity-controller}"
 
 # shellcheck source=lib/install-tools.sh
 . .ci/lib/install-tools.sh

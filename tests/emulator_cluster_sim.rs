@@ -1068,3 +1068,70 @@ async fn a_deployment_owns_one_replica_set_per_template_and_a_new_template_repla
     assert_eq!(second, format!("web-{hash}"));
     assert_eq!(new_pods.len(), 2);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_simulated_node_reports_every_node_info_field_and_a_bound_pod_runs_with_its_ips_and_ready_containers(
+) {
+    let (handle, kube) = start().await;
+    seed(&handle, "pool", "Standard_D4s_v5", 1);
+    kube.create_replica_set("default", "web", 1, &PodTemplate::new("100m", "128Mi"))
+        .expect("rs created");
+    let bound = bound_pods(&kube, "web", 1).await;
+    let node = kube
+        .get("v1", "nodes", "", &bound[0].1)
+        .expect("the pod's node exists");
+    let info = &node["status"]["nodeInfo"];
+    for field in [
+        "machineID",
+        "systemUUID",
+        "bootID",
+        "kernelVersion",
+        "osImage",
+        "containerRuntimeVersion",
+        "kubeletVersion",
+        "kubeProxyVersion",
+        "operatingSystem",
+        "architecture",
+    ] {
+        assert!(
+            info[field].as_str().is_some_and(|v| !v.is_empty()),
+            "nodeInfo.{field} is reported: {info}"
+        );
+    }
+    assert_eq!(
+        node["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"],
+        0
+    );
+    let node_ip = node["status"]["addresses"]
+        .as_array()
+        .and_then(|a| a.iter().find(|x| x["type"] == "InternalIP"))
+        .map(|x| x["address"].clone())
+        .expect("an InternalIP");
+
+    let pod = eventually("the bound pod to run", || {
+        kube.get("v1", "pods", "default", &bound[0].0)
+            .ok()
+            .filter(|p| p["status"]["phase"] == "Running")
+    })
+    .await;
+    let status = &pod["status"];
+    assert_eq!(status["hostIP"], node_ip);
+    let ip = status["podIP"].as_str().expect("a pod IP");
+    assert!(ip.starts_with("10.244."), "{ip}");
+    assert_eq!(status["podIPs"], json!([{"ip": ip}]));
+    let containers = status["containerStatuses"]
+        .as_array()
+        .expect("container statuses");
+    assert_eq!(
+        containers.len(),
+        pod["spec"]["containers"].as_array().map_or(0, Vec::len)
+    );
+    for c in containers {
+        assert_eq!(c["ready"], true);
+        assert_eq!(c["started"], true);
+        assert_eq!(c["restartCount"], 0);
+        assert!(c["state"]["running"]["startedAt"].is_string(), "{c}");
+        assert_eq!(c["lastState"], json!({}));
+        assert!(c["imageID"].is_string() && c["image"].is_string());
+    }
+}

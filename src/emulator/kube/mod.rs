@@ -14,7 +14,9 @@
 //! | `discovery` | `/version`, `/api`, `/apis` documents |
 //! | `openapi` | the minimal `/openapi/v3` kubectl reads |
 //! | [`select`] | label and field selectors |
+//! | [`shape`] | the fields the Go API server always sends |
 //! | [`status`] | `Status` bodies |
+//! | [`table`] | `Table` answers, the columns `kubectl get` prints |
 //! | `control` | `/_emulator/kube/` |
 
 pub(crate) mod control;
@@ -25,8 +27,10 @@ pub mod patch;
 pub mod resources;
 mod routes;
 pub mod select;
+pub mod shape;
 pub mod status;
 pub mod store;
+pub mod table;
 mod watch;
 
 use std::collections::BTreeMap;

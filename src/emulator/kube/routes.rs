@@ -14,7 +14,7 @@ use super::resources::{self, ResourceType};
 use super::select::Selector;
 use super::status::{self, KubeError};
 use super::store::name_of;
-use super::{discovery, eviction, patch, watch, KubeState};
+use super::{discovery, eviction, patch, table, watch, KubeState};
 use crate::emulator::server::Reply;
 
 /// What a path names.
@@ -245,10 +245,16 @@ fn collection(
                         bookmark_interval: kube.bookmark_interval,
                         cut: Some(kube.forbidden.subscribe()),
                         stall: Some(kube.stalled.subscribe()),
+                        table: table::wanted(parts).map(|v| {
+                            (
+                                v,
+                                table::Include::parse(q.get("includeObject").map(String::as_str)),
+                            )
+                        }),
                     },
                 ));
             }
-            list(kube, rt, namespace, &selector, rv, q)
+            list(kube, rt, namespace, &selector, rv, q, table::wanted(parts))
         }
         Method::POST => {
             let ns = namespace.unwrap_or("");
@@ -325,6 +331,7 @@ fn list(
     selector: &Selector,
     rv: Option<u64>,
     q: &HashMap<String, String>,
+    as_table: Option<&'static str>,
 ) -> Result<Response, KubeError> {
     let limit = q
         .get("limit")
@@ -373,6 +380,26 @@ fn list(
         };
         base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(&t).unwrap_or_default())
     });
+    if let Some(api_version) = as_table {
+        let envelope = list_body(rt, page.rv, Vec::new(), cont, page.remaining);
+        let decorated: Vec<Value> = page
+            .items
+            .iter()
+            .map(|item| decorate(&store, rt, (*item).clone()))
+            .collect();
+        let refs: Vec<&Value> = decorated.iter().collect();
+        let include = table::Include::parse(q.get("includeObject").map(String::as_str));
+        return ok(
+            200,
+            table::table(
+                rt,
+                api_version,
+                &refs,
+                envelope["metadata"].clone(),
+                include,
+            ),
+        );
+    }
     // Written straight from the store, in `list_body`'s shape: a page of a large collection is
     // neither copied nor built as a value first.
     // A guess at the page's size (a pod is a few KiB), bounded: an unpaged LIST reserves no more.
@@ -460,8 +487,14 @@ fn item(
     match (sub, &parts.method) {
         (None | Some("status"), &Method::GET) => {
             let store = kube.store.lock();
-            let obj = store.get(rt, namespace, name)?;
-            ok(200, decorate(&store, rt, obj))
+            let obj = decorate(&store, rt, store.get(rt, namespace, name)?);
+            if let Some(api_version) = table::wanted(parts) {
+                let meta = json!({"resourceVersion": obj.pointer("/metadata/resourceVersion").cloned().unwrap_or(json!(""))});
+                let include =
+                    table::Include::parse(query(parts).get("includeObject").map(String::as_str));
+                return ok(200, table::table(rt, api_version, &[&obj], meta, include));
+            }
+            ok(200, obj)
         }
         (None | Some("status"), &Method::PUT) => {
             let obj = parse_json(body)?;

@@ -1,6 +1,7 @@
 //! Label and field selectors: equality (`=`, `==`, `!=`) and existence (`key`, `!key`) for
-//! labels; `metadata.name`, `metadata.namespace` and, for pods, `spec.nodeName` and
-//! `status.phase` for fields.
+//! labels; for fields, `metadata.name`, `metadata.namespace` and the field labels kube-apiserver
+//! supports per type (pods by node, phase, IP...; core Events by `involvedObject.*`, `reason`,
+//! `source`, `type`; `events.k8s.io` Events by `regarding.*`; Nodes by `spec.unschedulable`).
 
 use serde_json::Value;
 
@@ -46,19 +47,76 @@ fn parse_reqs(s: &str, allow_exists: bool, what: &str) -> Result<Vec<Req>, KubeE
     Ok(out)
 }
 
-fn field_value<'a>(
-    rt: &ResourceType,
-    obj: &'a Value,
-    field: &str,
-) -> Result<Option<&'a str>, KubeError> {
-    let pointer = match (rt.plural, field) {
-        (_, "metadata.name") => "/metadata/name",
-        (_, "metadata.namespace") => "/metadata/namespace",
-        ("pods", "spec.nodeName") => "/spec/nodeName",
-        ("pods", "status.phase") => "/status/phase",
-        _ => return Err(bad_request(format!("field label not supported: {field}"))),
+/// The field labels kube-apiserver (1.20) accepts for a type beyond `metadata.name` and
+/// `metadata.namespace`, each with where its value is read (the `ToSelectableFields` of each
+/// registry: `pkg/registry/core/pod/strategy.go`, `.../core/event/strategy.go`, ...).
+fn extra_fields(rt: &ResourceType) -> &'static [(&'static str, &'static str)] {
+    match (rt.group, rt.plural) {
+        ("", "pods") => &[
+            ("spec.nodeName", "/spec/nodeName"),
+            ("spec.restartPolicy", "/spec/restartPolicy"),
+            ("spec.schedulerName", "/spec/schedulerName"),
+            ("spec.serviceAccountName", "/spec/serviceAccountName"),
+            ("status.phase", "/status/phase"),
+            ("status.podIP", "/status/podIP"),
+            ("status.nominatedNodeName", "/status/nominatedNodeName"),
+        ],
+        ("", "events") => &[
+            ("involvedObject.kind", "/involvedObject/kind"),
+            ("involvedObject.namespace", "/involvedObject/namespace"),
+            ("involvedObject.name", "/involvedObject/name"),
+            ("involvedObject.uid", "/involvedObject/uid"),
+            ("involvedObject.apiVersion", "/involvedObject/apiVersion"),
+            (
+                "involvedObject.resourceVersion",
+                "/involvedObject/resourceVersion",
+            ),
+            ("involvedObject.fieldPath", "/involvedObject/fieldPath"),
+            ("reason", "/reason"),
+            ("reportingComponent", "/reportingComponent"),
+            ("source", "/source/component"),
+            ("type", "/type"),
+        ],
+        ("events.k8s.io", "events") => &[
+            ("regarding.kind", "/regarding/kind"),
+            ("regarding.namespace", "/regarding/namespace"),
+            ("regarding.name", "/regarding/name"),
+            ("regarding.uid", "/regarding/uid"),
+            ("regarding.apiVersion", "/regarding/apiVersion"),
+            ("regarding.resourceVersion", "/regarding/resourceVersion"),
+            ("regarding.fieldPath", "/regarding/fieldPath"),
+            ("reason", "/reason"),
+            ("reportingController", "/reportingController"),
+            ("type", "/type"),
+        ],
+        ("", "nodes") => &[("spec.unschedulable", "/spec/unschedulable")],
+        ("", "namespaces") => &[("status.phase", "/status/phase")],
+        _ => &[],
+    }
+}
+
+/// The value a field selector compares: an absent field is `""`, a boolean its Go spelling.
+fn field_value(rt: &ResourceType, obj: &Value, field: &str) -> Result<String, KubeError> {
+    let pointer = match field {
+        "metadata.name" => "/metadata/name",
+        "metadata.namespace" => "/metadata/namespace",
+        _ => match extra_fields(rt).iter().find(|(f, _)| *f == field) {
+            Some((_, p)) => p,
+            None if extra_fields(rt).is_empty() => {
+                return Err(bad_request(format!(
+                    "\"{field}\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\""
+                )))
+            }
+            None => return Err(bad_request(format!("field label not supported: {field}"))),
+        },
     };
-    Ok(obj.pointer(pointer).and_then(Value::as_str))
+    Ok(match obj.pointer(pointer) {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Bool(b)) => b.to_string(),
+        // `spec.unschedulable` of a Node that never set it.
+        None if field == "spec.unschedulable" => "false".to_string(),
+        _ => String::new(),
+    })
 }
 
 impl Selector {
@@ -100,8 +158,8 @@ impl Selector {
         labels_ok
             && self.fields.iter().all(|r| match r {
                 // An absent field compares as the empty string, as on the real server.
-                Req::Eq(k, v) => field_value(rt, obj, k).ok().flatten().unwrap_or("") == v,
-                Req::Ne(k, v) => field_value(rt, obj, k).ok().flatten().unwrap_or("") != v,
+                Req::Eq(k, v) => field_value(rt, obj, k).unwrap_or_default() == *v,
+                Req::Ne(k, v) => field_value(rt, obj, k).unwrap_or_default() != *v,
                 _ => true,
             })
     }

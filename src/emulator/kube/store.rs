@@ -471,6 +471,8 @@ impl Store {
             }
         }
         meta["resourceVersion"] = json!(old_rv);
+        // Defaulted first, so an update that leaves out a defaulted field changes no spec.
+        defaults(rt, &mut new);
         if rt.generation {
             let g = old
                 .pointer("/metadata/generation")
@@ -481,7 +483,6 @@ impl Store {
         } else if let Some(m) = new["metadata"].as_object_mut() {
             m.remove("generation");
         }
-        defaults(rt, &mut new);
         if &new == old {
             return Ok(new);
         }
@@ -644,6 +645,7 @@ fn event_twin(rt: &ResourceType, obj: &Value) -> Option<(&'static ResourceType, 
     }
     m.insert("kind".into(), json!(twin.kind));
     m.insert("apiVersion".into(), json!(twin.group_version()));
+    super::shape::always_sent(twin, &mut out);
     Some((twin, out))
 }
 
@@ -663,7 +665,117 @@ fn defaults(rt: &ResourceType, obj: &mut Value) {
             }
         }
         ("", "pods") => pod_defaults(obj),
+        ("apps", "deployments") => {
+            set_absent(obj, "/spec", "replicas", json!(1));
+            set_absent(obj, "/spec", "revisionHistoryLimit", json!(10));
+            set_absent(obj, "/spec", "progressDeadlineSeconds", json!(600));
+            if obj.pointer("/spec/strategy/type").is_none() {
+                obj["spec"]["strategy"] = json!({"type": "RollingUpdate",
+                    "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}});
+            }
+            template_defaults(obj);
+        }
+        ("apps", "replicasets") => {
+            set_absent(obj, "/spec", "replicas", json!(1));
+            template_defaults(obj);
+        }
+        ("apps", "daemonsets") => {
+            set_absent(obj, "/spec", "revisionHistoryLimit", json!(10));
+            if obj.pointer("/spec/updateStrategy/type").is_none() {
+                obj["spec"]["updateStrategy"] =
+                    json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}});
+            }
+            template_defaults(obj);
+        }
+        ("", "persistentvolumeclaims") => {
+            set_absent(obj, "/spec", "volumeMode", json!("Filesystem"));
+            if obj.pointer("/status/phase").is_none() {
+                obj["status"] = json!({"phase": "Pending"});
+            }
+        }
+        ("", "persistentvolumes") => {
+            set_absent(
+                obj,
+                "/spec",
+                "persistentVolumeReclaimPolicy",
+                json!("Retain"),
+            );
+            set_absent(obj, "/spec", "volumeMode", json!("Filesystem"));
+            if obj.pointer("/status/phase").is_none() {
+                obj["status"] = json!({"phase": "Pending"});
+            }
+        }
+        ("storage.k8s.io", "storageclasses") => {
+            set_absent(obj, "", "reclaimPolicy", json!("Delete"));
+            set_absent(obj, "", "volumeBindingMode", json!("Immediate"));
+        }
         _ => {}
+    }
+    super::shape::always_sent(rt, obj);
+}
+
+/// Sets `key` in the object at `parent` (`""`: the top) when absent; no parent, no change.
+fn set_absent(obj: &mut Value, parent: &str, key: &str, value: Value) {
+    let target = if parent.is_empty() {
+        Some(obj)
+    } else {
+        obj.pointer_mut(parent)
+    };
+    if let Some(m) = target.and_then(Value::as_object_mut) {
+        m.entry(key.to_string()).or_insert(value);
+    }
+}
+
+/// The defaults a 1.20 API server gives a workload's pod template (`SetDefaults_PodSpec` and
+/// `SetDefaults_Container`; no admission plugin runs on templates, so no tolerations, priority
+/// or service links, as on the real server).
+fn template_defaults(obj: &mut Value) {
+    let Some(spec) = obj
+        .pointer_mut("/spec/template/spec")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    for (key, value) in [
+        ("dnsPolicy", json!("ClusterFirst")),
+        ("restartPolicy", json!("Always")),
+        ("schedulerName", json!("default-scheduler")),
+        ("securityContext", json!({})),
+        ("terminationGracePeriodSeconds", json!(30)),
+    ] {
+        spec.entry(key.to_string()).or_insert(value);
+    }
+    for list in ["initContainers", "containers"] {
+        if let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) {
+            for c in containers.iter_mut().filter(|c| c.is_object()) {
+                container_defaults(c);
+            }
+        }
+    }
+}
+
+/// `SetDefaults_Container`: the pull policy from the image's tag, the termination message path
+/// and policy, empty resources.
+fn container_defaults(c: &mut Value) {
+    if c.get("imagePullPolicy").is_none() {
+        let image = c.get("image").and_then(Value::as_str).unwrap_or("");
+        let tag = image
+            .rsplit('/')
+            .next()
+            .unwrap_or("")
+            .split_once(':')
+            .map(|(_, t)| t);
+        let always = !image.contains('@') && matches!(tag, None | Some("latest"));
+        c["imagePullPolicy"] = json!(if always { "Always" } else { "IfNotPresent" });
+    }
+    if c.get("resources").is_none() {
+        c["resources"] = json!({});
+    }
+    if c.get("terminationMessagePath").is_none() {
+        c["terminationMessagePath"] = json!("/dev/termination-log");
+    }
+    if c.get("terminationMessagePolicy").is_none() {
+        c["terminationMessagePolicy"] = json!("File");
     }
 }
 
@@ -711,26 +823,7 @@ fn pod_defaults(obj: &mut Value) {
     for list in ["initContainers", "containers"] {
         if let Some(containers) = spec.get_mut(list).and_then(Value::as_array_mut) {
             for c in containers.iter_mut().filter(|c| c.is_object()) {
-                if c.get("imagePullPolicy").is_none() {
-                    let image = c.get("image").and_then(Value::as_str).unwrap_or("");
-                    let tag = image
-                        .rsplit('/')
-                        .next()
-                        .unwrap_or("")
-                        .split_once(':')
-                        .map(|(_, t)| t);
-                    let always = !image.contains('@') && matches!(tag, None | Some("latest"));
-                    c["imagePullPolicy"] = json!(if always { "Always" } else { "IfNotPresent" });
-                }
-                if c.get("resources").is_none() {
-                    c["resources"] = json!({});
-                }
-                if c.get("terminationMessagePath").is_none() {
-                    c["terminationMessagePath"] = json!("/dev/termination-log");
-                }
-                if c.get("terminationMessagePolicy").is_none() {
-                    c["terminationMessagePolicy"] = json!("File");
-                }
+                container_defaults(c);
             }
         }
     }
@@ -743,6 +836,12 @@ fn pod_defaults(obj: &mut Value) {
     }
     if obj.pointer("/status/qosClass").is_none() {
         obj["status"]["qosClass"] = json!(qos);
+    }
+    // The status strategy derives `podIPs` from a `podIP` written alone.
+    if let Some(ip) = obj.pointer("/status/podIP").and_then(Value::as_str) {
+        if obj.pointer("/status/podIPs").is_none() && !ip.is_empty() {
+            obj["status"]["podIPs"] = json!([{"ip": ip}]);
+        }
     }
 }
 

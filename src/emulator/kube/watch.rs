@@ -37,6 +37,31 @@ pub struct WatchRequest {
     pub cut: Option<tokio::sync::watch::Receiver<std::collections::HashSet<String>>>,
     /// The resources whose watches are stalled: nothing is sent while its own is among them.
     pub stall: Option<tokio::sync::watch::Receiver<std::collections::HashSet<String>>>,
+    /// Objects sent as one-row `Table`s of this `meta.k8s.io` version (`kubectl get -w`).
+    pub table: Option<(&'static str, super::table::Include)>,
+}
+
+/// Writes watch events: objects as they are, or as one-row Tables whose first alone carries
+/// the column definitions (later ones `null`), as kube-apiserver writes them.
+struct Encoder {
+    rt: &'static ResourceType,
+    table: Option<(&'static str, super::table::Include)>,
+    columns_sent: bool,
+}
+
+impl Encoder {
+    fn event(&mut self, event: &str, object: &Value) -> Bytes {
+        let Some((api_version, include)) = self.table else {
+            return line(event, object);
+        };
+        let meta = json!({"resourceVersion": object.pointer("/metadata/resourceVersion").cloned().unwrap_or(json!(""))});
+        let mut t = super::table::table(self.rt, api_version, &[object], meta, include);
+        if self.columns_sent {
+            t["columnDefinitions"] = Value::Null;
+        }
+        self.columns_sent = true;
+        line(event, &t)
+    }
 }
 
 fn line(event: &str, object: &Value) -> Bytes {
@@ -85,13 +110,22 @@ impl WatchRequest {
 /// Starts a watch: the initial events are taken and the subscription made under one lock, so no
 /// change falls between them. The answer streams until the timeout or the client leaves.
 pub fn start(store: &parking_lot::Mutex<Store>, req: WatchRequest) -> Response {
+    let mut encoder = Encoder {
+        rt: req.rt,
+        table: req.table,
+        columns_sent: false,
+    };
     let (initial, mut rx, start_rv) = {
         let s = store.lock();
         let rx = s.subscribe();
         match req.from {
             None | Some(0) => {
                 let page = s.list(req.rt, req.namespace.as_deref(), &req.selector, None, None);
-                let lines: Vec<Bytes> = page.items.iter().map(|o| line("ADDED", o)).collect();
+                let lines: Vec<Bytes> = page
+                    .items
+                    .iter()
+                    .map(|o| encoder.event("ADDED", o))
+                    .collect();
                 (Ok(lines), rx, s.resource_version())
             }
             Some(from) if from < s.oldest_servable() => (
@@ -104,7 +138,7 @@ pub fn start(store: &parking_lot::Mutex<Store>, req: WatchRequest) -> Response {
                     .changes_since(from)
                     .iter()
                     .filter_map(|c| req.sees(c))
-                    .map(|(event, object)| line(event, &object))
+                    .map(|(event, object)| encoder.event(event, &object))
                     .collect();
                 (Ok(lines), rx, s.resource_version().max(from))
             }
@@ -178,7 +212,7 @@ pub fn start(store: &parking_lot::Mutex<Store>, req: WatchRequest) -> Response {
                         }
                         last_rv = change.rv;
                         if let Some((event, object)) = req.sees(&change) {
-                            let l = line(event, &object);
+                            let l = encoder.event(event, &object);
                             if tx.send(l).await.is_err() {
                                 return;
                             }

@@ -40,6 +40,15 @@ const LABEL_TAG: &str = "k8s.io_cluster-autoscaler_node-template_label_";
 const TAINT_TAG: &str = "k8s.io_cluster-autoscaler_node-template_taint_";
 const RESOURCES_TAG: &str = "k8s.io_cluster-autoscaler_node-template_resources_";
 
+/// The kubelet version simulated Nodes report (`status.nodeInfo.kubeletVersion`).
+pub const KUBELET_VERSION: &str = "v1.30.6";
+/// The container runtime simulated Nodes report.
+pub const CONTAINER_RUNTIME: &str = "containerd://1.7.22-1";
+/// The OS image simulated Nodes report (AKS's Ubuntu 22.04 node image).
+pub const OS_IMAGE: &str = "Ubuntu 22.04.5 LTS";
+/// The kernel simulated Nodes report.
+pub const KERNEL_VERSION: &str = "5.15.0-1074-azure";
+
 /// What the simulation remembers of instances between ticks: when it first saw each one.
 #[derive(Debug, Default)]
 pub(crate) struct NodeMemory {
@@ -266,11 +275,19 @@ fn node_object(ss: &ScaleSetInventory, id: u64, ready: bool) -> Value {
                 {"type": "InternalIP", "address": ip},
                 {"type": "Hostname", "address": name},
             ],
+            // Every field a kubelet reports (the Go API server sends them all, and strict
+            // clients require them), with an AKS Ubuntu 22.04 node image's values.
             "nodeInfo": {
-                "architecture": "amd64",
+                "machineID": uuid::Uuid::new_v4().simple().to_string(),
+                "systemUUID": uuid::Uuid::new_v4().to_string(),
+                "bootID": uuid::Uuid::new_v4().to_string(),
+                "kernelVersion": KERNEL_VERSION,
+                "osImage": OS_IMAGE,
+                "containerRuntimeVersion": CONTAINER_RUNTIME,
+                "kubeletVersion": KUBELET_VERSION,
+                "kubeProxyVersion": KUBELET_VERSION,
                 "operatingSystem": "linux",
-                "kubeletVersion": "v1.30.6",
-                "containerRuntimeVersion": "containerd://1.7.22",
+                "architecture": "amd64",
             },
         },
     })

@@ -385,6 +385,90 @@ fn condition(kind: &str, status: &str) -> Value {
     json!({"type": kind, "status": status, "lastProbeTime": null, "lastTransitionTime": now_rfc3339()})
 }
 
+/// The status a kubelet on `node` writes for `pod` once its containers run: phase `Running`,
+/// every condition `True`, the node's address as `hostIP`, a pod IP, and a `running`, ready status
+/// per container (init containers `Completed`), as a real kubelet reports them.
+pub(crate) fn kubelet_status(store: &Store, pod: &Value, node: &str) -> Map<String, Value> {
+    let now = now_rfc3339();
+    let host_ip = resources::find("", "v1", "nodes")
+        .and_then(|rt| store.get(rt, "", node).ok())
+        .and_then(|n| {
+            n.pointer("/status/addresses")
+                .and_then(Value::as_array)
+                .and_then(|a| a.iter().find(|x| x["type"] == "InternalIP"))
+                .and_then(|x| x.get("address"))
+                .cloned()
+        });
+    let ip = pod_ip(&format!(
+        "{}/{}",
+        namespace_of(pod),
+        name_of(pod).unwrap_or("")
+    ));
+    let statuses = |list: &str, state: Value| -> Vec<Value> {
+        pod.pointer(&format!("/spec/{list}"))
+            .and_then(Value::as_array)
+            .map(|cs| {
+                cs.iter()
+                    .map(|c| {
+                        json!({
+                            "name": c.get("name").cloned().unwrap_or(json!("")),
+                            "state": state,
+                            "lastState": {},
+                            "ready": true,
+                            "restartCount": 0,
+                            "image": c.get("image").cloned().unwrap_or(json!("")),
+                            "imageID": "",
+                            "containerID": format!("containerd://{}{}", uuid::Uuid::new_v4().simple(), uuid::Uuid::new_v4().simple()),
+                            "started": list == "containers",
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut status = Map::new();
+    status.insert("phase".into(), json!("Running"));
+    status.insert("startTime".into(), json!(now));
+    status.insert(
+        "conditions".into(),
+        json!([
+            condition("Initialized", "True"),
+            condition("Ready", "True"),
+            condition("ContainersReady", "True"),
+            condition("PodScheduled", "True"),
+        ]),
+    );
+    if let Some(host_ip) = host_ip {
+        status.insert("hostIP".into(), host_ip);
+    }
+    status.insert("podIP".into(), json!(ip));
+    status.insert("podIPs".into(), json!([{"ip": ip}]));
+    let init = statuses(
+        "initContainers",
+        json!({"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now}}),
+    );
+    if !init.is_empty() {
+        status.insert("initContainerStatuses".into(), json!(init));
+    }
+    status.insert(
+        "containerStatuses".into(),
+        json!(statuses(
+            "containers",
+            json!({"running": {"startedAt": now}})
+        )),
+    );
+    status
+}
+
+/// A pod IP in AKS's default pod CIDR (10.244.0.0/16), stable for a pod's namespace and name.
+fn pod_ip(key: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    key.hash(&mut h);
+    let n = h.finish();
+    format!("10.244.{}.{}", (n >> 8) % 256, n % 254 + 1)
+}
+
 /// Binds `pod` to `node`: `spec.nodeName`, then a `Running` status with every condition `True`
 /// (two writes, as the binding and the kubelet's status are on a real cluster).
 pub(crate) fn bind(store: &mut Store, pod: &Value, node: &str) {
@@ -406,17 +490,7 @@ pub(crate) fn bind(store: &mut Store, pod: &Value, node: &str) {
         .and_then(Value::as_object)
         .cloned()
         .unwrap_or_else(Map::new);
-    status.insert("phase".into(), json!("Running"));
-    status.insert("startTime".into(), json!(now_rfc3339()));
-    status.insert(
-        "conditions".into(),
-        json!([
-            condition("Initialized", "True"),
-            condition("Ready", "True"),
-            condition("ContainersReady", "True"),
-            condition("PodScheduled", "True"),
-        ]),
-    );
+    status.extend(kubelet_status(store, &bound, node));
     bound["status"] = Value::Object(status);
     if let Some(m) = bound["metadata"].as_object_mut() {
         m.remove("resourceVersion");

@@ -507,12 +507,7 @@ pub(crate) fn reconcile_disruption_budgets(store: &mut Store) {
 fn daemon_pod(store: &mut Store, pods_rt: &ResourceType, ns: &str, ds: &Value, node: &str) {
     let mut pod = pod_from_template(ds, "DaemonSet");
     pod["spec"]["nodeName"] = json!(node);
-    let cond = |kind: &str| json!({"type": kind, "status": "True", "lastProbeTime": null, "lastTransitionTime": now_rfc3339()});
-    pod["status"] = json!({
-        "phase": "Running",
-        "startTime": now_rfc3339(),
-        "conditions": [cond("Initialized"), cond("Ready"), cond("ContainersReady"), cond("PodScheduled")],
-    });
+    pod["status"] = Value::Object(super::scheduler::kubelet_status(store, &pod, node));
     if let Err(e) = store.create(pods_rt, ns, pod) {
         tracing::warn!(
             daemon_set = name_of(ds).unwrap_or(""),
