@@ -51,7 +51,8 @@ impl Inner {
                 );
             }
             match resource.poll_operation(url).await {
-                Ok(OperationStatus::InProgress) => {}
+                // A poll answered: the errors before it were not in a row with the next.
+                Ok(OperationStatus::InProgress) => errors = 0,
                 Ok(OperationStatus::Succeeded) => break (OperationEnd::Succeeded, "succeeded"),
                 Ok(OperationStatus::Failed(e)) => break (OperationEnd::Failed(e), "failed"),
                 Ok(OperationStatus::Canceled) => {

@@ -40,6 +40,9 @@ struct FakeState {
     failing_deletes: usize,
     /// The next deletes are refused with a 429 (`Retry-After: 7`).
     throttled_deletes: usize,
+    /// When not empty, a delete is accepted with an operation to poll, and each poll answers
+    /// the next of these (`None`: a 503).
+    polls: std::collections::VecDeque<Option<OperationStatus>>,
     /// Before the next write is answered, another writer sets this capacity (so it gets a 412).
     rival: Option<i64>,
 }
@@ -188,15 +191,26 @@ impl CapacityResource for Fake {
         }
         s.capacity -= victims.len() as i64;
         s.etag += 1;
+        let operation = (!s.polls.is_empty()).then(|| "http://127.0.0.1:9/operation".to_string());
         Ok(DeleteAccepted {
-            status: 200,
-            async_operation: None,
+            status: if operation.is_some() { 202 } else { 200 },
+            async_operation: operation,
             retry_after: None,
         })
     }
 
     async fn poll_operation(&self, _url: &str) -> Result<OperationStatus, ArmError> {
-        Ok(OperationStatus::Succeeded)
+        match self.state.lock().polls.pop_front() {
+            None => Ok(OperationStatus::Succeeded),
+            Some(Some(status)) => Ok(status),
+            Some(None) => Err(ArmError::Http {
+                op: ArmOp::PollOperation,
+                scale_set: GROUP.into(),
+                status: 503,
+                code: "ServiceUnavailable".into(),
+                message: "try later".into(),
+            }),
+        }
     }
 
     async fn list_instances(&self, _name: &str) -> Result<Vec<Instance>, ArmError> {
@@ -500,6 +514,32 @@ async fn a_delete_that_azure_fails_with_a_5xx_backs_off_every_write_to_the_group
         None,
         "success resets it"
     );
+}
+
+/// Issue 41: an operation's poll errors count in a row, as documented: errors between answered
+/// polls do not add up to giving the operation up (before, five errors over a long operation
+/// left a delete that succeeded "unknown", its node tainted until a fresh list decided).
+#[tokio::test(start_paused = true)]
+async fn poll_errors_between_answered_polls_do_not_add_up_to_giving_the_operation_up() {
+    let h = harness(Fake::new(3), settings(None, ""));
+    {
+        let mut s = h.fake.state.lock();
+        for _ in 0..6 {
+            s.polls.push_back(None);
+            s.polls.push_back(Some(OperationStatus::InProgress));
+        }
+        s.polls.push_back(Some(OperationStatus::Succeeded));
+    }
+    assert_eq!(h.delete().await, DeleteEnd::Deleted);
+    // Five in a row still give it up.
+    {
+        let mut s = h.fake.state.lock();
+        for _ in 0..5 {
+            s.polls.push_back(None);
+        }
+        s.polls.push_back(Some(OperationStatus::Succeeded));
+    }
+    assert!(matches!(h.delete().await, DeleteEnd::Unknown(_)));
 }
 
 /// Issue 41: a 429 on a delete is the subscription's budget, not a failure of the group: its
