@@ -304,7 +304,13 @@ impl UnavailableOfferings {
                 shortages.retain(|_, (_, last)| {
                     now.saturating_duration_since(*last) < NO_CAPACITY_BACKOFF_RESET
                 });
-                let (n, last) = shortages.entry(key.clone()).or_insert((0, now));
+                // The run of an offering marked before its region was known goes on after.
+                let run = shortages
+                    .keys()
+                    .find(|k| k.covers(&key))
+                    .cloned()
+                    .unwrap_or_else(|| key.clone());
+                let (n, last) = shortages.entry(run).or_insert((0, now));
                 *n = n.saturating_add(1);
                 *last = now;
                 no_capacity_backoff(*n)
