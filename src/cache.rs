@@ -396,6 +396,14 @@ impl InstanceCache {
             .map(|l| l.instances)
     }
 
+    /// When the cached list of `name` was stored (tokio's clock), if present and not expired.
+    pub fn listed_at(&self, name: &str) -> Option<Instant> {
+        self.cache
+            .get(name)
+            .filter(|l| l.until > Instant::now())
+            .map(|l| l.until - l.lives)
+    }
+
     /// Stores a fresh instance list, to live the TTL plus its jitter.
     pub fn insert(&self, name: &str, instances: Vec<Instance>) {
         self.insert_stretched(name, instances, 1.0);

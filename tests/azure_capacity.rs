@@ -236,6 +236,94 @@ async fn an_allocation_failure_at_the_operations_end_marks_the_offering_and_the_
     c.stop().await;
 }
 
+/// Issue 41: the VMs a refused allocation leaves `Failed` (the operation ends
+/// `ZonalAllocationFailed`, the instance list then shows them `Failed`) are deleted as soon as a
+/// list read after the refusal shows them, through the guarded delete; before, they waited out
+/// `maxNodeProvisionTime` (an hour here) holding the group's capacity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_instances_a_refused_allocation_left_are_deleted_at_once_not_after_max_node_provision_time(
+) {
+    use vmss_capacity_controller::emulator::sim::nodes::NEVER_REGISTER_TAG;
+    // The emulator's failed VMs never boot a Node: the tag keeps them unregistered.
+    let c = Cluster::start_simulated(
+        &[(
+            "zonal",
+            "Standard_D4s_v5",
+            0,
+            &[(NEVER_REGISTER_TAG, "true")],
+        )],
+        5,
+        |s| {
+            s.scan_interval = Duration::from_millis(300);
+            s.pod_demand.batch_idle = Duration::from_millis(800);
+            s.pod_demand.batch_max = Duration::from_secs(5);
+            s.pod_demand.max_node_provision_time = Duration::from_secs(3600);
+            s.scale_down.enabled = true;
+            s.scale_down.delay_after_add = Duration::ZERO;
+            for g in &mut s.node_groups {
+                g.min_size = 0;
+            }
+        },
+    )
+    .await;
+    c.state.inject_fault(put_fault(
+        "zonal",
+        FaultKind::LroFailed {
+            code: Some("ZonalAllocationFailed".into()),
+        },
+        1,
+    ));
+    c.pending("db-0", "1", "1Gi", json!({}));
+    let groups = c.reconciler.node_groups();
+    assert!(
+        eventually(Duration::from_secs(15), || groups
+            .unavailable("zonal")
+            .is_some())
+        .await,
+        "the refusal was not seen"
+    );
+    // The failed write created instance 0. Its Failed VM goes at once, by name, through the
+    // guarded delete; a VM merely without a Node (a later write's, booting here forever) waits
+    // out maxNodeProvisionTime.
+    let failed_vm = "zonal000000".to_string();
+    assert!(
+        eventually(Duration::from_secs(15), || c
+            .state
+            .instance_deletions()
+            .iter()
+            .any(|d| d.machines.contains(&failed_vm)))
+        .await,
+        "the Failed instance was not deleted: {:?}",
+        groups.instances().get("zonal")
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let deleted: Vec<Vec<String>> = c
+        .state
+        .instance_deletions()
+        .into_iter()
+        .map(|d| d.machines)
+        .collect();
+    assert_eq!(deleted, [vec![failed_vm]], "only the Failed VM");
+    let deletes: Vec<_> = c
+        .state
+        .request_log()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/delete"))
+        .collect();
+    assert!(
+        deletes.iter().all(|d| d.if_match.is_some()),
+        "the guarded delete: {deletes:?}"
+    );
+    assert_eq!(
+        vmss_capacity_controller::metrics::Metrics::counter_sum(
+            &c.metrics.scaled_down_nodes_total,
+            &[("reason", "unregistered")]
+        ),
+        1
+    );
+    c.stop().await;
+}
+
 /// The example's shape: `spot` (Spot priority, eviction policy Delete, zones 1-3) first, the
 /// regular `ondemand` group of the same size as the fallback, with the `priority` expander.
 async fn spot_first() -> Cluster {

@@ -1063,12 +1063,36 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
     // another group's write may have been on its way when the refusal came.
     let writes = capacity_writes(&log, WRITER);
     let (mut refusals, mut shortages) = (0, 0);
+    // Capacity shortages back off per offering: the n-th in a row (each within 3 h of the one
+    // before) holds 5 min doubling to 30 min. A group's own shortages are a lower bound of its
+    // offering's (other groups of the same offering only add to the run).
+    let mut runs: Vec<Option<(u32, tokio::time::Instant)>> = vec![None; defs.len()];
     for refused in &writes {
         let Some(hold) = refused.error.as_ref().and_then(hold_after) else {
             continue;
         };
         let Some(g) = defs.iter().position(|g| is_resource(refused, g.0)) else {
             continue;
+        };
+        let shortage = refused
+            .error
+            .as_ref()
+            .is_some_and(|(code, _)| is_shortage(code));
+        let hold = if shortage {
+            let n = match runs[g] {
+                Some((n, last))
+                    if refused.at.duration_since(last) < Duration::from_secs(3 * 3600) =>
+                {
+                    n + 1
+                }
+                _ => 1,
+            };
+            runs[g] = Some((n, refused.at));
+            SHORTAGE
+                .saturating_mul(1 << (n - 1).min(16))
+                .min(Duration::from_secs(30 * 60))
+        } else {
+            hold
         };
         if let Some(w) = writes
             .iter()
@@ -1083,7 +1107,7 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
             ));
         }
         refusals += 1;
-        shortages += usize::from(hold >= Duration::from_secs(3600));
+        shortages += usize::from(shortage);
     }
     for r in capacity_writes(&log, WRITER) {
         let Some(g) = defs.iter().position(|g| is_resource(r, g.0)) else {
@@ -1159,17 +1183,28 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
     })
 }
 
+/// The first hold of a capacity shortage; a run of them doubles it to 30 min.
+const SHORTAGE: Duration = Duration::from_secs(5 * 60);
+
+/// Whether Azure's error `code` is a capacity shortage (its hold backs off).
+fn is_shortage(code: &str) -> bool {
+    matches!(
+        code,
+        "AllocationFailed"
+            | "ZonalAllocationFailed"
+            | "OverconstrainedAllocationRequest"
+            | "OverconstrainedZonalAllocationRequest"
+    )
+}
+
 /// How long the controller must leave an offering alone after Azure refused a write to it with
 /// `error` (code, message): issue 18's classes and the holds its design takes, as this test
-/// reads them (1 h for a capacity shortage, 23 h for a size not offered, `quotaCooldown` for
-/// quota); `None` when the error is no allocation failure.
+/// reads them ([`SHORTAGE`] for a first capacity shortage, backing off with more; 23 h for a
+/// size not offered, `quotaCooldown` for quota); `None` when the error is no allocation failure.
 fn hold_after(error: &(String, String)) -> Option<Duration> {
     let (code, message) = error;
     match code.as_str() {
-        "AllocationFailed"
-        | "ZonalAllocationFailed"
-        | "OverconstrainedAllocationRequest"
-        | "OverconstrainedZonalAllocationRequest" => Some(Duration::from_secs(3600)),
+        c if is_shortage(c) => Some(SHORTAGE),
         "SkuNotAvailable" => Some(Duration::from_secs(23 * 3600)),
         c if c.to_ascii_lowercase().contains("quota") => Some(QUOTA_COOLDOWN),
         "OperationNotAllowed" if message.to_ascii_lowercase().contains("quota") => {
@@ -1328,7 +1363,7 @@ async fn random_pods_rivals_and_faults_lose_no_update_bypass_no_budget_and_respe
         }
     }
     println!(
-        "{} schedules with pods ({} with zonal groups): {} capacity writes, {} answered 412 (re-planned), {} instances deleted by name ({} by deleteMachines; {} that never registered), {} pods evicted, {} binds audited ({} zone-spread, {} back on a zonal disk, {} under required pod affinity or anti-affinity), {} allocations refused ({} for want of capacity, held an hour), {} spot VMs evicted ({} stopped ones deleted by name); 0 lost updates, 0 pods bypassing an eviction, 0 binds breaking placement, 0 writes to a refused offering before its hold ran out ({:.1} s real)",
+        "{} schedules with pods ({} with zonal groups): {} capacity writes, {} answered 412 (re-planned), {} instances deleted by name ({} by deleteMachines; {} that never registered), {} pods evicted, {} binds audited ({} zone-spread, {} back on a zonal disk, {} under required pod affinity or anti-affinity), {} allocations refused ({} for want of capacity, held 5 min doubling to 30), {} spot VMs evicted ({} stopped ones deleted by name); 0 lost updates, 0 pods bypassing an eviction, 0 binds breaking placement, 0 writes to a refused offering before its hold ran out ({:.1} s real)",
         seeds.len(),
         seeds.iter().filter(|s| Schedule::generate(**s).zonal).count(),
         totals.scale_ups,

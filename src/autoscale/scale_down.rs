@@ -662,7 +662,8 @@ impl ScaleDownLoop {
     }
 
     /// Instances that have had no Node for `maxNodeProvisionTime` (a broken image, a bootstrap
-    /// that failed: they cost money and will never run a pod) are deleted by name, through the
+    /// that failed: they cost money and will never run a pod), and at once those a refused
+    /// allocation left `Failed` (listed so after Azure's refusal), are deleted by name, through the
     /// same guarded delete as a drained node (fresh read, floor, still listed, `If-Match`), at
     /// most `budget` this pass. The instances are the reconciler's last list (no extra call);
     /// since when each has had no Node is counted here, on the monotonic clock, so a node the
@@ -706,8 +707,19 @@ impl ScaleDownLoop {
             // An agent pool deletes machines by name: without one, leave the instance alone.
             let unnamed = u.machine.is_empty()
                 && matches!(groups[u.group].kind, NodeGroupKind::AksAgentPool { .. });
+            // A `Failed` instance holds no capacity: at the floor it is replaced. One merely
+            // without a Node (still booting, slow bootstrap) is held to the floor, as
+            // cluster-autoscaler holds unregistered nodes to min.
+            let failed = instances[u.group].as_ref().is_some_and(|list| {
+                list.iter()
+                    .any(|i| i.instance_id == u.instance_id && i.failed())
+            });
+            // What a refused allocation left `Failed` (a list read after Azure's refusal says
+            // so) will never boot: deleted now, as cluster-autoscaler deletes the nodes of a
+            // scale-up that reported out-of-resources errors, not after maxNodeProvisionTime.
+            let left_by_refusal = failed && s.groups.listed_since_refusal(&groups[u.group].name);
             if started >= budget
-                || now.duration_since(since) < limit
+                || (now.duration_since(since) < limit && !left_by_refusal)
                 || down[u.group].size.is_none()
                 || busy.contains(&slot_name)
                 || unnamed
@@ -718,7 +730,7 @@ impl ScaleDownLoop {
             let group = groups[u.group].clone();
             if self.dry_run {
                 if self.would.insert(slot_name.clone()) {
-                    info!(scale_set = %group.name, instance = %u.instance_id, machine = %u.machine, "dry run: would delete an instance that never registered as a node within maxNodeProvisionTime");
+                    info!(scale_set = %group.name, instance = %u.instance_id, machine = %u.machine, left_by_refusal, "dry run: would delete an instance that never registered as a node");
                 }
                 continue;
             }
@@ -730,13 +742,6 @@ impl ScaleDownLoop {
                 instance_id: u.instance_id.clone(),
                 node_name: u.machine.clone(),
             };
-            // A `Failed` instance holds no capacity: at the floor it is replaced. One merely
-            // without a Node (still booting, slow bootstrap) is held to the floor, as
-            // cluster-autoscaler holds unregistered nodes to min.
-            let failed = instances[u.group].as_ref().is_some_and(|list| {
-                list.iter()
-                    .any(|i| i.instance_id == u.instance_id && i.failed())
-            });
             let kind = if failed {
                 DeleteKind::Replace
             } else {
@@ -752,7 +757,11 @@ impl ScaleDownLoop {
                     power_state: None,
                 },
             };
-            warn!(scale_set = %group.name, instance = %victim.instance_id, machine = %victim.node_name, minutes = limit.as_secs() / 60, "an instance never registered as a node within maxNodeProvisionTime: deleting it");
+            if left_by_refusal {
+                warn!(scale_set = %group.name, instance = %victim.instance_id, machine = %victim.node_name, "an instance Azure's refused allocation left Failed: deleting it now");
+            } else {
+                warn!(scale_set = %group.name, instance = %victim.instance_id, machine = %victim.node_name, minutes = limit.as_secs() / 60, "an instance never registered as a node within maxNodeProvisionTime: deleting it");
+            }
             self.start_instance_delete(slot_name, group, victim, kind, look, "unregistered");
         }
     }

@@ -18,11 +18,20 @@ use tokio::time::Instant;
 pub const SKU_NOT_AVAILABLE_TTL: Duration = Duration::from_secs(23 * 3600);
 
 /// How long a capacity shortage (`AllocationFailed`, `ZonalAllocationFailed`, the
-/// `Overconstrained…` pair) keeps its offering out. Karpenter's Azure provider takes 1 h for
-/// allocation failures and 3 min for the rest; a shortage in one size and zone is not over in
-/// three minutes, and a group that stays out for an hour only costs a fallback that was
-/// planned anyway, so we keep its 1 h.
-pub const NO_CAPACITY_TTL: Duration = Duration::from_secs(3600);
+/// `Overconstrained…` pair) first keeps its offering out; each further shortage of the same
+/// offering doubles it, up to [`NO_CAPACITY_BACKOFF_MAX`] (cluster-autoscaler's node group
+/// backoff: 5 min doubling to 30 min). Karpenter's Azure provider keeps such an offering out
+/// 1 h, which costs nothing to a pod another group can serve (it is planned there anyway) but
+/// leaves a pod only this group can serve (a zonal disk, a pinned size) pending an hour after a
+/// shortage that may be over in minutes.
+pub const NO_CAPACITY_BACKOFF_BASE: Duration = Duration::from_secs(5 * 60);
+
+/// The longest a run of capacity shortages keeps an offering out.
+pub const NO_CAPACITY_BACKOFF_MAX: Duration = Duration::from_secs(30 * 60);
+
+/// How long after its last shortage an offering's backoff starts from the base again
+/// (cluster-autoscaler's `node-group-backoff-reset-timeout`).
+pub const NO_CAPACITY_BACKOFF_RESET: Duration = Duration::from_secs(3 * 3600);
 
 /// How long a spot eviction keeps its offering out: Azure wants that capacity back now, so new
 /// spot VMs of the size there would likely be evicted too; Karpenter keeps a spot offering out
@@ -87,7 +96,8 @@ impl AllocationFailure {
         Self::ALL.into_iter().find(|f| f.label() == label)
     }
 
-    /// How long the offering stays out. Quota takes `quota_ttl` (`quotaCooldown`): unlike a
+    /// How long the offering stays out after a first refusal (a capacity shortage backs off
+    /// from there: [`UnavailableOfferings::mark`]). Quota takes `quota_ttl` (`quotaCooldown`): unlike a
     /// provider that learns quota only by failing, this controller reads the usages and caps
     /// its plans by them, and a quota refusal also re-reads them, so the mark only has to cover
     /// the moments until the fresh usages say what is left.
@@ -95,7 +105,7 @@ impl AllocationFailure {
         match self {
             AllocationFailure::Quota => quota_ttl,
             AllocationFailure::SkuNotAvailable => SKU_NOT_AVAILABLE_TTL,
-            AllocationFailure::NoCapacity => NO_CAPACITY_TTL,
+            AllocationFailure::NoCapacity => NO_CAPACITY_BACKOFF_BASE,
             AllocationFailure::SpotEvicted => SPOT_EVICTED_TTL,
         }
     }
@@ -249,10 +259,26 @@ struct Mark {
 }
 
 /// The offerings Azure refused lately, each until its mark runs out (tokio's clock).
+///
+/// Marks are kept per offering as refused, zones included. A zonal group whose zones were each
+/// refused on their own (single-zone groups of one size, say zones 1 and 2) is out as well: a
+/// group spanning zones 1 and 2 has nowhere left to place a VM of that size. One zone refused
+/// leaves it eligible: Azure places its new VMs in the zones it still has.
 #[derive(Debug)]
 pub struct UnavailableOfferings {
     quota_ttl: Duration,
     marks: Mutex<HashMap<Key, Mark>>,
+    /// Capacity shortages in a row per offering: how many, and when the last was; the next
+    /// one's mark doubles from there ([`NO_CAPACITY_BACKOFF_BASE`]).
+    shortages: Mutex<HashMap<Key, (u32, Instant)>>,
+}
+
+/// How long the `n`-th capacity shortage in a row (from 1) keeps its offering out.
+pub fn no_capacity_backoff(n: u32) -> Duration {
+    let doublings = n.saturating_sub(1).min(16);
+    NO_CAPACITY_BACKOFF_BASE
+        .saturating_mul(1 << doublings)
+        .min(NO_CAPACITY_BACKOFF_MAX)
 }
 
 impl UnavailableOfferings {
@@ -261,16 +287,39 @@ impl UnavailableOfferings {
         Self {
             quota_ttl,
             marks: Mutex::new(HashMap::new()),
+            shortages: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Marks what `failure` concerns unavailable from now; returns for how long. A later mark
-    /// never shortens an earlier one.
+    /// Marks what `failure` concerns unavailable from now; returns for how long. A capacity
+    /// shortage backs off: 5 min, doubling with each further shortage of the offering to
+    /// 30 min, from the base again 3 h after the last. A later mark never shortens an earlier
+    /// one.
     pub fn mark(&self, offering: &Offering, failure: AllocationFailure, message: &str) -> Duration {
-        let ttl = failure.ttl(self.quota_ttl);
-        let until = Instant::now() + ttl;
+        let key = Key::of(offering, failure);
+        let now = Instant::now();
+        let ttl = match failure {
+            AllocationFailure::NoCapacity => {
+                let mut shortages = self.shortages.lock();
+                shortages.retain(|_, (_, last)| {
+                    now.saturating_duration_since(*last) < NO_CAPACITY_BACKOFF_RESET
+                });
+                // The run of an offering marked before its region was known goes on after.
+                let run = shortages
+                    .keys()
+                    .find(|k| k.covers(&key))
+                    .cloned()
+                    .unwrap_or_else(|| key.clone());
+                let (n, last) = shortages.entry(run).or_insert((0, now));
+                *n = n.saturating_add(1);
+                *last = now;
+                no_capacity_backoff(*n)
+            }
+            _ => failure.ttl(self.quota_ttl),
+        };
+        let until = now + ttl;
         let mut marks = self.marks.lock();
-        let entry = marks.entry(Key::of(offering, failure)).or_insert(Mark {
+        let entry = marks.entry(key).or_insert(Mark {
             failure,
             until,
             message: message.to_string(),
@@ -285,11 +334,20 @@ impl UnavailableOfferings {
         ttl
     }
 
-    /// Why `offering` is out now, if it is (the mark that lasts longest).
+    /// Why `offering` is out now, if it is (the mark that lasts longest): a mark of the
+    /// offering itself or of its family, or, for a group spanning several zones, a mark of
+    /// each of its zones (then until the first of them runs out).
     pub fn check(&self, offering: &Offering) -> Option<Unavailable> {
         let now = Instant::now();
         let mut marks = self.marks.lock();
         marks.retain(|_, m| m.until > now);
+        let longest = |wanted: &[Key]| {
+            marks
+                .iter()
+                .filter(|(k, _)| wanted.iter().any(|w| k.covers(w)))
+                .map(|(_, m)| m)
+                .max_by_key(|m| m.until)
+        };
         let family = offering.family().map(|f| Key::Family {
             location: offering.location.clone(),
             family: f.to_ascii_lowercase(),
@@ -299,10 +357,26 @@ impl UnavailableOfferings {
             .into_iter()
             .flatten()
             .collect();
-        marks
-            .iter()
-            .filter(|(k, _)| wanted.iter().any(|w| k.covers(w)))
-            .map(|(_, m)| m)
+        let whole = longest(&wanted);
+        let every_zone = if offering.zones.len() > 1 {
+            let per_zone: Option<Vec<&Mark>> = offering
+                .zones
+                .iter()
+                .map(|z| {
+                    let one = Offering {
+                        zones: vec![z.clone()],
+                        ..offering.clone()
+                    };
+                    longest(&[Key::Offering(one)])
+                })
+                .collect();
+            per_zone.and_then(|p| p.into_iter().min_by_key(|m| m.until))
+        } else {
+            None
+        };
+        [whole, every_zone]
+            .into_iter()
+            .flatten()
             .max_by_key(|m| m.until)
             .map(|m| Unavailable {
                 failure: m.failure,
@@ -373,7 +447,7 @@ mod tests {
         );
         assert_eq!(
             AllocationFailure::NoCapacity.ttl(quota),
-            Duration::from_secs(3600)
+            Duration::from_secs(300)
         );
     }
 
@@ -392,12 +466,12 @@ mod tests {
         );
         let out = marks.check(&d2s(&["1"], false)).unwrap();
         assert_eq!(out.failure, AllocationFailure::NoCapacity);
-        assert_eq!(out.left, NO_CAPACITY_TTL);
+        assert_eq!(out.left, NO_CAPACITY_BACKOFF_BASE);
         assert!(marks.check(&d2s(&["2"], false)).is_none(), "another zone");
         assert!(marks.check(&d2s(&["1"], true)).is_none(), "spot");
         let d4 = Offering::new("westeurope", "Standard_D4s_v5", &["1".into()], false);
         assert!(marks.check(&d4).is_none(), "another size of the family");
-        tokio::time::advance(NO_CAPACITY_TTL - Duration::from_secs(1)).await;
+        tokio::time::advance(NO_CAPACITY_BACKOFF_BASE - Duration::from_secs(1)).await;
         assert!(marks.check(&d2s(&["1"], false)).is_some());
         tokio::time::advance(Duration::from_secs(1)).await;
         assert!(marks.check(&d2s(&["1"], false)).is_none());
@@ -450,5 +524,64 @@ mod tests {
         let out = marks.check(&o).unwrap();
         assert_eq!(out.failure, AllocationFailure::SkuNotAvailable);
         assert_eq!(out.left, SKU_NOT_AVAILABLE_TTL);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_group_spanning_zones_is_out_only_once_each_of_its_zones_was_refused() {
+        let marks = UnavailableOfferings::new(Duration::from_secs(300));
+        let both = d2s(&["1", "2"], false);
+        marks.mark(
+            &d2s(&["1"], false),
+            AllocationFailure::NoCapacity,
+            "zone 1 full",
+        );
+        assert!(
+            marks.check(&both).is_none(),
+            "zone 2 still has room: the group stays eligible"
+        );
+        tokio::time::advance(Duration::from_secs(60)).await;
+        marks.mark(
+            &d2s(&["2"], false),
+            AllocationFailure::NoCapacity,
+            "zone 2 full",
+        );
+        let out = marks.check(&both).expect("both zones refused");
+        assert_eq!(out.failure, AllocationFailure::NoCapacity);
+        assert_eq!(
+            out.left,
+            NO_CAPACITY_BACKOFF_BASE - Duration::from_secs(60),
+            "back in as soon as one zone's mark runs out"
+        );
+        assert!(marks.check(&d2s(&["1", "2", "3"], false)).is_none());
+        assert!(marks.check(&d2s(&["1", "2"], true)).is_none(), "spot");
+        tokio::time::advance(NO_CAPACITY_BACKOFF_BASE - Duration::from_secs(60)).await;
+        assert!(marks.check(&both).is_none());
+        assert!(marks.check(&d2s(&["2"], false)).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn capacity_shortages_in_a_row_back_off_from_five_minutes_doubling_to_thirty() {
+        let marks = UnavailableOfferings::new(Duration::from_secs(300));
+        let zone1 = d2s(&["1"], false);
+        let mut got = Vec::new();
+        for _ in 0..5 {
+            let ttl = marks.mark(&zone1, AllocationFailure::NoCapacity, "no room");
+            assert_eq!(marks.check(&zone1).map(|u| u.left), Some(ttl));
+            got.push(ttl.as_secs() / 60);
+            tokio::time::advance(ttl).await;
+            assert!(marks.check(&zone1).is_none(), "out only for its backoff");
+        }
+        assert_eq!(got, [5, 10, 20, 30, 30]);
+        // Another offering backs off on its own.
+        let other = marks.mark(
+            &d2s(&["2"], false),
+            AllocationFailure::NoCapacity,
+            "no room",
+        );
+        assert_eq!(other, NO_CAPACITY_BACKOFF_BASE);
+        // Three hours without a shortage: from the base again.
+        tokio::time::advance(NO_CAPACITY_BACKOFF_RESET).await;
+        let again = marks.mark(&zone1, AllocationFailure::NoCapacity, "no room");
+        assert_eq!(again, NO_CAPACITY_BACKOFF_BASE);
     }
 }

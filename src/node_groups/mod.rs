@@ -27,7 +27,7 @@ use crate::metrics::Metrics;
 use crate::planner::{Demand, DemandSource};
 use crate::resource::{CapacityResource, Resources};
 use parking_lot::Mutex;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use time::OffsetDateTime;
 use tokio::task::JoinSet;
@@ -129,6 +129,9 @@ pub struct NodeGroups {
     offerings: UnavailableOfferings,
     /// Bumped on every refused allocation: scale-up decides again at once, elsewhere.
     refusals: tokio::sync::watch::Sender<u64>,
+    /// When Azure last refused an allocation to each group (tokio's clock): `Failed` instances
+    /// a list shows after it are that allocation's leftovers, deleted at once.
+    refused_at: Mutex<HashMap<String, Instant>>,
     /// Counts fresh instance lists of spot groups showing VMs stopped ([`NodeGroups::stopped`]).
     stopped: tokio::sync::watch::Sender<u64>,
     /// What the scale-up loop learned of each group from the nodes that registered.
@@ -177,6 +180,7 @@ impl NodeGroups {
             quota: QuotaCache::new(settings.vmss_cache_ttl),
             offerings: UnavailableOfferings::new(settings.quota_cooldown),
             refusals: tokio::sync::watch::Sender::new(0),
+            refused_at: Mutex::new(HashMap::new()),
             stopped: tokio::sync::watch::Sender::new(0),
             learned: Mutex::new(BTreeMap::new()),
             settings,
@@ -245,7 +249,22 @@ impl NodeGroups {
             .failed_scale_ups_total
             .with_label_values(&[name, failure.label()])
             .inc();
+        self.refused_at
+            .lock()
+            .insert(name.to_string(), Instant::now());
         self.mark_unavailable(name, failure, message);
+    }
+
+    /// Whether the cached instance list of `name` was stored after Azure last refused an
+    /// allocation to it: its `Failed` instances are what that allocation left (Azure reports a
+    /// partial allocation's VMs `Failed`), not VMs still booting.
+    pub fn listed_since_refusal(&self, name: &str) -> bool {
+        let Some(refused) = self.refused_at.lock().get(name).copied() else {
+            return false;
+        };
+        self.instances
+            .listed_at(name)
+            .is_some_and(|listed| listed >= refused)
     }
 
     /// Marks `name`'s offering unavailable for `failure`'s time and wakes the scale-up loop
@@ -263,8 +282,9 @@ impl NodeGroups {
         warn!(scale_set = name, %offering, reason = failure.label(), unavailable_secs = ttl.as_secs(), %message, "offering marked unavailable: scale-up moves to other groups");
     }
 
-    /// Changes when a fresh instance list of a spot group shows VMs Azure stopped (evicted with
-    /// `Deallocate`): scale-down deletes them on its next pass, which this starts now.
+    /// Changes when a fresh instance list shows VMs to delete at once: a spot group's VMs Azure
+    /// stopped (evicted with `Deallocate`), or `Failed` VMs an allocation Azure refused left.
+    /// Scale-down deletes them on its next pass, which this starts now.
     pub fn stopped(&self) -> tokio::sync::watch::Receiver<u64> {
         self.stopped.subscribe()
     }
@@ -580,8 +600,9 @@ impl NodeGroups {
                             .set(list.len() as i64);
                         let stopped = list.iter().any(Instance::deallocated)
                             && self.offering(&name).is_some_and(|o| o.spot);
+                        let failed = list.iter().any(Instance::failed);
                         self.instances.insert_stretched(&name, list, stretch);
-                        if stopped {
+                        if stopped || (failed && self.listed_since_refusal(&name)) {
                             self.stopped.send_modify(|n| *n += 1);
                         }
                     }

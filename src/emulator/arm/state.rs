@@ -225,6 +225,9 @@ pub(crate) struct Instance {
     /// Stopped and deallocated (a spot VM evicted with policy `Deallocate`): still listed and
     /// counted in the capacity, running nothing.
     pub deallocated: bool,
+    /// Created by an operation that failed (an allocation Azure refused part-way): listed
+    /// `Failed` once its creation is over, until deleted; a later write does not mend it.
+    pub failed: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -360,6 +363,7 @@ impl ScaleSet {
                     time_created: created.clone(),
                     zone,
                     deallocated: false,
+                    failed: self.failed,
                 },
             );
         }
@@ -409,7 +413,7 @@ impl ScaleSet {
         let creating = now < inst.ready_at;
         let state = if creating {
             "Creating"
-        } else if self.failed {
+        } else if inst.failed {
             "Failed"
         } else {
             "Succeeded"
