@@ -84,6 +84,24 @@ pub enum Finding {
     },
 }
 
+/// Whether any group of `input` has nodes on their way: instances asked for that have no Node
+/// yet (its capacity above its Nodes and the instances that bring none), or Nodes registered and
+/// not Ready within the startup window.
+fn nodes_on_their_way(
+    input: &ScaleUpInput,
+    nodes_of: &HashMap<String, Vec<Arc<NodeRecord>>>,
+) -> bool {
+    input.groups.iter().any(|g| {
+        let nodes = nodes_of.get(&g.name).map_or(&[][..], Vec::as_slice);
+        let booting = nodes
+            .iter()
+            .any(|n| crate::node_groups::is_starting(n, input.now, input.node_startup));
+        let settled = nodes.len() + g.failed.len() + g.stopped.len();
+        let asked = usize::try_from(g.capacity.unwrap_or(0).max(0)).unwrap_or(0);
+        booting || asked > settled
+    })
+}
+
 /// The scale-ups being followed, and the backoffs they earned (see the module documentation).
 #[derive(Debug, Default)]
 pub struct FollowUp {
@@ -153,6 +171,8 @@ impl FollowUp {
             return out;
         }
         let mut keys: Option<BTreeSet<String>> = None;
+        // Whether any group has nodes on their way (asked once, when needed).
+        let mut in_flight: Option<bool> = None;
         let mut done = Vec::new();
         let mut groups: Vec<&String> = self.open.keys().collect();
         groups.sort();
@@ -190,7 +210,6 @@ impl FollowUp {
                 }
                 continue;
             }
-            done.push(group.clone());
             let names: Vec<&str> = ready.iter().map(|n| n.name.as_str()).collect();
             let helped = ready.iter().any(|n| {
                 input
@@ -204,7 +223,21 @@ impl FollowUp {
                     group: group.clone(),
                 });
             }
-            let failed = not_helped(input, &names, &p.pods);
+            let mut failed = not_helped(input, &names, &p.pods);
+            // A spread or affinity refusal is judged only once no node of any group is on its
+            // way: three zonal groups grown together for one spread get their nodes one at a
+            // time, and the first zone's second pod waits for the others, not in vain.
+            if failed.iter().any(|f| !f.intrinsic) && in_flight.is_none() {
+                in_flight = Some(nodes_on_their_way(input, nodes_of));
+            }
+            if in_flight == Some(true) && now.duration_since(p.since) < give_up {
+                failed.retain(|f| f.intrinsic);
+                if failed.is_empty() {
+                    // Judged again at the next look.
+                    continue;
+                }
+            }
+            done.push(group.clone());
             if failed.is_empty() {
                 continue;
             }
@@ -481,6 +514,59 @@ mod tests {
             "{found:?}"
         );
         assert!(f.passed_over("r1", Instant::now()).is_empty());
+    }
+
+    /// Group `z2` with `capacity` instances asked for (its nodes: `z2-0` only).
+    fn zone_two(capacity: i64) -> crate::pods::scale_up::GroupInput<'static> {
+        crate::pods::scale_up::GroupInput {
+            name: "z2".into(),
+            backing: crate::pods::scale_up::Backing::ScaleSet {
+                resource_group: "rg".into(),
+                name: "z2".into(),
+            },
+            min: 0,
+            max: 10,
+            capacity: Some(capacity),
+            shape: None,
+            unhealthy: None,
+            failed: Vec::new(),
+            stopped: Vec::new(),
+            quota: Vec::new(),
+            vcpus: None,
+            passed_over: Default::default(),
+            learned: None,
+        }
+    }
+
+    /// Three zonal groups grown together for one spread get their nodes one at a time: while
+    /// another group's node is on its way, a pod the spread keeps off the first zone's new node
+    /// is waiting for it, not failed by its scale-up.
+    #[tokio::test(start_paused = true)]
+    async fn a_spread_refusal_is_not_judged_while_another_groups_nodes_are_on_their_way() {
+        let mut f = FollowUp::default();
+        let pods = vec![web("web-0", Some("r1-0")), web("web-1", None)];
+        let (_, of) = cluster(&[]);
+        f.planned(&plan_for("r1", 2, &["web-1"]), &of, Instant::now());
+        let (nodes, mut of) = cluster(&[("r1-1", true)]);
+        of.insert(
+            "z2".into(),
+            nodes.iter().filter(|n| n.name == "z2-0").cloned().collect(),
+        );
+        let mut coming = input(nodes.clone(), pods.clone());
+        coming.groups = vec![zone_two(2)];
+        let found = f.look(&coming, &of, Duration::from_secs(900), Instant::now());
+        assert!(
+            !found.iter().any(|x| matches!(x, Finding::NotHelped { .. })),
+            "{found:?}"
+        );
+        // z2's node came (its capacity is its one node): now the refusal stands.
+        let mut settled = input(nodes, pods);
+        settled.groups = vec![zone_two(1)];
+        let found = f.look(&settled, &of, Duration::from_secs(900), Instant::now());
+        assert!(
+            found.iter().any(|x| matches!(x, Finding::NotHelped { .. })),
+            "{found:?}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

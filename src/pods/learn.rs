@@ -237,6 +237,10 @@ pub struct NotHelped {
     pub workload: String,
     /// Why, in the scheduler's words, on the first new node.
     pub why: String,
+    /// The node itself refuses it (labels, taints, resources, volumes it cannot attach), not
+    /// the spread or affinity rules counted over other nodes, which nodes still on their way
+    /// may change.
+    pub intrinsic: bool,
 }
 
 /// Of the pods named in `pods` that are still pending in `input`, the ones none of the nodes
@@ -303,15 +307,21 @@ pub fn not_helped(
         if first_fit(&mut nodes, p, &mut HashMap::new(), &mut topology).is_some() {
             continue;
         }
-        let why = fresh[0]
-            .fits(&p.pod)
-            .and_then(|()| topology.fits(p.class, &fresh[0]))
-            .err()
-            .map_or_else(|| "no room".to_string(), |u| u.to_string());
+        let (why, intrinsic) = match fresh[0].fits(&p.pod) {
+            Err(u) => (u.to_string(), true),
+            Ok(()) => (
+                topology
+                    .fits(p.class, &fresh[0])
+                    .err()
+                    .map_or_else(|| "no room".to_string(), |u| u.to_string()),
+                false,
+            ),
+        };
         out.push(NotHelped {
             pod: p.key.clone(),
             workload: p.pod.workload(),
             why,
+            intrinsic,
         });
     }
     out
