@@ -89,11 +89,17 @@ pub struct Page<T = Value> {
 }
 
 fn now_rfc3339() -> String {
+    rfc3339_in(time::Duration::ZERO)
+}
+
+/// `after` from now, to the second, as RFC 3339.
+fn rfc3339_in(after: time::Duration) -> String {
     time::OffsetDateTime::now_utc()
         .replace_nanosecond(0)
         .ok()
         .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
+            (t + after)
+                .format(&time::format_description::well_known::Rfc3339)
                 .ok()
         })
         .unwrap_or_else(|| "1970-01-01T00:00:00Z".to_string())
@@ -494,6 +500,25 @@ impl Store {
         Ok(new)
     }
 
+    /// The object under `key`, if `precondition_rv` (from `DeleteOptions.preconditions`), when
+    /// given, is its resourceVersion.
+    fn current(
+        &self,
+        rt: &ResourceType,
+        key: &Key,
+        name: &str,
+        precondition_rv: Option<&str>,
+    ) -> Result<&Value, KubeError> {
+        let old = self
+            .objects
+            .get(key)
+            .ok_or_else(|| status::not_found(rt, name))?;
+        match precondition_rv {
+            Some(want) if rv_of(old) != Some(want) => Err(status::conflict(rt, name)),
+            _ => Ok(old),
+        }
+    }
+
     /// Graceful deletion's first half: sets `deletionTimestamp` (now plus `grace` seconds) and
     /// `deletionGracePeriodSeconds` and keeps the object, as the API server does for a pod bound
     /// to a node until its kubelet confirms. An object already marked is left as it is.
@@ -507,27 +532,11 @@ impl Store {
         precondition_rv: Option<&str>,
     ) -> Result<Value, KubeError> {
         let key = Self::key(rt, namespace, name);
-        let old = self
-            .objects
-            .get(&key)
-            .ok_or_else(|| status::not_found(rt, name))?;
-        if let Some(want) = precondition_rv {
-            if rv_of(old) != Some(want) {
-                return Err(status::conflict(rt, name));
-            }
-        }
+        let old = self.current(rt, &key, name, precondition_rv)?;
         if old.pointer("/metadata/deletionTimestamp").is_some() {
             return Ok(old.clone());
         }
-        let at = time::OffsetDateTime::now_utc()
-            .replace_nanosecond(0)
-            .ok()
-            .map(|t| t + time::Duration::seconds(grace.max(0)))
-            .and_then(|t| {
-                t.format(&time::format_description::well_known::Rfc3339)
-                    .ok()
-            })
-            .unwrap_or_else(now_rfc3339);
+        let at = rfc3339_in(time::Duration::seconds(grace.max(0)));
         let mut new = old.clone();
         new["metadata"]["deletionTimestamp"] = json!(at);
         new["metadata"]["deletionGracePeriodSeconds"] = json!(grace.max(0));
@@ -548,15 +557,7 @@ impl Store {
         precondition_rv: Option<&str>,
     ) -> Result<Value, KubeError> {
         let key = Self::key(rt, namespace, name);
-        let old = self
-            .objects
-            .get(&key)
-            .ok_or_else(|| status::not_found(rt, name))?;
-        if let Some(want) = precondition_rv {
-            if rv_of(old) != Some(want) {
-                return Err(status::conflict(rt, name));
-            }
-        }
+        self.current(rt, &key, name, precondition_rv)?;
         if rt.plural == "namespaces" && rt.group.is_empty() {
             let inside: Vec<Key> = self
                 .objects
