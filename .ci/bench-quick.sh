@@ -4,17 +4,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BENCH_QUICK=1
-# `cargo bench` also builds the daemon binary the memory bench spawns (CARGO_BIN_EXE_...).
+# Every bench in one build (cargo compiles them side by side); `cargo bench` also builds the
+# daemon binary the memory bench spawns (CARGO_BIN_EXE_...). The runs below rebuild nothing.
+cargo bench --locked --no-run
 for bench in planner scale_up pod_to_write lost_race fleet cache conflict_recovery arm_calls memory; do
     echo "::group::bench $bench"
-    out=$(cargo bench --bench "$bench" -- --quick 2>&1) || { echo "$out"; echo "bench $bench failed"; exit 1; }
+    out=$(cargo bench --locked --bench "$bench" -- --quick 2>&1) || { echo "$out"; echo "bench $bench failed"; exit 1; }
     echo "$out"
     grep -q "goal" <<<"$out" || { echo "bench $bench printed no goal line"; exit 1; }
     echo "::endgroup::"
 done
 if [ -f benches/emulator.rs ] && grep -q 'name = "emulator"' Cargo.toml; then
     echo "::group::bench emulator"
-    cargo bench --bench emulator -- --quick
+    cargo bench --locked --bench emulator -- --quick
     echo "::endgroup::"
 fi
 echo "all benchmarks ran in quick mode"

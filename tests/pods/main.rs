@@ -1,0 +1,11 @@
+//! Integration tests of pods driving scale-up and scale-down, and explain.
+//!
+//! One test binary per area (docs/testing.md): the suite links a few binaries, not one per file.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod explain;
+mod scale_down;
+mod scale_down_safety;
+mod scale_up;

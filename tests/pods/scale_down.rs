@@ -1,0 +1,565 @@
+//! Scale-down end to end, in process, against the emulator's cluster simulation: instances are
+//! Nodes, ReplicaSets re-create evicted pods, evictions respect PodDisruptionBudgets, a deleted
+//! instance takes its Node (and any pod still on it, which the simulation reports as lost).
+//! Real time with short waits (`unneededTime` 1 s); every wait is bounded.
+
+use crate::support;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+use std::time::Duration;
+use support::pod_cluster::Cluster;
+use support::*;
+use vmss_capacity_controller::config::Settings;
+use vmss_capacity_controller::emulator::sim::PodTemplate;
+use vmss_capacity_controller::kube::nodes::has_our_taint;
+
+const SIZE: &str = "Standard_D2s_v3";
+
+fn fast(s: &mut Settings, min: u32) {
+    s.scan_interval = Duration::from_millis(300);
+    s.pod_demand.batch_idle = Duration::from_millis(800);
+    s.pod_demand.batch_max = Duration::from_secs(5);
+    s.scale_down.enabled = true;
+    s.scale_down.unneeded_time = Duration::from_secs(1);
+    s.scale_down.delay_after_add = Duration::ZERO;
+    s.scale_down.node_delete_delay_after_taint = Duration::from_millis(300);
+    s.scale_down.max_pod_eviction_time = Duration::from_secs(5);
+    for g in &mut s.node_groups {
+        g.min_size = min;
+    }
+}
+
+fn nodes(c: &Cluster) -> Vec<String> {
+    c.kube
+        .nodes_by_scale_set()
+        .get("pool")
+        .cloned()
+        .unwrap_or_default()
+}
+
+async fn ready(c: &Cluster, n: usize) -> Vec<String> {
+    assert!(
+        eventually(Duration::from_secs(10), || c.kube.ready_nodes().len() == n).await,
+        "never {n} Ready nodes"
+    );
+    let mut names = c.kube.ready_nodes();
+    names.sort();
+    names
+}
+
+/// Node of the pods of workload `app`.
+fn node_of(c: &Cluster, app: &str) -> Vec<String> {
+    c.kube
+        .list_all("v1", "pods", Some("default"))
+        .into_iter()
+        .filter(|p| p.pointer("/metadata/labels/app").and_then(|v| v.as_str()) == Some(app))
+        .filter(|p| p.pointer("/status/phase").and_then(|v| v.as_str()) == Some("Running"))
+        .filter_map(|p| {
+            p.pointer("/spec/nodeName")
+                .and_then(|v| v.as_str())
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+async fn annotate(c: &Cluster, node: &str, disabled: Option<&str>) {
+    let api: kube::Api<Node> = kube::Api::all(c.client.clone());
+    let patch = json!({"metadata": {"annotations": {
+        "cluster-autoscaler.kubernetes.io/scale-down-disabled": disabled}}});
+    api.patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("node annotated");
+}
+
+fn deletes(c: &Cluster) -> Vec<vmss_capacity_controller::emulator::RequestRecord> {
+    c.state
+        .request_log()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/delete"))
+        .collect()
+}
+
+fn count(_: &Cluster, m: &prometheus::IntCounterVec, labels: &[(&str, &str)]) -> u64 {
+    vmss_capacity_controller::metrics::Metrics::counter_sum(m, labels)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_nodes_go_by_deleting_exactly_their_instances_and_never_below_min() {
+    let c = Cluster::start_simulated(&[("pool", SIZE, 3, &[])], 5, |s| fast(s, 1)).await;
+    let ready_before = ready(&c, 3).await;
+    c.kube
+        .create_replica_set("default", "web", 1, &PodTemplate::new("500m", "256Mi"))
+        .expect("replica set");
+    assert!(eventually(Duration::from_secs(10), || node_of(&c, "web").len() == 1).await);
+    let busy = node_of(&c, "web");
+    assert!(
+        eventually(Duration::from_secs(20), || c.capacity("pool") == 1).await,
+        "the two empty nodes were not removed: capacity {}",
+        c.capacity("pool")
+    );
+    assert!(eventually(Duration::from_secs(5), || nodes(&c) == busy).await);
+    // Both empty nodes were chosen in one pass: one request names both instances.
+    let sent = deletes(&c);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert!(
+        sent.iter().all(|r| r.if_match.is_some() && r.status == 202),
+        "every delete carries If-Match: {sent:?}"
+    );
+    let deleted = c.state.instance_deletions();
+    assert_eq!(deleted.len(), 1, "{deleted:?}");
+    let mut machines = deleted[0].machines.clone();
+    machines.sort();
+    let mut empty: Vec<String> = ready_before
+        .iter()
+        .filter(|n| !busy.contains(n))
+        .cloned()
+        .collect();
+    empty.sort();
+    assert_eq!(machines, empty, "exactly the two empty nodes' instances");
+    assert_eq!(deleted[0].capacity_after, 1);
+    // No capacity number was lowered: the only writes are the deletes.
+    assert_eq!(
+        capacity_puts_by(&c.state.request_log(), "controller").len(),
+        0
+    );
+    // Counted once Azure confirmed each operation.
+    assert!(
+        eventually(Duration::from_secs(10), || count(
+            &c,
+            &c.metrics.scaled_down_nodes_total,
+            &[("reason", "empty")]
+        ) == 2)
+        .await
+    );
+    assert_eq!(count(&c, &c.metrics.evicted_pods_total, &[]), 0);
+    // The last node is the group's min: it stays.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(c.capacity("pool"), 1);
+    assert!(c._emulator.pods_lost_with_nodes().is_empty());
+    assert!(
+        c.state.lost_updates().is_empty(),
+        "{:?}",
+        c.state.lost_updates()
+    );
+    c.stop().await;
+}
+
+/// Two nodes, both protected; `fill` takes most of the first, `web` lands on the second; `fill`
+/// goes and the second node loses its protection: `web` can move to the first.
+async fn web_alone_on_the_second_node(c: &Cluster) -> (String, String) {
+    let names = ready(c, 2).await;
+    for n in &names {
+        annotate(c, n, Some("true")).await;
+    }
+    c.kube
+        .create_replica_set("default", "fill", 1, &PodTemplate::new("1500m", "256Mi"))
+        .expect("fill");
+    assert!(
+        eventually(Duration::from_secs(10), || node_of(c, "fill")
+            == [names[0].clone()])
+        .await
+    );
+    c.kube
+        .create_replica_set("default", "web", 1, &PodTemplate::new("500m", "256Mi"))
+        .expect("web");
+    assert!(
+        eventually(Duration::from_secs(10), || node_of(c, "web")
+            == [names[1].clone()])
+        .await
+    );
+    c.kube
+        .scale_replica_set("default", "fill", 0)
+        .expect("scale");
+    assert!(eventually(Duration::from_secs(10), || node_of(c, "fill").is_empty()).await);
+    (names[0].clone(), names[1].clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_underused_node_is_drained_through_evictions_and_only_its_instance_is_deleted() {
+    let c = Cluster::start_simulated(&[("pool", SIZE, 2, &[])], 5, |s| fast(s, 0)).await;
+    let (keep, drain) = web_alone_on_the_second_node(&c).await;
+    annotate(&c, &drain, None).await;
+    assert!(
+        eventually(Duration::from_secs(20), || c.capacity("pool") == 1).await,
+        "the underused node was not removed"
+    );
+    assert!(eventually(Duration::from_secs(5), || nodes(&c) == [keep.clone()]).await);
+    // Its pod was evicted through the API, re-created by its ReplicaSet, and runs on the node
+    // that stays; nothing went down with the node.
+    assert!(
+        eventually(Duration::from_secs(10), || node_of(&c, "web")
+            == [keep.clone()])
+        .await
+    );
+    assert!(count(&c, &c.metrics.evicted_pods_total, &[("result", "evicted")]) >= 1);
+    assert!(
+        c._emulator.pods_lost_with_nodes().is_empty(),
+        "{:?}",
+        c._emulator.pods_lost_with_nodes()
+    );
+    assert_eq!(deletes(&c).len(), 1);
+    assert!(
+        eventually(Duration::from_secs(10), || count(
+            &c,
+            &c.metrics.scaled_down_nodes_total,
+            &[("reason", "underutilized")]
+        ) == 1)
+        .await
+    );
+    let events = c.events("ScaleDown").await;
+    assert!(
+        events
+            .iter()
+            .any(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(drain.as_str())),
+        "no ScaleDown Event on the node: {events:?}"
+    );
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_with_max_unavailable_zero_keeps_the_node_untouched() {
+    let c = Cluster::start_simulated(&[("pool", SIZE, 2, &[])], 5, |s| fast(s, 0)).await;
+    let (_, drain) = web_alone_on_the_second_node(&c).await;
+    c.kube
+        .create(
+            "policy/v1",
+            "poddisruptionbudgets",
+            "default",
+            json!({"metadata": {"name": "web"},
+                "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "web"}}}}),
+        )
+        .expect("pdb");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    annotate(&c, &drain, None).await;
+    // Unneeded time (1 s) and several passes later: nothing tainted, evicted or deleted.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(c.capacity("pool"), 2);
+    assert!(deletes(&c).is_empty());
+    assert_eq!(count(&c, &c.metrics.evicted_pods_total, &[]), 0);
+    let api: kube::Api<Node> = kube::Api::all(c.client.clone());
+    let node = api.get(&drain).await.expect("node");
+    assert!(!has_our_taint(&node));
+    assert_eq!(node_of(&c, "web"), [drain]);
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_that_lands_after_the_taint_aborts_the_deletion_and_the_node_is_untainted() {
+    let c = Cluster::start_simulated(&[("pool", SIZE, 2, &[])], 5, |s| {
+        fast(s, 1);
+        s.scale_down.node_delete_delay_after_taint = Duration::from_secs(3);
+    })
+    .await;
+    ready(&c, 2).await;
+    let api: kube::Api<Node> = kube::Api::all(c.client.clone());
+    let mut tainted = None;
+    for _ in 0..100 {
+        let list = api.list(&Default::default()).await.expect("nodes");
+        if let Some(n) = list.items.iter().find(|n| has_our_taint(n)) {
+            tainted = n.metadata.name.clone();
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let tainted = tainted.expect("a node was tainted for removal");
+    // A pod bound to it directly (as a static or manually scheduled pod would be).
+    c.kube
+        .create(
+            "v1",
+            "pods",
+            "default",
+            json!({"metadata": {"name": "late", "namespace": "default",
+                    "annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}},
+                "spec": {"nodeName": tainted, "containers": [{"name": "c", "image": "c",
+                    "resources": {"requests": {"cpu": "100m"}}}]},
+                "status": {"phase": "Running"}}),
+        )
+        .expect("pod");
+    assert!(
+        eventually(Duration::from_secs(10), || count(
+            &c,
+            &c.metrics.failed_scale_downs_total,
+            &[("reason", "aborted")]
+        ) == 1)
+        .await,
+        "the removal was not aborted"
+    );
+    let mut untainted = false;
+    for _ in 0..50 {
+        if !has_our_taint(&api.get(&tainted).await.expect("node")) {
+            untainted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(untainted, "the node kept the taint");
+    assert!(deletes(&c).is_empty());
+    assert_eq!(c.capacity("pool"), 2);
+    let failed = c.events("ScaleDownFailed").await;
+    assert!(
+        failed
+            .iter()
+            .any(|e| e.note.as_deref().unwrap_or("").contains("default/late")),
+        "{failed:?}"
+    );
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removal_whose_fresh_read_fails_deletes_nothing_and_untaints_until_azure_answers_again() {
+    let c = Cluster::start_simulated(&[("pool", SIZE, 2, &[])], 5, |s| fast(s, 1)).await;
+    // Every read of the scale set itself fails (the LIST still works, so the cache has a size:
+    // the delete must not trust it).
+    c.state.inject_fault(fault(
+        Some("GET"),
+        Some("virtualMachineScaleSets/pool"),
+        status_kind(500, "InternalServerError", None),
+        None,
+    ));
+    ready(&c, 2).await;
+    assert!(
+        eventually(Duration::from_secs(15), || count(
+            &c,
+            &c.metrics.failed_scale_downs_total,
+            &[("reason", "refused")]
+        ) >= 1)
+        .await,
+        "the removal was not refused"
+    );
+    assert!(deletes(&c).is_empty(), "deleted from a cached size");
+    assert_eq!(c.capacity("pool"), 2);
+    let api: kube::Api<Node> = kube::Api::all(c.client.clone());
+    assert!(
+        eventually_untainted(&api).await,
+        "a refused removal left its node tainted"
+    );
+    // Azure answers again: the node goes.
+    c.state.clear_faults();
+    assert!(
+        eventually(Duration::from_secs(20), || c.capacity("pool") == 1).await,
+        "the node was not removed once reads worked"
+    );
+    c.stop().await;
+}
+
+async fn eventually_untainted(api: &kube::Api<Node>) -> bool {
+    for _ in 0..50 {
+        let list = api.list(&Default::default()).await.expect("nodes");
+        if !list.items.iter().any(has_our_taint) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_that_never_registers_is_deleted_after_max_node_provision_time_down_to_min() {
+    use vmss_capacity_controller::emulator::sim::nodes::NEVER_REGISTER_TAG;
+    // Two instances whose nodes never come (a broken image), min 1: one goes, by name.
+    let c = Cluster::start_simulated(
+        &[
+            ("general", SIZE, 1, &[]),
+            ("broken", SIZE, 2, &[(NEVER_REGISTER_TAG, "true")]),
+        ],
+        5,
+        |s| {
+            fast(s, 1);
+            s.pod_demand.max_node_provision_time = Duration::from_secs(2);
+        },
+    )
+    .await;
+    ready(&c, 1).await;
+    assert!(
+        eventually(Duration::from_secs(20), || c.capacity("broken") == 1).await,
+        "the unregistered instance was not deleted: capacity {}",
+        c.capacity("broken")
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || count(
+            &c,
+            &c.metrics.scaled_down_nodes_total,
+            &[("reason", "unregistered")]
+        ) == 1)
+        .await
+    );
+    // Not below min, and the healthy group is untouched.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(c.capacity("broken"), 1);
+    assert_eq!(c.capacity("general"), 1);
+    let sent = deletes(&c);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert!(sent[0].path.contains("/broken/") && sent[0].if_match.is_some());
+    assert!(c.state.lost_updates().is_empty());
+    c.stop().await;
+}
+
+/// Makes `node`'s kubelet stop posting (the emulator's `emulator-not-ready` annotation), or
+/// lets it post again.
+async fn sicken(c: &Cluster, node: &str, sick: bool) {
+    use vmss_capacity_controller::emulator::sim::nodes::NOT_READY_ANNOTATION;
+    let api: kube::Api<Node> = kube::Api::all(c.client.clone());
+    let value = sick.then_some("true");
+    let patch = json!({"metadata": {"annotations": {NOT_READY_ANNOTATION: value}}});
+    api.patch(node, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("node annotated");
+}
+
+fn halted(c: &Cluster, reason: &str) -> i64 {
+    c.metrics
+        .scale_down_halted
+        .with_label_values(&[reason])
+        .get()
+}
+
+/// Ready nodes `unneededTime` (an hour) keeps; unready ones go after `unreadyTime` (1 s), past a
+/// startup window of 1 s.
+fn unready_fast(s: &mut Settings, min: u32) {
+    fast(s, min);
+    s.scale_down.unneeded_time = Duration::from_secs(3600);
+    s.scale_down.unready_time = Duration::from_secs(1);
+    s.pod_demand.max_node_provision_time = Duration::from_secs(1);
+}
+
+/// Issue 41: a node whose kubelet died (Ready turns `Unknown`, nothing confirms its pods'
+/// deletion) is removed after `unreadyTime`. The emulator plays it as a real cluster does: the
+/// evicted pod gets its `deletionTimestamp` and stays on the node. Once it is long terminating
+/// (deleted more than its grace period plus 30 s ago, cluster-autoscaler's rule) it neither
+/// holds the drain nor the last look, so the node goes; before, the drain never finished, the
+/// removal aborted, the node was untainted and the cycle repeated for the node's life.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_kubelet_died_is_removed_after_the_unready_time_though_its_pods_never_confirm_their_deletion(
+) {
+    let c = Cluster::start_simulated(&[("pool", SIZE, 2, &[])], 5, |s| unready_fast(s, 1)).await;
+    ready(&c, 2).await;
+    // web uses 1.2 of the node's 2 cpus: a Ready node so loaded is never unneeded. A grace
+    // period of 0 s keeps the wait for the long-terminating rule at its 30 s.
+    let mut web = PodTemplate::new("1200m", "256Mi");
+    web.termination_grace_seconds = Some(0);
+    c.kube
+        .create_replica_set("default", "web", 1, &web)
+        .expect("replica set");
+    assert!(eventually(Duration::from_secs(10), || node_of(&c, "web").len() == 1).await);
+    let sick = node_of(&c, "web").remove(0);
+    // The other node is kept out of scale-down, so it is a destination for web (an unneeded
+    // node never is: its room may be gone with it).
+    let other = nodes(&c)
+        .into_iter()
+        .find(|n| *n != sick)
+        .expect("two nodes");
+    annotate(&c, &other, Some("true")).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        deletes(&c).is_empty(),
+        "a Ready node went: {:?}",
+        deletes(&c)
+    );
+    sicken(&c, &sick, true).await;
+    // The eviction leaves the pod terminating on the dead node; its replacement runs elsewhere.
+    assert!(
+        eventually(Duration::from_secs(15), || {
+            c.kube
+                .list_all("v1", "pods", Some("default"))
+                .iter()
+                .any(|p| {
+                    p.pointer("/spec/nodeName").and_then(|v| v.as_str()) == Some(sick.as_str())
+                        && p.pointer("/metadata/deletionTimestamp").is_some()
+                })
+        })
+        .await,
+        "the evicted pod should stay, terminating, on the dead node"
+    );
+    assert!(
+        eventually(Duration::from_secs(60), || c.capacity("pool") == 1).await,
+        "the node whose kubelet died was not removed: capacity {}",
+        c.capacity("pool")
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || count(
+            &c,
+            &c.metrics.scaled_down_nodes_total,
+            &[("reason", "unready")]
+        ) == 1)
+        .await
+    );
+    // Exactly the sick node's instance, and web runs on the other node.
+    assert!(eventually(Duration::from_secs(5), || !nodes(&c).contains(&sick)).await);
+    let sent = deletes(&c);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert!(sent[0].if_match.is_some());
+    assert!(count(&c, &c.metrics.evicted_pods_total, &[("result", "evicted")]) >= 1);
+    assert!(eventually(Duration::from_secs(10), || node_of(&c, "web") == nodes(&c)).await);
+    // The pod deleted through the API went with its node: finished, not lost.
+    assert!(c._emulator.pods_lost_with_nodes().is_empty());
+    assert!(c.state.lost_updates().is_empty());
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_unready_nodes_halt_scale_down_while_scale_up_goes_on() {
+    let c = Cluster::start_simulated(&[("pool", SIZE, 5, &[])], 8, |s| unready_fast(s, 0)).await;
+    let names = ready(&c, 5).await;
+    // 4 of 5 unready: more than okTotalUnreadyCount (3) and than 45 %.
+    for n in &names[1..] {
+        sicken(&c, n, true).await;
+    }
+    assert!(
+        eventually(Duration::from_secs(10), || halted(&c, "too_many_unready")
+            == 1)
+        .await,
+        "scale-down never said it halted"
+    );
+    let why = c.reconciler.status()[0].scale_down_halted.clone();
+    assert!(
+        why.as_deref()
+            .is_some_and(|w| w.contains("4 of 5 nodes are unready")),
+        "the status says why: {why:?}"
+    );
+    // Scale-up goes on: two 1.5-cpu pods, one Ready node with room for one.
+    c.kube
+        .create_replica_set("default", "web", 2, &PodTemplate::new("1500m", "256Mi"))
+        .expect("replica set");
+    assert!(
+        eventually(Duration::from_secs(20), || node_of(&c, "web").len() == 2).await,
+        "web never ran: capacity {}",
+        c.capacity("pool")
+    );
+    assert_eq!(c.capacity("pool"), 6);
+    // Still 4 of 6 unready, each past unreadyTime several times over: none goes.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(deletes(&c).is_empty(), "deleted: {:?}", deletes(&c));
+    assert_eq!(halted(&c, "too_many_unready"), 1);
+
+    // Two recover: 2 unready is within okTotalUnreadyCount, scale-down resumes, and the two
+    // still unready (empty) go; the Ready empty ones stay (unneededTime is an hour).
+    for n in &names[1..3] {
+        sicken(&c, n, false).await;
+    }
+    assert!(
+        eventually(Duration::from_secs(20), || c.capacity("pool") == 4).await,
+        "the unready nodes were not removed: capacity {}",
+        c.capacity("pool")
+    );
+    assert_eq!(halted(&c, "too_many_unready"), 0);
+    assert_eq!(c.reconciler.status()[0].scale_down_halted, None);
+    assert!(
+        eventually(Duration::from_secs(10), || count(
+            &c,
+            &c.metrics.scaled_down_nodes_total,
+            &[("reason", "unready")]
+        ) == 2)
+        .await
+    );
+    let gone: Vec<String> = names[3..].to_vec();
+    assert!(
+        eventually(Duration::from_secs(5), || nodes(&c)
+            .iter()
+            .all(|n| !gone.contains(n)))
+        .await
+    );
+    assert!(c._emulator.pods_lost_with_nodes().is_empty());
+    c.stop().await;
+}

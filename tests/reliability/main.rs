@@ -1,0 +1,12 @@
+//! Integration tests of reliability: faults, interleavings, replicas and bad input, with invariants.
+//!
+//! One test binary per area (docs/testing.md): the suite links a few binaries, not one per file.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod bad_input;
+mod faults;
+mod interleavings;
+mod pods;
+mod replicas;
