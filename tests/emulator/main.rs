@@ -2,6 +2,7 @@
 //!
 //! One test binary per area (docs/testing.md): the suite links a few binaries, not one per file.
 
+#[macro_use]
 #[path = "../emulator_support/mod.rs"]
 mod emulator_support;
 

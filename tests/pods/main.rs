@@ -2,6 +2,7 @@
 //!
 //! One test binary per area (docs/testing.md): the suite links a few binaries, not one per file.
 
+#[macro_use]
 #[path = "../support/mod.rs"]
 mod support;
 
