@@ -259,6 +259,7 @@ impl Stage {
             kubernetes,
             pod_demand: Default::default(),
             scale_down: Default::default(),
+            prices: Default::default(),
         })
     }
 

@@ -395,6 +395,7 @@ impl World {
             expander: self.pod_demand.expander.clone(),
             priority_cutoff: self.pod_demand.priority_cutoff,
             seed: 1,
+            prices: Default::default(),
             now: self.now,
             node_startup: self.pod_demand.max_node_provision_time,
             quota,
@@ -883,14 +884,8 @@ fn joined_or(items: &[String], empty: &str) -> String {
 }
 
 /// The expander as `podDemand.expander` names it.
-fn expander_name(e: &crate::pods::expander::Expander) -> &'static str {
-    use crate::pods::expander::Expander;
-    match e {
-        Expander::LeastWaste => "least-waste",
-        Expander::MostPods => "most-pods",
-        Expander::Priority(_) => "priority",
-        Expander::Random => "random",
-    }
+fn expander_name(e: &crate::pods::expander::Expander) -> String {
+    e.name()
 }
 
 /// A group's verdict for `key` from a decision made with that group alone.

@@ -89,6 +89,7 @@ pub fn settings(base_url: &str, groups: Vec<NodeGroupSpec>) -> Settings {
         kubernetes: Default::default(),
         pod_demand: Default::default(),
         scale_down: Default::default(),
+        prices: Default::default(),
     }
 }
 
