@@ -70,7 +70,9 @@ fn a_price_that_is_not_positive_and_finite_is_an_error_naming_the_file_and_key()
         assert_eq!(file.path, dir.path().join("config.yaml"));
         assert!(file.line_column.is_some(), "{p:?}");
     }
-    assert!(ps.iter().any(|p| p.path == "prices.endpoint" && p.message.contains("http")));
+    assert!(ps
+        .iter()
+        .any(|p| p.path == "prices.endpoint" && p.message.contains("http")));
     assert!(ps.iter().any(|p| p.path == "prices.refreshInterval"));
     let rendered = render_problems(&ConfigErrors(ps));
     assert!(rendered.contains("config.yaml"), "{rendered}");

@@ -45,7 +45,10 @@ async fn grown_group(c: &Cluster) -> (i64, i64) {
         c.pending(&format!("web-{i}"), "1", "2Gi", json!({}));
     }
     assert!(
-        eventually(Duration::from_secs(10), || c.capacity("dsv5") + c.capacity("esv5") > 0).await,
+        eventually(Duration::from_secs(10), || c.capacity("dsv5")
+            + c.capacity("esv5")
+            > 0)
+        .await,
         "no group grew"
     );
     tokio::time::sleep(Duration::from_millis(500)).await;

@@ -12,8 +12,8 @@
 //! group that fits.
 
 use super::follow_up::{Finding, FollowUp};
-use crate::config::{DemandKind, NodeGroupSpec, Settings};
 use crate::capacity::prices::{PriceBook, PriceSource, RetailPricesClient};
+use crate::config::{DemandKind, NodeGroupSpec, Settings};
 use crate::hold::HoldReason;
 use crate::kube::reflect::ClusterView;
 use crate::metrics::Metrics;
@@ -277,9 +277,10 @@ impl ScaleUpLoop {
     pub async fn run(mut self, shutdown: CancellationToken) {
         // The price refresh lives as long as the loop that reads it, and stops with it.
         let refresh_stop = shutdown.child_token();
-        let refresh = self.price_source.clone().map(|source| {
-            tokio::spawn(self.prices.clone().run(source, refresh_stop.clone()))
-        });
+        let refresh = self
+            .price_source
+            .clone()
+            .map(|source| tokio::spawn(self.prices.clone().run(source, refresh_stop.clone())));
         self.decide_until(shutdown).await;
         refresh_stop.cancel();
         if let Some(task) = refresh {

@@ -504,7 +504,8 @@ pub struct PriceBook {
     table: RwLock<Arc<PriceTable>>,
     wanted: RwLock<BTreeSet<(String, String)>>,
     asked: Notify,
-    failures: prometheus::IntCounterVec,
+    /// `price_refresh_failures_total`; `None` for a book that never refreshes.
+    failures: Option<prometheus::IntCounterVec>,
 }
 
 impl PriceBook {
@@ -515,7 +516,19 @@ impl PriceBook {
             table: RwLock::new(Arc::new(PriceTable::snapshot())),
             wanted: RwLock::new(BTreeSet::new()),
             asked: Notify::new(),
-            failures,
+            failures: Some(failures),
+        }
+    }
+
+    /// A book that never fetches (`explain`, which reads and writes nothing online): the
+    /// configured rates over the embedded list prices.
+    pub fn offline(settings: PriceSettings) -> Self {
+        Self {
+            settings,
+            table: RwLock::new(Arc::new(PriceTable::snapshot())),
+            wanted: RwLock::new(BTreeSet::new()),
+            asked: Notify::new(),
+            failures: None,
         }
     }
 
@@ -558,9 +571,9 @@ impl PriceBook {
                 Ok(found) => table.merge(region, size, found),
                 Err(e) => {
                     failed += 1;
-                    self.failures
-                        .with_label_values(&[e.metric_label()])
-                        .inc();
+                    if let Some(f) = &self.failures {
+                        f.with_label_values(&[e.metric_label()]).inc();
+                    }
                     warn!(region = %region, vm_size = %size, error = %e, "price refresh failed: the last good prices stay");
                 }
             }
@@ -675,7 +688,10 @@ mod tests {
         let p = parse_page("http://x/p", &body).unwrap();
         let err = fold_items("http://x/p", &p.items, "eastus", "Standard_D4s_v5").unwrap_err();
         let text = err.to_string();
-        assert!(text.contains("Standard_D4s_v5") && text.contains("eastus") && text.contains("-1"), "{text}");
+        assert!(
+            text.contains("Standard_D4s_v5") && text.contains("eastus") && text.contains("-1"),
+            "{text}"
+        );
         assert_eq!(err.metric_label(), "invalid_price");
     }
 
@@ -683,7 +699,10 @@ mod tests {
     fn an_answer_without_items_is_malformed_and_says_where() {
         let err = parse_page("http://x/p", br#"{"Items": [{"currencyCode": "USD"}]}"#).unwrap_err();
         let text = err.to_string();
-        assert!(text.contains("malformed") && text.contains("Items[0]"), "{text}");
+        assert!(
+            text.contains("malformed") && text.contains("Items[0]"),
+            "{text}"
+        );
         let err = parse_page("http://x/p", b"<html>").unwrap_err();
         assert_eq!(err.metric_label(), "malformed");
     }
@@ -694,7 +713,10 @@ mod tests {
         for (region, _) in SNAPSHOT {
             for (size, _) in crate::pods::template::sizes() {
                 let p = t.get(region, size).and_then(|p| p.on_demand);
-                assert!(p.is_some_and(|p| p > 0.0 && p < MISSING_PRICE), "{region} {size}");
+                assert!(
+                    p.is_some_and(|p| p > 0.0 && p < MISSING_PRICE),
+                    "{region} {size}"
+                );
             }
         }
         // Larger sizes of one series cost more.
@@ -795,11 +817,19 @@ mod tests {
         );
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(source.calls.lock().len(), 1);
-        assert_eq!(book.group_price("g", "eastus", "Standard_D4s_v5", true).per_hour, 0.05);
+        assert_eq!(
+            book.group_price("g", "eastus", "Standard_D4s_v5", true)
+                .per_hour,
+            0.05
+        );
         // 12 h later: the refresh fails, the last good prices stay, the failure is counted.
         tokio::time::sleep(Duration::from_secs(12 * 3600)).await;
         assert_eq!(source.calls.lock().len(), 2);
-        assert_eq!(book.group_price("g", "eastus", "Standard_D4s_v5", false).per_hour, 0.5);
+        assert_eq!(
+            book.group_price("g", "eastus", "Standard_D4s_v5", false)
+                .per_hour,
+            0.5
+        );
         assert_eq!(failures.with_label_values(&["malformed"]).get(), 1);
         // Not before another 12 h.
         tokio::time::sleep(Duration::from_secs(11 * 3600)).await;
@@ -809,7 +839,11 @@ mod tests {
         let p = book.group_price("g", "eastus", "Standard_D4s_v5", true);
         // A fetch without a spot price keeps the spot price it had.
         assert_eq!(p.per_hour, 0.05);
-        assert_eq!(book.group_price("g", "eastus", "Standard_D4s_v5", false).per_hour, 0.6);
+        assert_eq!(
+            book.group_price("g", "eastus", "Standard_D4s_v5", false)
+                .per_hour,
+            0.6
+        );
         stop.cancel();
         task.await.unwrap();
     }

@@ -30,8 +30,8 @@ pub use kubernetes::{
     KubernetesSettings, LeaderElectionSettings, DEFAULT_LEASE_DURATION, DEFAULT_LEASE_NAME,
     DEFAULT_NAMESPACE, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD, DEFAULT_STATUS_CONFIG_MAP,
 };
-pub use prices::{PriceSettings, DEFAULT_PRICES_ENDPOINT, DEFAULT_PRICE_REFRESH};
 pub use pod_demand::{DemandKind, PodDemandSettings, DEFAULT_MAX_NODE_PROVISION_TIME};
+pub use prices::{PriceSettings, DEFAULT_PRICES_ENDPOINT, DEFAULT_PRICE_REFRESH};
 pub use scale_down::{ScaleDownSettings, DEFAULT_NON_EMPTY_CANDIDATES};
 pub use sources::secret_from_cloud_config;
 pub use validate::{parse_node_spec, DEFAULT_ARM_BUDGET_RESERVE};

@@ -41,7 +41,8 @@ impl Default for PriceSettings {
 }
 
 fn default_endpoint() -> Url {
-    Url::parse(DEFAULT_PRICES_ENDPOINT).expect("DEFAULT_PRICES_ENDPOINT is a URL (a test parses it)")
+    Url::parse(DEFAULT_PRICES_ENDPOINT)
+        .expect("DEFAULT_PRICES_ENDPOINT is a URL (a test parses it)")
 }
 
 /// The keys, validated; every problem pushed with its path.
@@ -72,7 +73,9 @@ pub(super) fn price_settings(raw: Option<RawPrices>, problems: &mut Problems) ->
         if !price.is_finite() || price <= 0.0 {
             problems.push(
                 format!("prices.pricePerHour.{group}"),
-                format!("{price} is not a price: USD per node-hour must be a finite number above 0"),
+                format!(
+                    "{price} is not a price: USD per node-hour must be a finite number above 0"
+                ),
             );
             continue;
         }
@@ -97,7 +100,10 @@ mod tests {
 
     #[test]
     fn the_default_endpoint_is_azures_public_retail_prices_api() {
-        assert_eq!(PriceSettings::default().endpoint.as_str(), DEFAULT_PRICES_ENDPOINT);
+        assert_eq!(
+            PriceSettings::default().endpoint.as_str(),
+            DEFAULT_PRICES_ENDPOINT
+        );
         assert!(PriceSettings::default().fetch);
     }
 }

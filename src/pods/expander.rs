@@ -211,7 +211,7 @@ fn pick<'a>(
         return None;
     }
     match expander {
-        Expander::LeastWaste => least_waste(&viable),
+        Expander::LeastWaste => least_waste(viable),
         Expander::MostPods => viable.iter().copied().max_by(|a, b| {
             a.placed
                 .len()
@@ -312,7 +312,11 @@ fn nodes_cost(o: &Estimate, costs: &Costs) -> Option<f64> {
 fn cost_per_value(o: &Estimate, costs: &Costs) -> Option<f64> {
     let value = pods_value(o);
     let cost = nodes_cost(o, costs)?;
-    Some(if value > 0.0 { cost / value } else { f64::INFINITY })
+    Some(if value > 0.0 {
+        cost / value
+    } else {
+        f64::INFINITY
+    })
 }
 
 /// cluster-autoscaler's `price` score (lower is better): `(node cost + s) / (pod value + s)`,
@@ -323,8 +327,8 @@ fn cost_per_value(o: &Estimate, costs: &Costs) -> Option<f64> {
 /// group here exists.
 fn price_score(o: &Estimate, costs: &Costs, preferred_cores: f64) -> Option<f64> {
     let node_cost = nodes_cost(o, costs)?;
-    let stabilization =
-        STABILIZATION_CPU_CORES * POD_CPU_PER_CORE_HOUR + STABILIZATION_MEMORY_GIB * POD_MEMORY_PER_GIB_HOUR;
+    let stabilization = STABILIZATION_CPU_CORES * POD_CPU_PER_CORE_HOUR
+        + STABILIZATION_MEMORY_GIB * POD_MEMORY_PER_GIB_HOUR;
     let price_ratio = (node_cost + stabilization) / (pods_value(o) + stabilization);
     let template = o.nodes.first();
     let gpu = template
@@ -440,13 +444,17 @@ mod tests {
         // Memory-hungry pods: 4 x (1 cpu, 14 Gi) fill a 64 Gi node well and need 4 general nodes.
         let o = options(&pods(4, "1", "14Gi"));
         assert_eq!(
-            choose(&Expander::LeastWaste, &o, 0, &Costs::default()).unwrap().group,
+            choose(&Expander::LeastWaste, &o, 0, &Costs::default())
+                .unwrap()
+                .group,
             "memory-heavy"
         );
         // Cpu-bound small pods waste the big memory of the memory-heavy group.
         let o = options(&pods(4, "1", "1Gi"));
         assert_eq!(
-            choose(&Expander::LeastWaste, &o, 0, &Costs::default()).unwrap().group,
+            choose(&Expander::LeastWaste, &o, 0, &Costs::default())
+                .unwrap()
+                .group,
             "general"
         );
     }
@@ -455,7 +463,12 @@ mod tests {
     fn most_pods_picks_the_option_that_schedules_the_most() {
         let mut o = options(&pods(4, "1", "14Gi"));
         o[1].placed.truncate(1);
-        assert_eq!(choose(&Expander::MostPods, &o, 0, &Costs::default()).unwrap().group, "general");
+        assert_eq!(
+            choose(&Expander::MostPods, &o, 0, &Costs::default())
+                .unwrap()
+                .group,
+            "general"
+        );
     }
 
     #[test]
@@ -466,12 +479,16 @@ mod tests {
             (1, vec![".*".to_string()]),
         ];
         assert_eq!(
-            choose(&Expander::Priority(tiers), &o, 0, &Costs::default()).unwrap().group,
+            choose(&Expander::Priority(tiers), &o, 0, &Costs::default())
+                .unwrap()
+                .group,
             "memory-heavy"
         );
         let flat = vec![(1, vec![".*".to_string()])];
         assert_eq!(
-            choose(&Expander::Priority(flat), &o, 0, &Costs::default()).unwrap().group,
+            choose(&Expander::Priority(flat), &o, 0, &Costs::default())
+                .unwrap()
+                .group,
             "general"
         );
     }
@@ -480,12 +497,21 @@ mod tests {
     fn random_is_a_function_of_the_seed_and_covers_every_option() {
         let o = options(&pods(2, "1", "1Gi"));
         let picks: std::collections::BTreeSet<String> = (0..32)
-            .map(|s| choose(&Expander::Random, &o, s, &Costs::default()).unwrap().group.clone())
+            .map(|s| {
+                choose(&Expander::Random, &o, s, &Costs::default())
+                    .unwrap()
+                    .group
+                    .clone()
+            })
             .collect();
         assert_eq!(picks.len(), 2);
         assert_eq!(
-            choose(&Expander::Random, &o, 7, &Costs::default()).unwrap().group,
-            choose(&Expander::Random, &o, 7, &Costs::default()).unwrap().group
+            choose(&Expander::Random, &o, 7, &Costs::default())
+                .unwrap()
+                .group,
+            choose(&Expander::Random, &o, 7, &Costs::default())
+                .unwrap()
+                .group
         );
     }
 
@@ -523,12 +549,24 @@ mod tests {
         let o = options(&pods(4, "1", "14Gi"));
         assert_eq!((o[0].new_nodes, o[1].new_nodes), (4, 1));
         let c = costs(&[("general", 0.192, 4), ("memory-heavy", 0.504, 4)], 10);
-        assert_eq!(choose(&Expander::Price, &o, 0, &c).unwrap().group, "memory-heavy");
-        assert_eq!(choose(&Expander::LeastCost, &o, 0, &c).unwrap().group, "memory-heavy");
+        assert_eq!(
+            choose(&Expander::Price, &o, 0, &c).unwrap().group,
+            "memory-heavy"
+        );
+        assert_eq!(
+            choose(&Expander::LeastCost, &o, 0, &c).unwrap().group,
+            "memory-heavy"
+        );
         // Dearer memory (a rate above four general nodes) turns the choice.
         let c = costs(&[("general", 0.192, 4), ("memory-heavy", 0.9, 4)], 10);
-        assert_eq!(choose(&Expander::Price, &o, 0, &c).unwrap().group, "general");
-        assert_eq!(choose(&Expander::LeastCost, &o, 0, &c).unwrap().group, "general");
+        assert_eq!(
+            choose(&Expander::Price, &o, 0, &c).unwrap().group,
+            "general"
+        );
+        assert_eq!(
+            choose(&Expander::LeastCost, &o, 0, &c).unwrap().group,
+            "general"
+        );
     }
 
     #[test]
@@ -542,10 +580,21 @@ mod tests {
             .collect();
         assert_eq!((o[0].new_nodes, o[1].new_nodes), (4, 1));
         let priced = |n| costs(&[("small", 0.192, 4), ("large", 0.768, 16)], n);
-        assert_eq!(choose(&Expander::Price, &o, 0, &priced(2)).unwrap().group, "small");
-        assert_eq!(choose(&Expander::Price, &o, 0, &priced(300)).unwrap().group, "large");
+        assert_eq!(
+            choose(&Expander::Price, &o, 0, &priced(2)).unwrap().group,
+            "small"
+        );
+        assert_eq!(
+            choose(&Expander::Price, &o, 0, &priced(300)).unwrap().group,
+            "large"
+        );
         // least-cost has no size preference: the tie goes to more pods, fewer nodes: large.
-        assert_eq!(choose(&Expander::LeastCost, &o, 0, &priced(2)).unwrap().group, "large");
+        assert_eq!(
+            choose(&Expander::LeastCost, &o, 0, &priced(2))
+                .unwrap()
+                .group,
+            "large"
+        );
         assert_eq!(preferred_cpu(2), 1.0);
         assert_eq!(preferred_cpu(300), 32.0);
         assert_eq!(node_unfitness(4.0, 16.0), 4.0);
@@ -572,7 +621,10 @@ mod tests {
             5,
         );
         assert_eq!(choose(&Expander::Price, &o, 0, &c).unwrap().group, "spot");
-        assert_eq!(choose(&Expander::LeastCost, &o, 0, &c).unwrap().group, "spot");
+        assert_eq!(
+            choose(&Expander::LeastCost, &o, 0, &c).unwrap().group,
+            "spot"
+        );
         // Without a spot price known, spot costs its on-demand cap: a tie, broken by name.
         let od = SizePrice {
             on_demand: Some(0.192),
@@ -585,7 +637,10 @@ mod tests {
             ],
             5,
         );
-        assert_eq!(choose(&Expander::LeastCost, &o, 0, &c).unwrap().group, "on-demand");
+        assert_eq!(
+            choose(&Expander::LeastCost, &o, 0, &c).unwrap().group,
+            "on-demand"
+        );
     }
 
     #[test]
@@ -620,12 +675,19 @@ mod tests {
         };
         // List prices: one E16s_v5 (1.008) dearer than four D4s_v5 (0.768).
         let list = PriceBook::new(settings.clone(), failures.clone());
-        assert_eq!(choose(&Expander::LeastCost, &o, 0, &priced(&list)).unwrap().group, "general");
+        assert_eq!(
+            choose(&Expander::LeastCost, &o, 0, &priced(&list))
+                .unwrap()
+                .group,
+            "general"
+        );
         // A negotiated rate for memory-heavy makes it the cheaper one.
         settings.overrides.insert("memory-heavy".into(), 0.4);
         let negotiated = PriceBook::new(settings, failures);
         assert_eq!(
-            choose(&Expander::LeastCost, &o, 0, &priced(&negotiated)).unwrap().group,
+            choose(&Expander::LeastCost, &o, 0, &priced(&negotiated))
+                .unwrap()
+                .group,
             "memory-heavy"
         );
     }
@@ -634,9 +696,18 @@ mod tests {
     fn a_group_nothing_prices_is_never_the_cheaper_choice() {
         use crate::capacity::prices::MISSING_PRICE;
         let o = options(&pods(4, "1", "1Gi"));
-        let c = costs(&[("general", MISSING_PRICE, 4), ("memory-heavy", 0.504, 4)], 3);
-        assert_eq!(choose(&Expander::Price, &o, 0, &c).unwrap().group, "memory-heavy");
-        assert_eq!(choose(&Expander::LeastCost, &o, 0, &c).unwrap().group, "memory-heavy");
+        let c = costs(
+            &[("general", MISSING_PRICE, 4), ("memory-heavy", 0.504, 4)],
+            3,
+        );
+        assert_eq!(
+            choose(&Expander::Price, &o, 0, &c).unwrap().group,
+            "memory-heavy"
+        );
+        assert_eq!(
+            choose(&Expander::LeastCost, &o, 0, &c).unwrap().group,
+            "memory-heavy"
+        );
     }
 
     #[test]
@@ -644,7 +715,10 @@ mod tests {
         // Cpu-bound pods: least-waste alone picks general.
         let o = options(&pods(4, "1", "1Gi"));
         let c = costs(&[("general", 0.192, 4), ("memory-heavy", 0.1, 4)], 3);
-        assert_eq!(choose(&Expander::LeastWaste, &o, 0, &c).unwrap().group, "general");
+        assert_eq!(
+            choose(&Expander::LeastWaste, &o, 0, &c).unwrap().group,
+            "general"
+        );
         // price first: memory-heavy is cheaper, so it is the only one left for least-waste.
         let chain = Expander::Chain(vec![Expander::Price, Expander::LeastWaste]);
         assert_eq!(choose(&chain, &o, 0, &c).unwrap().group, "memory-heavy");
@@ -653,7 +727,10 @@ mod tests {
         let chain = Expander::Chain(vec![Expander::Priority(tiers), Expander::Price]);
         assert_eq!(choose(&chain, &o, 0, &c).unwrap().group, "memory-heavy");
         // priority first with general alone on top: price never sees memory-heavy.
-        let tiers = vec![(10, vec!["general".to_string()]), (1, vec![".*".to_string()])];
+        let tiers = vec![
+            (10, vec!["general".to_string()]),
+            (1, vec![".*".to_string()]),
+        ];
         let chain = Expander::Chain(vec![Expander::Priority(tiers), Expander::Price]);
         assert_eq!(choose(&chain, &o, 0, &c).unwrap().group, "general");
         assert_eq!(chain.name(), "priority,price");

@@ -158,12 +158,21 @@ pub(crate) fn handle(state: &EmulatorState, parts: &Parts) -> Reply {
         .retail_prices
         .items
         .iter()
-        .filter(|v| v.as_object().is_some_and(|o| matches(o, &terms, case_sensitive)))
+        .filter(|v| {
+            v.as_object()
+                .is_some_and(|o| matches(o, &terms, case_sensitive))
+        })
         .collect();
-    let page: Vec<Value> = hits.iter().skip(skip).take(page_size).map(|v| (*v).clone()).collect();
+    let page: Vec<Value> = hits
+        .iter()
+        .skip(skip)
+        .take(page_size)
+        .map(|v| (*v).clone())
+        .collect();
     // As the real API writes it: `$filter` and `$skip` with their dollar signs.
     let next = (skip + page.len() < hits.len()).then(|| {
-        let encode = |v: &str| url::form_urlencoded::byte_serialize(v.as_bytes()).collect::<String>();
+        let encode =
+            |v: &str| url::form_urlencoded::byte_serialize(v.as_bytes()).collect::<String>();
         let mut q = Vec::new();
         if let Some(v) = version {
             q.push(format!("api-version={}", encode(v)));
@@ -193,8 +202,8 @@ mod tests {
 
     #[test]
     fn a_filter_is_eq_terms_joined_by_and_with_doubled_quotes_inside_values() {
-        let t = parse_filter("serviceName eq 'Virtual Machines' and armSkuName eq 'O''Brien'")
-            .unwrap();
+        let t =
+            parse_filter("serviceName eq 'Virtual Machines' and armSkuName eq 'O''Brien'").unwrap();
         assert_eq!(
             t,
             vec![
@@ -209,8 +218,12 @@ mod tests {
             ]
         );
         assert!(parse_filter("a ne 'x'").unwrap_err().contains("eq"));
-        assert!(parse_filter("a eq 'x' or b eq 'y'").unwrap_err().contains("and"));
-        assert!(parse_filter("a eq 'x").unwrap_err().contains("unterminated"));
+        assert!(parse_filter("a eq 'x' or b eq 'y'")
+            .unwrap_err()
+            .contains("and"));
+        assert!(parse_filter("a eq 'x")
+            .unwrap_err()
+            .contains("unterminated"));
         assert!(parse_filter("").unwrap().is_empty());
     }
 
