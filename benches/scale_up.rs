@@ -362,6 +362,7 @@ fn scenario(
         expander: Expander::LeastWaste,
         priority_cutoff: -10,
         seed: 1,
+        prices: Default::default(),
         now: k8s_openapi::jiff::Timestamp::now(),
         node_startup: std::time::Duration::from_secs(900),
         quota: Vec::new(),

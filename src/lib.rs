@@ -13,7 +13,7 @@
 //! | [`azure`] | the ARM client (sparse conditional PUT, GET, LIST), AKS agent pools (whole-pool conditional PUT), credentials, LRO polling, throttle gates |
 //! | [`resource`] | what a node group's backing resource can do: one trait, implemented by scale sets and agent pools |
 //! | [`cache`] | the copy-on-write scale-set cache, the size cache, the instance cache |
-//! | [`capacity`] | Azure's capacity as it is: vCPU quota (compute usages, cached, pools a plan draws from) and offerings marked unavailable after classified allocation failures |
+//! | [`capacity`] | Azure's capacity as it is: vCPU quota (compute usages, cached, pools a plan draws from), offerings marked unavailable after classified allocation failures, and what a node costs (list prices embedded and refreshed from the retail prices API, negotiated rates over them) |
 //! | [`planner`] | pure capacity planning: bounds, schedules, scale-down steps, coalescing |
 //! | [`node_groups`] | the read side: groups (configured, discovered), the caches, sizes, floors, refusals, which nodes are whose |
 //! | [`reconciler`] | the write side: the loop, the ETag protocol, the one guarded send, the per-class error policy |

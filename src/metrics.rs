@@ -121,6 +121,13 @@ pub struct Metrics {
     /// `standardDSv5Family`, `cores` for the regional total, `lowPriorityCores` for spot), for
     /// the usages the node groups draw from, as last read.
     pub quota_remaining_vcpus: IntGaugeVec,
+    /// USD per hour of one node of each group, as the last scale-up decision priced it (the
+    /// configured override, else the retail or embedded list price, else the 999 sentinel).
+    pub node_group_price_per_hour: GaugeVec,
+    /// Price refreshes from the retail prices API that failed (the last good prices stay), by
+    /// reason (`request`, `status`, `malformed`, `invalid_price`, `currency`, `too_many_pages`,
+    /// `url`).
+    pub price_refresh_failures_total: IntCounterVec,
     /// Scale-up decisions made (one per closed batch of pending pods, or a re-check).
     pub scale_up_decisions_total: IntCounterVec,
     /// Time to make one scale-up decision (pure planning, no I/O).
@@ -386,6 +393,18 @@ impl Metrics {
                 "quota_remaining_vcpus",
                 "vCPUs the subscription's quota leaves, by region and usage (family, cores, lowPriorityCores), as last read.",
                 &["location", "family"],
+            ),
+            node_group_price_per_hour: gauge_vec(
+                &registry,
+                "node_group_price_per_hour",
+                "USD per hour of one node of each group, as the last scale-up decision priced it (override, retail or embedded list price, or the 999 sentinel).",
+                &["scale_set"],
+            ),
+            price_refresh_failures_total: counter(
+                &registry,
+                "price_refresh_failures_total",
+                "Price refreshes from Azure's retail prices API that failed (the last good prices stay), by reason.",
+                &["reason"],
             ),
             scale_up_decisions_total: counter(
                 &registry,

@@ -371,6 +371,7 @@ mod tests {
             expander: Expander::LeastWaste,
             priority_cutoff: -10,
             seed: 1,
+            prices: Default::default(),
             now: k8s_openapi::jiff::Timestamp::now(),
             node_startup: Duration::from_secs(900),
             quota: Vec::new(),

@@ -12,6 +12,7 @@
 //! group that fits.
 
 use super::follow_up::{Finding, FollowUp};
+use crate::capacity::prices::{PriceBook, PriceSource, RetailPricesClient};
 use crate::config::{DemandKind, NodeGroupSpec, Settings};
 use crate::hold::HoldReason;
 use crate::kube::reflect::ClusterView;
@@ -206,6 +207,12 @@ pub struct ScaleUpLoop {
     told: HashMap<String, String>,
     last_decision: Option<Instant>,
     decisions: u64,
+    /// What a node of each group costs (the `price` and `least-cost` expanders, the
+    /// `node_group_price_per_hour` gauge).
+    prices: Arc<PriceBook>,
+    /// Where fresh prices come from: the retail prices API when `prices.fetch` is on and an
+    /// expander reads prices; `None`: the embedded list prices and the overrides only.
+    price_source: Option<Arc<dyn PriceSource>>,
 }
 
 impl ScaleUpLoop {
@@ -223,12 +230,10 @@ impl ScaleUpLoop {
             settings.pod_demand.batch_max,
         );
         Self {
-            settings,
             demand,
             groups: reconciler.node_groups().clone(),
             reconciler,
             cluster,
-            metrics,
             events,
             batcher,
             seen: HashSet::new(),
@@ -238,13 +243,52 @@ impl ScaleUpLoop {
             told: HashMap::new(),
             last_decision: None,
             decisions: 0,
+            prices: Arc::new(PriceBook::new(
+                settings.prices.clone(),
+                metrics.price_refresh_failures_total.clone(),
+            )),
+            price_source: (settings.prices.fetch && settings.pod_demand.expander.uses_prices())
+                .then(|| {
+                    Arc::new(RetailPricesClient::new(settings.prices.endpoint.clone()))
+                        as Arc<dyn PriceSource>
+                }),
+            settings,
+            metrics,
         }
+    }
+
+    /// Takes fresh prices from `source` rather than the configured endpoint (when the prices
+    /// are fetched at all: `prices.fetch` on and an expander that reads them).
+    pub fn with_price_source(mut self, source: Arc<dyn PriceSource>) -> Self {
+        if self.price_source.is_some() {
+            self.price_source = Some(source);
+        }
+        self
+    }
+
+    /// The prices this loop decides with.
+    pub fn prices(&self) -> Arc<PriceBook> {
+        self.prices.clone()
     }
 
     /// Runs until `shutdown`. Woken by the cluster changing (any reflector publishing), by the
     /// batch's deadline, and by the re-check due a scan interval after the last decision; a
     /// standby looks again every [`STANDBY_LOOK`] for the leadership it may gain.
     pub async fn run(mut self, shutdown: CancellationToken) {
+        // The price refresh lives as long as the loop that reads it, and stops with it.
+        let refresh_stop = shutdown.child_token();
+        let refresh = self
+            .price_source
+            .clone()
+            .map(|source| tokio::spawn(self.prices.clone().run(source, refresh_stop.clone())));
+        self.decide_until(shutdown).await;
+        refresh_stop.cancel();
+        if let Some(task) = refresh {
+            let _ = task.await;
+        }
+    }
+
+    async fn decide_until(&mut self, shutdown: CancellationToken) {
         let mut changes = self.cluster.changes();
         let mut refusals = self.groups.refusals();
         // Azure refused an allocation since the last decision: decide again now.
@@ -531,6 +575,20 @@ impl ScaleUpLoop {
                 }
             }
         }
+        // Each group's price, decided in one place (override, list price, sentinel).
+        let mut prices = BTreeMap::new();
+        for g in &inputs {
+            let (location, size, spot) = g
+                .shape
+                .as_ref()
+                .map_or(("", "", false), |s| (s.location, s.vm_size, s.profile.spot));
+            let price = self.prices.group_price(&g.name, location, size, spot);
+            self.metrics
+                .node_group_price_per_hour
+                .with_label_values(&[&g.name])
+                .set(price.per_hour);
+            prices.insert(g.name.clone(), price.per_hour);
+        }
         let mut input = ScaleUpInput {
             groups: inputs,
             nodes,
@@ -539,6 +597,7 @@ impl ScaleUpLoop {
             expander: self.settings.pod_demand.expander.clone(),
             priority_cutoff: self.settings.pod_demand.priority_cutoff,
             seed: self.decisions,
+            prices: Arc::new(prices),
             // Nodes' creation times are wall-clock times: so is this.
             now: k8s_openapi::jiff::Timestamp::from_nanosecond(wall.unix_timestamp_nanos())
                 .unwrap_or_default(),

@@ -12,10 +12,12 @@
 //! | `sources` | the environment, `azure.json`, and the credential sources; merging the layers |
 //! | `validate` | raw values into typed settings, each problem with its path |
 //! | `discovery` | tag auto-discovery of scale sets and AKS agent pools |
+//! | `prices` | `prices:`: the retail prices fetch, its endpoint, per-group negotiated rates |
 
 mod discovery;
 mod kubernetes;
 mod pod_demand;
+mod prices;
 mod raw;
 mod scale_down;
 mod sources;
@@ -29,6 +31,7 @@ pub use kubernetes::{
     DEFAULT_NAMESPACE, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD, DEFAULT_STATUS_CONFIG_MAP,
 };
 pub use pod_demand::{DemandKind, PodDemandSettings, DEFAULT_MAX_NODE_PROVISION_TIME};
+pub use prices::{PriceSettings, DEFAULT_PRICES_ENDPOINT, DEFAULT_PRICE_REFRESH};
 pub use scale_down::{ScaleDownSettings, DEFAULT_NON_EMPTY_CANDIDATES};
 pub use sources::secret_from_cloud_config;
 pub use validate::{parse_node_spec, DEFAULT_ARM_BUDGET_RESERVE};
@@ -116,6 +119,8 @@ pub struct Settings {
     pub pod_demand: PodDemandSettings,
     /// `scaleDown:`: removing nodes nobody needs (with `demand: pods`).
     pub scale_down: ScaleDownSettings,
+    /// `prices:`: where node prices come from (the `price` and `least-cost` expanders).
+    pub prices: PriceSettings,
 }
 
 /// Azure endpoints, scope and identity.
@@ -506,6 +511,7 @@ pub fn load(sources: &ConfigSources) -> Result<Settings, ConfigErrors> {
     let pod_demand = pod_demand::pod_demand_settings(&mut raw, kubernetes.enabled, &mut problems);
     let scale_down =
         scale_down::scale_down_settings(raw.scale_down.take(), pod_demand.kind, &mut problems);
+    let prices = prices::price_settings(raw.prices.take(), &mut problems);
 
     if let (Some(file), Some(text)) = (&sources.config_file, &yaml_text) {
         raw::locate(&mut problems, file, text);
@@ -542,6 +548,7 @@ pub fn load(sources: &ConfigSources) -> Result<Settings, ConfigErrors> {
         kubernetes,
         pod_demand,
         scale_down,
+        prices,
     })
 }
 

@@ -84,31 +84,11 @@ pub(super) fn pod_demand_settings(
         );
     }
     let priorities = raw.expander_priorities.take();
-    let expander = match raw.expander.take().as_deref() {
-        None | Some("least-waste") => Expander::LeastWaste,
-        Some("most-pods") => Expander::MostPods,
-        Some("random") => Expander::Random,
-        Some("priority") => match priorities.as_ref() {
-            Some(p) => Expander::Priority(priority_tiers(p, problems)),
-            None => {
-                problems.push(
-                    "expanderPriorities",
-                    "required with expander: priority (priority -> list of node-group name regexes, as cluster-autoscaler's priority ConfigMap)",
-                );
-                Expander::LeastWaste
-            }
-        },
-        Some(other) => {
-            problems.push(
-                "expander",
-                format!(
-                    "unknown expander {other:?}: expected least-waste, most-pods, priority or random"
-                ),
-            );
-            Expander::LeastWaste
-        }
+    let expander = match raw.expander.take() {
+        None => Expander::LeastWaste,
+        Some(text) => expanders(&text, priorities.as_ref(), problems),
     };
-    if priorities.is_some() && !matches!(expander, Expander::Priority(_)) {
+    if priorities.is_some() && !uses_priority(&expander) {
         problems.push("expanderPriorities", "only used with expander: priority");
     }
     let d = |v: Option<HumanDuration>, default, key: &str, problems: &mut Problems| {
@@ -148,6 +128,63 @@ pub(super) fn pod_demand_settings(
         batch_idle,
         batch_max,
         balance_similar_node_groups: raw.balance_similar_node_groups.take().unwrap_or(false),
+    }
+}
+
+/// `expander`: one name, or several joined by commas as cluster-autoscaler's
+/// `--expander=priority,least-waste` (each keeps its best options, the last one picks).
+fn expanders(
+    text: &str,
+    priorities: Option<&BTreeMap<i32, Vec<String>>>,
+    problems: &mut Problems,
+) -> Expander {
+    let mut list = Vec::new();
+    for name in text.split(',').map(str::trim) {
+        let e = match name {
+            "least-waste" => Expander::LeastWaste,
+            "most-pods" => Expander::MostPods,
+            "random" => Expander::Random,
+            "price" => Expander::Price,
+            "least-cost" => Expander::LeastCost,
+            "priority" => match priorities {
+                Some(p) => Expander::Priority(priority_tiers(p, problems)),
+                None => {
+                    problems.push(
+                        "expanderPriorities",
+                        "required with expander: priority (priority -> list of node-group name regexes, as cluster-autoscaler's priority ConfigMap)",
+                    );
+                    continue;
+                }
+            },
+            other => {
+                problems.push(
+                    "expander",
+                    format!(
+                        "unknown expander {other:?}: expected least-waste, most-pods, priority, random, price or least-cost, or several joined by commas"
+                    ),
+                );
+                continue;
+            }
+        };
+        if list.contains(&e) {
+            problems.push("expander", format!("{name:?} is named twice"));
+            continue;
+        }
+        list.push(e);
+    }
+    match list.len() {
+        0 => Expander::LeastWaste,
+        1 => list.remove(0),
+        _ => Expander::Chain(list),
+    }
+}
+
+/// Whether the expander (or one of a chain) is `priority`.
+fn uses_priority(e: &Expander) -> bool {
+    match e {
+        Expander::Priority(_) => true,
+        Expander::Chain(list) => list.iter().any(uses_priority),
+        _ => false,
     }
 }
 

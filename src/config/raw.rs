@@ -387,6 +387,17 @@ pub(super) struct RawConfig {
     pub(super) pod_batch_max: Option<HumanDuration>,
     pub(super) balance_similar_node_groups: Option<bool>,
     pub(super) scale_down: Option<RawScaleDown>,
+    pub(super) prices: Option<RawPrices>,
+}
+
+/// `prices:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct RawPrices {
+    pub(super) fetch: Option<bool>,
+    pub(super) endpoint: Option<String>,
+    pub(super) refresh_interval: Option<HumanDuration>,
+    pub(super) price_per_hour: Option<std::collections::BTreeMap<String, f64>>,
 }
 
 /// `scaleDown:` (cluster-autoscaler's `--scale-down-*` flags, camelCased).

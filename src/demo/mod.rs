@@ -259,6 +259,11 @@ impl Stage {
             kubernetes,
             pod_demand: Default::default(),
             scale_down: Default::default(),
+            // The demo runs offline: the embedded list prices.
+            prices: crate::config::PriceSettings {
+                fetch: false,
+                ..Default::default()
+            },
         })
     }
 

@@ -346,6 +346,10 @@ async fn dispatch(State(sides): State<Sides>, req: Request) -> Response {
         }
     };
     let path = parts.uri.path();
+    // The retail prices API's path starts like a Kubernetes one: the ARM room answers it.
+    if path == arm::retail_prices::PATH {
+        return arm::handle(&state, &parts, bytes).await;
+    }
     if let Some(kube) = &sides.kube {
         if let Some(rest) = path.strip_prefix("/_emulator/kube") {
             let segs: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();

@@ -77,6 +77,9 @@ pub struct World {
     pub pod_demand: PodDemandSettings,
     /// `scaleDown` settings.
     pub scale_down: ScaleDownSettings,
+    /// `prices` settings: the configured rates over the embedded list prices (explaining fetches
+    /// nothing, so a live controller that fetched may price a size a little differently).
+    pub prices: crate::config::PriceSettings,
     /// The running controller's status ConfigMap, when one was read.
     pub controller: Option<ControllerStatus>,
     /// Where that status was looked for (`namespace/name`), for saying it was not there.
@@ -359,7 +362,7 @@ impl World {
             .map(|g| g.resource.as_ref().and_then(|r| r.offering()))
             .collect();
         let (quota, mut pools) = self.quota.pools(&offerings);
-        let inputs = groups
+        let inputs: Vec<GroupInput> = groups
             .iter()
             .zip(pools.iter_mut())
             .map(|(g, pools)| {
@@ -387,6 +390,21 @@ impl World {
                 }
             })
             .collect();
+        // The expanders' prices, decided as the controller decides them.
+        let book = crate::capacity::PriceBook::offline(self.prices.clone());
+        let prices: std::collections::BTreeMap<String, f64> = inputs
+            .iter()
+            .map(|g| {
+                let (location, size, spot) = g
+                    .shape
+                    .as_ref()
+                    .map_or(("", "", false), |s| (s.location, s.vm_size, s.profile.spot));
+                (
+                    g.name.clone(),
+                    book.group_price(&g.name, location, size, spot).per_hour,
+                )
+            })
+            .collect();
         ScaleUpInput {
             groups: inputs,
             nodes: self.nodes.clone(),
@@ -395,6 +413,7 @@ impl World {
             expander: self.pod_demand.expander.clone(),
             priority_cutoff: self.pod_demand.priority_cutoff,
             seed: 1,
+            prices: Arc::new(prices),
             now: self.now,
             node_startup: self.pod_demand.max_node_provision_time,
             quota,
@@ -883,14 +902,8 @@ fn joined_or(items: &[String], empty: &str) -> String {
 }
 
 /// The expander as `podDemand.expander` names it.
-fn expander_name(e: &crate::pods::expander::Expander) -> &'static str {
-    use crate::pods::expander::Expander;
-    match e {
-        Expander::LeastWaste => "least-waste",
-        Expander::MostPods => "most-pods",
-        Expander::Priority(_) => "priority",
-        Expander::Random => "random",
-    }
+fn expander_name(e: &crate::pods::expander::Expander) -> String {
+    e.name()
 }
 
 /// A group's verdict for `key` from a decision made with that group alone.

@@ -463,6 +463,8 @@ impl Snapshot {
             Some(s) => (s.pod_demand.clone(), s.scale_down.clone()),
             None => (PodDemandSettings::default(), ScaleDownSettings::default()),
         };
+        // Explaining reads no prices online: the configured rates and the embedded list prices.
+        let prices = settings.map(|s| s.prices.clone()).unwrap_or_default();
         let mut now = k8s_openapi::jiff::Timestamp::now();
         let kube = settings.map(|s| s.kubernetes.clone()).unwrap_or_default();
         let status_config_map = format!("{}/{}", kube.namespace, kube.status_config_map);
@@ -547,6 +549,7 @@ impl Snapshot {
             },
             pod_demand,
             scale_down,
+            prices,
             controller,
             status_config_map,
             now,

@@ -12,7 +12,7 @@ use super::estimate::Estimate;
 use super::estimate::{
     batches, estimate_prepared, first_fit, prepare, Batch, DomainIndex, GroupCapacity, Refusal,
 };
-use super::expander::{choose_ref, Expander};
+use super::expander::{choose_ref, Costs, Expander, GroupCost};
 use super::fit::NodeState;
 use super::index::PodIndex;
 use super::pending::wants_capacity;
@@ -83,6 +83,9 @@ pub struct ScaleUpInput<'a> {
     pub priority_cutoff: i32,
     /// Seed for the random expander.
     pub seed: u64,
+    /// Per group, USD per hour of one new node (the `price` and `least-cost` expanders read
+    /// it; a group missing here is one they cannot judge).
+    pub prices: Arc<BTreeMap<String, f64>>,
     /// The time of the decision: a node that is not Ready yet counts as on its way (upcoming)
     /// while it is younger than `node_startup`.
     pub now: Timestamp,
@@ -375,6 +378,24 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
         topology.share_out(&pending, &offers);
     }
 
+    // What the price-aware expanders weigh: each group's price and size, the cluster's size.
+    let costs = Costs {
+        groups: groups
+            .iter()
+            .filter_map(|g| {
+                let per_hour = *input.prices.get(&g.name)?;
+                Some((
+                    g.name.clone(),
+                    GroupCost {
+                        per_hour,
+                        vcpus: g.vcpus,
+                    },
+                ))
+            })
+            .collect(),
+        cluster_nodes: input.nodes.len(),
+    };
+
     // 2. Rounds of estimate + expander, one group chosen per round. Each round keeps every
     // group's answer; the last round's answers say why the pods left over fit nowhere. A group
     // may be chosen again in a later round (its new nodes so far count toward its max): pods
@@ -482,7 +503,7 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
                 .iter()
                 .filter_map(|(_, a)| a.as_ref().ok())
                 .collect();
-            let Some(best) = choose_ref(&input.expander, &options, input.seed) else {
+            let Some(best) = choose_ref(&input.expander, &options, input.seed, &costs) else {
                 break;
             };
             let Some(i) = answers
@@ -868,6 +889,7 @@ mod tests {
             expander: Expander::LeastWaste,
             priority_cutoff: -10,
             seed: 1,
+            prices: Default::default(),
             now: Timestamp::now(),
             node_startup: std::time::Duration::from_secs(900),
             quota: Vec::new(),

@@ -106,7 +106,7 @@ fn unknown_demand_and_expander_names_are_refused_with_the_accepted_ones() {
         has(
             &ps,
             "expander",
-            "least-waste, most-pods, priority or random"
+            "least-waste, most-pods, priority, random, price or least-cost"
         ),
         "{ps:?}"
     );

@@ -89,6 +89,12 @@ pub fn settings(base_url: &str, groups: Vec<NodeGroupSpec>) -> Settings {
         kubernetes: Default::default(),
         pod_demand: Default::default(),
         scale_down: Default::default(),
+        // No test reaches the network: prices come from the embedded table unless a test
+        // points `prices.endpoint` at the emulator.
+        prices: vmss_capacity_controller::config::PriceSettings {
+            fetch: false,
+            ..Default::default()
+        },
     }
 }
 

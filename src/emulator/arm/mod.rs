@@ -13,6 +13,7 @@
 //! | [`throttle`] | token buckets and rate-limit headers |
 //! | [`faults`] | scriptable faults |
 //! | `control` | the `/_emulator/` API |
+//! | `retail_prices` | Azure's retail prices API (`/api/retail/prices`), its pages and `$filter` |
 
 mod aks;
 mod control;
@@ -20,6 +21,7 @@ pub mod faults;
 mod identity;
 pub mod inventory;
 pub mod quota;
+pub(crate) mod retail_prices;
 mod scale_sets;
 pub mod state;
 pub mod throttle;
@@ -40,6 +42,9 @@ pub(crate) async fn handle(state: &EmulatorState, parts: &Parts, bytes: Bytes) -
     let path = parts.uri.path();
     if path == "/_emulator" || path.starts_with("/_emulator/") {
         return control::handle(&state, parts, &bytes).into_response();
+    }
+    if path == retail_prices::PATH {
+        return retail_prices::handle(&state, parts).into_response();
     }
     if let Some(reply) = identity::handle(&state, parts, &bytes) {
         let mut d = state.lock();

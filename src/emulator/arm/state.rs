@@ -503,6 +503,8 @@ pub(crate) struct Data {
     pub assertions: Vec<String>,
     pub throttle: Throttle,
     pub quota: super::quota::QuotaTable,
+    /// The retail prices API's meters and page size.
+    pub retail_prices: super::retail_prices::Catalogue,
 }
 
 /// Lowercased ARM id of a scale set: the key of the maps and of version tracking.
@@ -808,6 +810,17 @@ impl EmulatorState {
     /// stay valid.
     pub fn reset(&self) {
         self.lock().reset();
+    }
+
+    /// The meters the retail prices API (`GET /api/retail/prices`) serves, in the API's item
+    /// shape (`armSkuName`, `armRegionName`, `skuName`, `retailPrice`, ...), in order.
+    pub fn set_retail_prices(&self, items: Vec<serde_json::Value>) {
+        self.lock().retail_prices.items = items;
+    }
+
+    /// Items per page of the retail prices API (the real API's 100 by default); at least 1.
+    pub fn set_retail_price_page_size(&self, n: usize) {
+        self.lock().retail_prices.page_size = n.max(1);
     }
 
     /// Sets the vCPU quota limit of usage `name` (a VM family such as `standardDSv5Family`, or
