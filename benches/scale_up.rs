@@ -360,7 +360,7 @@ fn scenario(
         pods,
         daemonsets,
         expander: Expander::LeastWaste,
-        priority_cutoff: -10,
+        sources: vmss_capacity_controller::pods::demand::pending_only(-10),
         seed: 1,
         now: k8s_openapi::jiff::Timestamp::now(),
         node_startup: std::time::Duration::from_secs(900),

@@ -537,7 +537,7 @@ impl ScaleUpLoop {
             pods,
             daemonsets,
             expander: self.settings.pod_demand.expander.clone(),
-            priority_cutoff: self.settings.pod_demand.priority_cutoff,
+            sources: crate::pods::demand::pending_only(self.settings.pod_demand.priority_cutoff),
             seed: self.decisions,
             // Nodes' creation times are wall-clock times: so is this.
             now: k8s_openapi::jiff::Timestamp::from_nanosecond(wall.unix_timestamp_nanos())

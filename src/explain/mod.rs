@@ -393,7 +393,7 @@ impl World {
             pods: Arc::new(PodIndex::of(&pods)),
             daemonsets: self.daemonsets.clone(),
             expander: self.pod_demand.expander.clone(),
-            priority_cutoff: self.pod_demand.priority_cutoff,
+            sources: crate::pods::demand::pending_only(self.pod_demand.priority_cutoff),
             seed: 1,
             now: self.now,
             node_startup: self.pod_demand.max_node_provision_time,
