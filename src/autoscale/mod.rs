@@ -9,5 +9,6 @@
 //! size whose delete outcome a fresh list settled, and report a halt for the status.
 
 pub mod follow_up;
+pub mod provreq;
 pub mod scale_down;
 pub mod scale_up;

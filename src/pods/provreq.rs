@@ -727,6 +727,39 @@ fn why_not(decision: &super::scale_up::ScaleUpPlan, keys: &BTreeSet<String>) -> 
         .join(" | ")
 }
 
+/// `pods` with the booked pods bound to the Ready, schedulable nodes they fit (first fit, in
+/// node order): what scale-down simulates, so a node holding booked room is not empty and its
+/// booked pods (no controller) keep it, as cluster-autoscaler's injected booking pods do. A
+/// booked pod that fits no node holds nothing here (the scale-up asks room for it).
+pub fn held_on_nodes(
+    booked: &[Arc<PodRecord>],
+    nodes: &[Arc<super::record::NodeRecord>],
+    pods: &super::index::PodIndex,
+) -> super::index::PodIndex {
+    let mut out = pods.clone();
+    if booked.is_empty() {
+        return out;
+    }
+    let mut states: Vec<super::fit::NodeState> = nodes
+        .iter()
+        .filter(|n| crate::node_groups::is_ready(n) && crate::node_groups::schedulable(n))
+        .map(|n| {
+            super::fit::NodeState::with_placed(n, pods.bound(&n.name).cloned().unwrap_or_default())
+        })
+        .collect();
+    for pod in booked {
+        let Some(state) = states.iter_mut().find(|s| s.fits(pod).is_ok()) else {
+            continue;
+        };
+        let mut held = (**pod).clone();
+        held.node_name = Some(state.name.clone());
+        let held = Arc::new(held);
+        state.place(held.clone());
+        out.replace(None, Some(&held));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1224,5 +1257,23 @@ mod tests {
             1,
             "both annotations are needed"
         );
+    }
+
+    #[test]
+    fn booked_pods_hold_the_nodes_they_fit_for_scale_down() {
+        let nodes = vec![node("general", 0, "4"), node("general", 1, "4")];
+        let booked = provisioned_at("train", CHECK_CAPACITY, 2, t0())
+            .virtual_pods(&template("train", "3"))
+            .unwrap();
+        let held = held_on_nodes(&booked, &nodes, &PodIndex::default());
+        assert_eq!(held.bound("general-0").map(|p| p.pods().len()), Some(1));
+        assert_eq!(
+            held.bound("general-1").map(|p| p.pods().len()),
+            Some(1),
+            "3 cpus each: one per node"
+        );
+        assert!(held_on_nodes(&[], &nodes, &PodIndex::default())
+            .bound("general-0")
+            .is_none());
     }
 }
