@@ -504,6 +504,11 @@ impl World {
             out.outcome = "notPending".into();
             out.summary = if !pod.unschedulable {
                 "kube-scheduler has not marked it unschedulable (PodScheduled=False, reason Unschedulable): it asks for no capacity yet".into()
+            } else if let Some(request) = pod.consumes_provisioning_request() {
+                format!(
+                    "it consumes ProvisioningRequest {}/{request} (autoscaling.x-k8s.io/consume-provisioning-request): its capacity is the request's, booked for it for 10 min once the request is Provisioned, and it never triggers a normal scale-up",
+                    pod.namespace
+                )
             } else if let Some(n) = &pod.nominated_node {
                 format!("kube-scheduler is preempting lower-priority pods on {n} for it: room is being made")
             } else if pod.is_daemonset_pod() {
