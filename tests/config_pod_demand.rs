@@ -110,8 +110,9 @@ fn provisioning_requests_without_pod_demand_are_refused_at_their_key() {
     );
     let ps = problems("enableProvisioningRequests: yes please\n");
     assert!(
-        ps.iter().any(|p| p.message.contains("enableProvisioningRequests")
-            || p.path.contains("enableProvisioningRequests")),
+        ps.iter()
+            .any(|p| p.message.contains("enableProvisioningRequests")
+                || p.path.contains("enableProvisioningRequests")),
         "{ps:?}"
     );
 }

@@ -352,6 +352,59 @@ async fn pods_consuming_a_request_do_not_trigger_a_normal_scale_up() {
     c.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_empty_nodes_an_atomic_request_grew_are_kept_while_booked_and_an_unbooked_empty_node_goes(
+) {
+    let c = Cluster::start_simulated(
+        &[
+            ("general", "Standard_D4s_v5", 0, &[]),
+            ("spare", "Standard_D2s_v5", 1, &[]),
+        ],
+        10,
+        |s| {
+            s.pod_demand.provisioning_requests = true;
+            s.scan_interval = Duration::from_millis(300);
+            s.pod_demand.batch_idle = Duration::from_millis(800);
+            s.pod_demand.batch_max = Duration::from_secs(5);
+            s.scale_down.enabled = true;
+            s.scale_down.unneeded_time = Duration::from_secs(1);
+            s.scale_down.delay_after_add = Duration::ZERO;
+            s.scale_down.node_delete_delay_after_taint = Duration::from_millis(300);
+            s.scale_down.max_pod_eviction_time = Duration::from_secs(5);
+            for g in &mut s.node_groups {
+                g.min_size = 0;
+            }
+        },
+    )
+    .await;
+    // 2.5 cpus each: one D4s_v5 per pod, none on the D2s_v5 there.
+    kueue_request(&c.client, "default", "train", ATOMIC, "2500m", 2).await;
+    until_condition(
+        &c.client,
+        "default",
+        "train",
+        "Provisioned",
+        "True",
+        "CapacityIsProvisioned",
+    )
+    .await;
+    assert!(
+        eventually(Duration::from_secs(10), || c.kube.ready_nodes().len() == 3).await,
+        "the two new nodes never turned Ready: {:?}",
+        c.kube.ready_nodes()
+    );
+    // Scale-down runs: the spare group's empty node goes...
+    assert!(
+        eventually(Duration::from_secs(20), || c.capacity("spare") == 0).await,
+        "the unbooked empty node was not removed"
+    );
+    // ...while the booked ones, as empty, stay (the booking lasts 10 min).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(c.capacity("general"), 2, "a booked node was removed");
+    assert_eq!(c.capacity_puts("general"), 1);
+    c.stop().await;
+}
+
 // --- the store protocol, on either server -------------------------------------------------------
 
 /// Requests of a class nobody serves, so a controller running beside never writes them.

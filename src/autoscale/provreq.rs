@@ -137,3 +137,131 @@ impl ProvReqs {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::provreq::Result;
+    use parking_lot::Mutex;
+    use serde_json::{json, Value};
+
+    /// One request in memory, versioned as an API server versions it.
+    #[derive(Debug)]
+    struct OneRequest {
+        stored: Mutex<Value>,
+        writes: Mutex<Vec<Value>>,
+        gets: Mutex<usize>,
+    }
+
+    fn rv(v: &Value) -> String {
+        v["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    impl OneRequest {
+        fn new() -> Arc<Self> {
+            Arc::new(Self {
+                stored: Mutex::new(json!({
+                    "apiVersion": "autoscaling.x-k8s.io/v1", "kind": "ProvisioningRequest",
+                    "metadata": {"name": "train", "namespace": "default", "resourceVersion": "1"},
+                    "spec": {"provisioningClassName": "check-capacity.autoscaling.x-k8s.io",
+                        "podSets": [{"podTemplateRef": {"name": "t"}, "count": 1}]},
+                })),
+                writes: Mutex::new(Vec::new()),
+                gets: Mutex::new(0),
+            })
+        }
+
+        /// Another writer changes the status (a new version).
+        fn rival(&self) {
+            let mut s = self.stored.lock();
+            let next = rv(&s).parse::<u64>().unwrap() + 1;
+            s["metadata"]["resourceVersion"] = json!(next.to_string());
+            s["status"] = json!({"provisioningClassDetails": {"rival": "was here"}});
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl ProvReqStore for OneRequest {
+        async fn list(&self) -> Result<(Vec<Request>, Templates)> {
+            Ok((
+                vec![Request::of(self.stored.lock().clone()).unwrap()],
+                Templates::new(),
+            ))
+        }
+        async fn get(&self, _: &str, _: &str) -> Result<Option<Request>> {
+            *self.gets.lock() += 1;
+            Ok(Some(Request::of(self.stored.lock().clone()).unwrap()))
+        }
+        async fn replace_status(&self, object: &Value) -> Result<Request> {
+            self.writes.lock().push(object.clone());
+            let mut s = self.stored.lock();
+            if rv(object) != rv(&s) {
+                return Err(ProvReqError::Conflict("default/train".into()));
+            }
+            let next = rv(&s).parse::<u64>().unwrap() + 1;
+            s["status"] = object["status"].clone();
+            s["metadata"]["resourceVersion"] = json!(next.to_string());
+            Ok(Request::of(s.clone()).unwrap())
+        }
+    }
+
+    fn update_of(req: &Request) -> Update {
+        let mut object = req.object.clone();
+        object["status"] = json!({"conditions": [{"type": "Accepted", "status": "True",
+            "reason": "Accepted", "message": "", "lastTransitionTime": "2026-11-28T00:00:00Z"}]});
+        Update {
+            key: req.key(),
+            object,
+            set: vec![("Accepted", true, "Accepted")],
+        }
+    }
+
+    #[tokio::test]
+    async fn a_status_write_from_a_stale_read_is_refused_then_the_request_is_read_afresh_not_rewritten(
+    ) {
+        let store = OneRequest::new();
+        let mut p = ProvReqs::new(store.clone());
+        p.refresh().await;
+        p.updates = vec![update_of(&p.requests[0])];
+        store.rival();
+        assert!(
+            p.write().await,
+            "the conflict is reported, to decide again soon"
+        );
+        assert_eq!(
+            store.writes.lock().len(),
+            1,
+            "one write, never retried blind"
+        );
+        assert_eq!(*store.gets.lock(), 1, "the request is read afresh");
+        assert_eq!(
+            rv(&p.requests[0].object),
+            "2",
+            "the fresh version replaces the stale one"
+        );
+        assert_eq!(
+            p.requests[0].object["status"]["provisioningClassDetails"]["rival"],
+            "was here"
+        );
+        // Decided again from the fresh read, the write goes through and keeps the rival's field.
+        let mut u = update_of(&p.requests[0]);
+        u.object["status"]["provisioningClassDetails"] = json!({"rival": "was here"});
+        p.updates = vec![u];
+        assert!(!p.write().await);
+        let stored = store.stored.lock().clone();
+        assert_eq!(rv(&stored), "3");
+        assert_eq!(stored["status"]["conditions"][0]["type"], "Accepted");
+        assert_eq!(
+            stored["status"]["provisioningClassDetails"]["rival"],
+            "was here"
+        );
+        assert_eq!(
+            rv(&p.requests[0].object),
+            "3",
+            "the answer is kept as the last read"
+        );
+    }
+}
