@@ -1091,7 +1091,12 @@ mod tests {
             vec![stranger.clone()],
             at,
         );
-        let out = decide(&[booked.clone()], &template("train", "1"), &mut i, at);
+        let out = decide(
+            std::slice::from_ref(&booked),
+            &template("train", "1"),
+            &mut i,
+            at,
+        );
         assert!(out.updates.is_empty());
         assert_eq!(
             out.bookings,
@@ -1150,7 +1155,12 @@ mod tests {
             vec![consumer(0, Some("general-0"))],
             at,
         );
-        let out = decide(&[booked.clone()], &template("train", "1"), &mut i, at);
+        let out = decide(
+            std::slice::from_ref(&booked),
+            &template("train", "1"),
+            &mut i,
+            at,
+        );
         assert_eq!(
             out.booked.pods.len(),
             1,
@@ -1178,7 +1188,7 @@ mod tests {
         let r = kueue("old", BEST_EFFORT_ATOMIC, 1);
         // Created a minute before t0.
         let out = decide(
-            &[r.clone()],
+            std::slice::from_ref(&r),
             &template("train", "1"),
             &mut i,
             after(t0(), EXPIRY - 2 * MINUTE),
