@@ -407,6 +407,27 @@ async fn the_empty_nodes_an_atomic_request_grew_are_kept_while_booked_and_an_unb
 
 // --- the store protocol, on either server -------------------------------------------------------
 
+/// The Table the server answers for `path` (as kubectl asks for it): column names, first row.
+async fn table(client: &kube::Client, path: &str) -> (Vec<String>, Vec<Value>) {
+    let req = http::Request::get(path)
+        .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+        .body(Vec::new())
+        .unwrap();
+    let text = client.request_text(req).await.expect("table");
+    let t: Value = serde_json::from_str(&text).expect("json");
+    let columns = t["columnDefinitions"]
+        .as_array()
+        .expect("columns")
+        .iter()
+        .map(|c| c["name"].as_str().unwrap_or_default().to_string())
+        .collect();
+    let cells = t["rows"][0]["cells"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    (columns, cells)
+}
+
 /// Requests of a class nobody serves, so a controller running beside never writes them.
 async fn store_protocol(client: &kube::Client, ns: &str) {
     let name = unique("proto");
@@ -470,6 +491,37 @@ async fn store_protocol(client: &kube::Client, ns: &str) {
         }
         other => panic!("expected MODIFIED, got {other:?}"),
     }
+    // kubectl's table: the CRD's printer columns, and the PodTemplate printer.
+    let (columns, cells) = table(
+        client,
+        &format!("/apis/autoscaling.x-k8s.io/v1/namespaces/{ns}/provisioningrequests/{name}"),
+    )
+    .await;
+    assert_eq!(
+        columns,
+        ["Name", "AccessTime", "Accepted", "Provisioned", "Failed"]
+    );
+    assert_eq!(cells[0], json!(name));
+    assert!(
+        cells[1].as_str().is_some_and(|a| a.ends_with('s')),
+        "an age: {cells:?}"
+    );
+    assert_eq!(cells[2..], [json!("True"), Value::Null, Value::Null]);
+    let (columns, cells) = table(
+        client,
+        &format!("/api/v1/namespaces/{ns}/podtemplates/{name}"),
+    )
+    .await;
+    assert_eq!(columns, ["Name", "Containers", "Images", "Pod Labels"]);
+    assert_eq!(
+        cells,
+        [
+            json!(name),
+            json!("train"),
+            json!("train"),
+            json!(format!("job-name={name}"))
+        ]
+    );
     // The same write from the stale read: 409, never applied.
     let err = store
         .replace_status(&written)
