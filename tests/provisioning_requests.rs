@@ -688,3 +688,79 @@ async fn on_a_real_api_server_kueue_shaped_requests_are_provisioned_in_one_write
     c.stop().await;
     clear_served_requests(&client).await;
 }
+
+/// Production timings on tokio's paused clock: the booking holds the request's empty nodes for
+/// 10 minutes, then `BookingExpired` (`CapacityReservationTimeExpired`), and scale-down removes
+/// them `unneededTime` (10 min) later.
+#[tokio::test(start_paused = true)]
+async fn a_booking_ends_after_ten_minutes_and_then_its_empty_nodes_are_scaled_down() {
+    use vmss_capacity_controller::emulator::sim::SimSettings;
+    let sim = SimSettings {
+        boot_delay: Duration::from_secs(60),
+        tick: Duration::from_secs(1),
+    };
+    let c = Cluster::start_simulated_on_tokio_clock(
+        &[("general", "Standard_D4s_v5", 0, &[])],
+        10,
+        sim,
+        |s| {
+            s.pod_demand.provisioning_requests = true;
+            s.scan_interval = Duration::from_secs(10);
+            s.scale_down.enabled = true;
+            for g in &mut s.node_groups {
+                g.min_size = 0;
+            }
+        },
+    )
+    .await;
+    kueue_request(&c.client, "default", "train", ATOMIC, "2500m", 2).await;
+    let provisioned = tokio::time::Instant::now();
+    assert!(
+        eventually(Duration::from_secs(120), || c.kube.ready_nodes().len() == 2).await,
+        "the request's nodes never turned Ready"
+    );
+    assert!(has(
+        &conditions(&c.client, "default", "train").await,
+        "Provisioned",
+        "True",
+        "CapacityIsProvisioned"
+    ));
+    // Nine minutes in: still booked, nodes kept although empty.
+    tokio::time::sleep_until(provisioned + Duration::from_secs(9 * 60)).await;
+    let conds = conditions(&c.client, "default", "train").await;
+    assert!(
+        !conds.iter().any(|(k, _, _)| k == "BookingExpired"),
+        "{conds:?}"
+    );
+    assert_eq!(c.capacity("general"), 2);
+    // Past ten minutes: the booking ends.
+    let mut expired = false;
+    for _ in 0..120 {
+        let conds = conditions(&c.client, "default", "train").await;
+        if has(
+            &conds,
+            "BookingExpired",
+            "True",
+            "CapacityReservationTimeExpired",
+        ) {
+            expired = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert!(expired, "no BookingExpired by 11 min");
+    assert!(provisioned.elapsed() >= Duration::from_secs(10 * 60));
+    assert_eq!(c.capacity("general"), 2, "not removed while booked");
+    // Nothing keeps the empty nodes now: unneededTime later they go.
+    assert!(
+        eventually(Duration::from_secs(15 * 60), || c.capacity("general") == 0).await,
+        "the idle nodes stayed: capacity {}",
+        c.capacity("general")
+    );
+    assert!(
+        provisioned.elapsed() >= Duration::from_secs(20 * 60),
+        "removed {:?} after provisioning, before the booking and unneededTime were over",
+        provisioned.elapsed()
+    );
+    c.stop().await;
+}
