@@ -533,6 +533,11 @@ pub fn decide(
             }
         };
         let Verdict::Set(set) = verdict else { continue };
+        if out.updates.len() >= MAX_UPDATES_PER_LOOP {
+            // A booking that ended waits for the next loop's budget (it holds nothing meanwhile).
+            out.deferred += 1;
+            continue;
+        }
         let mut conds = req.status.conditions.clone();
         let generation = req.metadata.generation;
         let mut changed = false;
@@ -1222,6 +1227,23 @@ mod tests {
         assert_eq!(out.updates.len(), MAX_UPDATES_PER_LOOP);
         assert_eq!(out.deferred, 5);
         assert_eq!(out.updates[0].key, "default/r24", "the oldest first");
+    }
+
+    #[test]
+    fn ended_bookings_count_against_the_twenty_updates_too() {
+        let mut i = input(vec![group("general", 0, 100)], vec![], vec![], t0());
+        let reqs: Vec<Request> = (0..25)
+            .map(|n| provisioned_at(&format!("b{n:02}"), CHECK_CAPACITY, 1, t0()))
+            .collect();
+        let out = decide(
+            &reqs,
+            &template("train", "1"),
+            &mut i,
+            after(t0(), BOOKING_TIME),
+        );
+        assert_eq!(out.updates.len(), MAX_UPDATES_PER_LOOP);
+        assert_eq!(out.deferred, 5);
+        assert!(out.booked.pods.is_empty(), "an ended booking holds nothing");
     }
 
     #[test]
