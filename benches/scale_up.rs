@@ -360,7 +360,7 @@ fn scenario(
         pods,
         daemonsets,
         expander: Expander::LeastWaste,
-        priority_cutoff: -10,
+        sources: vmss_capacity_controller::pods::demand::pending_only(-10),
         seed: 1,
         prices: Default::default(),
         now: k8s_openapi::jiff::Timestamp::now(),

@@ -271,7 +271,13 @@ for v in get list watch; do
   can yes "$v" storageclasses.storage.k8s.io
   can yes "$v" csinodes.storage.k8s.io
   can yes "$v" namespaces
+  can yes "$v" provisioningrequests.autoscaling.x-k8s.io -A
+  can yes "$v" podtemplates -A
 done
+can yes update provisioningrequests.autoscaling.x-k8s.io --subresource=status -A
+can no update provisioningrequests.autoscaling.x-k8s.io -A
+can no delete provisioningrequests.autoscaling.x-k8s.io -A
+can no create podtemplates -A
 can no update namespaces
 can no delete namespaces
 can no update persistentvolumeclaims -A

@@ -252,6 +252,11 @@ impl Replica {
                 Arc::new(crate::kube::nodes::KubeNodeActions::new(c.clone()))
                     as Arc<dyn crate::kube::nodes::NodeActions>
             });
+        // ProvisioningRequests' status is written like our other Kubernetes writes: not in a
+        // dry run (`kube_tasks` is then absent).
+        let provreq_client = kube_client
+            .clone()
+            .filter(|_| settings.pod_demand.provisioning_requests && kube_tasks.is_some());
         let (cluster, reflectors) = match kube_client {
             Some(client) => {
                 let (view, tasks) =
@@ -292,18 +297,24 @@ impl Replica {
             _ => None,
         };
         // `demand: pods`: batches pending pods into scale-up decisions for the reconciler.
+        let mut bookings = None;
         let scale_up_task = match (pod_demand, &cluster) {
-            (Some(demand), Some(view)) => Some(tokio::spawn(
-                crate::autoscale::scale_up::ScaleUpLoop::new(
+            (Some(demand), Some(view)) => {
+                let mut scale_up = crate::autoscale::scale_up::ScaleUpLoop::new(
                     settings.clone(),
                     demand,
                     reconciler.clone(),
                     view.clone(),
                     metrics.clone(),
                     events.clone(),
-                )
-                .run(shutdown.clone()),
-            )),
+                );
+                if let Some(client) = provreq_client {
+                    scale_up = scale_up
+                        .provisioning_requests(crate::kube::provreq::KubeProvReqs::new(client));
+                }
+                bookings = scale_up.bookings();
+                Some(tokio::spawn(scale_up.run(shutdown.clone())))
+            }
             _ => None,
         };
         // `scaleDown.enabled`: removes unneeded nodes, one instance at a time through Azure.
@@ -318,6 +329,7 @@ impl Replica {
                     events,
                 )
                 .dry_run(dry_run)
+                .bookings(bookings)
                 .run(shutdown.clone()),
             )),
             _ => None,

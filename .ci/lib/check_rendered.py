@@ -31,7 +31,7 @@ REGISTERED_RE = re.compile(
     r'\b(?:counter|int_gauge|gauge_vec|float_counter|gauge|histogram)\(\s*&registry,\s*"([a-z_]+)"'
 )
 NAMESPACE = "vmss-capacity-controller"
-CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
 SA_TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 AUTH_METHODS = {"workloadIdentity", "managedIdentity", "clientSecret", "azureCli"}
 SEVERITIES = {"critical", "warning", "info"}

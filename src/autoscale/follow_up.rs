@@ -369,7 +369,7 @@ mod tests {
             pods: Arc::new(PodIndex::of(&pods)),
             daemonsets: Vec::new(),
             expander: Expander::LeastWaste,
-            priority_cutoff: -10,
+            sources: crate::pods::demand::pending_only(-10),
             seed: 1,
             prices: Default::default(),
             now: k8s_openapi::jiff::Timestamp::now(),

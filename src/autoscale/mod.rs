@@ -1,6 +1,6 @@
 //! The two loops that drive capacity from the cluster (`demand: pods`): [`scale_up`] turns
-//! pending pods into per-group targets the reconciler writes, [`scale_down`] removes the nodes
-//! nobody needs, one named instance at a time.
+//! pending pods (and ProvisioningRequests, [`provreq`]) into per-group targets the reconciler
+//! writes, [`scale_down`] removes the nodes nobody needs, one named instance at a time.
 //!
 //! Both read node groups through [`crate::node_groups`] and the cluster through
 //! [`crate::kube::reflect::ClusterView`], and reach the reconciler only through a narrow
@@ -9,5 +9,6 @@
 //! size whose delete outcome a fresh list settled, and report a halt for the status.
 
 pub mod follow_up;
+pub mod provreq;
 pub mod scale_down;
 pub mod scale_up;

@@ -101,6 +101,9 @@ struct Shared {
 /// The loop (see the module documentation).
 pub struct ScaleDownLoop {
     shared: Arc<Shared>,
+    /// ProvisioningRequests' bookings: their pods sit on the nodes they fit, so booked room is
+    /// not removed.
+    bookings: Option<Arc<super::provreq::Bookings>>,
     since: HashMap<String, Instant>,
     /// Per node whose removal started, since when it had been unneeded: a removal that stops
     /// without making the node needed gives it back ([`unneeded::resume`]).
@@ -196,6 +199,12 @@ async fn wait(d: Duration, shutdown: &CancellationToken) -> bool {
 }
 
 impl ScaleDownLoop {
+    /// Keeps the room ProvisioningRequests booked (see [`super::provreq::Bookings`]).
+    pub fn bookings(mut self, bookings: Option<Arc<super::provreq::Bookings>>) -> Self {
+        self.bookings = bookings;
+        self
+    }
+
     /// A loop removing unneeded nodes of `reconciler`'s groups, seen through `cluster`.
     pub fn new(
         settings: Arc<Settings>,
@@ -227,6 +236,7 @@ impl ScaleDownLoop {
             dry_run: false,
             would: HashSet::new(),
             tasks: JoinSet::new(),
+            bookings: None,
         }
     }
 
@@ -316,7 +326,14 @@ impl ScaleDownLoop {
         }
 
         let now = Instant::now();
-        let pods = s.cluster.pods.derived();
+        let mut pods = s.cluster.pods.derived();
+        if let Some(held) = self.bookings.as_ref().map(|b| b.get()) {
+            if !held.pods.is_empty() {
+                pods = Arc::new(crate::pods::provreq::held_on_nodes(
+                    &held.pods, &nodes, &pods,
+                ));
+            }
+        }
         let pdbs: Vec<_> = s.cluster.pdbs.snapshot().values().cloned().collect();
         let volumes = s.cluster.storage.volumes_if(pods.any_claims());
         let namespaces = s.cluster.namespace_labels();

@@ -213,6 +213,8 @@ pub struct ScaleUpLoop {
     /// Where fresh prices come from: the retail prices API when `prices.fetch` is on and an
     /// expander reads prices; `None`: the embedded list prices and the overrides only.
     price_source: Option<Arc<dyn PriceSource>>,
+    /// `enableProvisioningRequests`: the requests, decided with the pending pods.
+    provreqs: Option<super::provreq::ProvReqs>,
 }
 
 impl ScaleUpLoop {
@@ -243,6 +245,7 @@ impl ScaleUpLoop {
             told: HashMap::new(),
             last_decision: None,
             decisions: 0,
+            provreqs: None,
             prices: Arc::new(PriceBook::new(
                 settings.prices.clone(),
                 metrics.price_refresh_failures_total.clone(),
@@ -269,6 +272,20 @@ impl ScaleUpLoop {
     /// The prices this loop decides with.
     pub fn prices(&self) -> Arc<PriceBook> {
         self.prices.clone()
+    }
+
+    /// Serves ProvisioningRequests read and written through `store` (`enableProvisioningRequests`).
+    pub fn provisioning_requests(
+        mut self,
+        store: Arc<dyn crate::kube::provreq::ProvReqStore>,
+    ) -> Self {
+        self.provreqs = Some(super::provreq::ProvReqs::new(store));
+        self
+    }
+
+    /// The bookings the requests hold (empty without `enableProvisioningRequests`).
+    pub fn bookings(&self) -> Option<Arc<super::provreq::Bookings>> {
+        self.provreqs.as_ref().map(|p| p.bookings.clone())
     }
 
     /// Runs until `shutdown`. Woken by the cluster changing (any reflector publishing), by the
@@ -357,11 +374,22 @@ impl ScaleUpLoop {
                 pending_now = self.note_pending(&pods, now);
                 last_pods = Some(pods);
             }
+            // ProvisioningRequests are listed every scan interval (sooner after a conflict).
+            let mut provreq_due = false;
+            if let Some(p) = self.provreqs.as_mut() {
+                if p.next_poll.is_none_or(|t| now >= t) {
+                    p.refresh().await;
+                    p.next_poll = Some(now + self.settings.scan_interval);
+                    provreq_due = p.due();
+                }
+            }
             let recheck_at = self
                 .last_decision
                 .map_or(now, |t| t + self.settings.scan_interval);
             let trigger = if self.batcher.ready(now) {
                 Some("batch")
+            } else if provreq_due && self.batcher.deadline().is_none() {
+                Some("provisioning_request")
             } else if refused && pending_now > 0 && self.batcher.deadline().is_none() {
                 // The groups planned for are out: their pods go elsewhere in this decision.
                 Some("refusal")
@@ -379,6 +407,12 @@ impl ScaleUpLoop {
                 self.batcher.close();
                 self.decide(trigger, now);
                 refused = false;
+                if let Some(p) = self.provreqs.as_mut() {
+                    if p.write().await {
+                        // Read afresh after a conflict: decide it again soon.
+                        p.next_poll = Some(Instant::now() + STANDBY_LOOK);
+                    }
+                }
             }
             // The next moment that needs a look without any change in the cluster.
             wake_at = match self.batcher.deadline() {
@@ -389,6 +423,9 @@ impl ScaleUpLoop {
                 ),
                 None => None,
             };
+            if let Some(poll) = self.provreqs.as_ref().and_then(|p| p.next_poll) {
+                wake_at = Some(wake_at.map_or(poll, |w| w.min(poll)));
+            }
         }
     }
 
@@ -595,7 +632,7 @@ impl ScaleUpLoop {
             pods,
             daemonsets,
             expander: self.settings.pod_demand.expander.clone(),
-            priority_cutoff: self.settings.pod_demand.priority_cutoff,
+            sources: crate::pods::demand::pending_only(self.settings.pod_demand.priority_cutoff),
             seed: self.decisions,
             prices: Arc::new(prices),
             // Nodes' creation times are wall-clock times: so is this.
@@ -614,7 +651,29 @@ impl ScaleUpLoop {
             g.learned = self.groups.learned_template(&g.name);
         }
         let started = std::time::Instant::now();
-        let plan = scale_up::plan(&input);
+        // ProvisioningRequests first: an atomic one's groups start the pending pods' decision
+        // from their new capacity, and booked pods take room before pending ones.
+        let observed: Vec<Option<i64>> = input.groups.iter().map(|g| g.capacity).collect();
+        let mut provreq_targets = BTreeMap::new();
+        if let Some(p) = self.provreqs.as_mut() {
+            let now = input.now;
+            let outcome = crate::pods::provreq::decide(&p.requests, &p.templates, &mut input, now);
+            if !outcome.targets.is_empty() || !outcome.updates.is_empty() || outcome.deferred > 0 {
+                info!(updates = outcome.updates.len(), deferred = outcome.deferred, bookings = outcome.bookings.len(), targets = ?outcome.targets, "ProvisioningRequests decided");
+            }
+            p.set_bookings(outcome.bookings, outcome.booked.pods.clone());
+            input.sources.insert(0, Arc::new(outcome.booked));
+            provreq_targets = outcome.targets;
+            p.updates = outcome.updates;
+        }
+        let mut plan = scale_up::plan(&input);
+        for (g, t) in provreq_targets {
+            let e = plan.targets.entry(g).or_insert(t);
+            *e = (*e).max(t);
+        }
+        for (g, c) in input.groups.iter_mut().zip(observed) {
+            g.capacity = c;
+        }
         self.follow_up.planned(&plan, &nodes_of, now);
         let took = started.elapsed();
         self.metrics

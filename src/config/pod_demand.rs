@@ -42,6 +42,10 @@ pub struct PodDemandSettings {
     /// `balanceSimilarNodeGroups` (cluster-autoscaler's `--balance-similar-node-groups`): a
     /// scale-up is split across the groups similar to the one the expander chose.
     pub balance_similar_node_groups: bool,
+    /// `enableProvisioningRequests` (cluster-autoscaler's `--enable-provisioning-requests`):
+    /// serve `autoscaling.x-k8s.io/v1` ProvisioningRequests of the classes
+    /// `check-capacity.autoscaling.x-k8s.io` and `best-effort-atomic-scale-up.autoscaling.x-k8s.io`.
+    pub provisioning_requests: bool,
 }
 
 impl Default for PodDemandSettings {
@@ -54,6 +58,7 @@ impl Default for PodDemandSettings {
             batch_idle: BATCH_IDLE,
             batch_max: BATCH_MAX,
             balance_similar_node_groups: false,
+            provisioning_requests: false,
         }
     }
 }
@@ -112,8 +117,16 @@ pub(super) fn pod_demand_settings(
             format!("must not be longer than podBatchMax ({batch_max:?})"),
         );
     }
+    let provisioning_requests = raw.enable_provisioning_requests.take().unwrap_or(false);
+    if provisioning_requests && kind != DemandKind::Pods {
+        problems.push(
+            "enableProvisioningRequests",
+            "needs demand: pods (a request's pods are planned as pending pods are)",
+        );
+    }
     PodDemandSettings {
         kind,
+        provisioning_requests,
         expander,
         priority_cutoff: raw
             .expendable_pods_priority_cutoff

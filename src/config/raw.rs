@@ -386,6 +386,7 @@ pub(super) struct RawConfig {
     pub(super) pod_batch_idle: Option<HumanDuration>,
     pub(super) pod_batch_max: Option<HumanDuration>,
     pub(super) balance_similar_node_groups: Option<bool>,
+    pub(super) enable_provisioning_requests: Option<bool>,
     pub(super) scale_down: Option<RawScaleDown>,
     pub(super) prices: Option<RawPrices>,
 }

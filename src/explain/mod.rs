@@ -411,7 +411,7 @@ impl World {
             pods: Arc::new(PodIndex::of(&pods)),
             daemonsets: self.daemonsets.clone(),
             expander: self.pod_demand.expander.clone(),
-            priority_cutoff: self.pod_demand.priority_cutoff,
+            sources: crate::pods::demand::pending_only(self.pod_demand.priority_cutoff),
             seed: 1,
             prices: Arc::new(prices),
             now: self.now,
@@ -523,6 +523,11 @@ impl World {
             out.outcome = "notPending".into();
             out.summary = if !pod.unschedulable {
                 "kube-scheduler has not marked it unschedulable (PodScheduled=False, reason Unschedulable): it asks for no capacity yet".into()
+            } else if let Some(request) = pod.consumes_provisioning_request() {
+                format!(
+                    "it consumes ProvisioningRequest {}/{request} (autoscaling.x-k8s.io/consume-provisioning-request): its capacity is the request's, booked for it for 10 min once the request is Provisioned, and it never triggers a normal scale-up",
+                    pod.namespace
+                )
             } else if let Some(n) = &pod.nominated_node {
                 format!("kube-scheduler is preempting lower-priority pods on {n} for it: room is being made")
             } else if pod.is_daemonset_pod() {

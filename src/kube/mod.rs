@@ -3,7 +3,8 @@
 //! ConfigMap the leader writes the same way ([`status`]) and cluster-autoscaler's, in its layout
 //! ([`ca_status`]), and Events aggregated and rate-limited
 //! like client-go's recorder ([`events`]), and the node writes of scale-down: our taint, the
-//! cordon, evictions and the startup cleanup of leftover taints ([`nodes`]).
+//! cordon, evictions and the startup cleanup of leftover taints ([`nodes`]), and
+//! ProvisioningRequests read and their status written under `resourceVersion` ([`provreq`]).
 //!
 //! The reconciler knows nothing of Kubernetes: it asks a [`crate::fence::WriteFence`] before
 //! every Azure write and reports through [`crate::notify::EventSink`].
@@ -13,6 +14,7 @@ pub mod ca_status;
 pub mod events;
 pub mod lease;
 pub mod nodes;
+pub mod provreq;
 pub mod reflect;
 pub mod status;
 

@@ -2,6 +2,8 @@
 //!
 //! | module | owns |
 //! |---|---|
+//! | [`demand`] | where asking pods come from: one trait, pending pods and virtual pods from templates |
+//! | [`provreq`] | ProvisioningRequests: their pod sets as virtual pods, conditions, the per-class decision |
 //! | [`quantity`] | Kubernetes resource quantities as exact milli-units |
 //! | [`fit`] | whether a pod fits a node, as kube-scheduler's filters decide it |
 //! | [`estimate`] | first-fit-decreasing bin packing: new nodes per group for pending pods |
@@ -16,12 +18,14 @@
 //! | [`scale_down`] | whether one node can go, and what blocks removing it |
 //! | [`unneeded`] | one scale-down pass: unneeded nodes, since when, which go now; instances no Node stands for |
 
+pub mod demand;
 pub mod estimate;
 pub mod expander;
 pub mod fit;
 pub mod index;
 pub mod learn;
 pub mod pending;
+pub mod provreq;
 pub mod quantity;
 pub mod record;
 pub mod scale_down;

@@ -3,7 +3,8 @@
 //! A pod is pending for scale-up when the scheduler said so (`PodScheduled=False`, reason
 //! `Unschedulable`), it is not bound to a node, it has no `nominatedNodeName` (the scheduler is
 //! preempting pods there for it), it is not a DaemonSet's (a new node brings its own), and its
-//! priority is at or above `expendablePodsPriorityCutoff` (cluster-autoscaler's -10).
+//! priority is at or above `expendablePodsPriorityCutoff` (cluster-autoscaler's -10), and it
+//! does not consume a ProvisioningRequest (the request asks for its capacity).
 //! A burst is batched as Karpenter batches it: the batch closes after 1 s without a new pending
 //! pod, or 10 s after it opened, so 1,000 new pods make one plan, not 1,000. Pure code: the
 //! caller passes the time.
@@ -28,6 +29,9 @@ pub fn wants_capacity(pod: &PodRecord, priority_cutoff: i32) -> bool {
         && pod.nominated_node.is_none()
         && !pod.is_daemonset_pod()
         && pod.priority() >= priority_cutoff
+        // Its capacity is a ProvisioningRequest's: booked for it, or asked for by the request
+        // (cluster-autoscaler leaves such pods out of normal scale-up).
+        && pod.consumes_provisioning_request().is_none()
 }
 
 /// Batches a burst of pending pods.

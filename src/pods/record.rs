@@ -35,6 +35,13 @@ pub const LONG_TERMINATING_EXTRA: std::time::Duration = std::time::Duration::fro
 /// The annotation the kubelet puts on a static pod's mirror.
 pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 
+/// The annotation naming the ProvisioningRequest (same namespace) whose booked capacity the pod
+/// consumes.
+pub const CONSUME_PROVISIONING_REQUEST: &str = "autoscaling.x-k8s.io/consume-provisioning-request";
+
+/// The annotation naming that request's provisioning class; a consumer carries both.
+pub const PROVISIONING_CLASS_NAME: &str = "autoscaling.x-k8s.io/provisioning-class-name";
+
 /// A pod's controller: its owner reference with `controller: true`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Controller {
@@ -78,7 +85,7 @@ pub struct PodRecord {
     /// Labels (shared with the pods that have the same).
     pub labels: Arc<BTreeMap<String, String>>,
     /// The annotations the controller reads (`cluster-autoscaler.kubernetes.io/*`, the
-    /// mirror-pod mark); every other one is dropped.
+    /// mirror-pod mark, a ProvisioningRequest consumer's two); every other one is dropped.
     pub annotations: BTreeMap<String, String>,
     /// Its controller, if it has one.
     pub controller: Option<Controller>,
@@ -159,6 +166,14 @@ impl PodRecord {
     /// One of the kept annotations.
     pub fn annotation(&self, name: &str) -> Option<&str> {
         self.annotations.get(name).map(String::as_str)
+    }
+
+    /// The ProvisioningRequest whose booked capacity it consumes: it carries both
+    /// [`CONSUME_PROVISIONING_REQUEST`] and [`PROVISIONING_CLASS_NAME`], as the proposal asks.
+    pub fn consumes_provisioning_request(&self) -> Option<&str> {
+        self.annotation(PROVISIONING_CLASS_NAME)?;
+        self.annotation(CONSUME_PROVISIONING_REQUEST)
+            .filter(|n| !n.is_empty())
     }
 
     /// Whether it is bound to a node.
@@ -296,7 +311,10 @@ impl From<Node> for NodeRecord {
 
 /// Annotations the controller reads; every other one is dropped.
 fn kept_annotation(key: &str) -> bool {
-    key.starts_with("cluster-autoscaler.kubernetes.io/") || key == MIRROR_ANNOTATION
+    key.starts_with("cluster-autoscaler.kubernetes.io/")
+        || key == MIRROR_ANNOTATION
+        || key == CONSUME_PROVISIONING_REQUEST
+        || key == PROVISIONING_CLASS_NAME
 }
 
 fn slim_container(c: &mut Container) {

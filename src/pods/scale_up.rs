@@ -8,6 +8,7 @@
 //! expander pick one, and removes the pods it places, until no group can place more. A pod that
 //! no group can take keeps, per group, the reason why.
 
+use super::demand::DemandPods;
 use super::estimate::Estimate;
 use super::estimate::{
     batches, estimate_prepared, first_fit, prepare, Batch, DomainIndex, GroupCapacity, Refusal,
@@ -15,7 +16,6 @@ use super::estimate::{
 use super::expander::{choose_ref, Costs, Expander, GroupCost};
 use super::fit::NodeState;
 use super::index::PodIndex;
-use super::pending::wants_capacity;
 use super::record::NodeRecord;
 use super::record::PodRecord;
 use super::template::{daemonset_pods, subtract_daemonsets, template_for, GroupShape};
@@ -79,8 +79,10 @@ pub struct ScaleUpInput<'a> {
     pub daemonsets: Vec<Arc<DaemonSet>>,
     /// The expander.
     pub expander: Expander,
-    /// `expendablePodsPriorityCutoff`.
-    pub priority_cutoff: i32,
+    /// Where the pods asking for capacity come from: the pending pods
+    /// ([`super::demand::PendingPods`], with `expendablePodsPriorityCutoff`), and pods made up
+    /// from templates (ProvisioningRequests, their bookings).
+    pub sources: Vec<Arc<dyn DemandPods>>,
     /// Seed for the random expander.
     pub seed: u64,
     /// Per group, USD per hour of one new node (the `price` and `least-cost` expanders read
@@ -248,14 +250,19 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
             elsewhere.push(state);
         }
     }
-    // Pending pods.
+    // The pods asking for capacity, from every source; booked ones first, so the room already
+    // there goes to them before anyone else (step 1 places pods in this order).
+    let mut asking: Vec<Arc<PodRecord>> = Vec::new();
+    for source in input.sources.iter().filter(|s| s.booked()) {
+        asking.extend(source.asking(&input.pods));
+    }
+    for source in input.sources.iter().filter(|s| !s.booked()) {
+        asking.extend(source.asking(&input.pods));
+    }
     let mut pending: Vec<Arc<PodRecord>> = Vec::new();
-    for pod in input.pods.unplaced() {
-        if !wants_capacity(pod, input.priority_cutoff) {
-            continue;
-        }
+    for pod in asking {
         if has_claims(pod.spec()) {
-            match input.volumes.of_pod(pod) {
+            match input.volumes.of_pod(&pod) {
                 Verdict::Waiting(why) => {
                     out.waiting.insert(pod.key(), why);
                     continue;
@@ -267,7 +274,7 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
                 Verdict::None | Verdict::Needs(_) => {}
             }
         }
-        pending.push(pod.clone());
+        pending.push(pod);
     }
     out.pending = pending.len() + out.not_simulated.len() + out.waiting.len();
     if pending.is_empty() {
@@ -887,7 +894,7 @@ mod tests {
             pods: Arc::new(PodIndex::of(&pods)),
             daemonsets: Vec::new(),
             expander: Expander::LeastWaste,
-            priority_cutoff: -10,
+            sources: crate::pods::demand::pending_only(-10),
             seed: 1,
             prices: Default::default(),
             now: Timestamp::now(),

@@ -15,5 +15,6 @@ mod kinds;
 mod kubernetes;
 mod load;
 mod pod_demand;
+mod prices;
 mod sources;
 mod startup_problems;

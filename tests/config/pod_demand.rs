@@ -54,6 +54,7 @@ fn without_the_keys_demand_is_configured_with_cluster_autoscalers_defaults_ready
         !p.balance_similar_node_groups,
         "cluster-autoscaler's default"
     );
+    assert!(!p.provisioning_requests, "cluster-autoscaler's default");
 }
 
 #[test]
@@ -71,6 +72,7 @@ maxNodeProvisionTime: 5m
 podBatchIdle: 500ms
 podBatchMax: 3s
 balanceSimilarNodeGroups: true
+enableProvisioningRequests: true
 "#,
     )
     .unwrap();
@@ -90,12 +92,29 @@ balanceSimilarNodeGroups: true
         (Duration::from_millis(500), Duration::from_secs(3))
     );
     assert!(p.balance_similar_node_groups);
+    assert!(p.provisioning_requests);
 }
 
 #[test]
 fn pod_demand_without_kubernetes_is_refused_at_demand() {
     let ps = problems("demand: pods\n");
     assert!(has(&ps, "demand", "kubernetes.enabled"), "{ps:?}");
+}
+
+#[test]
+fn provisioning_requests_without_pod_demand_are_refused_at_their_key() {
+    let ps = problems("kubernetes: {enabled: true}\nenableProvisioningRequests: true\n");
+    assert!(
+        has(&ps, "enableProvisioningRequests", "needs demand: pods"),
+        "{ps:?}"
+    );
+    let ps = problems("enableProvisioningRequests: yes please\n");
+    assert!(
+        ps.iter()
+            .any(|p| p.message.contains("enableProvisioningRequests")
+                || p.path.contains("enableProvisioningRequests")),
+        "{ps:?}"
+    );
 }
 
 #[test]

@@ -478,7 +478,8 @@ fn the_namespaced_role_grants_exactly_its_lease_and_its_status_config_map() {
 }
 
 #[test]
-fn the_cluster_role_grants_exactly_reads_a_node_patch_evictions_and_events() {
+fn the_cluster_role_grants_exactly_reads_a_node_patch_evictions_events_and_provisioning_request_status(
+) {
     let role = rbac_object("rbac-cluster.yaml", "ClusterRole");
     assert!(
         role.get("aggregationRule").is_none(),
@@ -506,6 +507,19 @@ fn the_cluster_role_grants_exactly_reads_a_node_patch_evictions_and_events() {
                 &read
             ),
             rule(&[""], &["namespaces"], &[], &read),
+            rule(
+                &["autoscaling.x-k8s.io"],
+                &["provisioningrequests"],
+                &[],
+                &read
+            ),
+            rule(
+                &["autoscaling.x-k8s.io"],
+                &["provisioningrequests/status"],
+                &[],
+                &["update"]
+            ),
+            rule(&[""], &["podtemplates"], &[], &read),
             rule(&["events.k8s.io"], &["events"], &[], &["create", "patch"]),
         ]
     );

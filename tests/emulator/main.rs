@@ -16,4 +16,5 @@ mod kube_faults;
 mod lifecycle;
 mod lro;
 mod resources;
+mod retail_prices;
 mod simulate_cli;

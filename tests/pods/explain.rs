@@ -105,6 +105,13 @@ async fn cluster() -> (EmulatorHandle, Vec<String>, Vec<String>) {
         pod("batch", "3", Some(&a[1]), json!({})),
         pod("web", "3500m", None, json!({})),
         pod("huge", "64", None, json!({})),
+        pod(
+            "trainer",
+            "1",
+            None,
+            json!({"autoscaling.x-k8s.io/consume-provisioning-request": "train",
+                "autoscaling.x-k8s.io/provisioning-class-name": "best-effort-atomic-scale-up.autoscaling.x-k8s.io"}),
+        ),
     ] {
         kube.create("v1", "pods", "default", p)
             .expect("pod created");
@@ -227,6 +234,17 @@ async fn explain_answers_for_pods_nodes_and_groups_from_a_snapshot_of_the_cluste
             .unwrap()
             .contains("Insufficient cpu"),
         "{huge:#}"
+    );
+
+    // A pod that consumes a ProvisioningRequest: its capacity is the request's.
+    let trainer = json_of(dir.path(), &["pod", "default/trainer"]);
+    assert_eq!(trainer["outcome"], "notPending", "{trainer:#}");
+    assert!(
+        trainer["summary"]
+            .as_str()
+            .unwrap()
+            .contains("consumes ProvisioningRequest default/train"),
+        "{trainer:#}"
     );
 
     // A bound pod needs nothing.

@@ -7,6 +7,8 @@
 mod support;
 
 mod explain;
+mod price_expander;
+mod provisioning_requests;
 mod scale_down;
 mod scale_down_safety;
 mod scale_up;

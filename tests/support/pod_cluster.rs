@@ -127,7 +127,7 @@ impl Cluster {
         max: u32,
         tweak: impl FnOnce(&mut Settings),
     ) -> Self {
-        Self::start_full(Groups::ScaleSets(seeds), max, None, tweak).await
+        Self::start_full(Groups::ScaleSets(seeds), max, None, None, false, tweak).await
     }
 
     /// [`Cluster::start_with`] for node groups backed by `groups` (seeded whole).
@@ -136,7 +136,7 @@ impl Cluster {
         max: u32,
         tweak: impl FnOnce(&mut Settings),
     ) -> Self {
-        Self::start_full(groups, max, None, tweak).await
+        Self::start_full(groups, max, None, None, false, tweak).await
     }
 
     /// A cluster whose instances become Nodes and whose workloads are scheduled and re-created
@@ -150,7 +150,7 @@ impl Cluster {
             boot_delay: Duration::from_millis(200),
             tick: Duration::from_millis(20),
         };
-        Self::start_full(Groups::ScaleSets(seeds), max, Some(sim), tweak).await
+        Self::start_full(Groups::ScaleSets(seeds), max, Some(sim), None, false, tweak).await
     }
 
     /// [`Cluster::start_simulated`] with the simulation's own settings (boot delay, tick): the
@@ -161,7 +161,7 @@ impl Cluster {
         sim: SimSettings,
         tweak: impl FnOnce(&mut Settings),
     ) -> Self {
-        Self::start_full(Groups::ScaleSets(seeds), max, Some(sim), tweak).await
+        Self::start_full(Groups::ScaleSets(seeds), max, Some(sim), None, false, tweak).await
     }
 
     /// A simulated cluster whose node groups are `groups` (scale sets or agent pools).
@@ -171,13 +171,45 @@ impl Cluster {
         sim: SimSettings,
         tweak: impl FnOnce(&mut Settings),
     ) -> Self {
-        Self::start_full(groups, max, Some(sim), tweak).await
+        Self::start_full(groups, max, Some(sim), None, false, tweak).await
+    }
+
+    /// [`Cluster::start_simulated_with`] whose controller's wall clock moves with tokio's (on a
+    /// paused clock, conditions' times and bookings age as the test advances).
+    pub async fn start_simulated_on_tokio_clock(
+        seeds: &[Seed<'_>],
+        max: u32,
+        sim: SimSettings,
+        tweak: impl FnOnce(&mut Settings),
+    ) -> Self {
+        Self::start_full(Groups::ScaleSets(seeds), max, Some(sim), None, true, tweak).await
+    }
+
+    /// [`Cluster::start_with`] whose controller talks to the Kubernetes API server behind
+    /// `client` (a real one) instead of the emulator's.
+    pub async fn start_on(
+        seeds: &[Seed<'_>],
+        max: u32,
+        client: kube::Client,
+        tweak: impl FnOnce(&mut Settings),
+    ) -> Self {
+        Self::start_full(
+            Groups::ScaleSets(seeds),
+            max,
+            None,
+            Some(client),
+            false,
+            tweak,
+        )
+        .await
     }
 
     async fn start_full(
         seeds: Groups<'_>,
         max: u32,
         sim: Option<SimSettings>,
+        kube_client: Option<kube::Client>,
+        tokio_wall_clock: bool,
         tweak: impl FnOnce(&mut Settings),
     ) -> Self {
         let mut builder = EmulatorBuilder::new().kubernetes(true);
@@ -258,7 +290,10 @@ impl Cluster {
             .expect("kubeconfig is usable");
         // As `run` builds it: a 429 from a budget is an answer, not a retry for minutes.
         config.default_retry = false;
-        let client = kube::Client::try_from(config).expect("client");
+        let client = match kube_client {
+            Some(c) => c,
+            None => kube::Client::try_from(config).expect("client"),
+        };
         let (recorder, poster) = EventRecorder::new(
             RecorderConfig {
                 namespace: "kube-system".into(),
@@ -272,13 +307,17 @@ impl Cluster {
         );
         let recorder = Arc::new(recorder);
         let leader = Arc::new(std::sync::atomic::AtomicBool::new(true));
-        let reconciler = Arc::new(
-            Reconciler::builder(settings.clone(), arm, metrics.clone())
+        let reconciler = Arc::new({
+            let mut b = Reconciler::builder(settings.clone(), arm, metrics.clone())
                 .fence(Arc::new(Switch(leader.clone())))
                 .demand(demand.clone())
-                .events(recorder.clone())
-                .build(),
-        );
+                .events(recorder.clone());
+            if tokio_wall_clock {
+                let (wall, origin) = (time::OffsetDateTime::now_utc(), tokio::time::Instant::now());
+                b = b.clock(Arc::new(move || wall + origin.elapsed()));
+            }
+            b.build()
+        });
         let stop = CancellationToken::new();
         let (view, mut tasks) = vmss_capacity_controller::kube::reflect::start(
             client.clone(),
@@ -287,17 +326,21 @@ impl Cluster {
         )
         .await;
         tasks.push(tokio::spawn(poster.run(stop.clone())));
-        tasks.push(tokio::spawn(
-            ScaleUpLoop::new(
-                settings.clone(),
-                demand,
-                reconciler.clone(),
-                view.clone(),
-                metrics.clone(),
-                recorder.clone(),
-            )
-            .run(stop.clone()),
-        ));
+        let mut scale_up = ScaleUpLoop::new(
+            settings.clone(),
+            demand,
+            reconciler.clone(),
+            view.clone(),
+            metrics.clone(),
+            recorder.clone(),
+        );
+        if settings.pod_demand.provisioning_requests {
+            scale_up = scale_up.provisioning_requests(
+                vmss_capacity_controller::kube::provreq::KubeProvReqs::new(client.clone()),
+            );
+        }
+        let bookings = scale_up.bookings();
+        tasks.push(tokio::spawn(scale_up.run(stop.clone())));
         if settings.scale_down.enabled {
             tasks.push(tokio::spawn(
                 ScaleDownLoop::new(
@@ -308,6 +351,7 @@ impl Cluster {
                     metrics.clone(),
                     recorder,
                 )
+                .bookings(bookings)
                 .run(stop.clone()),
             ));
         }

@@ -231,6 +231,30 @@ pub static RESOURCES: &[ResourceType] = &[
         true,
         true,
     ),
+    rt(
+        "",
+        "v1",
+        "podtemplates",
+        "podtemplate",
+        "PodTemplate",
+        true,
+        &[],
+        false,
+        false,
+    ),
+    // cluster-autoscaler's CRD (`autoscaling.x-k8s.io_provisioningrequests.yaml`): a status
+    // subresource, and `metadata.generation` as for every custom resource.
+    rt(
+        "autoscaling.x-k8s.io",
+        "v1",
+        "provisioningrequests",
+        "provisioningrequest",
+        "ProvisioningRequest",
+        true,
+        &["provreq", "provreqs"],
+        true,
+        true,
+    ),
 ];
 
 /// The type served at `group/version/plural`.

@@ -51,6 +51,14 @@ fn tcp() -> Value {
     json!("TCP")
 }
 
+/// A PodTemplate's `template` (a struct, not a pointer, in Go: always sent).
+const CORE_POD_TEMPLATE: &[Rule] = &[
+    ("template", obj),
+    ("template/metadata", template_meta),
+    ("template/metadata/creationTimestamp", null),
+    ("template/spec", obj),
+];
+
 const POD_TEMPLATE: &[Rule] = &[
     ("spec/template", obj),
     ("spec/template/metadata", template_meta),
@@ -234,6 +242,10 @@ pub fn always_sent(rt: &ResourceType, v: &mut Value) {
         ("apps", "deployments") => templated(v, DEPLOYMENT),
         ("apps", "replicasets") => templated(v, REPLICA_SET),
         ("apps", "daemonsets") => templated(v, DAEMON_SET),
+        ("", "podtemplates") => {
+            apply(v, "", CORE_POD_TEMPLATE);
+            apply(v, "template/spec", POD_SPEC);
+        }
         ("", "persistentvolumeclaims") => apply(v, "", PVC),
         ("storage.k8s.io", "storageclasses") => apply(v, "", STORAGE_CLASS),
         ("storage.k8s.io", "csinodes") => apply(v, "", CSI_NODE),

@@ -96,6 +96,41 @@ pub fn conflict(rt: &ResourceType, name: &str) -> KubeError {
     )
 }
 
+/// An update whose body names a `metadata.uid` other than the stored object's (`stored`: `""`
+/// when there is none, the object being gone): the Go API server's UID precondition, a 409.
+pub fn uid_conflict(
+    rt: &ResourceType,
+    namespace: &str,
+    name: &str,
+    want: &str,
+    stored: &str,
+) -> KubeError {
+    let key = if namespace.is_empty() {
+        format!("/registry/{}/{name}", registry_prefix(rt))
+    } else {
+        format!("/registry/{}/{namespace}/{name}", registry_prefix(rt))
+    };
+    failure(
+        409,
+        "Conflict",
+        format!(
+            "Operation cannot be fulfilled on {} \"{name}\": StorageError: invalid object, Code: 4, Key: {key}, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in precondition: {want}, UID in object meta: {stored}",
+            rt.qualified()
+        ),
+        Some(details(rt, name)),
+    )
+}
+
+/// The etcd key prefix of a type: the plural for built-in types, `group/plural` for custom
+/// resources (the served ones are the SIGs' `*.x-k8s.io` CRDs).
+fn registry_prefix(rt: &ResourceType) -> String {
+    if rt.group.ends_with(".x-k8s.io") {
+        format!("{}/{}", rt.group, rt.plural)
+    } else {
+        rt.plural.to_string()
+    }
+}
+
 /// A watch or continue token older than the retained history.
 pub fn expired(message: impl Into<String>) -> KubeError {
     failure(410, "Expired", message, None)

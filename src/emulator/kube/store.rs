@@ -423,10 +423,28 @@ impl Store {
         }
         self.check_namespace(rt, namespace)?;
         let key = Self::key(rt, namespace, name);
-        let old = self
-            .objects
-            .get(&key)
-            .ok_or_else(|| status::not_found(rt, name))?;
+        // A uid in the body is a precondition (the Go API server's): the object gone, or
+        // another object under the same name, is a 409, not a 404.
+        let want_uid = obj
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .filter(|u| !u.is_empty())
+            .map(str::to_string);
+        let Some(old) = self.objects.get(&key) else {
+            return Err(match want_uid {
+                Some(want) => status::uid_conflict(rt, namespace, name, &want, ""),
+                None => status::not_found(rt, name),
+            });
+        };
+        if let Some(want) = want_uid {
+            let stored = old
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            if want != stored {
+                return Err(status::uid_conflict(rt, namespace, name, &want, stored));
+            }
+        }
         let old_rv = rv_of(old).unwrap_or("").to_string();
         if let Some(want) = rv_of(&obj) {
             if !want.is_empty() && want != old_rv {
@@ -666,6 +684,7 @@ fn defaults(rt: &ResourceType, obj: &mut Value) {
             }
         }
         ("", "pods") => pod_defaults(obj),
+        ("", "podtemplates") => template_spec_defaults(obj, "/template/spec"),
         ("apps", "deployments") => {
             set_absent(obj, "/spec", "replicas", json!(1));
             set_absent(obj, "/spec", "revisionHistoryLimit", json!(10));
@@ -731,10 +750,12 @@ fn set_absent(obj: &mut Value, parent: &str, key: &str, value: Value) {
 /// `SetDefaults_Container`; no admission plugin runs on templates, so no tolerations, priority
 /// or service links, as on the real server).
 fn template_defaults(obj: &mut Value) {
-    let Some(spec) = obj
-        .pointer_mut("/spec/template/spec")
-        .and_then(Value::as_object_mut)
-    else {
+    template_spec_defaults(obj, "/spec/template/spec");
+}
+
+/// A pod template's spec at `pointer` defaulted as the Go API server defaults it.
+fn template_spec_defaults(obj: &mut Value, pointer: &str) {
+    let Some(spec) = obj.pointer_mut(pointer).and_then(Value::as_object_mut) else {
         return;
     };
     for (key, value) in [

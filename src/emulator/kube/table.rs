@@ -371,6 +371,37 @@ fn cells(rt: &ResourceType, obj: &Value, now: time::OffsetDateTime) -> Vec<Value
                 age(obj, now),
             ]
         }
+        ("", "podtemplates") => {
+            let containers = obj
+                .pointer("/template/spec/containers")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            let names: Vec<&str> = containers.iter().map(|c| s(c, "/name")).collect();
+            let images: Vec<&str> = containers.iter().map(|c| s(c, "/image")).collect();
+            vec![
+                name,
+                json!(names.join(",")),
+                json!(images.join(",")),
+                json!(format_labels(obj.pointer("/template/metadata/labels"))),
+            ]
+        }
+        // The CRD's printer columns: the age, then each condition's status (null when absent).
+        ("autoscaling.x-k8s.io", "provisioningrequests") => {
+            let condition = |kind: &str| {
+                obj.pointer("/status/conditions")
+                    .and_then(Value::as_array)
+                    .and_then(|cs| cs.iter().find(|c| c["type"] == kind))
+                    .map_or(Value::Null, |c| c["status"].clone())
+            };
+            vec![
+                name,
+                age(obj, now),
+                condition("Accepted"),
+                condition("Provisioned"),
+                condition("Failed"),
+            ]
+        }
         ("storage.k8s.io", "csinodes") => vec![
             name,
             json!(obj

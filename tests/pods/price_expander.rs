@@ -2,7 +2,7 @@
 //! follows the groups' prices (list prices from the embedded table, a negotiated rate from
 //! `prices.pricePerHour` over them), and `node_group_price_per_hour` shows what was used.
 
-mod support;
+use crate::support;
 
 use support::pod_cluster::Cluster;
 
