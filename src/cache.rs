@@ -52,9 +52,9 @@ pub struct ScaleSet {
 impl ScaleSet {
     /// What the resource asks Azure for (size, zones, priority in its region), when the read
     /// named a size: the key of unavailable offerings and of quota pools.
-    pub fn offering(&self) -> Option<crate::capacity::Offering> {
+    pub fn offering(&self) -> Option<crate::capacity::offerings::Offering> {
         let size = self.sku_name.as_deref()?;
-        Some(crate::capacity::Offering::new(
+        Some(crate::capacity::offerings::Offering::new(
             &self.location,
             size,
             &self.zones,

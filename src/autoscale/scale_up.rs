@@ -554,7 +554,7 @@ impl ScaleUpLoop {
                 shape: cached.as_ref().map(|c| shape_of(g, &c.scale_set)),
                 vcpus: cached
                     .as_ref()
-                    .and_then(|c| crate::pods::template::vm_size(shape_of(g, &c.scale_set).vm_size))
+                    .and_then(|c| crate::capacity::vm_size(shape_of(g, &c.scale_set).vm_size))
                     .map(|s| s.vcpu),
                 quota: std::mem::take(pools),
                 unhealthy,

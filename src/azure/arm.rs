@@ -211,8 +211,8 @@ pub struct OperationError {
 
 impl OperationError {
     /// The allocation failure this is, if it is one.
-    pub fn allocation_failure(&self) -> Option<crate::capacity::AllocationFailure> {
-        crate::capacity::AllocationFailure::classify(&self.code, &self.message)
+    pub fn allocation_failure(&self) -> Option<super::AllocationFailure> {
+        super::AllocationFailure::classify(&self.code, &self.message)
     }
 }
 
@@ -258,7 +258,7 @@ pub enum ArmError {
         local: bool,
     },
     /// Azure would not allocate (a 400 or 409 whose code says so): quota, a size not offered
-    /// here, no capacity ([`AllocationFailure`](crate::capacity::AllocationFailure)).
+    /// here, no capacity ([`AllocationFailure`](super::AllocationFailure)).
     #[error("{op} {scale_set}: {failure} ({code}): {message}")]
     Allocation {
         /// Operation.
@@ -266,7 +266,7 @@ pub enum ArmError {
         /// Scale set.
         scale_set: String,
         /// The class.
-        failure: crate::capacity::AllocationFailure,
+        failure: super::AllocationFailure,
         /// ARM error code.
         code: String,
         /// ARM's message.
@@ -806,8 +806,7 @@ impl ArmClient {
     fn classify_http(&self, op: ArmOp, scale_set: &str, h: ArmHttpError) -> ArmError {
         let scale_set = scale_set.to_string();
         if matches!(h.status, 400 | 409) {
-            if let Some(failure) = crate::capacity::AllocationFailure::classify(&h.code, &h.message)
-            {
+            if let Some(failure) = super::AllocationFailure::classify(&h.code, &h.message) {
                 return ArmError::Allocation {
                     op,
                     scale_set,
@@ -914,10 +913,7 @@ impl ArmClient {
 
     /// LIST the compute usages of `location` (every page): what the subscription's vCPU quota
     /// leaves per VM family, in the region, for spot.
-    pub async fn list_usages(
-        &self,
-        location: &str,
-    ) -> Result<Vec<crate::capacity::Usage>, ArmError> {
+    pub async fn list_usages(&self, location: &str) -> Result<Vec<Usage>, ArmError> {
         let op = ArmOp::ListUsages;
         self.gate(op)?;
         let timer = self.metrics.arm_timer(op.as_str());
@@ -930,7 +926,7 @@ impl ArmClient {
         while let Some(page) = stream.next().await {
             match page {
                 Ok(page) => out.extend(page.value.into_iter().filter_map(|u| {
-                    Some(crate::capacity::Usage {
+                    Some(Usage {
                         name: u.name.value?,
                         current: i64::from(u.current_value),
                         limit: u.limit,
@@ -1388,11 +1384,15 @@ impl ArmClient {
     }
 }
 
-#[async_trait::async_trait]
-impl crate::capacity::UsageSource for ArmClient {
-    async fn usages(&self, location: &str) -> Result<Vec<crate::capacity::Usage>, ArmError> {
-        self.list_usages(location).await
-    }
+/// One row of a region's compute usages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Usage {
+    /// `name.value`: a family (`standardDSv5Family`), `cores`, `lowPriorityCores`, ...
+    pub name: String,
+    /// `currentValue`.
+    pub current: i64,
+    /// `limit`.
+    pub limit: i64,
 }
 
 fn find_http_error(err: &azure_core::Error) -> Option<&ArmHttpError> {

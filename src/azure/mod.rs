@@ -6,9 +6,11 @@
 //! response policy that keeps the headers of error answers.
 
 pub mod aks;
+pub mod allocation;
 pub mod arm;
 pub mod budget;
 pub mod credentials;
 pub mod throttle;
 
+pub use allocation::AllocationFailure;
 pub use arm::{ArmClient, ArmError, ArmOp, DeleteAccepted, Precondition, PutAccepted};

@@ -15,7 +15,9 @@
 pub mod offerings;
 pub mod prices;
 pub mod quota;
+pub mod vm_sizes;
 
 pub use offerings::{AllocationFailure, Offering, Unavailable, UnavailableOfferings};
 pub use prices::{GroupPrice, PriceBook, PriceError, PriceOrigin, PriceSource, RetailPricesClient};
 pub use quota::{QuotaCache, QuotaPool, Usage, UsageSource, Usages};
+pub use vm_sizes::{vm_size, VmSize};

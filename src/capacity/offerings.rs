@@ -38,64 +38,9 @@ pub const NO_CAPACITY_BACKOFF_RESET: Duration = Duration::from_secs(3 * 3600);
 /// 3 min after an interruption, long enough for the pods that lost their node to land elsewhere.
 pub const SPOT_EVICTED_TTL: Duration = Duration::from_secs(3 * 60);
 
-/// Why Azure would not allocate: the failure classes that mark an offering unavailable.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AllocationFailure {
-    /// The subscription's vCPU quota does not cover the request (`QuotaExceeded`,
-    /// `OperationNotAllowed` with a quota message): marks the VM family, which quota counts.
-    Quota,
-    /// The size is not offered here to this subscription (`SkuNotAvailable`).
-    SkuNotAvailable,
-    /// Azure has no capacity for the size now (`AllocationFailed`, `ZonalAllocationFailed`,
-    /// `OverconstrainedAllocationRequest`, `OverconstrainedZonalAllocationRequest`).
-    NoCapacity,
-    /// Azure took spot VMs of the offering back (an eviction, seen as its nodes vanishing and
-    /// the scale set shrinking without a delete of ours).
-    SpotEvicted,
-}
+pub use crate::azure::allocation::AllocationFailure;
 
 impl AllocationFailure {
-    /// Every class, for tests and metrics.
-    pub const ALL: [AllocationFailure; 4] = [
-        AllocationFailure::Quota,
-        AllocationFailure::SkuNotAvailable,
-        AllocationFailure::NoCapacity,
-        AllocationFailure::SpotEvicted,
-    ];
-
-    /// The class of an ARM error code and message, if it is an allocation failure. A write's
-    /// synchronous answer and an operation's final error are classified alike.
-    pub fn classify(code: &str, message: &str) -> Option<Self> {
-        let code_lc = code.to_ascii_lowercase();
-        match code_lc.as_str() {
-            "skunotavailable" => Some(AllocationFailure::SkuNotAvailable),
-            "allocationfailed"
-            | "zonalallocationfailed"
-            | "overconstrainedallocationrequest"
-            | "overconstrainedzonalallocationrequest" => Some(AllocationFailure::NoCapacity),
-            c if c.contains("quota") => Some(AllocationFailure::Quota),
-            "operationnotallowed" if message.to_ascii_lowercase().contains("quota") => {
-                Some(AllocationFailure::Quota)
-            }
-            _ => None,
-        }
-    }
-
-    /// The `reason` label (metrics, Events, the status).
-    pub fn label(self) -> &'static str {
-        match self {
-            AllocationFailure::Quota => "quota",
-            AllocationFailure::SkuNotAvailable => "sku_not_available",
-            AllocationFailure::NoCapacity => "allocation_failed",
-            AllocationFailure::SpotEvicted => "spot_evicted",
-        }
-    }
-
-    /// The class a [`AllocationFailure::label`] names (the status ConfigMap's `reason`).
-    pub fn from_label(label: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|f| f.label() == label)
-    }
-
     /// How long the offering stays out after a first refusal (a capacity shortage backs off
     /// from there: [`UnavailableOfferings::mark`]). Quota takes `quota_ttl` (`quotaCooldown`): unlike a
     /// provider that learns quota only by failing, this controller reads the usages and caps
@@ -108,17 +53,6 @@ impl AllocationFailure {
             AllocationFailure::NoCapacity => NO_CAPACITY_BACKOFF_BASE,
             AllocationFailure::SpotEvicted => SPOT_EVICTED_TTL,
         }
-    }
-}
-
-impl std::fmt::Display for AllocationFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            AllocationFailure::Quota => "vCPU quota exceeded",
-            AllocationFailure::SkuNotAvailable => "VM size not available here",
-            AllocationFailure::NoCapacity => "Azure had no capacity for the VM size",
-            AllocationFailure::SpotEvicted => "Azure evicted spot VMs of the size",
-        })
     }
 }
 
@@ -151,7 +85,7 @@ impl Offering {
 
     /// The VM family quota counts this size in (`standardDSv5Family`), if the size table knows it.
     pub fn family(&self) -> Option<&'static str> {
-        crate::pods::template::vm_size(&self.vm_size).map(|s| s.family)
+        super::vm_sizes::vm_size(&self.vm_size).map(|s| s.family)
     }
 }
 

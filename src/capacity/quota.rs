@@ -19,22 +19,20 @@ pub const REGIONAL_CORES: &str = "cores";
 /// The usage name of the regional spot (low-priority) vCPU total.
 pub const SPOT_CORES: &str = "lowPriorityCores";
 
-/// One row of a region's compute usages.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Usage {
-    /// `name.value`: a family (`standardDSv5Family`), `cores`, `lowPriorityCores`, ...
-    pub name: String,
-    /// `currentValue`.
-    pub current: i64,
-    /// `limit`.
-    pub limit: i64,
-}
+pub use crate::azure::arm::Usage;
 
 /// Where a region's usages come from (ARM, in production).
 #[async_trait::async_trait]
 pub trait UsageSource: Send + Sync + std::fmt::Debug {
     /// The compute usages of `location` (every page).
     async fn usages(&self, location: &str) -> Result<Vec<Usage>, ArmError>;
+}
+
+#[async_trait::async_trait]
+impl UsageSource for crate::azure::ArmClient {
+    async fn usages(&self, location: &str) -> Result<Vec<Usage>, ArmError> {
+        self.list_usages(location).await
+    }
 }
 
 /// One region's usages as last read.

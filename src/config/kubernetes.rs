@@ -65,7 +65,7 @@ impl Default for KubernetesSettings {
             namespace: DEFAULT_NAMESPACE.into(),
             leader_election: LeaderElectionSettings::default(),
             status_config_map: DEFAULT_STATUS_CONFIG_MAP.into(),
-            ca_status_config_map: Some(crate::kube::ca_status::DEFAULT_CA_STATUS_CONFIG_MAP.into()),
+            ca_status_config_map: Some(DEFAULT_CA_STATUS_CONFIG_MAP.into()),
         }
     }
 }
@@ -172,7 +172,7 @@ pub(super) fn kubernetes_settings(
             Some(v) if v.is_empty() => None,
             v => Some(name(
                 v,
-                crate::kube::ca_status::DEFAULT_CA_STATUS_CONFIG_MAP,
+                DEFAULT_CA_STATUS_CONFIG_MAP,
                 "kubernetes.clusterAutoscalerStatusConfigMap",
                 dns_subdomain,
                 SUBDOMAIN_RULE,
@@ -252,3 +252,7 @@ fn leader_election(raw: RawLeaderElection, problems: &mut Problems) -> LeaderEle
         retry_period,
     }
 }
+
+/// The cluster-autoscaler-format status ConfigMap's name by default, as cluster-autoscaler
+/// names it.
+pub const DEFAULT_CA_STATUS_CONFIG_MAP: &str = "cluster-autoscaler-status";

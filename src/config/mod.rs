@@ -27,12 +27,16 @@ pub use discovery::{
     discover_node_groups, discover_pools, TAG_CLUSTER_NAME, TAG_ENABLED, TAG_MAX, TAG_MIN,
 };
 pub use kubernetes::{
-    KubernetesSettings, LeaderElectionSettings, DEFAULT_LEASE_DURATION, DEFAULT_LEASE_NAME,
-    DEFAULT_NAMESPACE, DEFAULT_RENEW_DEADLINE, DEFAULT_RETRY_PERIOD, DEFAULT_STATUS_CONFIG_MAP,
+    KubernetesSettings, LeaderElectionSettings, DEFAULT_CA_STATUS_CONFIG_MAP,
+    DEFAULT_LEASE_DURATION, DEFAULT_LEASE_NAME, DEFAULT_NAMESPACE, DEFAULT_RENEW_DEADLINE,
+    DEFAULT_RETRY_PERIOD, DEFAULT_STATUS_CONFIG_MAP,
 };
-pub use pod_demand::{DemandKind, PodDemandSettings, DEFAULT_MAX_NODE_PROVISION_TIME};
+pub use pod_demand::{
+    DemandKind, Expander, PodDemandSettings, BATCH_IDLE, BATCH_MAX,
+    DEFAULT_MAX_NODE_PROVISION_TIME, EXPENDABLE_PRIORITY_CUTOFF,
+};
 pub use prices::{PriceSettings, DEFAULT_PRICES_ENDPOINT, DEFAULT_PRICE_REFRESH};
-pub use scale_down::{ScaleDownSettings, DEFAULT_NON_EMPTY_CANDIDATES};
+pub use scale_down::{ScaleDownSettings, DEFAULT_NON_EMPTY_CANDIDATES, UTILIZATION_THRESHOLD};
 pub use sources::secret_from_cloud_config;
 pub use validate::{parse_node_spec, DEFAULT_ARM_BUDGET_RESERVE};
 

@@ -6,8 +6,6 @@
 use super::raw::{HumanDuration, RawConfig};
 use super::validate::positive;
 use super::Problems;
-use crate::pods::expander::Expander;
-use crate::pods::pending::{BATCH_IDLE, BATCH_MAX, EXPENDABLE_PRIORITY_CUTOFF};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -228,4 +226,61 @@ fn priority_tiers(
         tiers.push((*prio, ok));
     }
     tiers
+}
+
+/// cluster-autoscaler's `--expendable-pods-priority-cutoff` default.
+pub const EXPENDABLE_PRIORITY_CUTOFF: i32 = -10;
+/// Close a batch of pending pods after this long without a new one.
+pub const BATCH_IDLE: Duration = Duration::from_secs(1);
+/// Close a batch of pending pods this long after it opened, however busy.
+pub const BATCH_MAX: Duration = Duration::from_secs(10);
+
+/// An expander, as `--expander` names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expander {
+    /// The option whose new nodes would leave the least cpu and memory unused (the default).
+    LeastWaste,
+    /// The option that schedules the most pods.
+    MostPods,
+    /// The option of the highest-priority group: `(priority, name regexes)` tiers, higher first;
+    /// ties are broken by least waste.
+    Priority(Vec<(i32, Vec<String>)>),
+    /// Any option, chosen by the seed.
+    Random,
+    /// cluster-autoscaler's `price`: the cost of the new nodes against the pods they serve,
+    /// times how far the group's node size is from the size the cluster's node count suggests.
+    Price,
+    /// Karpenter's "least cost": the fewest dollars per hour of new nodes for the pods they
+    /// serve, without `price`'s preference for a node size.
+    LeastCost,
+    /// Several, in order: each keeps its best options (ties included), the last one picks.
+    Chain(Vec<Expander>),
+}
+
+impl Expander {
+    /// The name `expander` takes (a chain: its names joined by commas).
+    pub fn name(&self) -> String {
+        match self {
+            Expander::LeastWaste => "least-waste".into(),
+            Expander::MostPods => "most-pods".into(),
+            Expander::Priority(_) => "priority".into(),
+            Expander::Random => "random".into(),
+            Expander::Price => "price".into(),
+            Expander::LeastCost => "least-cost".into(),
+            Expander::Chain(list) => list
+                .iter()
+                .map(Expander::name)
+                .collect::<Vec<_>>()
+                .join(","),
+        }
+    }
+
+    /// Whether it reads prices (`price`, `least-cost`, or a chain holding one).
+    pub fn uses_prices(&self) -> bool {
+        match self {
+            Expander::Price | Expander::LeastCost => true,
+            Expander::Chain(list) => list.iter().any(Expander::uses_prices),
+            _ => false,
+        }
+    }
 }

@@ -5,7 +5,6 @@
 use super::raw::{HumanDuration, RawScaleDown};
 use super::validate::positive;
 use super::{DemandKind, Problems};
-use crate::pods::scale_down::UTILIZATION_THRESHOLD;
 use std::time::Duration;
 
 /// `scaleDown:`, validated.
@@ -179,3 +178,6 @@ pub(super) fn scale_down_settings(
         },
     }
 }
+
+/// cluster-autoscaler's `--scale-down-utilization-threshold` default.
+pub const UTILIZATION_THRESHOLD: f64 = 0.5;

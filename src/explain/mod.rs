@@ -378,7 +378,7 @@ impl World {
                     capacity: g.resource.as_ref().and_then(|r| r.capacity),
                     vcpus: shape
                         .as_ref()
-                        .and_then(|s| crate::pods::template::vm_size(s.vm_size))
+                        .and_then(|s| crate::capacity::vm_size(s.vm_size))
                         .map(|s| s.vcpu),
                     shape,
                     unhealthy: self.unhealthy(g),

@@ -40,8 +40,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// The ConfigMap's name by default, as cluster-autoscaler names it.
-pub const DEFAULT_CA_STATUS_CONFIG_MAP: &str = "cluster-autoscaler-status";
+pub use crate::config::DEFAULT_CA_STATUS_CONFIG_MAP;
 /// The annotation cluster-autoscaler stamps with the time of each write.
 pub const CA_LAST_UPDATED_ANNOTATION: &str = "cluster-autoscaler.kubernetes.io/last-updated";
 

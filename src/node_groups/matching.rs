@@ -45,45 +45,12 @@ pub fn backing(settings: &Settings, g: &NodeGroupSpec) -> Backing {
     }
 }
 
-/// The scale-set name in an Azure provider ID
-/// (`azure:///subscriptions/<s>/resourceGroups/<rg>/providers/Microsoft.Compute/virtualMachineScaleSets/<vmss>/virtualMachines/<id>`),
-/// with its resource group and instance id.
-pub fn parse_provider_id(id: &str) -> Option<(&str, &str, &str)> {
-    let rest = id.strip_prefix("azure://")?.trim_start_matches('/');
-    let mut rg = None;
-    let mut vmss = None;
-    let mut vm = None;
-    let mut parts = rest.split('/');
-    while let Some(key) = parts.next() {
-        let slot = if key.eq_ignore_ascii_case("resourceGroups") {
-            &mut rg
-        } else if key.eq_ignore_ascii_case("virtualMachineScaleSets") {
-            &mut vmss
-        } else if key.eq_ignore_ascii_case("virtualMachines") {
-            &mut vm
-        } else {
-            continue;
-        };
-        *slot = parts.next().filter(|v| !v.is_empty());
-    }
-    Some((rg?, vmss?, vm?))
-}
+pub use crate::pods::record::{parse_provider_id, scale_set_key};
 
 /// Finds a node's group: scale sets by `resource group/name` in lower case, pools by name.
 pub struct GroupIndex {
     scale_sets: rustc_hash::FxHashMap<String, usize>,
     pools: rustc_hash::FxHashMap<String, usize>,
-}
-
-/// `rg/name`, lower case: the scale-set key of a [`GroupIndex`] (and of
-/// [`NodeRecord::scale_set_key`]).
-pub fn scale_set_key(rg: &str, name: &str) -> String {
-    let mut key = String::with_capacity(rg.len() + name.len() + 1);
-    key.push_str(rg);
-    key.push('/');
-    key.push_str(name);
-    key.make_ascii_lowercase();
-    key
 }
 
 impl GroupIndex {

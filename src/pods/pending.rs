@@ -13,12 +13,7 @@ use super::record::PodRecord;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// cluster-autoscaler's `--expendable-pods-priority-cutoff` default.
-pub const EXPENDABLE_PRIORITY_CUTOFF: i32 = -10;
-/// Close a batch after this long without a new pending pod.
-pub const BATCH_IDLE: Duration = Duration::from_secs(1);
-/// Close a batch this long after it opened, however busy.
-pub const BATCH_MAX: Duration = Duration::from_secs(10);
+pub use crate::config::{BATCH_IDLE, BATCH_MAX, EXPENDABLE_PRIORITY_CUTOFF};
 
 /// Whether the pod asks for capacity (see the module documentation).
 pub fn wants_capacity(pod: &PodRecord, priority_cutoff: i32) -> bool {

@@ -21,8 +21,7 @@ use std::sync::Arc;
 pub const SAFE_TO_EVICT: &str = "cluster-autoscaler.kubernetes.io/safe-to-evict";
 /// Node annotation: `"true"` keeps the node out of scale-down.
 pub const SCALE_DOWN_DISABLED: &str = "cluster-autoscaler.kubernetes.io/scale-down-disabled";
-/// cluster-autoscaler's `--scale-down-utilization-threshold` default.
-pub const UTILIZATION_THRESHOLD: f64 = 0.5;
+pub use crate::config::UTILIZATION_THRESHOLD;
 
 /// Why a node cannot be removed now.
 #[derive(Debug, Clone, PartialEq, Eq)]

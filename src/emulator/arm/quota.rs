@@ -10,7 +10,7 @@
 
 use super::state::ScaleSet;
 use super::Reply;
-use crate::pods::template::vm_size;
+use crate::capacity::vm_sizes::vm_size;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
 
