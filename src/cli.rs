@@ -173,9 +173,19 @@ pub struct EmulatorArgs {
     #[arg(long, default_value = "2s", value_parser = config::parse_duration_arg)]
     pub lro_delay: Duration,
     /// Enforce Azure's throttling limits (ARM's per subscription, Compute's per subscription and
-    /// region and per scale set: token buckets, 429 with Retry-After).
+    /// region and per scale set, AKS's resource provider's per agent pool, per managed cluster
+    /// and per subscription: token buckets, 429 with Retry-After).
     #[arg(long)]
     pub throttling: bool,
+    /// Enforce AKS's resource-provider limits alone (without `--throttling`, which includes
+    /// them): writes per agent pool and per managed cluster 20 refilled 1/min, LISTs and GETs per
+    /// subscription 500 refilled 1/s; an empty bucket answers 429 `Throttled` with Retry-After.
+    #[arg(long)]
+    pub aks_throttling: bool,
+    /// With `--throttling` or `--aks-throttling`: AKS's buckets (rates and sizes) at this
+    /// fraction of AKS's, e.g. 0.25 for 5 writes per pool refilled one per 4 minutes.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_scale)]
+    pub aks_limits_scale: f64,
     /// With `--throttling`: Compute's buckets of the subscription in a region (updates, deletes,
     /// GETs, LISTs: shared by every client of the subscription there) at this fraction of Azure's
     /// sizes, e.g. 0.05 to put a small fleet near the limit. ARM's buckets and the scale sets'
@@ -676,6 +686,10 @@ pub async fn emulator(args: EmulatorArgs) -> anyhow::Result<ExitCode> {
             crate::emulator::ThrottleLimits::azure_compute()
                 .subscription_scaled(args.subscription_limits_scale),
         );
+    }
+    if args.throttling || args.aks_throttling {
+        builder =
+            builder.aks_throttling(crate::emulator::AksLimits::aks().scaled(args.aks_limits_scale));
     }
     crate::emulator::serve_until_with_kubeconfig(
         builder,

@@ -62,10 +62,19 @@ pub const DEFAULT_IMDS_ENDPOINT: &str = "http://169.254.169.254";
 pub const DEFAULT_METRICS_LISTEN: &str = "0.0.0.0:8085";
 /// Default number of capacity writes in flight at once.
 pub const DEFAULT_MAX_CONCURRENT_WRITES: usize = 8;
-/// Default per-scale-set write budget.
+/// Default write budget of a scale set: Compute's own limit per scale set (4 updates a minute,
+/// burst 12).
 pub const DEFAULT_WRITE_BUDGET: WriteBudget = WriteBudget {
     per_minute: 4.0,
     burst: 12,
+};
+/// Default write budget of an AKS agent pool: half of AKS's bucket per pool (PUTs 20, refilled 1
+/// a minute; AKS's quotas page), so AKS itself, the portal, the CLI or Terraform writing the same
+/// pool keep the other half. Each write carries the latest count, so a held scale-up is late by
+/// at most the 2 minutes a token takes, never lost.
+pub const DEFAULT_AGENT_POOL_WRITE_BUDGET: WriteBudget = WriteBudget {
+    per_minute: 0.5,
+    burst: 10,
 };
 /// Default time SIGTERM waits for in-flight writes.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
@@ -101,8 +110,12 @@ pub struct Settings {
     pub metrics_listen: Option<SocketAddr>,
     /// Writes in flight at once across all scale sets.
     pub max_concurrent_writes: usize,
-    /// Per-scale-set write budget (token bucket), mirroring Azure's compute limits.
+    /// Write budget (token bucket) of each scale set, mirroring Compute's limit per scale set;
+    /// of every node group when `writeBudget` is configured.
     pub write_budget: WriteBudget,
+    /// Write budget of each AKS agent pool, within AKS's bucket per pool: `writeBudget` when
+    /// configured, else [`DEFAULT_AGENT_POOL_WRITE_BUDGET`].
+    pub agent_pool_write_budget: WriteBudget,
     /// How long SIGTERM waits for in-flight writes.
     pub shutdown_grace: Duration,
     /// Timeout of one ARM or token request.
@@ -208,13 +221,24 @@ pub enum ConflictStrategy {
     },
 }
 
-/// Token bucket for capacity writes to one scale set.
+/// Token bucket for the writes (capacity and deletes) to one node group.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WriteBudget {
     /// Writes refilled per minute.
     pub per_minute: f64,
     /// Bucket size.
     pub burst: u32,
+}
+
+impl Settings {
+    /// The write budget of a node group of `kind`: [`Settings::agent_pool_write_budget`] for an
+    /// AKS agent pool, [`Settings::write_budget`] for a scale set.
+    pub fn write_budget_of(&self, kind: &NodeGroupKind) -> WriteBudget {
+        match kind {
+            NodeGroupKind::Vmss => self.write_budget,
+            NodeGroupKind::AksAgentPool { .. } => self.agent_pool_write_budget,
+        }
+    }
 }
 
 /// What backs a node group in Azure.
@@ -543,6 +567,7 @@ pub fn load(sources: &ConfigSources) -> Result<Settings, ConfigErrors> {
         metrics_listen: runtime.metrics_listen,
         max_concurrent_writes: runtime.max_concurrent_writes,
         write_budget: runtime.write_budget,
+        agent_pool_write_budget: runtime.agent_pool_write_budget,
         shutdown_grace: runtime.shutdown_grace,
         request_timeout: runtime.request_timeout,
         quota_cooldown: runtime.quota_cooldown,

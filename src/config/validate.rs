@@ -6,9 +6,10 @@ use super::raw::{Day, HumanDuration, RawConfig, RawConflictStrategy, RawNodeGrou
 use super::sources::Scope;
 use super::{
     non_empty, AuthSettings, ConflictStrategy, NodeGroupKind, NodeGroupSpec, Problems, Schedule,
-    Sourced, WriteBudget, DEFAULT_CONFLICT_BACKOFF, DEFAULT_MAX_CONCURRENT_WRITES,
-    DEFAULT_METRICS_LISTEN, DEFAULT_QUOTA_COOLDOWN, DEFAULT_REQUEST_TIMEOUT, DEFAULT_SCAN_INTERVAL,
-    DEFAULT_SHUTDOWN_GRACE, DEFAULT_WRITE_BUDGET, MAX_SCALE_SET_CAPACITY,
+    Sourced, WriteBudget, DEFAULT_AGENT_POOL_WRITE_BUDGET, DEFAULT_CONFLICT_BACKOFF,
+    DEFAULT_MAX_CONCURRENT_WRITES, DEFAULT_METRICS_LISTEN, DEFAULT_QUOTA_COOLDOWN,
+    DEFAULT_REQUEST_TIMEOUT, DEFAULT_SCAN_INTERVAL, DEFAULT_SHUTDOWN_GRACE, DEFAULT_WRITE_BUDGET,
+    MAX_SCALE_SET_CAPACITY,
 };
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -102,6 +103,7 @@ pub(super) struct RuntimeSettings {
     pub(super) metrics_listen: Option<SocketAddr>,
     pub(super) max_concurrent_writes: usize,
     pub(super) write_budget: WriteBudget,
+    pub(super) agent_pool_write_budget: WriteBudget,
     pub(super) shutdown_grace: Duration,
     pub(super) request_timeout: Duration,
     pub(super) quota_cooldown: Duration,
@@ -133,29 +135,31 @@ pub(super) fn runtime_settings(raw: &RawConfig, problems: &mut Problems) -> Runt
         Some(n) => n as usize,
         None => DEFAULT_MAX_CONCURRENT_WRITES,
     };
-    let write_budget = {
-        let wb = raw.write_budget.as_ref();
-        let per_minute = wb
-            .and_then(|w| w.per_minute)
-            .unwrap_or(DEFAULT_WRITE_BUDGET.per_minute);
-        let burst = wb
-            .and_then(|w| w.burst)
-            .unwrap_or(DEFAULT_WRITE_BUDGET.burst);
+    // A configured `writeBudget` (each of its keys) wins for every kind of node group; what it
+    // leaves out is the kind's default.
+    let wb = raw.write_budget.as_ref();
+    let budget = |default: WriteBudget| WriteBudget {
+        per_minute: wb.and_then(|w| w.per_minute).unwrap_or(default.per_minute),
+        burst: wb.and_then(|w| w.burst).unwrap_or(default.burst),
+    };
+    let write_budget = budget(DEFAULT_WRITE_BUDGET);
+    let agent_pool_write_budget = budget(DEFAULT_AGENT_POOL_WRITE_BUDGET);
+    if let Some(per_minute) = wb.and_then(|w| w.per_minute) {
         if !(per_minute.is_finite() && per_minute > 0.0) {
             problems.push(
                 "writeBudget.perMinute",
                 format!("must be a number > 0, got {per_minute}"),
             );
         }
-        if burst == 0 {
-            problems.push("writeBudget.burst", "must be at least 1");
-        }
-        WriteBudget { per_minute, burst }
-    };
+    }
+    if wb.and_then(|w| w.burst) == Some(0) {
+        problems.push("writeBudget.burst", "must be at least 1");
+    }
     RuntimeSettings {
         metrics_listen,
         max_concurrent_writes,
         write_budget,
+        agent_pool_write_budget,
         shutdown_grace: raw.shutdown_grace.map_or(DEFAULT_SHUTDOWN_GRACE, |d| d.0),
         request_timeout: positive(
             raw.request_timeout,

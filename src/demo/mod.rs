@@ -245,8 +245,13 @@ impl Stage {
             instance_cache_jitter: Duration::from_secs(5),
             metrics_listen: None,
             max_concurrent_writes: 4,
-            // Generous for a fast demo; production keeps Azure's 4/min, burst 12.
+            // Generous for a fast demo; production keeps Azure's 4/min, burst 12 per scale set
+            // (0.5/min, burst 10 per agent pool).
             write_budget: WriteBudget {
+                per_minute: 120.0,
+                burst: 20,
+            },
+            agent_pool_write_budget: WriteBudget {
                 per_minute: 120.0,
                 burst: 20,
             },

@@ -43,7 +43,7 @@ use server::{accept_loop, Reply};
 pub use state::{
     EmulatorState, InstanceDeletion, LostUpdate, RequestRecord, ScaleSetSeed, ScaleSetView,
 };
-pub use throttle::ThrottleLimits;
+pub use throttle::{AksLimits, ThrottleLimits};
 
 /// Default number of items per LIST page.
 pub const DEFAULT_PAGE_SIZE: usize = 100;
@@ -59,6 +59,7 @@ pub struct EmulatorBuilder {
     tls: bool,
     lro_delay: Duration,
     throttling: Option<ThrottleLimits>,
+    aks_throttling: Option<AksLimits>,
     page_size: usize,
     token_lifetime: Duration,
     kubernetes: Option<kube::KubeSettings>,
@@ -72,6 +73,7 @@ impl Default for EmulatorBuilder {
             tls: false,
             lro_delay: Duration::ZERO,
             throttling: None,
+            aks_throttling: None,
             page_size: DEFAULT_PAGE_SIZE,
             token_lifetime: DEFAULT_TOKEN_LIFETIME,
             kubernetes: None,
@@ -104,9 +106,17 @@ impl EmulatorBuilder {
         self
     }
 
-    /// Turns throttling on with these limits.
+    /// Turns throttling on with these limits (AKS's resource provider's too, when `limits.aks`
+    /// has them and [`EmulatorBuilder::aks_throttling`] names no others).
     pub fn throttling(mut self, limits: ThrottleLimits) -> Self {
         self.throttling = Some(limits);
+        self
+    }
+
+    /// Turns AKS's resource-provider throttling on with these limits, with or without ARM's and
+    /// Compute's ([`EmulatorBuilder::throttling`]).
+    pub fn aks_throttling(mut self, limits: AksLimits) -> Self {
+        self.aks_throttling = Some(limits);
         self
     }
 
@@ -175,6 +185,7 @@ impl EmulatorBuilder {
                 page_size: self.page_size,
                 token_lifetime: self.token_lifetime,
                 throttling: self.throttling,
+                aks_throttling: self.aks_throttling.or(self.throttling.and_then(|t| t.aks)),
             },
             base_url.clone(),
         );

@@ -27,7 +27,7 @@ use crate::azure::budget::{BudgetClass, Pacing, Urgency};
 use crate::azure::throttle::CallClass;
 use crate::azure::{ArmClient, ArmError, Precondition, PutAccepted};
 use crate::cache::ScaleSet;
-use crate::config::{ConflictStrategy, NodeGroupSpec, Settings};
+use crate::config::{ConflictStrategy, NodeGroupSpec, Settings, WriteBudget};
 use crate::fence::{Unfenced, WriteFence};
 use crate::hold::{HoldReason, WriteRefusal};
 use crate::metrics::Metrics;
@@ -820,7 +820,7 @@ impl Inner {
         let mut state = self.state.lock();
         for name in &grows {
             if !state.contains_key(*name) {
-                state.insert(name.to_string(), self.new_group_state());
+                state.insert(name.to_string(), self.new_group_state(name));
             }
         }
         for (name, s) in state.iter_mut() {
@@ -866,7 +866,7 @@ impl Inner {
         let mut state = self.state.lock();
         let s = state
             .entry(name.to_string())
-            .or_insert_with(|| self.new_group_state());
+            .or_insert_with(|| self.new_group_state(name));
         // A scale-up the plan asked for is wanted from now on, if `note_wants` had not seen it
         // yet, so `retry_wait` wakes the pass for its turn.
         let since = *s.wanting_since.get_or_insert(now);
@@ -913,7 +913,7 @@ impl Inner {
         let mut state = self.state.lock();
         let s = state
             .entry(name.to_string())
-            .or_insert_with(|| self.new_group_state());
+            .or_insert_with(|| self.new_group_state(name));
         if s.in_flight {
             return false;
         }
@@ -927,7 +927,18 @@ impl Inner {
         }
     }
 
-    fn new_group_state(&self) -> GroupState {
+    /// The write budget of node group `name`: its kind's ([`Settings::write_budget_of`]); a
+    /// scale set's for a name no group has.
+    fn write_budget_of(&self, name: &str) -> WriteBudget {
+        self.groups()
+            .iter()
+            .find(|g| g.name == name)
+            .map_or(self.settings.write_budget, |g| {
+                self.settings.write_budget_of(&g.kind)
+            })
+    }
+
+    fn new_group_state(&self, name: &str) -> GroupState {
         GroupState {
             known_etag: None,
             stale: false,
@@ -944,7 +955,7 @@ impl Inner {
             turn_at: None,
             probe_granted: None,
             budget: TokenBucket {
-                tokens: f64::from(self.settings.write_budget.burst),
+                tokens: f64::from(self.write_budget_of(name).burst),
                 last: Instant::now(),
             },
         }
@@ -954,7 +965,7 @@ impl Inner {
         let mut state = self.state.lock();
         let s = state
             .entry(name.to_string())
-            .or_insert_with(|| self.new_group_state());
+            .or_insert_with(|| self.new_group_state(name));
         f(s)
     }
 
@@ -1163,6 +1174,25 @@ impl Inner {
         };
         if grows {
             self.await_turn(name).await;
+        }
+        // The count sent is what the demand asks for now, not what it asked for when the pass
+        // planned: the wait for a write slot, a read or a turn may have let it change. One write
+        // carries the latest count, however often the demand changed while the budget held it.
+        match current
+            .capacity
+            .map(|c| planner::target_for(group, c, self.demand.as_ref(), (self.clock)()))
+        {
+            Some(None) => return (WriteEnd::Satisfied, false),
+            Some(Some(latest)) if latest.to != target => {
+                debug!(
+                    scale_set = name,
+                    planned = target,
+                    latest = latest.to,
+                    "the demand changed since the plan: writing its latest count"
+                );
+                target = latest.to;
+            }
+            _ => {}
         }
         let (precondition, result) = match self
             .guarded_send(

@@ -152,7 +152,7 @@ impl Inner {
             }
         }
         let now = Instant::now();
-        let budget = self.settings.write_budget;
+        let budget = self.write_budget_of(name);
         self.with_state(name, |s| {
             if s.backoff_until.is_some_and(|t| t > now) {
                 return Some(HoldReason::Backoff);

@@ -116,6 +116,7 @@ fn the_contract_keys_load_with_defaults_for_everything_else() {
     );
     assert_eq!(s.max_concurrent_writes, DEFAULT_MAX_CONCURRENT_WRITES);
     assert_eq!(s.write_budget, DEFAULT_WRITE_BUDGET);
+    assert_eq!(s.agent_pool_write_budget, DEFAULT_AGENT_POOL_WRITE_BUDGET);
     assert_eq!(s.shutdown_grace, DEFAULT_SHUTDOWN_GRACE);
     assert_eq!(s.request_timeout, DEFAULT_REQUEST_TIMEOUT);
     assert_eq!(s.quota_cooldown, DEFAULT_QUOTA_COOLDOWN);
@@ -176,6 +177,10 @@ autoDiscovery: {clusterName: my-cluster, defaultMin: 1, defaultMax: 10}
             per_minute: 2.5,
             burst: 4
         }
+    );
+    assert_eq!(
+        s.agent_pool_write_budget, s.write_budget,
+        "a configured writeBudget is every node group's"
     );
     assert_eq!(s.shutdown_grace, Duration::ZERO);
     assert_eq!(s.request_timeout, Duration::from_secs(5));
@@ -798,6 +803,10 @@ fn the_shipped_example_and_emulator_configs_are_valid() {
         AuthSettings::WorkloadIdentity { .. }
     ));
     assert_eq!(s.auto_discovery.unwrap().cluster_name, "aks-prod");
+    assert_eq!(
+        s.agent_pool_write_budget, DEFAULT_AGENT_POOL_WRITE_BUDGET,
+        "the example's agent pool keeps a budget inside AKS's bucket"
+    );
     // The spot-first example: two pools, spot tried first by the priority expander.
     let s = load(&ConfigSources {
         config_file: Some(root.join("config/spot-fallback.yaml")),
@@ -1002,4 +1011,42 @@ fn relative_paths_in_a_config_file_resolve_against_its_folder_not_the_working_di
     })
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(s.azure.ca_bundle_file, Some(absolute));
+}
+
+#[test]
+fn agent_pools_default_to_a_budget_inside_aks_bucket_per_pool_and_a_configured_key_wins_for_both_kinds(
+) {
+    let s = load_ok(VALID);
+    let pool = NodeGroupKind::AksAgentPool {
+        cluster: "aks-1".into(),
+    };
+    assert_eq!(
+        s.write_budget_of(&NodeGroupKind::Vmss),
+        DEFAULT_WRITE_BUDGET
+    );
+    assert_eq!(s.write_budget_of(&pool), DEFAULT_AGENT_POOL_WRITE_BUDGET);
+    // AKS refills a pool's PUT bucket at 1 a minute, burst 20: the default takes at most half.
+    let aks = vmss_capacity_controller::emulator::AksLimits::aks();
+    let pools = s.write_budget_of(&pool);
+    assert!(
+        2.0 * pools.per_minute <= aks.pool_write_per_min,
+        "{pools:?}"
+    );
+    assert!(2 * pools.burst <= aks.pool_write_burst, "{pools:?}");
+    let s = load_ok(&with("writeBudget: {perMinute: 2}\n"));
+    assert_eq!(
+        s.write_budget_of(&NodeGroupKind::Vmss),
+        WriteBudget {
+            per_minute: 2.0,
+            burst: DEFAULT_WRITE_BUDGET.burst
+        }
+    );
+    assert_eq!(
+        s.write_budget_of(&pool),
+        WriteBudget {
+            per_minute: 2.0,
+            burst: DEFAULT_AGENT_POOL_WRITE_BUDGET.burst
+        },
+        "the key given wins, the other stays the kind's default"
+    );
 }

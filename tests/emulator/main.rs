@@ -7,6 +7,7 @@
 mod emulator_support;
 
 mod aks_pools;
+mod aks_throttle;
 mod azure_sdk;
 mod cluster_sim;
 mod etag_table;

@@ -311,12 +311,53 @@ def test_aks_cluster_update_changes_the_pool_etag():
     assert control("GET", "lost-updates") == []
 
 
+def test_aks_throttled_answer_reads_as_a_429_throttled_with_retry_after():
+    """AKS's own throttling, turned on through the control API: one write per pool."""
+    cred, _ = make_client()
+    # No retries: the SDK would honour Retry-After (up to a minute) and try again.
+    aks = ContainerServiceClient(
+        cred, SUB, base_url=URL, credential_scopes=[SCOPE], connection_verify=CA,
+        polling_interval=0, retry_total=0,
+    )
+    name = CLUSTER + "-throttled"
+    create_cluster(aks, name)
+    on = control("POST", "throttling/aks", {"enabled": True, "pool_write_burst": 1})
+    assert on["enabled"] and on["limits"]["pool_write_burst"] == 1, on
+    try:
+        pool = aks.agent_pools.get(RG, name, "work")
+        pool.count = 3
+        aks.agent_pools.begin_create_or_update(
+            RG, name, "work", pool,
+            etag=pool.properties.e_tag, match_condition=MatchConditions.IfNotModified,
+        ).result()
+        fresh = aks.agent_pools.get(RG, name, "work")
+        fresh.count = 4
+        try:
+            aks.agent_pools.begin_create_or_update(
+                RG, name, "work", fresh,
+                etag=fresh.properties.e_tag, match_condition=MatchConditions.IfNotModified,
+            ).result()
+        except HttpResponseError as e:
+            assert e.status_code == 429, e
+            assert e.error is not None and e.error.code == "Throttled", e.error
+            assert "PutAgentPoolHandler.PUT request limit has been exceeded" in e.error.message, e.error.message
+            retry = e.response.headers.get("Retry-After")
+            assert retry is not None and retry.isdigit() and 1 <= int(retry) <= 60, retry
+            assert e.response.headers.get("x-ms-ratelimit-remaining-subscription-writes"), e.response.headers
+        else:
+            raise AssertionError("a second write within the pool's bucket of 1 succeeded")
+        assert aks.agent_pools.get(RG, name, "work").count == 3
+    finally:
+        control("POST", "throttling/aks", {"enabled": False})
+
+
 def main():
     tests = [
         test_bad_secret_is_refused,
         test_conditional_lifecycle,
         test_aks_pool_read_and_conditional_count_update,
         test_aks_cluster_update_changes_the_pool_etag,
+        test_aks_throttled_answer_reads_as_a_429_throttled_with_retry_after,
     ]
     passed = failed = 0
     for t in tests:

@@ -7,6 +7,7 @@
 mod support;
 
 mod aks_pools;
+mod aks_throttle;
 mod azure_capacity;
 mod delete_instances;
 mod errors;

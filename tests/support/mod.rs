@@ -80,6 +80,10 @@ pub fn settings(base_url: &str, groups: Vec<NodeGroupSpec>) -> Settings {
             per_minute: 600.0,
             burst: 100,
         },
+        agent_pool_write_budget: WriteBudget {
+            per_minute: 600.0,
+            burst: 100,
+        },
         shutdown_grace: Duration::from_secs(5),
         request_timeout: Duration::from_secs(10),
         quota_cooldown: Duration::from_secs(300),

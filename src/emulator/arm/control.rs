@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 
 use super::faults::FaultSpec;
 use super::state::ScaleSetSeed;
+use super::throttle::AksLimits;
 use super::ClusterSeed;
 use super::{EmulatorError, EmulatorState, Reply};
 
@@ -38,6 +39,69 @@ struct ClientBody {
 #[derive(Deserialize)]
 struct DownBody {
     down: bool,
+}
+
+/// `POST /_emulator/throttling/aks`: on or off; on, AKS's documented limits scaled by `scale`
+/// (default 1) with any of the named fields replacing theirs.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AksThrottlingBody {
+    enabled: bool,
+    #[serde(default)]
+    scale: Option<f64>,
+    #[serde(default)]
+    pool_write_per_min: Option<f64>,
+    #[serde(default)]
+    pool_write_burst: Option<u32>,
+    #[serde(default)]
+    cluster_write_per_min: Option<f64>,
+    #[serde(default)]
+    cluster_write_burst: Option<u32>,
+    #[serde(default)]
+    list_per_min: Option<f64>,
+    #[serde(default)]
+    list_burst: Option<u32>,
+}
+
+impl AksThrottlingBody {
+    fn limits(&self) -> Result<Option<AksLimits>, Reply> {
+        if !self.enabled {
+            return Ok(None);
+        }
+        let scale = self.scale.unwrap_or(1.0);
+        if !(scale.is_finite() && scale > 0.0) {
+            return Err(bad_request(format!(
+                "scale must be a number > 0, got {scale}"
+            )));
+        }
+        let base = AksLimits::aks().scaled(scale);
+        let l = AksLimits {
+            pool_write_per_min: self.pool_write_per_min.unwrap_or(base.pool_write_per_min),
+            pool_write_burst: self.pool_write_burst.unwrap_or(base.pool_write_burst),
+            cluster_write_per_min: self
+                .cluster_write_per_min
+                .unwrap_or(base.cluster_write_per_min),
+            cluster_write_burst: self.cluster_write_burst.unwrap_or(base.cluster_write_burst),
+            list_per_min: self.list_per_min.unwrap_or(base.list_per_min),
+            list_burst: self.list_burst.unwrap_or(base.list_burst),
+        };
+        let rates = [
+            l.pool_write_per_min,
+            l.cluster_write_per_min,
+            l.list_per_min,
+        ];
+        if rates.iter().any(|r| !(r.is_finite() && *r > 0.0)) {
+            return Err(bad_request("every per_min must be a number > 0"));
+        }
+        if [l.pool_write_burst, l.cluster_write_burst, l.list_burst].contains(&0) {
+            return Err(bad_request("every burst must be at least 1"));
+        }
+        Ok(Some(l))
+    }
+}
+
+fn aks_throttling_reply(limits: Option<AksLimits>) -> Reply {
+    Reply::json(200, json!({"enabled": limits.is_some(), "limits": limits}))
 }
 
 fn bad_request(msg: impl std::fmt::Display) -> Reply {
@@ -148,6 +212,12 @@ fn route(state: &EmulatorState, parts: &Parts, body: &[u8]) -> Result<Reply, Rep
         ("DELETE", ["faults"]) => {
             state.clear_faults();
             Reply::json(200, json!({"cleared": true}))
+        }
+        ("GET", ["throttling", "aks"]) => aks_throttling_reply(state.aks_throttling()),
+        ("POST", ["throttling", "aks"]) => {
+            let b: AksThrottlingBody = parse(body)?;
+            state.set_aks_throttling(b.limits()?);
+            aks_throttling_reply(state.aks_throttling())
         }
         ("GET", ["requests"]) => Reply::json(200, json!(state.request_log())),
         ("GET", ["lost-updates"]) => Reply::json(200, json!(state.lost_updates())),

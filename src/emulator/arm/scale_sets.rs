@@ -14,7 +14,7 @@ use super::state::{
     default_location, describe_change, rfc3339, vmss_key, Data, RequestRecord, ScaleSetSeed,
     Settings, MAX_CAPACITY,
 };
-use super::throttle::{ComputeTarget, Spend};
+use super::throttle::{AksBucket, AksCharge, ComputeTarget, Spend};
 use super::{ConnKill, EmulatorState, Reply, ReplyBody};
 
 /// Tenant named in `WWW-Authenticate` challenges.
@@ -339,6 +339,65 @@ impl Route {
         }
     }
 
+    /// What a request to AKS's resource provider spends of AKS's buckets (the throttle
+    /// module's documentation says which and why); `None` for other providers' requests.
+    fn aks_charge(&self, method: &str, d: &Data) -> Option<AksCharge> {
+        let (bucket, sub, rg, cluster, pool) = match self {
+            Route::Cluster { sub, rg, name } => {
+                let bucket = if method == "GET" {
+                    AksBucket::List
+                } else {
+                    AksBucket::Cluster
+                };
+                (bucket, sub, rg, name, None)
+            }
+            Route::Pools { sub, rg, cluster } => (AksBucket::List, sub, rg, cluster, None),
+            Route::Pool {
+                sub,
+                rg,
+                cluster,
+                pool,
+            } => {
+                let bucket = if method == "GET" {
+                    AksBucket::List
+                } else {
+                    AksBucket::Pool
+                };
+                (bucket, sub, rg, cluster, Some(pool))
+            }
+            Route::PoolDeleteMachines {
+                sub,
+                rg,
+                cluster,
+                pool,
+            } => (AksBucket::Pool, sub, rg, cluster, Some(pool)),
+            _ => return None,
+        };
+        let handler = match (self, method) {
+            (Route::Cluster { .. }, "GET") => "GetManagedClusterHandler.GET",
+            (Route::Cluster { .. }, "PUT") => "PutManagedClusterHandler.PUT",
+            (Route::Cluster { .. }, "PATCH") => "PatchManagedClusterHandler.PATCH",
+            (Route::Cluster { .. }, _) => "DeleteManagedClusterHandler.DELETE",
+            (Route::Pools { .. }, _) => "ListAgentPoolsHandler.GET",
+            (Route::Pool { .. }, "GET") => "GetAgentPoolHandler.GET",
+            (Route::Pool { .. }, "PUT") => "PutAgentPoolHandler.PUT",
+            (Route::Pool { .. }, "PATCH") => "PatchAgentPoolHandler.PATCH",
+            (Route::Pool { .. }, _) => "DeleteAgentPoolHandler.DELETE",
+            _ => "DeleteMachinesHandler.POST",
+        };
+        let mut resource = format!("{sub}/{rg}/{cluster}");
+        if let Some(p) = pool {
+            resource = format!("{resource}/{p}");
+        }
+        Some(AksCharge {
+            bucket,
+            sub: sub.clone(),
+            location: aks::cluster_location(d, sub, rg, cluster).unwrap_or_else(default_location),
+            resource: resource.to_ascii_lowercase(),
+            handler: handler.to_string(),
+        })
+    }
+
     fn allows(&self, method: &str) -> bool {
         match self {
             Route::VmssList { .. }
@@ -606,6 +665,22 @@ async fn process(
                 format!("The request is being throttled; retry after {secs} seconds."),
             )
             .header("Retry-After", secs.to_string()),
+        ));
+    }
+    // AKS's resource provider, once ARM has admitted (and charged) the request.
+    let aks_refusal = {
+        let mut d = state.lock();
+        let limits = d.throttle.aks_limits(settings.aks_throttling);
+        route.aks_charge(method, &d).and_then(|charge| {
+            d.throttle
+                .admit_aks(limits.as_ref(), &charge, ctx.now)
+                .map(|secs| (charge, secs))
+        })
+    };
+    if let Some((charge, secs)) = aks_refusal {
+        return Outcome::Reply(with_limits(
+            Reply::arm_error(429, "Throttled", charge.message(secs))
+                .header("Retry-After", secs.to_string()),
         ));
     }
 

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use super::aks::{AgentPoolView, Cluster, ClusterSeed, ClusterView};
 use super::faults::{ActiveFault, FaultSpec};
-use super::throttle::{Throttle, ThrottleLimits};
+use super::throttle::{AksLimits, Throttle, ThrottleLimits};
 use super::EmulatorError;
 
 /// How many request records the log keeps (oldest dropped first).
@@ -32,6 +32,9 @@ pub(crate) struct Settings {
     pub page_size: usize,
     pub token_lifetime: Duration,
     pub throttling: Option<ThrottleLimits>,
+    /// AKS's resource provider limits the emulator started with (`None`: not enforced); the
+    /// control API can change them at run time ([`EmulatorState::set_aks_throttling`]).
+    pub aks_throttling: Option<AksLimits>,
 }
 
 /// Handle on the emulator's state: cheap to clone, usable from tests and from the control API.
@@ -810,6 +813,19 @@ impl EmulatorState {
     /// stay valid.
     pub fn reset(&self) {
         self.lock().reset();
+    }
+
+    /// Turns AKS's resource-provider throttling on with `limits`, or off with `None`, until a
+    /// [`EmulatorState::reset`] (which returns to the limits the emulator started with). AKS's
+    /// buckets start full.
+    pub fn set_aks_throttling(&self, limits: Option<AksLimits>) {
+        self.lock().throttle.set_aks_limits(limits);
+    }
+
+    /// AKS's resource-provider limits in force (`None`: not enforced).
+    pub fn aks_throttling(&self) -> Option<AksLimits> {
+        let started = self.settings().aks_throttling;
+        self.lock().throttle.aks_limits(started)
     }
 
     /// The meters the retail prices API (`GET /api/retail/prices`) serves, in the API's item

@@ -753,6 +753,13 @@ pub(crate) fn delete_machines(
     reply
 }
 
+/// The region of managed cluster `name`, if it exists.
+pub(crate) fn cluster_location(d: &Data, sub: &str, rg: &str, name: &str) -> Option<String> {
+    d.clusters
+        .get(&cluster_key(sub, rg, name))
+        .map(|c| c.location.clone())
+}
+
 /// The agent pool behind each backing scale set, keyed by the scale set's lowercased id.
 pub(crate) fn backing_pools(
     d: &Data,
