@@ -273,8 +273,20 @@ for v in get list watch; do
   can yes "$v" namespaces
   can yes "$v" provisioningrequests.autoscaling.x-k8s.io -A
   can yes "$v" podtemplates -A
+  can yes "$v" capacitybuffers.autoscaling.x-k8s.io -A
+  can yes "$v" deployments.apps -A
+  can yes "$v" replicasets.apps -A
+  can yes "$v" statefulsets.apps -A
+  can yes "$v" jobs.batch -A
 done
 can yes update provisioningrequests.autoscaling.x-k8s.io --subresource=status -A
+can yes update capacitybuffers.autoscaling.x-k8s.io --subresource=status -A
+can no update capacitybuffers.autoscaling.x-k8s.io -A
+can no delete capacitybuffers.autoscaling.x-k8s.io -A
+can no create capacitybuffers.autoscaling.x-k8s.io -A
+can no update deployments.apps -A
+can no patch deployments.apps/scale -A
+can no delete jobs.batch -A
 can no update provisioningrequests.autoscaling.x-k8s.io -A
 can no delete provisioningrequests.autoscaling.x-k8s.io -A
 can no create podtemplates -A
