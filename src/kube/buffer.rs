@@ -104,10 +104,11 @@ impl BufferStore for KubeBuffers {
         let mut referents = Referents::new();
         for b in buffers.iter().filter(|b| b.ours()) {
             let Ok(key) = b.reference() else { continue };
-            if !referents.contains_key(&key) {
-                let found = self.referent(&key).await;
-                referents.insert(key, found);
+            if referents.contains_key(&key) {
+                continue;
             }
+            let found = self.referent(&key).await;
+            referents.insert(key, found);
         }
         Ok((buffers, referents))
     }

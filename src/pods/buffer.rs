@@ -191,7 +191,7 @@ pub enum Referent {
         /// Replicas.
         replicas: i64,
         /// `spec.template`.
-        template: Option<PodTemplateSpec>,
+        template: Option<Arc<PodTemplateSpec>>,
         /// `metadata.generation`.
         generation: Option<i64>,
     },
@@ -212,7 +212,9 @@ impl Referent {
             .as_i64()
             .or_else(|| spec["parallelism"].as_i64())
             .unwrap_or(1);
-        let template = serde_json::from_value::<PodTemplateSpec>(spec["template"].clone()).ok();
+        let template = serde_json::from_value::<PodTemplateSpec>(spec["template"].clone())
+            .ok()
+            .map(Arc::new);
         Self::Scalable {
             replicas,
             template,
@@ -422,7 +424,7 @@ pub fn resolve(buffer: &Buffer, referents: &Referents) -> Result<Resolved, (&'st
                     format!("spec.scalableRef: {} {ns}/{} has no spec.template.spec", s.kind, s.name),
                 ));
             };
-            (tpl, None, generation, Some(replicas))
+            (Arc::unwrap_or_clone(tpl), None, generation, Some(replicas))
         }
         (k, _) => {
             return Err((
