@@ -3,7 +3,8 @@
 #
 # Renders deploy/base with kustomize under throw-away names (a namespace and a name suffix of its
 # own, through an overlay, the way an operator's overlay would rename it), applies only the
-# Namespace, ServiceAccount, Role, ClusterRole and the two bindings, and then, as that
+# Namespace, ServiceAccount, Role, ClusterRole and the two bindings (and the CRDs, which `can-i`
+# needs to know the resources), and then, as that
 # ServiceAccount (impersonation, `--as=system:serviceaccount:<ns>:<sa>`):
 #   1. `kubectl auth can-i` says yes to every verb the controller needs and no to what it must
 #      not have (Secrets, deleting nodes or pods, Leases or ConfigMaps of other names or in other
@@ -234,11 +235,19 @@ found = sorted(d["kind"] for d in docs)
 if found != sorted(keep):
     sys.exit(f"expected one each of {keep}, rendered {found}")
 yaml.safe_dump_all(docs, open(sys.argv[2], "w"), sort_keys=False)
+# The CRDs too: `can-i` answers "no" for a resource the server does not know.
+crds = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d and d["kind"] == "CustomResourceDefinition"]
+yaml.safe_dump_all(crds, open(sys.argv[2] + ".crds", "w"), sort_keys=False)
 PY
 if out="$(k apply -f "$WORK/rbac.yaml" 2>&1)"; then
   pass "applied $(grep -c '^kind:' "$WORK/rbac.yaml") RBAC objects as $AS"
 else
   echo "FAIL: kubectl apply: $out" >&2; exit 1
+fi
+if out="$(k apply -f "$WORK/rbac.yaml.crds" 2>&1 && k wait --for=condition=Established --timeout=30s -f "$WORK/rbac.yaml.crds" 2>&1)"; then
+  pass "applied and established $(grep -c '^kind:' "$WORK/rbac.yaml.crds") CRDs (ProvisioningRequest, CapacityBuffer)"
+else
+  echo "FAIL: kubectl apply of the CRDs: $out" >&2; exit 1
 fi
 
 # --- 1. kubectl auth can-i -----------------------------------------------------------------------
@@ -273,8 +282,20 @@ for v in get list watch; do
   can yes "$v" namespaces
   can yes "$v" provisioningrequests.autoscaling.x-k8s.io -A
   can yes "$v" podtemplates -A
+  can yes "$v" capacitybuffers.autoscaling.x-k8s.io -A
+  can yes "$v" deployments.apps -A
+  can yes "$v" replicasets.apps -A
+  can yes "$v" statefulsets.apps -A
+  can yes "$v" jobs.batch -A
 done
 can yes update provisioningrequests.autoscaling.x-k8s.io --subresource=status -A
+can yes update capacitybuffers.autoscaling.x-k8s.io --subresource=status -A
+can no update capacitybuffers.autoscaling.x-k8s.io -A
+can no delete capacitybuffers.autoscaling.x-k8s.io -A
+can no create capacitybuffers.autoscaling.x-k8s.io -A
+can no update deployments.apps -A
+can no patch deployments.apps/scale -A
+can no delete jobs.batch -A
 can no update provisioningrequests.autoscaling.x-k8s.io -A
 can no delete provisioningrequests.autoscaling.x-k8s.io -A
 can no create podtemplates -A

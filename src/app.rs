@@ -257,6 +257,10 @@ impl Replica {
         let provreq_client = kube_client
             .clone()
             .filter(|_| settings.pod_demand.provisioning_requests && kube_tasks.is_some());
+        // CapacityBuffers' status likewise.
+        let buffer_client = kube_client
+            .clone()
+            .filter(|_| settings.pod_demand.capacity_buffer_controller && kube_tasks.is_some());
         let (cluster, reflectors) = match kube_client {
             Some(client) => {
                 let (view, tasks) =
@@ -311,6 +315,12 @@ impl Replica {
                 if let Some(client) = provreq_client {
                     scale_up = scale_up
                         .provisioning_requests(crate::kube::provreq::KubeProvReqs::new(client));
+                }
+                if let Some(client) = buffer_client {
+                    scale_up = scale_up.capacity_buffers(
+                        crate::kube::buffer::KubeBuffers::new(client),
+                        settings.pod_demand.capacity_buffer_pod_injection,
+                    );
                 }
                 bookings = scale_up.bookings();
                 Some(tokio::spawn(scale_up.run(shutdown.clone())))

@@ -20,9 +20,20 @@ pub struct Held {
     pub bookings: Vec<Booking>,
     /// Their pods (virtual: scale-down places them on the nodes they fit).
     pub pods: Vec<Arc<PodRecord>>,
+    /// CapacityBuffers' virtual pods (see [`super::buffer`]): after the booked ones, they too
+    /// sit on the nodes they fit in scale-down's simulation, so buffer room is not removed.
+    pub buffers: Vec<Arc<PodRecord>>,
 }
 
-/// The bookings held, as the last decision left them (scale-down reads them).
+impl Held {
+    /// Every pod that holds room: the booked ones first, then the buffers'.
+    pub fn all(&self) -> Vec<Arc<PodRecord>> {
+        self.pods.iter().chain(&self.buffers).cloned().collect()
+    }
+}
+
+/// The room held (ProvisioningRequests' bookings, CapacityBuffers), as the last decision left
+/// it (scale-down reads it).
 #[derive(Debug, Default)]
 pub struct Bookings(RwLock<Arc<Held>>);
 
@@ -32,8 +43,23 @@ impl Bookings {
         self.0.read().clone()
     }
 
-    fn set(&self, held: Held) {
-        *self.0.write() = Arc::new(held);
+    fn set(&self, bookings: Vec<Booking>, pods: Vec<Arc<PodRecord>>) {
+        let mut held = self.0.write();
+        *held = Arc::new(Held {
+            bookings,
+            pods,
+            buffers: held.buffers.clone(),
+        });
+    }
+
+    /// Keeps the buffers' virtual pods the last decision injected.
+    pub(crate) fn set_buffers(&self, buffers: Vec<Arc<PodRecord>>) {
+        let mut held = self.0.write();
+        *held = Arc::new(Held {
+            bookings: held.bookings.clone(),
+            pods: held.pods.clone(),
+            buffers,
+        });
     }
 }
 
@@ -49,7 +75,7 @@ pub struct ProvReqs {
     pub(crate) next_poll: Option<Instant>,
     /// The writes the last decision asked for.
     pub(crate) updates: Vec<Update>,
-    /// The bookings of the last decision.
+    /// The bookings of the last decision (shared with the buffers, see [`Bookings`]).
     pub bookings: Arc<Bookings>,
 }
 
@@ -88,7 +114,7 @@ impl ProvReqs {
 
     /// Keeps the bookings the decision left.
     pub(crate) fn set_bookings(&self, bookings: Vec<Booking>, pods: Vec<Arc<PodRecord>>) {
-        self.bookings.set(Held { bookings, pods });
+        self.bookings.set(bookings, pods);
     }
 
     /// Writes the updates the last decision asked for. Returns whether one met a conflict (the

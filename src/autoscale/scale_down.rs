@@ -101,8 +101,8 @@ struct Shared {
 /// The loop (see the module documentation).
 pub struct ScaleDownLoop {
     shared: Arc<Shared>,
-    /// ProvisioningRequests' bookings: their pods sit on the nodes they fit, so booked room is
-    /// not removed.
+    /// ProvisioningRequests' bookings and CapacityBuffers: their pods sit on the nodes they fit,
+    /// so booked and buffer room is not removed.
     bookings: Option<Arc<super::provreq::Bookings>>,
     since: HashMap<String, Instant>,
     /// Per node whose removal started, since when it had been unneeded: a removal that stops
@@ -328,10 +328,9 @@ impl ScaleDownLoop {
         let now = Instant::now();
         let mut pods = s.cluster.pods.derived();
         if let Some(held) = self.bookings.as_ref().map(|b| b.get()) {
-            if !held.pods.is_empty() {
-                pods = Arc::new(crate::pods::provreq::held_on_nodes(
-                    &held.pods, &nodes, &pods,
-                ));
+            let holding = held.all();
+            if !holding.is_empty() {
+                pods = Arc::new(crate::pods::provreq::held_on_nodes(&holding, &nodes, &pods));
             }
         }
         let pdbs: Vec<_> = s.cluster.pdbs.snapshot().values().cloned().collect();

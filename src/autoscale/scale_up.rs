@@ -215,6 +215,10 @@ pub struct ScaleUpLoop {
     price_source: Option<Arc<dyn PriceSource>>,
     /// `enableProvisioningRequests`: the requests, decided with the pending pods.
     provreqs: Option<super::provreq::ProvReqs>,
+    /// `capacityBufferControllerEnabled`: the buffers, decided with the pending pods.
+    buffers: Option<super::buffer::Buffers>,
+    /// The room held for pods that do not exist (bookings, buffers): scale-down reads it.
+    held: Arc<super::provreq::Bookings>,
 }
 
 impl ScaleUpLoop {
@@ -246,6 +250,8 @@ impl ScaleUpLoop {
             last_decision: None,
             decisions: 0,
             provreqs: None,
+            buffers: None,
+            held: Arc::default(),
             prices: Arc::new(PriceBook::new(
                 settings.prices.clone(),
                 metrics.price_refresh_failures_total.clone(),
@@ -279,13 +285,27 @@ impl ScaleUpLoop {
         mut self,
         store: Arc<dyn crate::kube::provreq::ProvReqStore>,
     ) -> Self {
-        self.provreqs = Some(super::provreq::ProvReqs::new(store));
+        let mut p = super::provreq::ProvReqs::new(store);
+        p.bookings = self.held.clone();
+        self.provreqs = Some(p);
         self
     }
 
-    /// The bookings the requests hold (empty without `enableProvisioningRequests`).
+    /// Serves CapacityBuffers read and written through `store`
+    /// (`capacityBufferControllerEnabled`); `inject` (`capacityBufferPodInjectionEnabled`):
+    /// their virtual pods join the decisions.
+    pub fn capacity_buffers(
+        mut self,
+        store: Arc<dyn crate::kube::buffer::BufferStore>,
+        inject: bool,
+    ) -> Self {
+        self.buffers = Some(super::buffer::Buffers::new(store, inject));
+        self
+    }
+
+    /// The room the requests' bookings and the buffers hold (`None` with neither served).
     pub fn bookings(&self) -> Option<Arc<super::provreq::Bookings>> {
-        self.provreqs.as_ref().map(|p| p.bookings.clone())
+        (self.provreqs.is_some() || self.buffers.is_some()).then(|| self.held.clone())
     }
 
     /// Runs until `shutdown`. Woken by the cluster changing (any reflector publishing), by the
@@ -383,6 +403,15 @@ impl ScaleUpLoop {
                     provreq_due = p.due();
                 }
             }
+            // So are CapacityBuffers: each look decides them (their status, their room).
+            let mut buffer_due = false;
+            if let Some(b) = self.buffers.as_mut() {
+                if b.next_poll.is_none_or(|t| now >= t) {
+                    b.refresh().await;
+                    b.next_poll = Some(now + self.settings.scan_interval);
+                    buffer_due = b.due();
+                }
+            }
             let recheck_at = self
                 .last_decision
                 .map_or(now, |t| t + self.settings.scan_interval);
@@ -390,6 +419,8 @@ impl ScaleUpLoop {
                 Some("batch")
             } else if provreq_due && self.batcher.deadline().is_none() {
                 Some("provisioning_request")
+            } else if buffer_due && self.batcher.deadline().is_none() {
+                Some("capacity_buffer")
             } else if refused && pending_now > 0 && self.batcher.deadline().is_none() {
                 // The groups planned for are out: their pods go elsewhere in this decision.
                 Some("refusal")
@@ -413,6 +444,11 @@ impl ScaleUpLoop {
                         p.next_poll = Some(Instant::now() + STANDBY_LOOK);
                     }
                 }
+                if let Some(b) = self.buffers.as_mut() {
+                    if b.write().await {
+                        b.next_poll = Some(Instant::now() + STANDBY_LOOK);
+                    }
+                }
             }
             // The next moment that needs a look without any change in the cluster.
             wake_at = match self.batcher.deadline() {
@@ -423,7 +459,11 @@ impl ScaleUpLoop {
                 ),
                 None => None,
             };
-            if let Some(poll) = self.provreqs.as_ref().and_then(|p| p.next_poll) {
+            let polls = [
+                self.provreqs.as_ref().and_then(|p| p.next_poll),
+                self.buffers.as_ref().and_then(|b| b.next_poll),
+            ];
+            for poll in polls.into_iter().flatten() {
                 wake_at = Some(wake_at.map_or(poll, |w| w.min(poll)));
             }
         }
@@ -665,6 +705,20 @@ impl ScaleUpLoop {
             input.sources.insert(0, Arc::new(outcome.booked));
             provreq_targets = outcome.targets;
             p.updates = outcome.updates;
+        }
+        // CapacityBuffers last: their virtual pods are headroom, so the room there goes to the
+        // booked and the real pending pods first, and the buffers' pods ask for what is left.
+        if let Some(b) = self.buffers.as_mut() {
+            let outcome =
+                crate::pods::buffer::decide(&b.buffers, &b.referents, b.inject, input.now);
+            if !outcome.updates.is_empty() {
+                info!(updates = outcome.updates.len(), buffers = ?outcome.buffers, "CapacityBuffers decided");
+            }
+            self.held.set_buffers(outcome.pods.pods.clone());
+            if !outcome.pods.pods.is_empty() {
+                input.sources.push(Arc::new(outcome.pods));
+            }
+            b.updates = outcome.updates;
         }
         let mut plan = scale_up::plan(&input);
         for (g, t) in provreq_targets {

@@ -44,6 +44,13 @@ pub struct PodDemandSettings {
     /// serve `autoscaling.x-k8s.io/v1` ProvisioningRequests of the classes
     /// `check-capacity.autoscaling.x-k8s.io` and `best-effort-atomic-scale-up.autoscaling.x-k8s.io`.
     pub provisioning_requests: bool,
+    /// `capacityBufferControllerEnabled` (cluster-autoscaler's
+    /// `--capacity-buffer-controller-enabled`): read `autoscaling.x-k8s.io/v1beta1`
+    /// CapacityBuffers of the `buffer.x-k8s.io/active-capacity` strategy and write their status.
+    pub capacity_buffer_controller: bool,
+    /// `capacityBufferPodInjectionEnabled` (`--capacity-buffer-pod-injection-enabled`): the
+    /// buffers' virtual pods join scale-up (after the pending pods) and scale-down.
+    pub capacity_buffer_pod_injection: bool,
 }
 
 impl Default for PodDemandSettings {
@@ -56,6 +63,8 @@ impl Default for PodDemandSettings {
             batch_idle: BATCH_IDLE,
             batch_max: BATCH_MAX,
             balance_similar_node_groups: false,
+            capacity_buffer_controller: false,
+            capacity_buffer_pod_injection: false,
             provisioning_requests: false,
         }
     }
@@ -122,9 +131,31 @@ pub(super) fn pod_demand_settings(
             "needs demand: pods (a request's pods are planned as pending pods are)",
         );
     }
+    let capacity_buffer_controller = raw
+        .capacity_buffer_controller_enabled
+        .take()
+        .unwrap_or(false);
+    let capacity_buffer_pod_injection = raw
+        .capacity_buffer_pod_injection_enabled
+        .take()
+        .unwrap_or(false);
+    if capacity_buffer_controller && kind != DemandKind::Pods {
+        problems.push(
+            "capacityBufferControllerEnabled",
+            "needs demand: pods (a buffer's pods are planned as pending pods are)",
+        );
+    }
+    if capacity_buffer_pod_injection && !capacity_buffer_controller {
+        problems.push(
+            "capacityBufferPodInjectionEnabled",
+            "needs capacityBufferControllerEnabled: true (the pods injected are those of the buffers this controller resolves)",
+        );
+    }
     PodDemandSettings {
         kind,
         provisioning_requests,
+        capacity_buffer_controller,
+        capacity_buffer_pod_injection,
         expander,
         priority_cutoff: raw
             .expendable_pods_priority_cutoff

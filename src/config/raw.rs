@@ -387,6 +387,8 @@ pub(super) struct RawConfig {
     pub(super) pod_batch_max: Option<HumanDuration>,
     pub(super) balance_similar_node_groups: Option<bool>,
     pub(super) enable_provisioning_requests: Option<bool>,
+    pub(super) capacity_buffer_controller_enabled: Option<bool>,
+    pub(super) capacity_buffer_pod_injection_enabled: Option<bool>,
     pub(super) scale_down: Option<RawScaleDown>,
     pub(super) prices: Option<RawPrices>,
 }

@@ -4,12 +4,14 @@
 //! ([`ca_status`]), and Events aggregated and rate-limited
 //! like client-go's recorder ([`events`]), and the node writes of scale-down: our taint, the
 //! cordon, evictions and the startup cleanup of leftover taints ([`nodes`]), and
-//! ProvisioningRequests read and their status written under `resourceVersion` ([`provreq`]).
+//! ProvisioningRequests read and their status written under `resourceVersion` ([`provreq`]),
+//! CapacityBuffers and what they refer to likewise ([`buffer`]).
 //!
 //! The reconciler knows nothing of Kubernetes: it asks a [`crate::fence::WriteFence`] before
 //! every Azure write and reports through [`crate::notify::EventSink`].
 
 pub mod access;
+pub mod buffer;
 pub mod ca_status;
 pub mod events;
 pub mod lease;

@@ -4,6 +4,7 @@
 //! |---|---|
 //! | [`demand`] | where asking pods come from: one trait, pending pods and virtual pods from templates |
 //! | [`provreq`] | ProvisioningRequests: their pod sets as virtual pods, conditions, the per-class decision |
+//! | [`buffer`] | CapacityBuffers: headroom as virtual pods (replicas, percentage, limits), their status and conditions |
 //! | [`quantity`] | Kubernetes resource quantities as exact milli-units |
 //! | [`fit`] | whether a pod fits a node, as kube-scheduler's filters decide it |
 //! | [`estimate`] | first-fit-decreasing bin packing: new nodes per group for pending pods |
@@ -18,6 +19,7 @@
 //! | [`scale_down`] | whether one node can go, and what blocks removing it |
 //! | [`unneeded`] | one scale-down pass: unneeded nodes, since when, which go now; instances no Node stands for |
 
+pub mod buffer;
 pub mod demand;
 pub mod estimate;
 pub mod expander;

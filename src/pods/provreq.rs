@@ -357,7 +357,7 @@ fn permanent(why: &WhyNot) -> bool {
 
 /// Sets condition `kind` on `conds` (the time moves only when its status changes, as
 /// `meta.SetStatusCondition` does); whether anything changed.
-fn set_condition(
+pub(crate) fn set_condition(
     conds: &mut Vec<Condition>,
     kind: &str,
     status: bool,

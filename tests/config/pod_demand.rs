@@ -55,6 +55,14 @@ fn without_the_keys_demand_is_configured_with_cluster_autoscalers_defaults_ready
         "cluster-autoscaler's default"
     );
     assert!(!p.provisioning_requests, "cluster-autoscaler's default");
+    assert!(
+        !p.capacity_buffer_controller,
+        "cluster-autoscaler's default"
+    );
+    assert!(
+        !p.capacity_buffer_pod_injection,
+        "cluster-autoscaler's default"
+    );
 }
 
 #[test]
@@ -73,6 +81,8 @@ podBatchIdle: 500ms
 podBatchMax: 3s
 balanceSimilarNodeGroups: true
 enableProvisioningRequests: true
+capacityBufferControllerEnabled: true
+capacityBufferPodInjectionEnabled: true
 "#,
     )
     .unwrap();
@@ -93,6 +103,8 @@ enableProvisioningRequests: true
     );
     assert!(p.balance_similar_node_groups);
     assert!(p.provisioning_requests);
+    assert!(p.capacity_buffer_controller);
+    assert!(p.capacity_buffer_pod_injection);
 }
 
 #[test]
@@ -113,6 +125,27 @@ fn provisioning_requests_without_pod_demand_are_refused_at_their_key() {
         ps.iter()
             .any(|p| p.message.contains("enableProvisioningRequests")
                 || p.path.contains("enableProvisioningRequests")),
+        "{ps:?}"
+    );
+}
+
+#[test]
+fn capacity_buffers_without_pod_demand_or_injection_without_the_controller_are_refused_at_their_keys(
+) {
+    let ps = problems("kubernetes: {enabled: true}\ncapacityBufferControllerEnabled: true\n");
+    assert!(
+        has(&ps, "capacityBufferControllerEnabled", "needs demand: pods"),
+        "{ps:?}"
+    );
+    let ps = problems(
+        "kubernetes: {enabled: true}\ndemand: pods\ncapacityBufferPodInjectionEnabled: true\n",
+    );
+    assert!(
+        has(
+            &ps,
+            "capacityBufferPodInjectionEnabled",
+            "needs capacityBufferControllerEnabled: true"
+        ),
         "{ps:?}"
     );
 }

@@ -478,7 +478,7 @@ fn the_namespaced_role_grants_exactly_its_lease_and_its_status_config_map() {
 }
 
 #[test]
-fn the_cluster_role_grants_exactly_reads_a_node_patch_evictions_events_and_provisioning_request_status(
+fn the_cluster_role_grants_exactly_reads_a_node_patch_evictions_events_and_provisioning_request_and_capacity_buffer_status(
 ) {
     let role = rbac_object("rbac-cluster.yaml", "ClusterRole");
     assert!(
@@ -520,6 +520,20 @@ fn the_cluster_role_grants_exactly_reads_a_node_patch_evictions_events_and_provi
                 &["update"]
             ),
             rule(&[""], &["podtemplates"], &[], &read),
+            rule(&["autoscaling.x-k8s.io"], &["capacitybuffers"], &[], &read),
+            rule(
+                &["autoscaling.x-k8s.io"],
+                &["capacitybuffers/status"],
+                &[],
+                &["update"]
+            ),
+            rule(
+                &["apps"],
+                &["deployments", "replicasets", "statefulsets"],
+                &[],
+                &read
+            ),
+            rule(&["batch"], &["jobs"], &[], &read),
             rule(&["events.k8s.io"], &["events"], &[], &["create", "patch"]),
         ]
     );

@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod capacity_buffers;
 mod explain;
 mod price_expander;
 mod provisioning_requests;

@@ -339,6 +339,12 @@ impl Cluster {
                 vmss_capacity_controller::kube::provreq::KubeProvReqs::new(client.clone()),
             );
         }
+        if settings.pod_demand.capacity_buffer_controller {
+            scale_up = scale_up.capacity_buffers(
+                vmss_capacity_controller::kube::buffer::KubeBuffers::new(client.clone()),
+                settings.pod_demand.capacity_buffer_pod_injection,
+            );
+        }
         let bookings = scale_up.bookings();
         tasks.push(tokio::spawn(scale_up.run(stop.clone())));
         if settings.scale_down.enabled {

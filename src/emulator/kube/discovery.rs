@@ -35,21 +35,28 @@ pub fn api_versions(server: &str) -> Value {
 pub fn api_group_list() -> Value {
     let groups: Vec<Value> = groups()
         .into_iter()
-        .map(|(g, v)| {
-            let gv = json!({"groupVersion": format!("{g}/{v}"), "version": v});
-            json!({"name": g, "versions": [gv.clone()], "preferredVersion": gv})
-        })
+        .map(|(g, versions)| group_versions(g, &versions))
         .collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
 /// `/apis/<group>`.
 pub fn api_group(group: &str) -> Option<Value> {
-    let (g, v) = groups().into_iter().find(|(g, _)| *g == group)?;
-    let gv = json!({"groupVersion": format!("{g}/{v}"), "version": v});
+    let (g, versions) = groups().into_iter().find(|(g, _)| *g == group)?;
+    let one = group_versions(g, &versions);
     Some(
-        json!({"kind": "APIGroup", "apiVersion": "v1", "name": g, "versions": [gv.clone()], "preferredVersion": gv}),
+        json!({"kind": "APIGroup", "apiVersion": "v1", "name": g, "versions": one["versions"], "preferredVersion": one["preferredVersion"]}),
     )
+}
+
+/// One group's `name`, `versions` (preferred first) and `preferredVersion`.
+fn group_versions(g: &str, versions: &[&str]) -> Value {
+    let gvs: Vec<Value> = versions
+        .iter()
+        .map(|v| json!({"groupVersion": format!("{g}/{v}"), "version": v}))
+        .collect();
+    let preferred = gvs.first().cloned().unwrap_or(Value::Null);
+    json!({"name": g, "versions": gvs, "preferredVersion": preferred})
 }
 
 fn verbs(r: &ResourceType) -> Vec<&'static str> {

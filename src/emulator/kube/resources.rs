@@ -255,6 +255,19 @@ pub static RESOURCES: &[ResourceType] = &[
         true,
         true,
     ),
+    // cluster-autoscaler 1.35's CapacityBuffer CRD (`autoscaling.x-k8s.io_capacitybuffers.yaml`):
+    // namespaced, short name `cb`, a status subresource, no printer columns (NAME, AGE).
+    rt(
+        "autoscaling.x-k8s.io",
+        "v1beta1",
+        "capacitybuffers",
+        "capacitybuffer",
+        "CapacityBuffer",
+        true,
+        &["cb"],
+        true,
+        true,
+    ),
 ];
 
 /// The type served at `group/version/plural`.
@@ -269,13 +282,69 @@ pub fn by_id(id: &str) -> Option<&'static ResourceType> {
     RESOURCES.iter().find(|r| r.id() == id)
 }
 
-/// Served API groups (not core), in discovery order, each with its one version.
-pub fn groups() -> Vec<(&'static str, &'static str)> {
-    let mut out: Vec<(&'static str, &'static str)> = Vec::new();
+/// Served API groups (not core), in discovery order, each with its versions, the preferred
+/// first (a group's CRDs of several versions, as `autoscaling.x-k8s.io`'s `v1`
+/// ProvisioningRequests and `v1beta1` CapacityBuffers: the API server orders them by version
+/// priority, GA before beta).
+pub fn groups() -> Vec<(&'static str, Vec<&'static str>)> {
+    let mut out: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
     for r in RESOURCES.iter().filter(|r| !r.group.is_empty()) {
-        if !out.contains(&(r.group, r.version)) {
-            out.push((r.group, r.version));
+        match out.iter_mut().find(|(g, _)| *g == r.group) {
+            Some((_, versions)) if !versions.contains(&r.version) => versions.push(r.version),
+            Some(_) => {}
+            None => out.push((r.group, vec![r.version])),
         }
     }
+    for (_, versions) in &mut out {
+        versions.sort_by_key(|v| version_priority(v));
+    }
     out
+}
+
+/// Kubernetes' version order, highest first: GA (`v2` before `v1`), then beta, then alpha.
+fn version_priority(v: &str) -> (u8, std::cmp::Reverse<u32>, std::cmp::Reverse<u32>) {
+    let rest = v.strip_prefix('v').unwrap_or(v);
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    let major = digits.parse().unwrap_or(0);
+    let tail = &rest[digits.len()..];
+    let (class, minor) = if tail.is_empty() {
+        (0, "")
+    } else if let Some(m) = tail.strip_prefix("beta") {
+        (1, m)
+    } else if let Some(m) = tail.strip_prefix("alpha") {
+        (2, m)
+    } else {
+        (3, "")
+    };
+    (
+        class,
+        std::cmp::Reverse(major),
+        std::cmp::Reverse(minor.parse().unwrap_or(0)),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_of_two_versions_lists_both_ga_before_beta() {
+        let all = groups();
+        let (_, versions) = all
+            .iter()
+            .find(|(g, _)| *g == "autoscaling.x-k8s.io")
+            .expect("served");
+        assert_eq!(versions, &["v1", "v1beta1"]);
+        let mut vs = vec!["v1alpha1", "v1beta2", "v1beta1", "v2", "v1"];
+        vs.sort_by_key(|v| version_priority(v));
+        assert_eq!(vs, ["v2", "v1", "v1beta2", "v1beta1", "v1alpha1"]);
+    }
+
+    #[test]
+    fn capacity_buffers_are_served_namespaced_with_a_status_subresource_and_short_name_cb() {
+        let rt = find("autoscaling.x-k8s.io", "v1beta1", "capacitybuffers").expect("served");
+        assert!(rt.namespaced && rt.status_subresource && rt.generation);
+        assert_eq!(rt.short_names, ["cb"]);
+        assert_eq!(rt.kind, "CapacityBuffer");
+    }
 }

@@ -402,6 +402,8 @@ fn cells(rt: &ResourceType, obj: &Value, now: time::OffsetDateTime) -> Vec<Value
                 condition("Failed"),
             ]
         }
+        // A CRD without additionalPrinterColumns: apiextensions' default Age column only.
+        ("autoscaling.x-k8s.io", "capacitybuffers") => vec![name, age(obj, now)],
         ("storage.k8s.io", "csinodes") => vec![
             name,
             json!(obj

@@ -1,0 +1,161 @@
+//! CapacityBuffers through the API server: a list of the buffers per look, a get of each one's
+//! PodTemplate or scalable object, and the status write guarded by the `resourceVersion` read (a
+//! 409 means the buffer changed since: it is read afresh and decided again, never written
+//! blind).
+
+use super::provreq::{ProvReqError, Result};
+use crate::pods::buffer::{
+    scalable_resource, Buffer, RefKey, Referent, Referents, GROUP, KIND, PLURAL, VERSION,
+};
+use k8s_openapi::api::core::v1::PodTemplate;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use std::sync::Arc;
+
+/// Where buffers and what they refer to are read, and statuses written. Errors are
+/// [`ProvReqError`]'s variants (the same questions: conflict, gone, list, other).
+#[async_trait::async_trait]
+pub trait BufferStore: Send + Sync + std::fmt::Debug {
+    /// Every buffer in the cluster, and what each one refers to.
+    async fn list(&self) -> Result<(Vec<Buffer>, Referents)>;
+    /// One buffer afresh (`None`: gone).
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<Buffer>>;
+    /// Writes `object`'s status (`PUT .../status`) under its `metadata.resourceVersion`.
+    async fn replace_status(&self, object: &serde_json::Value) -> Result<Buffer>;
+}
+
+/// The API resource of `autoscaling.x-k8s.io/v1beta1` CapacityBuffers.
+pub fn api_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, VERSION, KIND), PLURAL)
+}
+
+/// [`BufferStore`] through kube-rs.
+#[derive(Clone)]
+pub struct KubeBuffers {
+    client: kube::Client,
+}
+
+impl std::fmt::Debug for KubeBuffers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeBuffers").finish_non_exhaustive()
+    }
+}
+
+impl KubeBuffers {
+    /// Through `client`.
+    pub fn new(client: kube::Client) -> Arc<Self> {
+        Arc::new(Self { client })
+    }
+
+    /// What `key` finds (a read error is kept as [`Referent::Unreadable`], for the condition).
+    async fn referent(&self, key: &RefKey) -> Referent {
+        let unreadable = |what: String, e: kube::Error| {
+            Referent::Unreadable(format!("reading {what} failed: {e}"))
+        };
+        match key {
+            RefKey::Template(ns, name) => {
+                let api: Api<PodTemplate> = Api::namespaced(self.client.clone(), ns);
+                match api.get_opt(name).await {
+                    Ok(Some(t)) => Referent::Template(Arc::new(t)),
+                    Ok(None) => Referent::Missing,
+                    Err(e) => unreadable(format!("PodTemplate {ns}/{name}"), e),
+                }
+            }
+            RefKey::Scalable(ns, r) => {
+                let Some((group, version, plural)) = scalable_resource(&r.api_group, &r.kind)
+                else {
+                    // Not read: the decision names the kind.
+                    return Referent::Missing;
+                };
+                let ar = ApiResource::from_gvk_with_plural(
+                    &GroupVersionKind::gvk(group, version, &r.kind),
+                    plural,
+                );
+                let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), ns, &ar);
+                match api.get_opt(&r.name).await {
+                    Ok(Some(o)) => match serde_json::to_value(o) {
+                        Ok(v) => Referent::scalable(&v),
+                        Err(e) => Referent::Unreadable(e.to_string()),
+                    },
+                    Ok(None) => Referent::Missing,
+                    Err(e) => unreadable(format!("{} {ns}/{}", r.kind, r.name), e),
+                }
+            }
+        }
+    }
+}
+
+fn to_buffer(o: DynamicObject) -> Option<Buffer> {
+    let v = serde_json::to_value(o).ok()?;
+    Buffer::of(v).ok()
+}
+
+#[async_trait::async_trait]
+impl BufferStore for KubeBuffers {
+    async fn list(&self) -> Result<(Vec<Buffer>, Referents)> {
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &api_resource());
+        let list = api
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| ProvReqError::List {
+                what: "capacitybuffers",
+                message: e.to_string(),
+            })?;
+        let buffers: Vec<Buffer> = list.items.into_iter().filter_map(to_buffer).collect();
+        let mut referents = Referents::new();
+        for b in buffers.iter().filter(|b| b.ours()) {
+            let Ok(key) = b.reference() else { continue };
+            if referents.contains_key(&key) {
+                continue;
+            }
+            let found = self.referent(&key).await;
+            referents.insert(key, found);
+        }
+        Ok((buffers, referents))
+    }
+
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<Buffer>> {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &api_resource());
+        let got = api.get_opt(name).await.map_err(|e| ProvReqError::Other {
+            key: format!("{namespace}/{name}"),
+            message: e.to_string(),
+        })?;
+        Ok(got.and_then(to_buffer))
+    }
+
+    async fn replace_status(&self, object: &serde_json::Value) -> Result<Buffer> {
+        let meta = &object["metadata"];
+        let namespace = meta["namespace"].as_str().unwrap_or("default");
+        let name = meta["name"].as_str().unwrap_or_default();
+        let key = format!("{namespace}/{name}");
+        if meta["resourceVersion"].as_str().is_none_or(str::is_empty) {
+            // Never a blind write: without a version the server would take it unconditionally.
+            return Err(ProvReqError::Other {
+                key,
+                message: "refusing to write a status without a resourceVersion".into(),
+            });
+        }
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &api_resource());
+        let body: DynamicObject =
+            serde_json::from_value(object.clone()).map_err(|e| ProvReqError::Other {
+                key: key.clone(),
+                message: e.to_string(),
+            })?;
+        match api
+            .replace_status(name, &PostParams::default(), &body)
+            .await
+        {
+            Ok(o) => to_buffer(o).ok_or_else(|| ProvReqError::Other {
+                key,
+                message: "the answer is not a CapacityBuffer".into(),
+            }),
+            Err(kube::Error::Api(s)) if s.code == 409 => Err(ProvReqError::Conflict(key)),
+            Err(kube::Error::Api(s)) if s.code == 404 => Err(ProvReqError::NotFound(key)),
+            Err(e) => Err(ProvReqError::Other {
+                key,
+                message: e.to_string(),
+            }),
+        }
+    }
+}
