@@ -363,11 +363,28 @@ impl moka::Expiry<String, Listed> for ListedLifetime {
 }
 
 /// Instance lists per scale set, with TTL and jitter.
+///
+/// A list is stored only if no invalidation of its group came between the moment it was asked
+/// for ([`InstanceCache::ticket`]) and its answer: a list sent before our own delete and
+/// answered after it would otherwise bring the deleted instance back into the cache (and a spot
+/// VM already deleted would be seen evicted, counted and marked again).
 #[derive(Clone)]
 pub struct InstanceCache {
     cache: moka::sync::Cache<String, Listed>,
+    /// Per group, how many times its entry was invalidated (held while a list is stored, so a
+    /// store and an invalidation never interleave).
+    generations: Arc<Mutex<HashMap<String, u64>>>,
     ttl: Duration,
     jitter: Duration,
+}
+
+/// Taken before an instance list is sent ([`InstanceCache::ticket`]): the list it brings back
+/// is stored only while no invalidation of its group came in between.
+#[derive(Debug, Clone)]
+#[must_use]
+pub struct ListTicket {
+    name: String,
+    generation: u64,
 }
 
 impl std::fmt::Debug for InstanceCache {
@@ -385,7 +402,21 @@ impl InstanceCache {
             .max_capacity(100_000)
             .expire_after(ListedLifetime)
             .build();
-        Self { cache, ttl, jitter }
+        Self {
+            cache,
+            generations: Arc::default(),
+            ttl,
+            jitter,
+        }
+    }
+
+    /// Taken right before `name`'s instances are listed: see [`InstanceCache::insert_stretched`].
+    pub fn ticket(&self, name: &str) -> ListTicket {
+        let generation = self.generations.lock().get(name).copied().unwrap_or(0);
+        ListTicket {
+            name: name.to_string(),
+            generation,
+        }
     }
 
     /// The cached instances of `name`, if present and not expired.
@@ -404,24 +435,37 @@ impl InstanceCache {
             .map(|l| l.until - l.lives)
     }
 
-    /// Stores a fresh instance list, to live the TTL plus its jitter.
-    pub fn insert(&self, name: &str, instances: Vec<Instance>) {
-        self.insert_stretched(name, instances, 1.0);
+    /// Stores a fresh instance list, to live the TTL plus its jitter (see
+    /// [`InstanceCache::insert_stretched`]).
+    pub fn insert(&self, ticket: ListTicket, instances: Vec<Instance>) -> bool {
+        self.insert_stretched(ticket, instances, 1.0)
     }
 
-    /// Stores a fresh instance list to live `stretch` (at least 1) times the TTL, plus its
-    /// jitter: below the reserve of the reads budget, instance lists are refreshed less often,
-    /// like the scale sets and the usages.
-    pub fn insert_stretched(&self, name: &str, instances: Vec<Instance>, stretch: f64) {
+    /// Stores the instance list `ticket` was taken for, to live `stretch` (at least 1) times
+    /// the TTL, plus its jitter: below the reserve of the reads budget, instance lists are
+    /// refreshed less often, like the scale sets and the usages. Returns `false`, storing
+    /// nothing, when the group was invalidated after the ticket was taken: the list may predate
+    /// our own write.
+    pub fn insert_stretched(
+        &self,
+        ticket: ListTicket,
+        instances: Vec<Instance>,
+        stretch: f64,
+    ) -> bool {
+        let generations = self.generations.lock();
+        if generations.get(&ticket.name).copied().unwrap_or(0) != ticket.generation {
+            return false;
+        }
         let lives = self.lifetime(stretch);
         self.cache.insert(
-            name.to_string(),
+            ticket.name,
             Listed {
                 instances: Arc::new(instances),
                 lives,
                 until: Instant::now() + lives,
             },
         );
+        true
     }
 
     /// The TTL times `stretch` (at least 1), plus a random part of the jitter.
@@ -435,8 +479,11 @@ impl InstanceCache {
         self.ttl.mul_f64(stretch.max(1.0)) + Duration::from_millis(extra)
     }
 
-    /// Drops the entry so the next read lists the instances again.
+    /// Drops the entry so the next read lists the instances again; a list already on its way
+    /// will not be stored.
     pub fn invalidate(&self, name: &str) {
+        let mut generations = self.generations.lock();
+        *generations.entry(name.to_string()).or_default() += 1;
         self.cache.invalidate(name);
     }
 }
@@ -546,7 +593,7 @@ pub(crate) mod tests {
     fn instance_cache_invalidation_drops_the_entry() {
         let c = InstanceCache::new(Duration::from_secs(300), Duration::from_secs(30));
         c.insert(
-            "a",
+            c.ticket("a"),
             vec![Instance {
                 instance_id: "0".into(),
                 provisioning_state: None,
@@ -559,12 +606,37 @@ pub(crate) mod tests {
         assert!(c.get("a").is_none());
     }
 
+    #[test]
+    fn a_list_asked_for_before_an_invalidation_is_not_stored_after_it() {
+        let c = InstanceCache::new(Duration::from_secs(300), Duration::ZERO);
+        let one = |id: &str| Instance {
+            instance_id: id.into(),
+            provisioning_state: None,
+            computer_name: None,
+            power_state: Some("PowerState/deallocated".into()),
+        };
+        // A refresh sends its list; our delete of instance 3 invalidates meanwhile; the
+        // refresh's answer, still showing 3, comes back after.
+        let before_delete = c.ticket("spot");
+        c.invalidate("spot");
+        assert!(
+            !c.insert(before_delete, vec![one("3")]),
+            "a stale list is refused"
+        );
+        assert!(c.get("spot").is_none(), "the next read lists again");
+        // A list asked for after the invalidation is stored, and others' groups are untouched.
+        let other = c.ticket("ondemand");
+        assert!(c.insert(c.ticket("spot"), vec![one("4")]));
+        assert_eq!(c.get("spot").expect("stored")[0].instance_id, "4");
+        assert!(c.insert(other, Vec::new()));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn an_instance_list_taken_while_the_reads_budget_is_low_lives_its_stretched_ttl() {
         let c = InstanceCache::new(Duration::from_secs(300), Duration::ZERO);
-        c.insert("usual", Vec::new());
-        c.insert_stretched("stretched", Vec::new(), 2.5);
-        c.insert_stretched("never-shortened", Vec::new(), 0.5);
+        assert!(c.insert(c.ticket("usual"), Vec::new()));
+        assert!(c.insert_stretched(c.ticket("stretched"), Vec::new(), 2.5));
+        assert!(c.insert_stretched(c.ticket("never-shortened"), Vec::new(), 0.5));
         tokio::time::advance(Duration::from_secs(299)).await;
         assert!(c.get("usual").is_some());
         assert!(c.get("never-shortened").is_some());

@@ -586,22 +586,29 @@ impl NodeGroups {
             let mut lists = JoinSet::new();
             for group in chunk {
                 let (resource, name) = (self.resource(group), group.name.clone());
+                // Taken before the list is sent: our own delete landing meanwhile makes the
+                // answer stale, and it is then not stored.
+                let ticket = self.instances.ticket(&name);
                 lists.spawn(async move {
                     let result = resource.list_instances(&name).await;
-                    (name, result)
+                    (name, ticket, result)
                 });
             }
-            while let Some(Ok((name, result))) = lists.join_next().await {
+            while let Some(Ok((name, ticket, result))) = lists.join_next().await {
                 match result {
                     Ok(list) => {
-                        self.metrics
-                            .scale_set_instances
-                            .with_label_values(&[&name])
-                            .set(list.len() as i64);
+                        let count = list.len() as i64;
                         let stopped = list.iter().any(Instance::deallocated)
                             && self.offering(&name).is_some_and(|o| o.spot);
                         let failed = list.iter().any(Instance::failed);
-                        self.instances.insert_stretched(&name, list, stretch);
+                        if !self.instances.insert_stretched(ticket, list, stretch) {
+                            debug!(scale_set = %name, "instance list answered after an invalidation: not stored, listed again next pass");
+                            continue;
+                        }
+                        self.metrics
+                            .scale_set_instances
+                            .with_label_values(&[&name])
+                            .set(count);
                         if stopped || (failed && self.listed_since_refusal(&name)) {
                             self.stopped.send_modify(|n| *n += 1);
                         }

@@ -25,6 +25,11 @@ struct Fake {
     gate: Option<Arc<Notify>>,
     /// Told when a write has started.
     started: Notify,
+    /// When set, the next instance list is answered as the state was when it was asked, but
+    /// only once this is notified (a slow way back); later lists are not held.
+    slow_list: Mutex<Option<Arc<Notify>>>,
+    /// Told when a held list has taken its answer.
+    listed: Notify,
 }
 
 #[derive(Debug, Default)]
@@ -215,6 +220,11 @@ impl CapacityResource for Fake {
 
     async fn list_instances(&self, _name: &str) -> Result<Vec<Instance>, ArmError> {
         let capacity = self.state.lock().capacity;
+        let slow = self.slow_list.lock().take();
+        if let Some(way_back) = slow {
+            self.listed.notify_one();
+            way_back.notified().await;
+        }
         Ok((0..capacity)
             .map(|i| Instance {
                 instance_id: i.to_string(),
@@ -580,6 +590,45 @@ async fn a_resource_that_refuses_this_controller_gets_neither_writes_nor_deletes
     assert_eq!(h.delete().await, held(refused));
     assert!(h.fake.writes().is_empty());
     assert_eq!(h.fake.deletes(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_instance_list_asked_before_a_delete_and_answered_after_it_is_not_cached() {
+    let h = Arc::new(harness(Fake::new(3), settings(None, "")));
+    h.reconciler.run_once().await.expect("a first pass");
+    let groups = h.reconciler.node_groups().groups();
+    let instances = h.reconciler.node_groups().instances().clone();
+    // The pass cached a list; it runs out (as its TTL would) and a refresh asks again, its
+    // answer (3 instances) slow to come back.
+    instances.invalidate(GROUP);
+    let way_back = Arc::new(Notify::new());
+    *h.fake.slow_list.lock() = Some(way_back.clone());
+    let refresh = {
+        let h = h.clone();
+        tokio::spawn(async move {
+            h.reconciler
+                .node_groups()
+                .refresh_instances(&groups, 1.0)
+                .await
+        })
+    };
+    h.fake.listed.notified().await;
+    // Meanwhile an instance is deleted: the group has 2.
+    assert_eq!(h.delete().await, DeleteEnd::Deleted);
+    way_back.notify_one();
+    refresh.await.unwrap();
+    assert!(
+        instances.get(GROUP).is_none(),
+        "the list from before the delete is not cached: {:?}",
+        instances.get(GROUP)
+    );
+    // The next refresh lists anew and caches what is there now.
+    let groups = h.reconciler.node_groups().groups();
+    h.reconciler
+        .node_groups()
+        .refresh_instances(&groups, 1.0)
+        .await;
+    assert_eq!(instances.get(GROUP).expect("listed again").len(), 2);
 }
 
 #[tokio::test(start_paused = true)]

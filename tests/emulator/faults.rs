@@ -108,6 +108,39 @@ async fn latency_faults_delay_the_answer() {
 }
 
 #[tokio::test]
+async fn a_slow_answer_shows_the_state_as_it_was_when_the_request_was_handled() {
+    let (env, _) = seeded().await;
+    env.handle.state().inject_fault(fault(
+        Some("GET"),
+        FaultKind::SlowAnswer { ms: 400 },
+        Some(1),
+    ));
+    let t = std::time::Instant::now();
+    // The GET is handled at once (capacity 2); a write lands while its answer travels.
+    let path = vmss_path("v");
+    let (read, write) = tokio::join!(env.get(&path), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let w = env
+            .send("PUT", &vmss_path("v"), None, None, Some(put_body(5)))
+            .await;
+        (w, t.elapsed())
+    });
+    assert_eq!(write.0.status, 200);
+    assert!(
+        write.1 < Duration::from_millis(400),
+        "the write was not held"
+    );
+    assert_eq!(read.status, 200);
+    assert_eq!(read.body["sku"]["capacity"], 2, "the state as handled");
+    assert!(t.elapsed() >= Duration::from_millis(400));
+    assert_eq!(
+        env.get(&vmss_path("v")).await.body["sku"]["capacity"],
+        5,
+        "count 1 is used up; the write is there"
+    );
+}
+
+#[tokio::test]
 async fn drop_before_commit_closes_the_connection_and_changes_nothing() {
     let (env, etag) = seeded().await;
     env.handle

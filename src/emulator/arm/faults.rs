@@ -36,6 +36,13 @@ pub enum FaultKind {
         /// Added delay in milliseconds.
         ms: u64,
     },
+    /// Handle the request at once, then hold its answer back `ms` milliseconds (tokio clock):
+    /// the answer shows the state as it was when it was handled, as a real answer does after a
+    /// slow way back, so a client can receive a list older than its own later write.
+    SlowAnswer {
+        /// How long the answer travels, in milliseconds.
+        ms: u64,
+    },
     /// Answer with this status and an ARM error body, without handling the request.
     Status {
         /// HTTP status code.
@@ -101,10 +108,12 @@ impl ActiveFault {
     }
 }
 
-/// The faults that apply to one request: accumulated latency and at most one action.
+/// The faults that apply to one request: accumulated latency (before handling, and after it
+/// for the answer's way back) and at most one action.
 #[derive(Debug, Default)]
 pub(crate) struct FaultPlan {
     pub latency_ms: u64,
+    pub answer_delay_ms: u64,
     pub action: Option<FaultKind>,
 }
 
@@ -115,7 +124,10 @@ pub(crate) fn take(faults: &mut Vec<ActiveFault>, method: &str, path: &str) -> F
         if !fault.matches(method, path) {
             continue;
         }
-        let is_latency = matches!(fault.spec.kind, FaultKind::Latency { .. });
+        let is_latency = matches!(
+            fault.spec.kind,
+            FaultKind::Latency { .. } | FaultKind::SlowAnswer { .. }
+        );
         if !is_latency && plan.action.is_some() {
             continue;
         }
@@ -129,6 +141,7 @@ pub(crate) fn take(faults: &mut Vec<ActiveFault>, method: &str, path: &str) -> F
         }
         match &fault.spec.kind {
             FaultKind::Latency { ms } => plan.latency_ms += ms,
+            FaultKind::SlowAnswer { ms } => plan.answer_delay_ms += ms,
             other => plan.action = Some(other.clone()),
         }
     }

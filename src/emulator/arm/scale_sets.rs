@@ -787,6 +787,9 @@ async fn process(
         }
         _ => {}
     }
+    if plan.answer_delay_ms > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(plan.answer_delay_ms)).await;
+    }
     Outcome::Reply(with_limits(reply))
 }
 
