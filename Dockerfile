@@ -28,11 +28,16 @@ WORKDIR /src
 # 1. Dependencies only, cached as long as Cargo.toml and Cargo.lock do not change: build against
 #    stub sources. Every target path the manifest names gets an empty stub, so explicit [[bin]],
 #    [[bench]] or [[test]] entries do not break this step.
+#    The workspace's other members (the emulator, the VM size table) are loaded with their
+#    manifests and stubs too; only the size table is compiled into the image.
 COPY Cargo.toml Cargo.lock ./
+COPY crates/emulator/Cargo.toml crates/emulator/
+COPY crates/vm-sizes/Cargo.toml crates/vm-sizes/
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git \
     set -eu; \
-    mkdir -p src; echo 'fn main() {}' > src/main.rs; : > src/lib.rs; \
+    mkdir -p src crates/emulator/src crates/vm-sizes/src; echo 'fn main() {}' > src/main.rs; : > src/lib.rs; \
+    : > crates/emulator/src/lib.rs; : > crates/vm-sizes/src/lib.rs; \
     for p in $(sed -n 's/^path *= *"\(.*\.rs\)"/\1/p' Cargo.toml); do \
       [ -f "$p" ] || { mkdir -p "$(dirname "$p")"; echo 'fn main() {}' > "$p"; }; \
     done; \
@@ -40,22 +45,24 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
       [ -f "benches/$b.rs" ] || { mkdir -p benches; echo 'fn main() {}' > "benches/$b.rs"; }; \
     done; \
     cargo build --locked --release --no-default-features; \
-    rm -rf src
+    rm -rf src crates/vm-sizes/src
 
 # 2. The real sources. `touch` makes cargo rebuild the crate, not trust the stubs' timestamps.
-# Only src/ is needed for the binary; bench/test stubs from step 1 stay to satisfy the manifest.
+# Only src/ and the VM size table are needed for the binary; bench/test stubs and the emulator's
+# stub from step 1 stay to satisfy the manifests.
 COPY src ./src
+COPY crates/vm-sizes/src ./crates/vm-sizes/src
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git \
     set -eu; \
-    touch src/main.rs src/lib.rs; \
+    touch src/main.rs src/lib.rs crates/vm-sizes/src/lib.rs; \
     cargo build --locked --release --no-default-features --bin vmss-capacity-controller; \
     cp target/release/vmss-capacity-controller /vmss-capacity-controller; \
     /vmss-capacity-controller --help >/dev/null
 
 FROM ${RUNTIME_IMAGE}
 LABEL org.opencontainers.image.title="vmss-capacity-controller" \
-      org.opencontainers.image.description="Keeps Azure VM Scale Set capacity where a plan says, with ETag (If-Match) writes" \
+      org.opencontainers.image.description="A cluster autoscaler for Azure scale sets and AKS agent pools whose every write is ETag-guarded (If-Match)" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=builder /vmss-capacity-controller /usr/local/bin/vmss-capacity-controller
 USER 65532:65532

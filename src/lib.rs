@@ -25,7 +25,7 @@
 //! | [`pods`] | pod-driven demand's pure parts: pods and nodes as records, quantities, fit, templates, bin packing, expanders, the demand sources (one trait: pending pods, virtual pods from templates), ProvisioningRequests' decision, CapacityBuffers' decision, the scale-up decision, one scale-down pass (which nodes go, which instances never registered) |
 //! | [`autoscale`] | `demand: pods`'s loops: [`autoscale::scale_up`] (batching pending pods, one decision per batch, the reconciler's demand source; ProvisioningRequests through [`autoscale::provreq`], CapacityBuffers through [`autoscale::buffer`]) and [`autoscale::scale_down`] (taint, re-check, drain through evictions, delete exactly that instance) |
 //! | [`kube`] | the Kubernetes side: client, Lease leader election, reflectors of nodes and pods (as records), PDBs, DaemonSets, ProvisioningRequests and CapacityBuffers and their status writes |
-//! | [`emulator`] | feature `emulator` (default): ARM (scale sets, AKS, identity, throttling, faults) and Kubernetes API emulators, separate rooms |
+//! | [`emulator`] | feature `emulator` (default): the crate `vmss-emulator` (`crates/emulator`), re-exported: ARM (scale sets, AKS, identity, throttling, faults) and Kubernetes API emulators, separate rooms |
 //! | [`demo`] | feature `emulator`: the zero-setup showcase: pod-driven scaling with a rival writer, ETags on and off side by side; the plan, AKS and Lease showcases by flag |
 //! | [`app`] | one controller replica wired from its settings (`run` builds one, the demo two) |
 //! | [`cli`] | subcommands and their implementations; `main.rs` only dispatches |
@@ -40,7 +40,7 @@ pub mod config;
 #[cfg(feature = "emulator")]
 pub mod demo;
 #[cfg(feature = "emulator")]
-pub mod emulator;
+pub use vmss_emulator as emulator;
 pub mod explain;
 pub mod fence;
 pub mod hold;

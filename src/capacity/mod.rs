@@ -15,7 +15,6 @@
 pub mod offerings;
 pub mod prices;
 pub mod quota;
-pub mod vm_sizes;
 
 pub use offerings::{AllocationFailure, Offering, Unavailable, UnavailableOfferings};
 pub use prices::{GroupPrice, PriceBook, PriceError, PriceOrigin, PriceSource, RetailPricesClient};

@@ -85,7 +85,7 @@ impl Offering {
 
     /// The VM family quota counts this size in (`standardDSv5Family`), if the size table knows it.
     pub fn family(&self) -> Option<&'static str> {
-        super::vm_sizes::vm_size(&self.vm_size).map(|s| s.family)
+        vm_sizes::vm_size(&self.vm_size).map(|s| s.family)
     }
 }
 

@@ -711,7 +711,7 @@ mod tests {
     fn every_size_of_the_vm_table_has_a_list_price_in_each_snapshot_region() {
         let t = PriceTable::snapshot();
         for (region, _) in SNAPSHOT {
-            for (size, _) in crate::capacity::vm_sizes::sizes() {
+            for (size, _) in vm_sizes::sizes() {
                 let p = t.get(region, size).and_then(|p| p.on_demand);
                 assert!(
                     p.is_some_and(|p| p > 0.0 && p < MISSING_PRICE),

@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::{Pod, Taint};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub use crate::capacity::vm_sizes::{sizes, vm_size, VmSize};
+pub use vm_sizes::{sizes, vm_size, VmSize};
 
 /// AKS's default OS disk size when the pool or scale set does not set one (`osDiskSizeGB: 0`).
 pub const AKS_DEFAULT_OS_DISK_GIB: u32 = 128;

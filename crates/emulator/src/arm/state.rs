@@ -21,7 +21,7 @@ pub(crate) const MAX_LOG: usize = 200_000;
 /// How many finished long-running operations are remembered.
 const MAX_OPERATIONS: usize = 100_000;
 /// Largest capacity a scale set accepts.
-pub(crate) const MAX_CAPACITY: i64 = 1000;
+pub const MAX_CAPACITY: i64 = 1000;
 /// Writer recorded for seeds and out-of-band deletes made without a writer.
 pub(crate) const SEED_WRITER: &str = "seed";
 
@@ -435,7 +435,7 @@ impl ScaleSet {
                 "vmId": inst.vm_id,
                 "timeCreated": inst.time_created,
                 // What a VMSS names its VMs (prefix + base-36 id), and the Node registers as.
-                "osProfile": {"computerName": crate::emulator::sim::nodes::node_name(&self.name, id)},
+                "osProfile": {"computerName": crate::sim::nodes::node_name(&self.name, id)},
             },
         });
         if let Some(z) = self.zone_of(id) {

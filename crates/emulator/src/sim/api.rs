@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use crate::emulator::kube::{resources, KubeError, KubeState};
+use crate::kube::{resources, KubeError, KubeState};
 
 use super::nodes::scale_set_of;
 use super::scheduler::is_pending;
@@ -197,7 +197,7 @@ impl KubeState {
         replicas: i64,
     ) -> Result<Value, KubeError> {
         let Some(rt) = resources::find("apps", "v1", "replicasets") else {
-            return Err(crate::emulator::kube::status::no_route());
+            return Err(crate::kube::status::no_route());
         };
         // Read and write under one lock: the simulation writes the status in between otherwise,
         // and the write would meet a 409.

@@ -233,7 +233,7 @@ pub fn delete_pod(
         .and_then(|n| store.get(nodes_rt, "", n).ok())
         .is_some_and(|node| {
             node.pointer("/metadata/annotations")
-                .and_then(|a| a.get(crate::emulator::sim::nodes::NOT_READY_ANNOTATION))
+                .and_then(|a| a.get(crate::sim::nodes::NOT_READY_ANNOTATION))
                 .and_then(Value::as_str)
                 == Some("true")
         });

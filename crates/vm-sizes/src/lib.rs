@@ -1,7 +1,7 @@
 //! The VM sizes the controller knows (Azure's size pages): vCPUs, memory, GPUs, the temporary
-//! disk, the quota family and the data disks each may attach. Shared by node templates
-//! ([`crate::pods::template`]), the quota ([`super::quota`]), refused offerings
-//! ([`super::offerings`]), prices ([`super::prices`]) and the emulator. Pure data.
+//! disk, the quota family and the data disks each may attach. Shared by the controller (node
+//! templates, the vCPU quota, refused offerings, prices: `capacity::vm_sizes` there) and the
+//! emulator's quota. Pure data, its own crate so the emulator needs nothing of the controller.
 
 /// A VM size: vCPUs, memory and GPUs as Azure lists them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

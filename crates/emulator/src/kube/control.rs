@@ -14,7 +14,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::{KubeState, PodSeed};
-use crate::emulator::server::Reply;
+use crate::server::Reply;
 
 #[derive(Deserialize)]
 struct NodeSeed {

@@ -10,9 +10,9 @@
 
 use super::state::ScaleSet;
 use super::Reply;
-use crate::capacity::vm_sizes::vm_size;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashMap};
+use vm_sizes::vm_size;
 
 /// The limit listed for a usage no test set (large enough never to bind).
 pub const DEFAULT_LIMIT: i64 = 100_000;

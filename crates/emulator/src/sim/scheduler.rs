@@ -11,9 +11,9 @@ use std::collections::HashMap;
 
 use serde_json::{json, Map, Value};
 
-use crate::emulator::kube::resources;
-use crate::emulator::kube::select::Selector;
-use crate::emulator::kube::store::{name_of, Store};
+use crate::kube::resources;
+use crate::kube::select::Selector;
+use crate::kube::store::{name_of, Store};
 
 use super::nodes::{is_ready, now_rfc3339};
 use super::placement::{NodeView, PassState};

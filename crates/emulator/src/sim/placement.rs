@@ -25,9 +25,9 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::{json, Map, Value};
 
-use crate::emulator::kube::resources;
-use crate::emulator::kube::select::{label_selector_matches, Selector};
-use crate::emulator::kube::store::{name_of, Store};
+use crate::kube::resources;
+use crate::kube::select::{label_selector_matches, Selector};
+use crate::kube::store::{name_of, Store};
 
 use super::scheduler::{node_selector_terms_match, selector_and_affinity_match, tolerates};
 

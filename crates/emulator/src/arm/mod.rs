@@ -30,8 +30,8 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::request::Parts;
 
-pub(crate) use crate::emulator::server::{ConnKill, Reply, ReplyBody};
-pub(crate) use crate::emulator::EmulatorError;
+pub(crate) use crate::server::{ConnKill, Reply, ReplyBody};
+pub(crate) use crate::EmulatorError;
 pub use aks::{AgentPoolSeed, AgentPoolView, ClusterSeed, ClusterView};
 pub(crate) use state::EmulatorState;
 use state::RequestRecord;

@@ -114,7 +114,7 @@ impl AgentPoolSeed {
     }
 }
 
-/// A managed cluster to create (or replace) through [`crate::emulator::EmulatorState::seed_cluster`].
+/// A managed cluster to create (or replace) through [`crate::EmulatorState::seed_cluster`].
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ClusterSeed {
     /// Subscription id.

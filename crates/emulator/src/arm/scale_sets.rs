@@ -1447,7 +1447,7 @@ fn vmss_delete_instances(
         pool: None,
         machines: victims
             .iter()
-            .map(|id| crate::emulator::sim::nodes::node_name(&ss.name, *id))
+            .map(|id| crate::sim::nodes::node_name(&ss.name, *id))
             .collect(),
         capacity_after: ss.capacity,
     };

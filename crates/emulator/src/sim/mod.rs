@@ -20,8 +20,9 @@
 //! | `workloads` | ReplicaSets and DaemonSets |
 //! | `api` | the Rust API for tests and the demo, on [`KubeState`] |
 //!
-//! None of it shares code with the planner's fit code (the `pods` module): if they shared it, a bug
-//! would agree with itself.
+//! None of it shares code with the planner's fit code (the controller's `pods` module): if they
+//! shared it, a bug would agree with itself. The crate boundary enforces it: this crate does not
+//! depend on the controller.
 
 mod api;
 pub mod nodes;
@@ -170,34 +171,4 @@ pub(crate) fn spawn(
             sim.step(&arm, &kube, settings.boot_delay);
         }
     })
-}
-
-#[cfg(test)]
-mod independence {
-    /// The simulation is the oracle the planner is checked against: it decides placement with
-    /// code of its own, so a misreading of Kubernetes in `src/pods/` cannot agree with itself.
-    #[test]
-    fn the_simulation_imports_nothing_from_the_planner() {
-        for (file, text) in [
-            ("api.rs", include_str!("api.rs")),
-            ("mod.rs", include_str!("mod.rs")),
-            ("nodes.rs", include_str!("nodes.rs")),
-            ("placement.rs", include_str!("placement.rs")),
-            ("quantity.rs", include_str!("quantity.rs")),
-            ("scheduler.rs", include_str!("scheduler.rs")),
-            ("sizes.rs", include_str!("sizes.rs")),
-            ("workloads.rs", include_str!("workloads.rs")),
-        ] {
-            // The guard's own lines name what it looks for: only the code above it counts.
-            let code = text.split("mod independence").next().unwrap_or(text);
-            for planner in [
-                "crate::pods",
-                "crate::autoscale",
-                "crate::explain",
-                "super::super::super",
-            ] {
-                assert!(!code.contains(planner), "sim/{file} uses {planner}");
-            }
-        }
-    }
 }

@@ -270,7 +270,7 @@ fn drop_empty(m: &mut Map<String, Value>, keys: &[&str]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::emulator::kube::resources;
+    use crate::kube::resources;
 
     #[test]
     fn a_bare_node_gets_every_node_info_field_and_the_kubelet_endpoint() {

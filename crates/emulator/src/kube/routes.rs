@@ -15,7 +15,7 @@ use super::select::Selector;
 use super::status::{self, KubeError};
 use super::store::name_of;
 use super::{discovery, eviction, patch, table, watch, KubeState};
-use crate::emulator::server::Reply;
+use crate::server::Reply;
 
 /// What a path names.
 #[derive(Debug, PartialEq)]

@@ -8,10 +8,10 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::time::Instant;
 
-use crate::emulator::arm::inventory::ScaleSetInventory;
-use crate::emulator::kube::resources;
-use crate::emulator::kube::select::Selector;
-use crate::emulator::kube::store::{name_of, Store};
+use crate::arm::inventory::ScaleSetInventory;
+use crate::kube::resources;
+use crate::kube::select::Selector;
+use crate::kube::store::{name_of, Store};
 
 use super::sizes::{self, NodeResources};
 

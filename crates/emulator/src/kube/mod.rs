@@ -44,7 +44,7 @@ use serde_json::{json, Value};
 pub use status::KubeError;
 use store::Store;
 
-use crate::emulator::server::Reply;
+use crate::server::Reply;
 
 /// Watch events kept for watches that resume from a `resourceVersion` (older ones get 410).
 pub const DEFAULT_HISTORY: usize = 1000;
@@ -430,7 +430,7 @@ pub(crate) fn handle(kube: &KubeState, parts: &Parts, body: &[u8]) -> Response {
             return Reply {
                 status: 200,
                 headers: Vec::new(),
-                body: crate::emulator::server::ReplyBody::Text("ok".to_string()),
+                body: crate::server::ReplyBody::Text("ok".to_string()),
             }
             .into_response()
         }

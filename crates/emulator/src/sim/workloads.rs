@@ -7,9 +7,9 @@ use std::collections::{BTreeMap, HashSet};
 
 use serde_json::{json, Value};
 
-use crate::emulator::kube::resources::{self, ResourceType};
-use crate::emulator::kube::select::Selector;
-use crate::emulator::kube::store::{name_of, Store};
+use crate::kube::resources::{self, ResourceType};
+use crate::kube::select::Selector;
+use crate::kube::store::{name_of, Store};
 
 use super::nodes::{is_ready, now_rfc3339};
 use super::scheduler::{is_pending, selector_matches, tolerations_of, untolerated_taint};
@@ -496,7 +496,7 @@ pub(crate) fn reconcile_disruption_budgets(store: &mut Store) {
     };
     let budgets = store.list(rt, None, &Selector::default(), None, None).items;
     for pdb in &budgets {
-        let computed = crate::emulator::kube::eviction::with_status(store, pdb.clone());
+        let computed = crate::kube::eviction::with_status(store, pdb.clone());
         if let Some(status) = computed.get("status").cloned() {
             write_status(store, rt, pdb, status);
         }

@@ -45,7 +45,7 @@ pub(crate) fn scale_set_name(cluster_id: &str, pool: &str) -> String {
 /// The AKS machine name of instance `id` of scale set `scale_set`: the node's name
 /// (`aks-general-12345678-vmss000003`), as the cluster simulation names nodes.
 pub(crate) fn machine_name(scale_set: &str, id: u64) -> String {
-    crate::emulator::sim::nodes::node_name(scale_set, id)
+    crate::sim::nodes::node_name(scale_set, id)
 }
 
 /// Where a pool's scale set lives and what it should look like.
