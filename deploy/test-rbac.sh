@@ -287,6 +287,7 @@ for v in get list watch; do
   can yes "$v" replicasets.apps -A
   can yes "$v" statefulsets.apps -A
   can yes "$v" jobs.batch -A
+  can yes "$v" resourcequotas -A
 done
 can yes update provisioningrequests.autoscaling.x-k8s.io --subresource=status -A
 can yes update capacitybuffers.autoscaling.x-k8s.io --subresource=status -A
@@ -299,6 +300,7 @@ can no delete jobs.batch -A
 can no update provisioningrequests.autoscaling.x-k8s.io -A
 can no delete provisioningrequests.autoscaling.x-k8s.io -A
 can no create podtemplates -A
+can no update resourcequotas --subresource=status -A
 can no update namespaces
 can no delete namespaces
 can no update persistentvolumeclaims -A

@@ -135,6 +135,58 @@ pub fn needs(settings: &Settings, dry_run: bool) -> Vec<Need> {
             "post Events",
         ));
     }
+    // The capacity APIs, when served: read the objects and what they refer to, write their
+    // status (guarded by the resourceVersion read).
+    let pd = &settings.pod_demand;
+    if pd.provisioning_requests {
+        let why = "serve ProvisioningRequests";
+        out.push(need(
+            "list",
+            "autoscaling.x-k8s.io",
+            "provisioningrequests",
+            None,
+            why,
+        ));
+        out.push(Need {
+            subresource: Some("status"),
+            ..need(
+                "update",
+                "autoscaling.x-k8s.io",
+                "provisioningrequests",
+                None,
+                why,
+            )
+        });
+        out.push(need("get", "", "podtemplates", None, why));
+    }
+    if pd.capacity_buffer_controller {
+        let why = "serve CapacityBuffers";
+        out.push(need(
+            "list",
+            "autoscaling.x-k8s.io",
+            "capacitybuffers",
+            None,
+            why,
+        ));
+        out.push(Need {
+            subresource: Some("status"),
+            ..need(
+                "update",
+                "autoscaling.x-k8s.io",
+                "capacitybuffers",
+                None,
+                why,
+            )
+        });
+        out.push(need("get", "", "podtemplates", None, why));
+        out.push(need(
+            "list",
+            "",
+            "resourcequotas",
+            None,
+            "cut CapacityBuffers by ResourceQuotas",
+        ));
+    }
     if settings.pod_demand.kind == DemandKind::Pods && settings.scale_down.enabled {
         let taint = "taint nodes before removing them";
         out.push(need("get", "", "nodes", None, taint));

@@ -1,5 +1,6 @@
 //! CapacityBuffers through the API server: a list of the buffers per look, a get of each one's
-//! PodTemplate or scalable object, and the status write guarded by the `resourceVersion` read (a
+//! PodTemplate or scalable object, a list of the ResourceQuotas of each namespace with buffers,
+//! and the status write guarded by the `resourceVersion` read (a
 //! 409 means the buffer changed since: it is read afresh and decided again, never written
 //! blind).
 
@@ -7,9 +8,10 @@ use super::provreq::{ProvReqError, Result};
 use crate::pods::buffer::{
     scalable_resource, Buffer, RefKey, Referent, Referents, GROUP, KIND, PLURAL, VERSION,
 };
-use k8s_openapi::api::core::v1::PodTemplate;
+use k8s_openapi::api::core::v1::{PodTemplate, ResourceQuota};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use std::sync::Arc;
+use tracing::warn;
 
 /// Where buffers and what they refer to are read, and statuses written. Errors are
 /// [`ProvReqError`]'s variants (the same questions: conflict, gone, list, other).
@@ -60,6 +62,17 @@ impl KubeBuffers {
                     Err(e) => unreadable(format!("PodTemplate {ns}/{name}"), e),
                 }
             }
+            RefKey::Quotas(ns) => {
+                let api: Api<ResourceQuota> = Api::namespaced(self.client.clone(), ns);
+                match api.list(&ListParams::default()).await {
+                    Ok(list) => Referent::Quotas(Arc::new(list.items)),
+                    Err(e) => {
+                        // Cluster-autoscaler's allocator cuts nothing when it cannot list them.
+                        warn!(namespace = %ns, error = %e, "the ResourceQuotas could not be listed: its CapacityBuffers are not cut by them this pass");
+                        unreadable(format!("the ResourceQuotas of {ns}"), e)
+                    }
+                }
+            }
             RefKey::Scalable(ns, r) => {
                 let Some((group, version, plural)) = scalable_resource(&r.api_group, &r.kind)
                 else {
@@ -103,12 +116,16 @@ impl BufferStore for KubeBuffers {
         let buffers: Vec<Buffer> = list.items.into_iter().filter_map(to_buffer).collect();
         let mut referents = Referents::new();
         for b in buffers.iter().filter(|b| b.ours()) {
-            let Ok(key) = b.reference() else { continue };
-            if referents.contains_key(&key) {
-                continue;
+            // Every buffer is counted against its namespace's ResourceQuotas.
+            let quotas = RefKey::Quotas(b.namespace().to_string());
+            let keys = b.reference().ok().into_iter().chain([quotas]);
+            for key in keys {
+                if referents.contains_key(&key) {
+                    continue;
+                }
+                let found = self.referent(&key).await;
+                referents.insert(key, found);
             }
-            let found = self.referent(&key).await;
-            referents.insert(key, found);
         }
         Ok((buffers, referents))
     }

@@ -18,15 +18,18 @@
 //! template; unset for a scalable object's, see [`Resolved::template_name`]),
 //! `podTemplateGeneration`, `provisioningStrategy`, and the conditions `ReadyForProvisioning`
 //! (False naming what is wrong: a missing PodTemplate or scalable object, an unsupported kind, a
-//! bad field) and `Provisioning` (True while its pods are injected). `LimitedByQuotas` belongs
-//! to cluster-autoscaler's ResourceQuota integration, which is not done: it is never set.
+//! bad field), `Provisioning` (True while its pods are injected) and `LimitedByQuotas` (reason
+//! `ResourceQuotasAllocated`: True when the namespace's ResourceQuotas cut the count, naming
+//! them, as cluster-autoscaler's quota allocator does, see [`super::resource_quota`]; False when
+//! they admit it all).
 
 use super::demand::VirtualPods;
 use super::fit::pod_requests;
 use super::provreq::{set_condition, Update};
 use super::quantity::{parse, Milli};
 use super::record::PodRecord;
-use k8s_openapi::api::core::v1::{Pod, PodStatus, PodTemplate, PodTemplateSpec};
+use super::resource_quota::{self, Reserved};
+use k8s_openapi::api::core::v1::{Pod, PodStatus, PodTemplate, PodTemplateSpec, ResourceQuota};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use k8s_openapi::jiff::Timestamp;
@@ -56,7 +59,7 @@ pub mod condition {
     pub const READY_FOR_PROVISIONING: &str = "ReadyForProvisioning";
     /// Its pods are injected into the autoscaler's decisions.
     pub const PROVISIONING: &str = "Provisioning";
-    /// Cut by ResourceQuotas (not set here: no ResourceQuota integration).
+    /// Cut by the namespace's ResourceQuotas (True), or admitted whole (False).
     pub const LIMITED_BY_QUOTAS: &str = "LimitedByQuotas";
 }
 
@@ -81,6 +84,8 @@ pub mod reason {
     pub const INJECTION_DISABLED: &str = "PodInjectionDisabled";
     /// `Provisioning=False`: the buffer is not ready.
     pub const NOT_READY: &str = "NotReadyForProvisioning";
+    /// `LimitedByQuotas`, True or False (cluster-autoscaler's `LimitedByQuotasReason`).
+    pub const QUOTAS_ALLOCATED: &str = "ResourceQuotasAllocated";
 }
 
 /// `spec.podTemplateRef`.
@@ -178,6 +183,8 @@ pub enum RefKey {
     Template(String, String),
     /// A scalable object: namespace and reference.
     Scalable(String, ScalableRef),
+    /// The ResourceQuotas of a namespace (every buffer of it is counted against them).
+    Quotas(String),
 }
 
 /// What a reference found, as read.
@@ -195,6 +202,8 @@ pub enum Referent {
         /// `metadata.generation`.
         generation: Option<i64>,
     },
+    /// The ResourceQuotas of a namespace (for [`RefKey::Quotas`]).
+    Quotas(Arc<Vec<ResourceQuota>>),
     /// Not there.
     Missing,
     /// The read failed.
@@ -500,6 +509,9 @@ pub fn decide(buffers: &[Buffer], referents: &Referents, inject: bool, now: Time
     };
     let mut order: Vec<&Buffer> = buffers.iter().filter(|b| b.ours()).collect();
     order.sort_by_key(|b| b.key());
+    // What the buffers served so far took of each quota: a namespace's buffers share its
+    // quotas, in this order.
+    let mut reserved = Reserved::new();
     for b in order {
         let generation = b.metadata.generation;
         let mut conds = b.status.conditions.clone();
@@ -509,10 +521,49 @@ pub fn decide(buffers: &[Buffer], referents: &Referents, inject: bool, now: Time
         }
         let mut set: Vec<(&'static str, bool, &'static str)> = Vec::new();
         match resolve(b, referents) {
-            Ok(r) => {
+            Ok(mut r) => {
+                // The namespace's ResourceQuotas, once the spec's own limits have spoken (an
+                // unreadable list cuts nothing: the read's error is logged where it failed).
+                let quotas = match referents.get(&RefKey::Quotas(b.namespace().to_string())) {
+                    Some(Referent::Quotas(qs)) => r.template.spec.as_ref().and_then(|spec| {
+                        resource_quota::admit(qs, spec, r.replicas, &mut reserved)
+                    }),
+                    _ => None,
+                };
+                if let Some(admitted) = &quotas {
+                    let limited = admitted.replicas < r.replicas;
+                    let message = if limited {
+                        format!(
+                            "Buffer replicas limited from {} to {} due to quotas: {}",
+                            r.replicas,
+                            admitted.replicas,
+                            admitted.blocking.join(", ")
+                        )
+                    } else {
+                        String::new()
+                    };
+                    set_condition(
+                        &mut conds,
+                        condition::LIMITED_BY_QUOTAS,
+                        limited,
+                        reason::QUOTAS_ALLOCATED,
+                        &message,
+                        now,
+                        generation,
+                    );
+                    set.push((
+                        condition::LIMITED_BY_QUOTAS,
+                        limited,
+                        reason::QUOTAS_ALLOCATED,
+                    ));
+                    r.replicas = admitted.replicas;
+                }
                 let mut message = format!("{} pods of room kept", r.replicas);
                 if let Some(limit) = &r.limited_by {
                     message.push_str(&format!(" (capped by spec.limits.{limit})"));
+                }
+                if quotas.as_ref().is_some_and(|a| !a.blocking.is_empty()) {
+                    message.push_str(" (cut by the namespace's ResourceQuotas)");
                 }
                 set_condition(
                     &mut conds,
@@ -843,6 +894,61 @@ mod tests {
         let out = decide(&[again], &refs, true, t0());
         assert!(out.updates.is_empty(), "{:?}", out.updates);
         assert_eq!(out.pods.pods.len(), 2);
+    }
+
+    #[test]
+    fn the_namespaces_resource_quotas_cut_a_buffer_and_say_which_and_by_how_much() {
+        let quota: ResourceQuota = serde_json::from_value(json!({
+            "metadata": {"name": "team-compute", "namespace": "web", "uid": "q1"},
+            "spec": {"hard": {"requests.cpu": "5"}},
+            "status": {"hard": {"requests.cpu": "5"}, "used": {"requests.cpu": "2"}},
+        }))
+        .unwrap();
+        let quotas = (
+            RefKey::Quotas("web".into()),
+            Referent::Quotas(Arc::new(vec![quota])),
+        );
+        let refs = Referents::from([pod_template("t", "1"), quotas.clone()]);
+        // 4 pods of 1 cpu asked for, 3 cpus left under the quota.
+        let b = buffer(json!({"podTemplateRef": {"name": "t"}, "replicas": 4}));
+        let out = decide(std::slice::from_ref(&b), &refs, true, t0());
+        assert_eq!(out.pods.pods.len(), 3);
+        let s = &out.updates[0].object["status"];
+        assert_eq!(s["replicas"], 3);
+        let limited = s["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "LimitedByQuotas")
+            .expect("LimitedByQuotas");
+        assert_eq!(limited["status"], "True");
+        assert_eq!(limited["reason"], "ResourceQuotasAllocated");
+        assert_eq!(
+            limited["message"],
+            "Buffer replicas limited from 4 to 3 due to quotas: team-compute"
+        );
+        // Asking for what the quota admits: LimitedByQuotas turns False.
+        let again = Buffer::of(out.updates[0].object.clone()).unwrap();
+        let mut again_spec = again.object.clone();
+        again_spec["spec"]["replicas"] = json!(2);
+        let fewer = Buffer::of(again_spec).unwrap();
+        let out = decide(&[fewer], &refs, true, t0());
+        let s = &out.updates[0].object["status"];
+        assert_eq!(s["replicas"], 2);
+        assert!(s["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["type"] == "LimitedByQuotas" && c["status"] == "False"));
+        // Without the quotas' list (it failed), nothing is cut.
+        let refs = Referents::from([
+            pod_template("t", "1"),
+            (
+                RefKey::Quotas("web".into()),
+                Referent::Unreadable("forbidden".into()),
+            ),
+        ]);
+        assert_eq!(decide(&[b], &refs, true, t0()).pods.pods.len(), 4);
     }
 
     #[test]

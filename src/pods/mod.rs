@@ -5,6 +5,7 @@
 //! | [`demand`] | where asking pods come from: one trait, pending pods and virtual pods from templates |
 //! | [`provreq`] | ProvisioningRequests: their pod sets as virtual pods, conditions, the per-class decision |
 //! | [`buffer`] | CapacityBuffers: headroom as virtual pods (replicas, percentage, limits), their status and conditions |
+//! | [`resource_quota`] | ResourceQuotas as buffers meet them: how many of a buffer's pods a namespace's quotas still admit (`LimitedByQuotas`) |
 //! | [`quantity`] | Kubernetes resource quantities as exact milli-units |
 //! | [`fit`] | whether a pod fits a node, as kube-scheduler's filters decide it |
 //! | [`estimate`] | first-fit-decreasing bin packing: new nodes per group for pending pods |
@@ -30,6 +31,7 @@ pub mod pending;
 pub mod provreq;
 pub mod quantity;
 pub mod record;
+pub mod resource_quota;
 pub mod scale_down;
 pub mod scale_up;
 pub mod template;

@@ -144,3 +144,26 @@ async fn a_dry_run_is_only_asked_for_what_it_reads() {
         );
     }
 }
+
+#[tokio::test]
+async fn the_capacity_apis_are_asked_for_only_when_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = pod_driven("http://127.0.0.1:9", &dir.path().join("kubeconfig"));
+    let asks = |s: &vmss_capacity_controller::config::Settings, verb: &str, resource: &str| {
+        access::needs(s, false)
+            .iter()
+            .any(|n| n.verb == verb && n.resource == resource)
+    };
+    assert!(!asks(&s, "list", "capacitybuffers"));
+    assert!(!asks(&s, "list", "resourcequotas"));
+    assert!(!asks(&s, "list", "provisioningrequests"));
+    s.pod_demand.capacity_buffer_controller = true;
+    s.pod_demand.provisioning_requests = true;
+    assert!(asks(&s, "list", "capacitybuffers"));
+    // The namespaces' ResourceQuotas cut buffers (LimitedByQuotas).
+    assert!(asks(&s, "list", "resourcequotas"));
+    assert!(asks(&s, "get", "podtemplates"));
+    assert!(access::needs(&s, false).iter().any(|n| n.verb == "update"
+        && n.resource == "provisioningrequests"
+        && n.subresource == Some("status")));
+}

@@ -217,6 +217,81 @@ async fn a_buffer_of_a_percentage_of_a_deployment_keeps_room_for_that_share_roun
     c.stop().await;
 }
 
+/// A ResourceQuota of `ns` limiting `requests.cpu` to `hard` with `used` already counted: its
+/// status written through the status subresource, as kube-controller-manager's quota controller
+/// writes it.
+async fn resource_quota(client: &kube::Client, ns: &str, name: &str, hard: &str, used: &str) {
+    use k8s_openapi::api::core::v1::ResourceQuota;
+    let api: Api<ResourceQuota> = Api::namespaced(client.clone(), ns);
+    let q: ResourceQuota = serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"hard": {"requests.cpu": hard}},
+    }))
+    .unwrap();
+    let mut created = api
+        .create(&PostParams::default(), &q)
+        .await
+        .expect("ResourceQuota created");
+    created.status = serde_json::from_value(
+        json!({"hard": {"requests.cpu": hard}, "used": {"requests.cpu": used}}),
+    )
+    .unwrap();
+    api.replace_status(name, &PostParams::default(), &created)
+        .await
+        .expect("ResourceQuota status written");
+}
+
+/// A buffer of 3 pods of 2.5 cpus in a namespace whose quota has 5 cpus left: 2 pods, 2 nodes,
+/// `LimitedByQuotas` naming the quota; `settle` later, still 2.
+async fn a_buffer_cut_by_a_quota_grows_only_what_the_quota_admits(
+    c: &Cluster,
+    ns: &str,
+    settle: Duration,
+) {
+    pod_template(&c.client, ns, "web", "2500m").await;
+    // 5 cpus, none used (as kube-controller-manager's quota controller also counts it: no real pod
+    // runs in the namespace): 2 pods of 2.5.
+    resource_quota(&c.client, ns, "team", "5", "0").await;
+    create_buffer(
+        &c.client,
+        ns,
+        "headroom",
+        json!({"podTemplateRef": {"name": "web"}, "replicas": 3}),
+    )
+    .await;
+    let s = until_ready(&c.client, ns, "headroom", "True", Duration::from_secs(60)).await;
+    assert_eq!(s["replicas"], 2, "{s}");
+    let limited = condition(&s, "LimitedByQuotas").expect("LimitedByQuotas");
+    assert_eq!(limited["status"], "True", "{s}");
+    assert_eq!(limited["reason"], "ResourceQuotasAllocated");
+    assert_eq!(
+        limited["message"],
+        "Buffer replicas limited from 3 to 2 due to quotas: team"
+    );
+    assert!(
+        eventually(Duration::from_secs(60), || c.capacity("general") == 2).await,
+        "capacity {}, expected a node for each admitted buffer pod",
+        c.capacity("general")
+    );
+    // No third node follows.
+    tokio::time::sleep(settle).await;
+    assert_eq!(c.capacity("general"), 2);
+    assert_eq!(c.capacity_puts("general"), 1, "one write for the buffer");
+    assert!(c.state.lost_updates().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_buffer_cut_by_its_namespaces_resource_quota_keeps_only_the_room_the_quota_admits() {
+    let c = buffered(&[("general", "Standard_D4s_v5", 0, &[])], true).await;
+    a_buffer_cut_by_a_quota_grows_only_what_the_quota_admits(
+        &c,
+        "default",
+        Duration::from_secs(30),
+    )
+    .await;
+    c.stop().await;
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_buffer_naming_a_missing_template_says_which_and_grows_nothing() {
     let c = buffered(&[("general", "Standard_D4s_v5", 0, &[])], true).await;
@@ -519,4 +594,50 @@ async fn on_a_real_api_server_the_capacity_buffer_store_protocol_holds() {
         .await
         .expect("namespace");
     store_protocol(&client, &ns).await;
+}
+
+/// Deletes every active-capacity buffer on the server: a controller lists them in every
+/// namespace, and one left by an earlier run would ask the next cluster for room.
+async fn clear_buffers(client: &kube::Client) {
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &api_resource());
+    for o in api.list(&Default::default()).await.expect("listed").items {
+        let ns = o.metadata.namespace.clone().unwrap_or_default();
+        let name = o.metadata.name.clone().unwrap_or_default();
+        let _ = Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &api_resource())
+            .delete(&name, &DeleteParams::default())
+            .await;
+    }
+}
+
+/// The whole controller against the real API server (the emulator plays only Azure): a buffer
+/// and a ResourceQuota created as a user would, the buffer's status and conditions written
+/// under the `resourceVersion` read, and the capacity the quota admits written once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real kube-apiserver (KUBECONFIG); run by .ci/real-apiserver.sh"]
+async fn on_a_real_api_server_a_buffer_cut_by_a_resource_quota_grows_what_the_quota_admits() {
+    let client = real_client().await;
+    install_crd(&client).await;
+    clear_buffers(&client).await;
+    let ns = unique("buffer-quota");
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let o = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
+    api.create(&PostParams::default(), &o)
+        .await
+        .expect("namespace");
+    let c = Cluster::start_on(
+        &[("general", "Standard_D4s_v5", 0, &[])],
+        10,
+        client.clone(),
+        |s| {
+            s.pod_demand.capacity_buffer_controller = true;
+            s.pod_demand.capacity_buffer_pod_injection = true;
+            s.pod_demand.batch_idle = Duration::from_millis(800);
+            s.pod_demand.batch_max = Duration::from_secs(5);
+            s.scan_interval = Duration::from_secs(1);
+        },
+    )
+    .await;
+    a_buffer_cut_by_a_quota_grows_only_what_the_quota_admits(&c, &ns, Duration::from_secs(5)).await;
+    c.stop().await;
+    clear_buffers(&client).await;
 }

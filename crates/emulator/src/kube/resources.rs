@@ -231,6 +231,19 @@ pub static RESOURCES: &[ResourceType] = &[
         true,
         true,
     ),
+    // ResourceQuotas: `status.hard`/`status.used` are written by kube-controller-manager's
+    // quota controller through the status subresource (a test writes them so here).
+    rt(
+        "",
+        "v1",
+        "resourcequotas",
+        "resourcequota",
+        "ResourceQuota",
+        true,
+        &["quota"],
+        true,
+        false,
+    ),
     rt(
         "",
         "v1",
