@@ -136,7 +136,8 @@ pub struct Metrics {
     /// `unneeded_nodes_count`, per group).
     pub unneeded_nodes_count: IntGaugeVec,
     /// Nodes removed (their instance deleted and confirmed by Azure), by group and reason
-    /// (`empty`, `underutilized`, `unready`, `unregistered`: an instance that never became a Node).
+    /// (`empty`, `underutilized`, `unready`, `unregistered`: an instance that never became a Node;
+    /// `leftover`: a node a previous leader tainted whose VM was then gone or deleted again).
     pub scaled_down_nodes_total: IntCounterVec,
     /// Removals started and not finished, by group and where they stopped (`aborted`: the
     /// re-check after the taint, `drain_failed`, `refused`: the guards before the delete,

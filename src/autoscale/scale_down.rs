@@ -15,12 +15,16 @@
 //!    the API server with the pods bound to it (never the reflectors' view): a node that lost our
 //!    taint or holds a pod the drain did not move stops the delete.
 //!
-//! An aborted or failed removal untaints the node (retried each pass until it succeeds). A delete
-//! whose outcome is unknown (the answer lost, the operation not followed to its end) keeps the
-//! taint and cordon: each pass reads the instance list fresh until it shows the VM gone (the node
-//! was removed) or still there and `Succeeded` (only then is the node untainted). At the start of
-//! each leadership, taints a previous run left behind are removed (#5048), by the same rule: only
-//! from nodes whose VM a fresh list shows `Succeeded`. Shutdown stops removals at their next wait
+//! An aborted or failed removal untaints the node (retried each pass until it succeeds). Empty
+//! nodes go in one request, looked at node by node: one failing its last look is dropped and
+//! untainted, the rest go; an operation that fails after deleting part of the batch is settled
+//! by a fresh list. A delete whose outcome is unknown (the answer lost, the operation not
+//! followed to its end) keeps the taint and cordon: each pass reads each such group's instance
+//! list fresh, once, until it shows the VM gone (the node was removed), still there and
+//! `Succeeded` (only then is the node untainted), or `Failed` (or stuck past
+//! `maxNodeProvisionTime`: deleted again). At the start of each leadership, taints a previous run
+//! left behind are removed (#5048), by the same rule: at once from nodes whose VM a fresh list
+//! shows `Succeeded`, the others settled as above. Shutdown stops removals at their next wait
 //! and untaints their nodes.
 //!
 //! Nothing is decided while a watch of the cluster is failing ([`ClusterView::failing`]): the
@@ -30,6 +34,7 @@
 use crate::autoscale::scale_up::pod_ref;
 use crate::cache::Instance;
 use crate::config::{NodeGroupKind, NodeGroupSpec, Settings};
+use crate::fence::FenceHold;
 use crate::kube::nodes::{has_our_taint_record, EvictOutcome, NodeActions, NodeWriteError};
 use crate::kube::reflect::ClusterView;
 use crate::metrics::Metrics;
@@ -39,8 +44,8 @@ use crate::pods::fit::NodeState;
 use crate::pods::record::{NodeRecord, PodRecord};
 use crate::pods::scale_down::removable;
 use crate::pods::topology::Cluster;
-use crate::pods::unneeded::{self, Candidates, DownGroup, DownInput, Limits};
-use crate::reconciler::{DeleteEnd, DeleteKind, LastLook, Reconciler};
+use crate::pods::unneeded::{self, Candidates, DownGroup, DownInput, Limits, Settle};
+use crate::reconciler::{BulkEnd, DeleteEnd, DeleteKind, LastLook, NoLastLook, Reconciler};
 use crate::resource::Victim;
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -83,6 +88,9 @@ struct Unknown {
     tainted: bool,
     /// The removal's reason label, for the metric once the VM is seen gone.
     reason: &'static str,
+    /// When it was parked (or last deleted again): a VM still not `Succeeded`
+    /// `maxNodeProvisionTime` later is deleted again ([`unneeded::settle`]).
+    since: Instant,
 }
 
 /// What each removal task needs.
@@ -274,11 +282,17 @@ impl ScaleDownLoop {
         while self.tasks.try_join_next().is_some() {}
         let s = self.shared.clone();
         if !s.reconciler.may_write() || !s.cluster.synced() {
-            // Not leading (or not seeing the cluster yet): nothing is unneeded "since" anything.
-            self.since.clear();
-            self.started.clear();
-            s.reconciler.set_unneeded(BTreeMap::new());
-            self.cleaned = false;
+            // A leader whose renewal is late (a Lease hiccup) still holds the Lease: it decides
+            // nothing meanwhile but keeps since when its nodes have been unneeded. Not leading
+            // (or not seeing the cluster yet): nothing is unneeded "since" anything.
+            let hiccup =
+                s.cluster.synced() && s.reconciler.fence_hold() == Some(FenceHold::RenewalStale);
+            if !hiccup {
+                self.since.clear();
+                self.started.clear();
+                s.reconciler.set_unneeded(BTreeMap::new());
+                self.cleaned = false;
+            }
             return;
         }
         // Nodes not Ready past their startup window: candidates after `unreadyTime`, never room;
@@ -322,7 +336,11 @@ impl ScaleDownLoop {
                     s.flight.lock().untaint.remove(&node);
                 }
             }
-            s.settle_unknown().await;
+            for (slot, u) in s.settle_unknown().await {
+                let task = s.clone();
+                self.tasks
+                    .spawn(async move { task.delete_again(slot, u).await });
+            }
         }
 
         let now = Instant::now();
@@ -814,9 +832,12 @@ impl ScaleDownLoop {
 
     /// Our taints on nodes no removal of this process is working on (cluster-autoscaler #5048):
     /// at the start of a leadership, a removal still finishing from the previous one keeps its
-    /// node. A node whose VM a previous leader may have been deleting keeps its taint too: it is
-    /// untainted only when a fresh instance list shows its VM still there and `Succeeded` (a
-    /// VM gone or `Deleting` means its node is going; a list that fails means try next pass).
+    /// node. A node whose VM a previous leader may have been deleting is untainted only when a
+    /// fresh instance list shows its VM still there and `Succeeded`; any other (gone, `Failed`,
+    /// `Deleting`, `Updating`) is parked as a delete of unknown outcome, settled pass by pass
+    /// ([`Shared::settle_unknown`]: a `Failed` VM deleted again, one stuck past the bound too),
+    /// so it is never left cordoned for the leadership. One fresh LIST per group, however many
+    /// of its nodes are tainted; a list that fails means try again next pass.
     async fn remove_leftover_taints(&self, groups: &[DownGroup]) -> Result<usize, NodeWriteError> {
         let s = &self.shared;
         let busy = s.flight.lock().busy.clone();
@@ -825,6 +846,8 @@ impl ScaleDownLoop {
         let view = s.cluster.nodes.snapshot();
         let mut removed = 0;
         let mut first_error = None;
+        let mut ours: BTreeMap<String, (NodeGroupSpec, Vec<(String, String)>)> = BTreeMap::new();
+        let mut untaint = Vec::new();
         for node in s.actions.tainted_nodes().await? {
             if busy.contains(&node) {
                 continue;
@@ -835,22 +858,55 @@ impl ScaleDownLoop {
                 let spec = all.iter().find(|spec| spec.name == groups[g].name)?;
                 Some((spec.clone(), id.to_string()))
             });
-            if let Some((group, instance)) = mine {
-                let state = s.groups.instance_state(&group, &instance).await;
-                match state.map(|i| i.and_then(|i| i.provisioning_state)) {
-                    Ok(Some(state)) if state.eq_ignore_ascii_case("Succeeded") => {}
-                    Ok(state) => {
-                        info!(%node, scale_set = %group.name, state = ?state, "a leftover tainted node's VM is not Succeeded (being deleted?): it keeps the taint");
-                        continue;
-                    }
-                    Err(e) => {
-                        first_error.get_or_insert(NodeWriteError::Other(format!(
-                            "node {node}: its VM's state could not be read: {e}"
-                        )));
-                        continue;
-                    }
-                }
+            match mine {
+                Some((group, instance)) => ours
+                    .entry(group.name.clone())
+                    .or_insert_with(|| (group, Vec::new()))
+                    .1
+                    .push((node, instance)),
+                None => untaint.push(node),
             }
+        }
+        for (group, nodes) in ours.into_values() {
+            let list = match s.groups.fresh_instances(&group).await {
+                Ok(list) => list,
+                Err(e) => {
+                    first_error.get_or_insert(NodeWriteError::Other(format!(
+                        "node group {}: its instances could not be listed fresh: {e}",
+                        group.name
+                    )));
+                    continue;
+                }
+            };
+            for (node, instance) in nodes {
+                let state = list
+                    .iter()
+                    .find(|i| i.instance_id == instance)
+                    .map(|i| i.provisioning_state.clone().unwrap_or_default());
+                if state
+                    .as_deref()
+                    .is_some_and(|st| st.eq_ignore_ascii_case("Succeeded"))
+                {
+                    untaint.push(node);
+                    continue;
+                }
+                info!(%node, scale_set = %group.name, state = ?state, "a leftover tainted node's VM is not Succeeded: it keeps the taint until the VM is gone, deleted again or healthy");
+                s.park(
+                    node.clone(),
+                    Unknown {
+                        group: group.clone(),
+                        victim: Victim {
+                            instance_id: instance,
+                            node_name: node,
+                        },
+                        tainted: true,
+                        reason: "leftover",
+                        since: Instant::now(),
+                    },
+                );
+            }
+        }
+        for node in untaint {
             match s.actions.untaint(&node).await {
                 Ok(()) => removed += 1,
                 Err(e) if e.is_not_found() => {}
@@ -923,6 +979,7 @@ impl Shared {
             }
             DeleteEnd::Refused(why) => {
                 info!(scale_set = name, instance = %victim.instance_id, reason, %why, "an instance with nothing to drain was not deleted");
+                self.reconciler.give_back_probe(&group);
                 self.metrics
                     .failed_scale_downs_total
                     .with_label_values(&[name, "refused"])
@@ -930,6 +987,7 @@ impl Shared {
             }
             DeleteEnd::Stopped(why) => {
                 info!(scale_set = name, instance = %victim.instance_id, reason, %why, "an instance with nothing to drain was not deleted");
+                self.reconciler.give_back_probe(&group);
                 self.metrics
                     .failed_scale_downs_total
                     .with_label_values(&[name, "aborted"])
@@ -952,6 +1010,7 @@ impl Shared {
                         victim,
                         tainted: false,
                         reason,
+                        since: Instant::now(),
                     },
                 );
             }
@@ -965,10 +1024,14 @@ impl Shared {
         f.unknown.insert(slot, u);
     }
 
-    /// Each pass: a fresh instance list for every delete of unknown outcome. The VM gone: the
-    /// node was removed. Still there and `Succeeded`: the delete did not happen, the node is
-    /// untainted. Anything else (`Deleting`, a failed list): ask again next pass.
-    async fn settle_unknown(&self) {
+    /// Each pass: one fresh instance list per group with deletes of unknown outcome (not one
+    /// per parked node), and each settled by [`unneeded::settle`]: the VM gone, the node was
+    /// removed; still there and `Succeeded`, the delete did not happen and the node is
+    /// untainted; `Deleting` or `Updating`, ask again next pass, until `maxNodeProvisionTime`
+    /// since it was parked; `Failed` (or stuck past that), returned to be deleted again
+    /// ([`Shared::delete_again`]), unless the group's delete would be held now. A list that
+    /// fails: ask again next pass.
+    async fn settle_unknown(&self) -> Vec<(String, Unknown)> {
         let open: Vec<(String, Unknown)> = self
             .flight
             .lock()
@@ -976,41 +1039,129 @@ impl Shared {
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
+        let mut by_group: BTreeMap<String, Vec<(String, Unknown)>> = BTreeMap::new();
         for (slot, u) in open {
-            let name = u.group.name.as_str();
-            let listed = self
-                .groups
-                .instance_state(&u.group, &u.victim.instance_id)
-                .await
-                .map(|i| i.map(|i| i.provisioning_state.unwrap_or_default()));
-            let settled = match listed {
-                Ok(None) => {
-                    info!(scale_set = name, instance = %u.victim.instance_id, node = %slot, "the delete of unknown outcome happened: the instance is gone");
-                    self.metrics
-                        .scaled_down_nodes_total
-                        .with_label_values(&[name, u.reason])
-                        .inc();
-                    self.reconciler.invalidate_size(&u.group.name);
-                    true
-                }
-                Ok(Some(state)) if state.eq_ignore_ascii_case("Succeeded") => {
-                    info!(scale_set = name, instance = %u.victim.instance_id, node = %slot, "the delete of unknown outcome did not happen: the VM is still there");
-                    !u.tainted || self.untaint(&slot).await
-                }
-                Ok(Some(state)) => {
-                    debug!(scale_set = name, instance = %u.victim.instance_id, %state, "delete of unknown outcome: waiting");
-                    false
-                }
+            by_group
+                .entry(u.group.name.clone())
+                .or_default()
+                .push((slot, u));
+        }
+        let stuck_after = self.settings.pod_demand.max_node_provision_time;
+        let mut again = Vec::new();
+        for (name, parked) in by_group {
+            let group = parked[0].1.group.clone();
+            let list = match self.groups.fresh_instances(&group).await {
+                Ok(list) => list,
                 Err(e) => {
-                    debug!(scale_set = name, error = %e, "delete of unknown outcome: the instances could not be listed");
-                    false
+                    debug!(scale_set = %name, error = %e, "deletes of unknown outcome: the instances could not be listed");
+                    continue;
                 }
             };
-            if settled {
-                let mut f = self.flight.lock();
-                f.unknown.remove(&slot);
-                f.busy.remove(&slot);
+            for (slot, u) in parked {
+                let state = list
+                    .iter()
+                    .find(|i| i.instance_id == u.victim.instance_id)
+                    .map(|i| i.provisioning_state.clone().unwrap_or_default());
+                let settled = match unneeded::settle(
+                    state.as_deref(),
+                    u.since.elapsed(),
+                    stuck_after,
+                ) {
+                    Settle::Gone => {
+                        info!(scale_set = %name, instance = %u.victim.instance_id, node = %slot, "the delete of unknown outcome happened: the instance is gone");
+                        self.metrics
+                            .scaled_down_nodes_total
+                            .with_label_values(&[&name, u.reason])
+                            .inc();
+                        self.reconciler.invalidate_size(&name);
+                        true
+                    }
+                    Settle::Healthy => {
+                        info!(scale_set = %name, instance = %u.victim.instance_id, node = %slot, "the delete of unknown outcome did not happen: the VM is still there");
+                        !u.tainted || self.untaint(&slot).await
+                    }
+                    Settle::Wait => {
+                        debug!(scale_set = %name, instance = %u.victim.instance_id, state = ?state, "delete of unknown outcome: waiting");
+                        false
+                    }
+                    Settle::DeleteAgain => {
+                        if let Some(hold) = self.reconciler.delete_hold(&group) {
+                            debug!(scale_set = %name, instance = %u.victim.instance_id, %hold, "a VM to delete again waits: its delete would be held");
+                        } else {
+                            warn!(scale_set = %name, instance = %u.victim.instance_id, node = %slot, state = ?state, waited_secs = u.since.elapsed().as_secs(), "a VM whose delete's outcome was unknown is Failed or stuck: deleting it again");
+                            self.flight.lock().unknown.remove(&slot);
+                            again.push((slot.clone(), u));
+                        }
+                        false
+                    }
+                };
+                if settled {
+                    let mut f = self.flight.lock();
+                    f.unknown.remove(&slot);
+                    f.busy.remove(&slot);
+                }
             }
+        }
+        again
+    }
+
+    /// Deletes again, through the guarded delete, a VM [`Shared::settle_unknown`] found `Failed`
+    /// or stuck ([`DeleteKind::Replace`]: it holds no capacity worth keeping, so even at the
+    /// floor, the size then written back up). The last look, for a node, is a drained node's: our
+    /// taint still on it and no pod. Its slot stays busy meanwhile: deleted (or found gone), it
+    /// is released; stopped by the last look, the node is untainted and released; anything
+    /// else parks it again, for a fresh list to decide.
+    async fn delete_again(self: Arc<Self>, slot: String, mut u: Unknown) {
+        let look: Box<dyn LastLook> = if u.tainted {
+            Box::new(NodeLook {
+                shared: self.clone(),
+                nodes: vec![slot.clone()],
+            })
+        } else {
+            Box::new(NoLastLook)
+        };
+        let name = u.group.name.clone();
+        let end = self
+            .reconciler
+            .delete_instance(
+                &u.group,
+                u.victim.clone(),
+                DeleteKind::Replace,
+                look.as_ref(),
+            )
+            .await;
+        let release = match &end {
+            DeleteEnd::Deleted => {
+                info!(scale_set = %name, instance = %u.victim.instance_id, node = %slot, "the VM was deleted again");
+                self.metrics
+                    .scaled_down_nodes_total
+                    .with_label_values(&[&name, u.reason])
+                    .inc();
+                true
+            }
+            DeleteEnd::Stopped(why) => {
+                info!(scale_set = %name, instance = %u.victim.instance_id, node = %slot, %why, "deleting the VM again was stopped by the last look: the node stays");
+                self.reconciler.give_back_probe(&u.group);
+                !u.tainted || self.untaint(&slot).await || {
+                    self.flight.lock().untaint.insert(slot.clone());
+                    true
+                }
+            }
+            other => {
+                if matches!(other, DeleteEnd::Refused(_)) {
+                    self.reconciler.give_back_probe(&u.group);
+                }
+                debug!(scale_set = %name, instance = %u.victim.instance_id, node = %slot, end = ?other, "deleting the VM again did not end it: a fresh list decides next pass");
+                false
+            }
+        };
+        let mut f = self.flight.lock();
+        if release {
+            f.busy.remove(&slot);
+        } else {
+            u.since = Instant::now();
+            f.busy.insert(slot.clone());
+            f.unknown.insert(slot, u);
         }
     }
 
@@ -1018,10 +1169,27 @@ impl Shared {
     /// Removes the nodes of `removals`, all of one group: several only when they are all
     /// empty (one delete request for them all), else one, drained first. Each is tainted; after
     /// the delay each is checked again (one that fails is untainted and dropped); then one
-    /// guarded delete whose last look covers every node left, with one outcome for them all.
+    /// guarded delete whose last look looks at each node left: one that fails it is dropped
+    /// (untainted) and the rest go. A budget probe granted for the removal is given back when
+    /// no delete is sent.
     async fn remove(self: &Arc<Self>, removals: Vec<Removal>, shutdown: &CancellationToken) {
-        if !self.reconciler.may_write() {
+        let Some(group) = removals.first().map(|r| r.group.clone()) else {
             return;
+        };
+        let sent = self.remove_nodes(removals, shutdown).await;
+        if !sent {
+            self.reconciler.give_back_probe(&group);
+        }
+    }
+
+    /// [`Shared::remove`]; whether a delete request was sent (or its outcome is not known).
+    async fn remove_nodes(
+        self: &Arc<Self>,
+        removals: Vec<Removal>,
+        shutdown: &CancellationToken,
+    ) -> bool {
+        if !self.reconciler.may_write() {
+            return false;
         }
         let mut tainted = Vec::with_capacity(removals.len());
         for r in removals {
@@ -1043,7 +1211,7 @@ impl Shared {
             tainted.push((r, nref));
         }
         if tainted.is_empty() {
-            return;
+            return false;
         }
         let delay = self.settings.scale_down.node_delete_delay_after_taint;
         if !wait(delay, shutdown).await {
@@ -1051,7 +1219,7 @@ impl Shared {
                 self.abort(r, nref, "aborted", "the controller is shutting down")
                     .await;
             }
-            return;
+            return false;
         }
         let mut ready = Vec::with_capacity(tainted.len());
         for (r, nref) in tainted {
@@ -1069,19 +1237,87 @@ impl Shared {
             }
         }
         let Some(group) = ready.first().map(|(r, _)| r.group.clone()) else {
-            return;
+            return false;
         };
         let look = NodeLook {
             shared: self.clone(),
             nodes: ready.iter().map(|(r, _)| r.node.clone()).collect(),
         };
         let victims: Vec<Victim> = ready.iter().map(|(r, _)| r.victim.clone()).collect();
-        let end = self
+        let BulkEnd {
+            end,
+            dropped,
+            operation_failed,
+        } = self
             .reconciler
-            .delete_instances(&group, victims, DeleteKind::Unneeded, &look)
+            .delete_each(&group, victims, DeleteKind::Unneeded, &look)
             .await;
+        let mut went = Vec::with_capacity(ready.len());
         for (r, nref) in ready {
-            self.finish(r, nref, &end).await;
+            match dropped.iter().find(|(id, _)| *id == r.victim.instance_id) {
+                Some((_, why)) => {
+                    let text = format!("stopped right before the delete: {why}");
+                    self.abort(&r, &nref, "aborted", &text).await
+                }
+                None => went.push((r, nref)),
+            }
+        }
+        let sent = matches!(
+            end,
+            DeleteEnd::Deleted | DeleteEnd::Failed(_) | DeleteEnd::Unknown(_)
+        );
+        if operation_failed {
+            // Azure accepted the request and its operation failed: some instances may be gone.
+            // A fresh list decides node by node.
+            self.after_failed_operation(&group, went, &end).await;
+        } else {
+            for (r, nref) in went {
+                self.finish(r, nref, &end).await;
+            }
+        }
+        sent
+    }
+
+    /// After a delete whose operation failed: one fresh list of the group decides each node
+    /// ([`unneeded::settle`]): its VM gone, the node was removed (counted); still there and
+    /// `Succeeded`, the node is untainted and stays; anything else (`Failed`, `Deleting`), the
+    /// node stays tainted and is settled pass by pass as a delete of unknown outcome. A list
+    /// that fails parks them all so.
+    async fn after_failed_operation(
+        self: &Arc<Self>,
+        group: &NodeGroupSpec,
+        went: Vec<(Removal, ObjectRef)>,
+        end: &DeleteEnd,
+    ) {
+        let list = match self.groups.fresh_instances(group).await {
+            Ok(list) => Some(list),
+            Err(e) => {
+                warn!(scale_set = %group.name, error = %e, "the instances could not be listed after a failed delete: its nodes stay tainted until a fresh list decides");
+                None
+            }
+        };
+        let why = match end {
+            DeleteEnd::Failed(why) => why.clone(),
+            other => format!("{other:?}"),
+        };
+        for (r, nref) in went {
+            let Some(list) = &list else {
+                self.finish(r, nref, &DeleteEnd::Unknown(why.clone())).await;
+                continue;
+            };
+            let state = list
+                .iter()
+                .find(|i| i.instance_id == r.victim.instance_id)
+                .map(|i| i.provisioning_state.clone().unwrap_or_default());
+            let outcome = match unneeded::settle(state.as_deref(), Duration::ZERO, Duration::MAX) {
+                Settle::Gone => DeleteEnd::Deleted,
+                Settle::Healthy => DeleteEnd::Failed(why.clone()),
+                Settle::DeleteAgain | Settle::Wait => DeleteEnd::Unknown(format!(
+                    "the delete failed ({why}) and the VM is listed {}",
+                    state.as_deref().unwrap_or_default()
+                )),
+            };
+            self.finish(r, nref, &outcome).await;
         }
     }
 
@@ -1126,6 +1362,7 @@ impl Shared {
                         victim: r.victim.clone(),
                         tainted: true,
                         reason: r.reason(),
+                        since: Instant::now(),
                     },
                 );
             }
@@ -1351,7 +1588,8 @@ impl Shared {
 /// on it but DaemonSet and mirror pods.
 struct NodeLook {
     shared: Arc<Shared>,
-    /// Every node the delete request removes: one failing its look stops the request.
+    /// Every node the delete request removes ([`LastLook::check`] stops the request when one
+    /// fails its look; [`LastLook::check_each`] drops only that one).
     nodes: Vec<String>,
 }
 
@@ -1385,6 +1623,18 @@ impl NodeLook {
 
 #[async_trait::async_trait]
 impl LastLook for NodeLook {
+    /// Node by node: the victims are this look's nodes, in order.
+    async fn check_each(&self, victims: &[Victim]) -> Vec<Result<(), String>> {
+        if let Some(f) = self.shared.cluster.failing().first() {
+            return victims.iter().map(|_| Err(f.to_string())).collect();
+        }
+        let mut looks = Vec::with_capacity(victims.len());
+        for v in victims {
+            looks.push(self.check_one(&v.node_name).await);
+        }
+        looks
+    }
+
     async fn check(&self) -> Result<(), String> {
         if let Some(f) = self.shared.cluster.failing().first() {
             return Err(f.to_string());

@@ -246,12 +246,34 @@ impl ArmBudget {
             .reduce(f64::min)
     }
 
+    /// Gives back a probe [`ArmBudget::probe`] granted at `at` whose write was never sent (a
+    /// removal that stopped before its delete): the bucket may be probed again at once. True
+    /// if it was that probe (a later probe, or a fresh count since, is left alone).
+    pub fn unprobe(&self, class: BudgetClass, region: Option<&str>, at: Instant) -> bool {
+        let mut buckets = self.buckets.lock();
+        let mut given = false;
+        for (_, seen) in buckets
+            .iter_mut()
+            .filter(|(scope, _)| scope.counts_for(class, region))
+        {
+            if seen.probed == Some(at) {
+                seen.probed = None;
+                given = true;
+            }
+        }
+        given
+    }
+
     /// Whether a write that the emptiest bucket of `class` in `region` holds may go anyway, to
     /// look at the bucket again: its count is older than [`BUDGET_MEMORY`], and no write went to
     /// look in the last [`BUDGET_MEMORY`]. A `true` answer is that write: the next probe is a
     /// [`BUDGET_MEMORY`] later (or never, once an answer brings a fresh count).
     pub fn probe(&self, class: BudgetClass, region: Option<&str>) -> bool {
-        let now = Instant::now();
+        self.probe_at(class, region, Instant::now())
+    }
+
+    /// [`ArmBudget::probe`] as of `now` (the time [`ArmBudget::unprobe`] is then given).
+    pub fn probe_at(&self, class: BudgetClass, region: Option<&str>, now: Instant) -> bool {
         let mut buckets = self.buckets.lock();
         let emptiest = buckets
             .iter_mut()

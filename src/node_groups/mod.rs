@@ -449,9 +449,15 @@ impl NodeGroups {
         group: &NodeGroupSpec,
         instance_id: &str,
     ) -> Result<Option<Instance>, ArmError> {
-        self.instances.invalidate(&group.name);
-        let list = self.resource(group).list_instances(&group.name).await?;
+        let list = self.fresh_instances(group).await?;
         Ok(list.into_iter().find(|i| i.instance_id == instance_id))
+    }
+
+    /// A fresh LIST of `group`'s instances, never the cache (one call for every instance of the
+    /// group a caller has to decide about).
+    pub async fn fresh_instances(&self, group: &NodeGroupSpec) -> Result<Vec<Instance>, ArmError> {
+        self.instances.invalidate(&group.name);
+        self.resource(group).list_instances(&group.name).await
     }
 
     /// One LIST per source (the scale sets of the resource group, the pools of each managed

@@ -436,6 +436,37 @@ pub fn resume(
     });
 }
 
+/// What a fresh instance list says of a VM whose delete's outcome is not known (the answer
+/// lost, an operation that failed after deleting part of its batch, a taint a previous leader
+/// left): see [`settle`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settle {
+    /// Not listed: the delete happened; the node was removed.
+    Gone,
+    /// Listed `Succeeded`: the delete did not happen; the node is untainted and stays.
+    Healthy,
+    /// Listed `Failed`, or still not `Succeeded` after the bound: deleted again through the
+    /// guarded delete.
+    DeleteAgain,
+    /// Listed `Deleting`, `Updating` (or without a state) within the bound: asked again next
+    /// pass.
+    Wait,
+}
+
+/// Settles a VM whose delete's outcome is not known, from its provisioning state on a fresh list
+/// (`None`: not listed; `Some("")`: listed without one) and how long it has waited since it was
+/// parked: `Failed` is deleted again at once, anything else but `Succeeded` after `stuck_after`
+/// (scale-down uses `maxNodeProvisionTime`), so no node stays cordoned for a leadership.
+pub fn settle(state: Option<&str>, waited: Duration, stuck_after: Duration) -> Settle {
+    match state {
+        None => Settle::Gone,
+        Some(s) if s.eq_ignore_ascii_case("Succeeded") => Settle::Healthy,
+        Some(s) if s.eq_ignore_ascii_case("Failed") => Settle::DeleteAgain,
+        Some(_) if waited >= stuck_after => Settle::DeleteAgain,
+        Some(_) => Settle::Wait,
+    }
+}
+
 /// The limits of one pass.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limits {
@@ -560,6 +591,26 @@ mod tests {
     use serde_json::json;
 
     const SUB: &str = "00000000-0000-0000-0000-000000000000";
+
+    #[test]
+    fn a_vm_left_failed_is_deleted_again_and_one_stuck_updating_only_after_the_bound() {
+        let bound = Duration::from_secs(900);
+        let short = Duration::from_secs(10);
+        assert_eq!(settle(None, short, bound), Settle::Gone);
+        assert_eq!(settle(Some("Succeeded"), short, bound), Settle::Healthy);
+        assert_eq!(
+            settle(Some("Failed"), Duration::ZERO, bound),
+            Settle::DeleteAgain
+        );
+        for state in ["Updating", "Deleting", ""] {
+            assert_eq!(settle(Some(state), short, bound), Settle::Wait, "{state}");
+            assert_eq!(
+                settle(Some(state), bound, bound),
+                Settle::DeleteAgain,
+                "{state}"
+            );
+        }
+    }
 
     fn node(name: &str, vmss: &str, id: u32, cpu: &str) -> Arc<NodeRecord> {
         Arc::new(NodeRecord::of(

@@ -107,6 +107,27 @@ pub enum DeleteKind {
 pub trait LastLook: Send + Sync {
     /// `Ok(())` if the delete may go now.
     async fn check(&self) -> Result<(), String>;
+
+    /// For a request naming several instances: one answer per victim, in order. A victim whose
+    /// answer is `Err` is dropped from the request and the rest go; all dropped stops it. By
+    /// default [`LastLook::check`]'s one answer for every victim.
+    async fn check_each(&self, victims: &[Victim]) -> Vec<Result<(), String>> {
+        let one = self.check().await;
+        victims.iter().map(|_| one.clone()).collect()
+    }
+}
+
+/// How a request naming several instances ended ([`Reconciler::delete_each`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BulkEnd {
+    /// The request's outcome, for the victims it kept.
+    pub end: DeleteEnd,
+    /// Victims the last look (or a fresh list no longer showing them) dropped before the send,
+    /// by instance id, with why: they were not deleted.
+    pub dropped: Vec<(String, String)>,
+    /// Azure accepted the request and its operation then ended `Failed`: some of the kept
+    /// instances may be gone (a fresh list decides).
+    pub operation_failed: bool,
 }
 
 /// No last look (nothing on the Kubernetes side to check).
@@ -135,10 +156,8 @@ impl Reconciler {
             .await
     }
 
-    /// Deletes several instances of `group` in one request (empty nodes in bulk: one VMSS
-    /// `delete` with their instance ids, one `deleteMachines` with their names), under the same
-    /// guards as one: a fresh read, the floor counting all of them, every one still listed, the
-    /// last look (which covers them all) and `If-Match`. One outcome for the whole request.
+    /// Deletes several instances of `group` in one request; one outcome for the victims it
+    /// kept ([`Reconciler::delete_each`], which also says which were dropped).
     pub async fn delete_instances(
         &self,
         group: &NodeGroupSpec,
@@ -146,18 +165,50 @@ impl Reconciler {
         kind: DeleteKind,
         last_look: &dyn LastLook,
     ) -> DeleteEnd {
+        self.delete_each(group, victims, kind, last_look).await.end
+    }
+
+    /// Deletes several instances of `group` in one request (empty nodes in bulk: one VMSS
+    /// `delete` with their instance ids, one `deleteMachines` with their names), under the same
+    /// guards as one: a fresh read, the floor counting all of them, `If-Match`. Each victim is
+    /// looked at on its own: one no longer listed on the fresh list, or whose last look
+    /// ([`LastLook::check_each`]) fails, is dropped and the rest go in the one request; with
+    /// none left nothing is sent. One outcome for the victims kept.
+    pub async fn delete_each(
+        &self,
+        group: &NodeGroupSpec,
+        victims: Vec<Victim>,
+        kind: DeleteKind,
+        last_look: &dyn LastLook,
+    ) -> BulkEnd {
         if victims.is_empty() {
-            return DeleteEnd::Refused(DeleteRefusal::InstanceGone);
+            return BulkEnd {
+                end: DeleteEnd::Refused(DeleteRefusal::InstanceGone),
+                dropped: Vec::new(),
+                operation_failed: false,
+            };
         }
         let end = self
             .inner
             .clone()
             .delete_instance(group, victims, kind, last_look)
             .await;
-        if kind == DeleteKind::Replace && end == DeleteEnd::Deleted {
+        if kind == DeleteKind::Replace && end.end == DeleteEnd::Deleted {
             self.wake();
         }
         end
+    }
+
+    /// Gives back the budget probe scale-down's look before a drain was granted for `group`'s
+    /// next delete ([`Reconciler::delete_hold`]) when that removal stopped before its delete was
+    /// sent: the group's next write (another drain, a lowered capacity) may take it at once.
+    pub fn give_back_probe(&self, group: &NodeGroupSpec) {
+        let granted = self
+            .inner
+            .with_state(&group.name, |s| s.probe_granted.take());
+        if let Some(at) = granted {
+            self.inner.unprobe(&group.name, at);
+        }
     }
 
     /// Why a delete in `group` would be held now (the fence, a backoff, the write budget, a dry
@@ -181,6 +232,13 @@ impl Reconciler {
             })
     }
 
+    /// Why this replica may not write now, if it may not (see [`crate::fence`]):
+    /// [`crate::fence::FenceHold::RenewalStale`] is a leader whose renewal is late (a hiccup
+    /// that may pass), [`crate::fence::FenceHold::NotLeader`] a replica that does not lead.
+    pub fn fence_hold(&self) -> Option<crate::fence::FenceHold> {
+        self.inner.fence.check().err()
+    }
+
     /// Whether this replica may write now (the leader, with a fresh renewal).
     pub fn may_write(&self) -> bool {
         self.inner.fence.check().is_ok()
@@ -194,17 +252,39 @@ impl Inner {
         victims: Vec<Victim>,
         kind: DeleteKind,
         last_look: &dyn LastLook,
+    ) -> BulkEnd {
+        let mut bulk = BulkEnd {
+            end: DeleteEnd::Refused(DeleteRefusal::InstanceGone),
+            dropped: Vec::new(),
+            operation_failed: false,
+        };
+        bulk.end = self
+            .delete_checked(group, victims, kind, last_look, &mut bulk)
+            .await;
+        if matches!(bulk.end, DeleteEnd::Refused(_) | DeleteEnd::Stopped(_)) {
+            // Nothing was sent: a budget probe this delete took goes back.
+            let taken = self.with_state(&group.name, |s| s.probe_taken.take());
+            if let Some(at) = taken {
+                self.unprobe(&group.name, at);
+            }
+        } else {
+            self.with_state(&group.name, |s| s.probe_taken = None);
+        }
+        bulk
+    }
+
+    async fn delete_checked(
+        &self,
+        group: &NodeGroupSpec,
+        mut victims: Vec<Victim>,
+        kind: DeleteKind,
+        last_look: &dyn LastLook,
+        bulk: &mut BulkEnd,
     ) -> DeleteEnd {
         let name = group.name.as_str();
-        let count = victims.len() as i64;
         let nodes = victims
             .iter()
             .map(|v| v.node_name.as_str())
-            .collect::<Vec<_>>()
-            .join(",");
-        let ids = victims
-            .iter()
-            .map(|v| v.instance_id.as_str())
             .collect::<Vec<_>>()
             .join(",");
         // Held before any read is spent on it (asked again right before the send).
@@ -221,6 +301,7 @@ impl Inner {
         let _one_at_a_time = self.deletes.lock().await;
         let resource = self.node_groups.resource(group);
         for attempt in 0..2 {
+            let count = victims.len() as i64;
             // Never from an unknown or cached size.
             let fresh = match self
                 .fresh_read(group, resource.as_ref(), "scale_down")
@@ -250,26 +331,61 @@ impl Inner {
                 info!(scale_set = name, capacity, floor, node = %nodes, "scale-down refused: the group would go below its floor");
                 return DeleteEnd::Refused(DeleteRefusal::BelowFloor);
             }
-            // The instance must still be there, on a fresh list.
+            // Each instance must still be there, on a fresh list: one that is not is dropped.
             self.node_groups.instances().invalidate(name);
             match resource.list_instances(name).await {
-                Ok(list)
-                    if victims
-                        .iter()
-                        .all(|v| list.iter().any(|i| i.instance_id == v.instance_id)) => {}
-                Ok(_) => {
-                    info!(scale_set = name, instance = %ids, "scale-down: an instance is no longer listed; nothing deleted");
-                    return DeleteEnd::Refused(DeleteRefusal::InstanceGone);
+                Ok(list) => {
+                    let (listed, gone): (Vec<Victim>, Vec<Victim>) = std::mem::take(&mut victims)
+                        .into_iter()
+                        .partition(|v| list.iter().any(|i| i.instance_id == v.instance_id));
+                    victims = listed;
+                    for v in gone {
+                        info!(scale_set = name, instance = %v.instance_id, node = %v.node_name, "scale-down: the instance is no longer listed; it is not deleted");
+                        bulk.dropped.push((
+                            v.instance_id,
+                            "the instance is no longer listed".to_string(),
+                        ));
+                    }
+                    if victims.is_empty() {
+                        return DeleteEnd::Refused(DeleteRefusal::InstanceGone);
+                    }
                 }
                 Err(e) => {
                     warn!(scale_set = name, error = %e, "scale-down: the instances could not be listed; nothing deleted");
                     return DeleteEnd::Refused(DeleteRefusal::UnknownInstances);
                 }
             }
-            if let Err(why) = last_look.check().await {
+            // The last look, victim by victim: one that fails it is dropped, the rest go.
+            let looks = last_look.check_each(&victims).await;
+            let mut first_why = None;
+            let mut kept = Vec::with_capacity(victims.len());
+            for (v, look) in std::mem::take(&mut victims).into_iter().zip(looks) {
+                match look {
+                    Ok(()) => kept.push(v),
+                    Err(why) => {
+                        info!(scale_set = name, node = %v.node_name, %why, "scale-down: dropped from the delete by the last look");
+                        first_why.get_or_insert_with(|| why.clone());
+                        bulk.dropped.push((v.instance_id, why));
+                    }
+                }
+            }
+            victims = kept;
+            if victims.is_empty() {
+                let why = first_why.unwrap_or_default();
                 info!(scale_set = name, node = %nodes, %why, "scale-down stopped by the last look before the delete");
                 return DeleteEnd::Stopped(why);
             }
+            let count = victims.len() as i64;
+            let ids = victims
+                .iter()
+                .map(|v| v.instance_id.as_str())
+                .collect::<Vec<_>>()
+                .join(",");
+            let nodes = victims
+                .iter()
+                .map(|v| v.node_name.as_str())
+                .collect::<Vec<_>>()
+                .join(",");
             info!(scale_set = name, node = %nodes, instance = %ids, capacity, etag = ?fresh.etag, "deleting the instance(s)");
             let sent = self
                 .guarded_send(
@@ -278,7 +394,7 @@ impl Inner {
                     &fresh,
                     WriteKind::Delete,
                     |precondition| {
-                        let (resource, fresh, victims) = (&resource, &fresh, &victims);
+                        let (resource, fresh, victims) = (&resource, &fresh, &victims[..]);
                         async move {
                             resource
                                 .delete_instances(fresh, victims, &precondition)
@@ -313,6 +429,7 @@ impl Inner {
                         }
                         OperationEnd::Failed(why) => {
                             warn!(scale_set = name, node = %nodes, %why, "instance deletion failed: caches invalidated, the size is re-read");
+                            bulk.operation_failed = true;
                             self.operation_failed(name);
                             DeleteEnd::Failed(why.to_string())
                         }

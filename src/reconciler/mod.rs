@@ -54,7 +54,7 @@ mod operation;
 mod send;
 pub mod turn;
 
-pub use delete::{DeleteEnd, DeleteKind, DeleteRefusal, LastLook, NoLastLook};
+pub use delete::{BulkEnd, DeleteEnd, DeleteKind, DeleteRefusal, LastLook, NoLastLook};
 use operation::OperationEnd;
 use send::{Sent, WriteKind};
 pub use turn::{retry_offset, turn_at, RETRY_ORDER_HORIZON};
@@ -149,6 +149,9 @@ struct GroupState {
     /// When scale-down's look before a drain was granted the budget's probe for this group's
     /// delete (see [`Inner::reserve_hold`]): that delete goes, and no other drain starts for it.
     probe_granted: Option<Instant>,
+    /// The budget probe a scale-down delete under way took (granted to its look, or to itself):
+    /// given back if the delete ends without being sent.
+    probe_taken: Option<Instant>,
 }
 
 /// Liveness and readiness, read by `/healthz` and `/readyz`.
@@ -954,6 +957,7 @@ impl Inner {
             wanting_since: None,
             turn_at: None,
             probe_granted: None,
+            probe_taken: None,
             budget: TokenBucket {
                 tokens: f64::from(self.write_budget_of(name).burst),
                 last: Instant::now(),

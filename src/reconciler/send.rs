@@ -93,19 +93,8 @@ impl Inner {
             reserve: self.settings.arm_budget_reserve,
         };
         let budget = self.arm.budget();
-        let region = self
-            .node_groups
-            .scale_sets()
-            .get(name)
-            .map(|c| c.scale_set.location.clone())
-            .filter(|l| !l.is_empty());
+        let (class, region) = self.budget_scope(name, urgency);
         let region = region.as_deref();
-        let class = match urgency {
-            Urgency::ScaleDown if budget.fraction_in(BudgetClass::Deletes, region).is_some() => {
-                BudgetClass::Deletes
-            }
-            _ => BudgetClass::Writes,
-        };
         if !pacing.holds(urgency, budget.fraction_in(class, region)) {
             return None;
         }
@@ -116,23 +105,63 @@ impl Inner {
                 .filter(|t| now.saturating_duration_since(*t) < BUDGET_MEMORY);
             match (granted, take) {
                 // The delete the look before its drain was granted the probe for.
-                (Some(_), true) if urgency == Urgency::ScaleDown => {
+                (Some(t), true) if urgency == Urgency::ScaleDown => {
                     s.probe_granted = None;
+                    s.probe_taken = Some(t);
                     true
                 }
                 // That delete is on its way: no second drain for this group, and no other write
                 // of it (a lowered capacity number) takes its probe.
                 (Some(_), _) => false,
                 (None, _) => {
-                    let probe = budget.probe(class, region);
+                    let probe = budget.probe_at(class, region, now);
                     if probe && !take {
                         s.probe_granted = Some(now);
+                    }
+                    if probe && take && urgency == Urgency::ScaleDown {
+                        s.probe_taken = Some(now);
                     }
                     probe
                 }
             }
         });
         (!goes).then_some(HoldReason::ArmBudgetReserve)
+    }
+
+    /// The budget bucket a write of `urgency` to `name` is paced by: its class, and the region of
+    /// `name`'s scale set.
+    fn budget_scope(&self, name: &str, urgency: Urgency) -> (BudgetClass, Option<String>) {
+        let region = self
+            .node_groups
+            .scale_sets()
+            .get(name)
+            .map(|c| c.scale_set.location.clone())
+            .filter(|l| !l.is_empty());
+        let class = match urgency {
+            Urgency::ScaleDown
+                if self
+                    .arm
+                    .budget()
+                    .fraction_in(BudgetClass::Deletes, region.as_deref())
+                    .is_some() =>
+            {
+                BudgetClass::Deletes
+            }
+            _ => BudgetClass::Writes,
+        };
+        (class, region)
+    }
+
+    /// Gives back the probe granted at `at` for a scale-down delete of `name` that was not sent
+    /// (see [`crate::azure::budget::ArmBudget::unprobe`]).
+    pub(super) fn unprobe(&self, name: &str, at: Instant) {
+        let (class, region) = self.budget_scope(name, Urgency::ScaleDown);
+        if self.arm.budget().unprobe(class, region.as_deref(), at) {
+            debug!(
+                scale_set = name,
+                "the budget probe of a delete that was not sent is given back"
+            );
+        }
     }
 
     /// The group's holds: the fence (asked without a permit: cheap), an unavailable offering (capacity

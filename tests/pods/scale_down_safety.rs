@@ -310,3 +310,253 @@ async fn scale_up_passes_over_a_pool_aks_autoscales_for_one_it_may_write() {
     );
     c.stop().await;
 }
+
+fn scaled_down(c: &Cluster, reason: &str) -> u64 {
+    Metrics::counter_sum(&c.metrics.scaled_down_nodes_total, &[("reason", reason)])
+}
+
+fn failed(c: &Cluster, reason: &str) -> u64 {
+    Metrics::counter_sum(&c.metrics.failed_scale_downs_total, &[("reason", reason)])
+}
+
+fn deleted_machines(c: &Cluster) -> Vec<Vec<String>> {
+    c.state
+        .instance_deletions()
+        .into_iter()
+        .map(|d| d.machines)
+        .collect()
+}
+
+async fn set_taints(c: &Cluster, node: &str, taints: serde_json::Value, cordon: bool) {
+    use kube::api::{Patch, PatchParams};
+    let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(c.client.clone());
+    api.patch(
+        node,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({"spec": {"taints": taints, "unschedulable": cordon}})),
+    )
+    .await
+    .expect("node patched");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vm_left_failed_by_a_delete_whose_answer_was_lost_is_deleted_again() {
+    let c = Cluster::start_simulated(&[("pool", SIZE, 2, &[])], 5, |s| fast(s, 1)).await;
+    ready(&c, 2).await;
+    // The delete reaches Azure, which deletes nothing and leaves the VM Failed; the answer is
+    // lost.
+    c.state.inject_fault(fault(
+        Some("POST"),
+        Some("/delete"),
+        FaultKind::PartialDelete {
+            keep: 1,
+            leave_failed: true,
+            drop_answer: true,
+        },
+        Some(1),
+    ));
+    assert!(
+        eventually(Duration::from_secs(20), || deletes(&c).len() == 1).await,
+        "no delete was sent"
+    );
+    assert_eq!(c.capacity("pool"), 2, "the first delete deleted nothing");
+    let victim: Vec<String> = c
+        .kube
+        .list_all("v1", "nodes", None)
+        .into_iter()
+        .filter_map(|n| {
+            n.pointer("/metadata/name")
+                .and_then(|v| v.as_str())
+                .map(str::to_string)
+        })
+        .filter(|n| tainted(&c, n))
+        .collect();
+    assert_eq!(victim.len(), 1, "the node of the lost delete stays tainted");
+    // A fresh list shows the VM Failed: that VM is deleted again, not left cordoned (and the
+    // other node, at the floor, stays).
+    assert!(
+        eventually(Duration::from_secs(20), || deleted_machines(&c)
+            .iter()
+            .any(|m| m.contains(&victim[0])))
+        .await,
+        "the Failed VM was never deleted again: {:?}",
+        deleted_machines(&c)
+    );
+    assert!(eventually(Duration::from_secs(10), || c.capacity("pool") == 1).await);
+    assert!(
+        eventually(Duration::from_secs(10), || scaled_down(&c, "empty") == 1).await,
+        "the removal was not counted"
+    );
+    assert!(c._emulator.pods_lost_with_nodes().is_empty());
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_leader_deletes_a_leftover_tainted_node_whose_vm_is_failed_and_untaints_a_healthy_one(
+) {
+    use vmss_capacity_controller::emulator::sim::nodes::node_name;
+    // At the floor: nothing is unneeded enough to go, only the leftovers are settled.
+    let c = Cluster::start_simulated(&[("pool", SIZE, 3, &[])], 5, |s| fast(s, 3)).await;
+    ready(&c, 3).await;
+    c.set_leader(false);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // A previous leader tainted two nodes; one VM was left Failed by its delete.
+    let name = c.scale_set_name("pool");
+    let (failed_node, healthy_node) = (node_name(&name, 0), node_name(&name, 1));
+    let ours = serde_json::json!([{"key": TO_BE_DELETED_TAINT, "value": "1700000000", "effect": "NoSchedule"}]);
+    set_taints(&c, &failed_node, ours.clone(), true).await;
+    set_taints(&c, &healthy_node, ours, true).await;
+    assert!(c.state.set_instance_failed(SUB, RG, &name, 0, true));
+    c.set_leader(true);
+    assert!(
+        eventually(Duration::from_secs(20), || deleted_machines(&c)
+            .iter()
+            .any(|m| m.contains(&failed_node)))
+        .await,
+        "the leftover node whose VM is Failed was never deleted"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || !tainted(&c, &healthy_node)).await,
+        "the healthy leftover was not untainted"
+    );
+    assert!(
+        !deleted_machines(&c)
+            .iter()
+            .flatten()
+            .any(|m| *m == healthy_node),
+        "the healthy leftover was deleted"
+    );
+    // At the floor, the Failed VM was replaced: the size is written back up.
+    assert!(
+        eventually(Duration::from_secs(20), || c.capacity("pool") == 3).await,
+        "the size was not written back up"
+    );
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_fails_the_last_look_is_dropped_from_the_bulk_delete_and_the_rest_go() {
+    let c = Cluster::start_simulated(&[("pool", SIZE, 3, &[])], 5, |s| {
+        fast(s, 1);
+        s.scale_down.node_delete_delay_after_taint = Duration::from_secs(2);
+    })
+    .await;
+    ready(&c, 3).await;
+    let names = || -> Vec<String> {
+        c.kube
+            .list_all("v1", "nodes", None)
+            .into_iter()
+            .filter_map(|n| {
+                n.pointer("/metadata/name")
+                    .and_then(|v| v.as_str())
+                    .map(str::to_string)
+            })
+            .collect()
+    };
+    // Two empty nodes are tainted for one bulk delete.
+    assert!(
+        eventually(Duration::from_secs(20), || names()
+            .iter()
+            .filter(|n| tainted(&c, n))
+            .count()
+            == 2)
+        .await,
+        "two nodes were never tainted"
+    );
+    let chosen: Vec<String> = names().into_iter().filter(|n| tainted(&c, n)).collect();
+    // An operator takes our taint off one of them before the delete: it must stay, the other
+    // still goes in that request.
+    set_taints(&c, &chosen[0], serde_json::json!([]), false).await;
+    assert!(
+        eventually(Duration::from_secs(20), || !deleted_machines(&c).is_empty()).await,
+        "nothing was deleted"
+    );
+    assert_eq!(
+        deleted_machines(&c)[0],
+        vec![chosen[1].clone()],
+        "the first request deletes exactly the node that passed its last look"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || failed(&c, "aborted") >= 1).await,
+        "the dropped node's removal was not counted as aborted"
+    );
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_delete_that_fails_after_deleting_some_counts_them_and_untaints_only_the_rest() {
+    let c = Cluster::start_simulated(&[("pool", SIZE, 3, &[])], 5, |s| fast(s, 1)).await;
+    ready(&c, 3).await;
+    // Azure deletes one of the two instances and the operation ends Failed.
+    c.state.inject_fault(fault(
+        Some("POST"),
+        Some("/delete"),
+        FaultKind::PartialDelete {
+            keep: 1,
+            leave_failed: false,
+            drop_answer: false,
+        },
+        Some(1),
+    ));
+    assert!(
+        eventually(Duration::from_secs(20), || deleted_machines(&c).len() == 1).await,
+        "no delete was sent"
+    );
+    assert_eq!(deletes(&c).len(), 1, "one request for both");
+    assert_eq!(
+        deleted_machines(&c)[0].len(),
+        1,
+        "Azure deleted one of them"
+    );
+    // The deleted one counts as scaled down; only the one still there failed (untainted).
+    assert!(
+        eventually(Duration::from_secs(10), || scaled_down(&c, "empty") == 1).await,
+        "the instance the failed operation deleted was not counted"
+    );
+    assert_eq!(failed(&c, "delete_failed"), 1);
+    // The one left goes later, by itself.
+    assert!(
+        eventually(Duration::from_secs(20), || c.capacity("pool") == 1).await,
+        "the node left was never removed"
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || scaled_down(&c, "empty") == 2).await,
+        "removals counted: {}",
+        scaled_down(&c, "empty")
+    );
+    assert_eq!(failed(&c, "delete_failed"), 1);
+    assert!(c._emulator.pods_lost_with_nodes().is_empty());
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_renewal_hiccup_does_not_restart_a_nodes_unneeded_time() {
+    let c = Cluster::start_simulated(&[("pool", SIZE, 2, &[])], 5, |s| {
+        fast(s, 1);
+        s.scale_down.unneeded_time = Duration::from_secs(60);
+    })
+    .await;
+    ready(&c, 2).await;
+    let since = || -> Option<(String, k8s_openapi::jiff::Timestamp)> {
+        let u = c.reconciler.status()[0].unneeded.first().cloned()?;
+        Some((u.node, u.since.parse().ok()?))
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || since().is_some()).await,
+        "no node became unneeded"
+    );
+    let (node, before) = since().unwrap();
+    // The renewal is late for a few passes, then succeeds: the same leadership goes on.
+    c.set_renewal_stale(true);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    c.set_renewal_stale(false);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (after_node, after) = since().expect("still unneeded");
+    assert_eq!(after_node, node);
+    let moved = after.duration_since(before).as_secs_f64();
+    assert!(
+        moved < 0.5,
+        "the unneeded time restarted {moved:.1}s later: {before} then {after}"
+    );
+    c.stop().await;
+}

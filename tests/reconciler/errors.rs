@@ -692,3 +692,102 @@ async fn the_probe_kept_for_a_scale_down_delete_is_not_taken_by_a_lowering_of_th
     );
     assert_eq!(h.capacity("pool-a"), 3);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_probe_granted_for_a_removal_that_aborts_is_given_back() {
+    use vmss_capacity_controller::azure::budget::BUDGET_MEMORY;
+    use vmss_capacity_controller::emulator::sim::nodes::node_name;
+    use vmss_capacity_controller::hold::HoldReason;
+    use vmss_capacity_controller::reconciler::{DeleteEnd, DeleteKind, LastLook};
+    use vmss_capacity_controller::resource::Victim;
+    struct PodLanded;
+    #[async_trait::async_trait]
+    impl LastLook for PodLanded {
+        async fn check(&self) -> Result<(), String> {
+            Err("pod default/web landed on the node".into())
+        }
+    }
+    let h = Harness::new(&[("pool-a", 4)], vec![group("pool-a", 0, 10, None)], |_| {}).await;
+    let g = h.settings.node_groups[0].clone();
+    let policy = "Microsoft.Compute/UpdateVMScaleSet3Min";
+    h.arm.budget().observe_in(Some("westeurope"), policy, 100);
+    h.arm.budget().observe_in(Some("westeurope"), policy, 5);
+    h.reconciler.run_once().await.unwrap();
+    tokio::time::advance(BUDGET_MEMORY).await;
+    // Scale-down's look before a drain is granted the probe; the removal then aborts (the
+    // re-check after the taint found a pod): given back, the next removal may go at once.
+    assert_eq!(h.reconciler.delete_hold(&g), None);
+    assert_eq!(
+        h.reconciler.delete_hold(&g),
+        Some(HoldReason::ArmBudgetReserve),
+        "one probe at a time"
+    );
+    h.reconciler.give_back_probe(&g);
+    assert_eq!(h.reconciler.delete_hold(&g), None, "the probe came back");
+    // A delete that took the probe and was stopped by its last look gives it back too.
+    let victim = Victim {
+        instance_id: "0".into(),
+        node_name: node_name("pool-a", 0),
+    };
+    assert!(matches!(
+        h.reconciler
+            .delete_instance(&g, victim, DeleteKind::Unneeded, &PodLanded)
+            .await,
+        DeleteEnd::Stopped(_)
+    ));
+    assert_eq!(
+        h.reconciler.delete_hold(&g),
+        None,
+        "the stopped delete's probe came back"
+    );
+    assert_eq!(h.capacity("pool-a"), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_victim_that_fails_its_last_look_is_dropped_and_the_others_go_in_one_request() {
+    use vmss_capacity_controller::emulator::sim::nodes::node_name;
+    use vmss_capacity_controller::reconciler::{DeleteEnd, DeleteKind, LastLook};
+    use vmss_capacity_controller::resource::Victim;
+    /// A look whose node `busy` has a pod on it.
+    struct OneBusy(String);
+    #[async_trait::async_trait]
+    impl LastLook for OneBusy {
+        async fn check(&self) -> Result<(), String> {
+            Err(format!("{}: pod default/web is on the node", self.0))
+        }
+        async fn check_each(&self, victims: &[Victim]) -> Vec<Result<(), String>> {
+            victims
+                .iter()
+                .map(|v| match v.node_name == self.0 {
+                    true => Err("pod default/web is on the node".into()),
+                    false => Ok(()),
+                })
+                .collect()
+        }
+    }
+    let h = Harness::new(&[("pool-a", 4)], vec![group("pool-a", 0, 10, None)], |_| {}).await;
+    let g = h.settings.node_groups[0].clone();
+    let victim = |id: u64| Victim {
+        instance_id: id.to_string(),
+        node_name: node_name("pool-a", id),
+    };
+    let end = h
+        .reconciler
+        .delete_each(
+            &g,
+            vec![victim(0), victim(1), victim(2)],
+            DeleteKind::Unneeded,
+            &OneBusy(node_name("pool-a", 1)),
+        )
+        .await;
+    assert_eq!(end.end, DeleteEnd::Deleted);
+    assert_eq!(end.dropped.len(), 1);
+    assert_eq!(end.dropped[0].0, "1");
+    let deletions = h.state.instance_deletions();
+    assert_eq!(deletions.len(), 1, "one request");
+    assert_eq!(
+        deletions[0].machines,
+        vec![node_name("pool-a", 0), node_name("pool-a", 2)]
+    );
+    assert_eq!(h.capacity("pool-a"), 2);
+}

@@ -80,16 +80,23 @@ impl azure_core::auth::TokenCredential for DelayedToken {
     }
 }
 
-/// The Lease as a switch: `leader` false holds every write as a standby's would be held.
+/// The Lease as a switch: `leader` false holds every write as a standby's would be held; `stale`
+/// as a leader's whose renewal is late.
 #[derive(Debug)]
-struct Switch(Arc<std::sync::atomic::AtomicBool>);
+struct Switch(
+    Arc<std::sync::atomic::AtomicBool>,
+    Arc<std::sync::atomic::AtomicBool>,
+);
 
 impl vmss_capacity_controller::fence::WriteFence for Switch {
     fn check(&self) -> Result<(), vmss_capacity_controller::fence::FenceHold> {
-        if self.0.load(std::sync::atomic::Ordering::SeqCst) {
-            Ok(())
+        use vmss_capacity_controller::fence::FenceHold;
+        if !self.0.load(std::sync::atomic::Ordering::SeqCst) {
+            Err(FenceHold::NotLeader)
+        } else if self.1.load(std::sync::atomic::Ordering::SeqCst) {
+            Err(FenceHold::RenewalStale)
         } else {
-            Err(vmss_capacity_controller::fence::FenceHold::NotLeader)
+            Ok(())
         }
     }
 }
@@ -107,6 +114,7 @@ pub struct Cluster {
     pub tasks: Vec<tokio::task::JoinHandle<()>>,
     token_delay: Arc<std::sync::atomic::AtomicU64>,
     leader: Arc<std::sync::atomic::AtomicBool>,
+    stale: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Cluster {
@@ -307,9 +315,10 @@ impl Cluster {
         );
         let recorder = Arc::new(recorder);
         let leader = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let stale = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let reconciler = Arc::new({
             let mut b = Reconciler::builder(settings.clone(), arm, metrics.clone())
-                .fence(Arc::new(Switch(leader.clone())))
+                .fence(Arc::new(Switch(leader.clone(), stale.clone())))
                 .demand(demand.clone())
                 .events(recorder.clone());
             if tokio_wall_clock {
@@ -392,12 +401,18 @@ impl Cluster {
             tasks,
             token_delay,
             leader,
+            stale,
         }
     }
 
     /// Whether this replica leads (`false`: a standby, every write held by the fence).
     pub fn set_leader(&self, on: bool) {
         self.leader.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether the leader's renewal is late (a Lease hiccup: writes held, still the leader).
+    pub fn set_renewal_stale(&self, on: bool) {
+        self.stale.store(on, std::sync::atomic::Ordering::SeqCst);
     }
 
     /// Makes every token fetch of the controller take `d` (a slow token endpoint).

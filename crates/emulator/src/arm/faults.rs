@@ -71,6 +71,21 @@ pub enum FaultKind {
     },
     /// Cut the success body in half (malformed JSON).
     Truncate,
+    /// A scale set's instance delete (`POST …/delete`) that deletes all but the last `keep` of
+    /// the instances it names (by instance id), then ends `Failed` (its operation, or at once when
+    /// the delete answers without one): Azure deleting part of a batch. The instances kept are
+    /// left `Failed` when `leave_failed`; with `drop_answer` the connection is closed after the
+    /// commit, as [`FaultKind::DropAfterCommit`] (the outcome unknown to the client).
+    PartialDelete {
+        /// How many of the named instances are not deleted.
+        keep: u32,
+        /// Whether the instances kept are listed `Failed` afterwards.
+        #[serde(default)]
+        leave_failed: bool,
+        /// Whether the answer is lost after the commit.
+        #[serde(default)]
+        drop_answer: bool,
+    },
 }
 
 #[derive(Debug)]

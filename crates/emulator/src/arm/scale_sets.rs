@@ -31,6 +31,9 @@ pub(crate) struct Ctx {
     pub lro_failed: bool,
     /// The error the failed operation reports (`LroFailed`'s code), if the fault named one.
     pub lro_error: Option<(String, String)>,
+    /// `PartialDelete`: how many of a delete's instances are kept, and whether they are left
+    /// `Failed`.
+    pub partial_delete: Option<(u32, bool)>,
     pub query: Vec<(String, String)>,
     /// The request's If-Match: a write that names the current ETag proves its writer read it.
     pub if_match: Option<String>,
@@ -481,6 +484,7 @@ pub(crate) async fn handle(state: &EmulatorState, parts: &Parts, body: Bytes) ->
         api_version: String::new(),
         lro_failed: false,
         lro_error: None,
+        partial_delete: None,
         query,
         if_match: if_match.clone(),
     };
@@ -732,6 +736,12 @@ async fn process(
                 _ => {}
             }
         }
+        Some(FaultKind::PartialDelete {
+            keep, leave_failed, ..
+        }) => {
+            ctx.lro_failed = true;
+            ctx.partial_delete = Some((*keep, *leave_failed));
+        }
         Some(FaultKind::LroFailed { code }) => {
             ctx.lro_failed = true;
             ctx.lro_error = code.clone().map(|c| {
@@ -759,7 +769,10 @@ async fn process(
     };
     let success = (200..300).contains(&reply.status);
     match plan.action {
-        Some(FaultKind::DropAfterCommit) => return Outcome::Drop,
+        Some(FaultKind::DropAfterCommit)
+        | Some(FaultKind::PartialDelete {
+            drop_answer: true, ..
+        }) => return Outcome::Drop,
         Some(FaultKind::NoEtag) if success => {
             reply.remove_header("etag");
             if let ReplyBody::Json(Value::Object(map)) = &mut reply.body {
@@ -1437,9 +1450,19 @@ fn vmss_delete_instances(
     let old_etag = ss.etag();
     let old_cap = ss.capacity;
     let old_tags = ss.tags.clone();
+    // `PartialDelete`: the last `keep` named instances stay (left `Failed` if asked).
+    if let Some((keep, leave_failed)) = ctx.partial_delete {
+        for _ in 0..keep {
+            let Some(id) = victims.pop_last() else { break };
+            if let Some(inst) = ss.instances.get_mut(&id) {
+                inst.failed |= leave_failed;
+            }
+        }
+    }
     let removed = remove_instances(ss, &victims);
     ss.busy_until = ctx.now + s.lro_delay;
-    ss.failed = ctx.lro_failed;
+    // A partial delete fails its operation, not the scale set.
+    ss.failed = ctx.lro_failed && ctx.partial_delete.is_none();
     let deletion = super::state::InstanceDeletion {
         seq: ctx.seq,
         writer: ctx.writer.clone(),
@@ -1558,6 +1581,7 @@ pub(crate) fn rival_request(
         api_version: "2024-09-01".into(),
         lro_failed: false,
         lro_error: None,
+        partial_delete: None,
         query: Vec::new(),
         if_match: if_match.map(str::to_string),
     };

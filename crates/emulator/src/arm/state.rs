@@ -1003,6 +1003,31 @@ impl EmulatorState {
         )
     }
 
+    /// Marks instance `id` of scale set `name` `Failed` (or healthy again) out of band, as a VM
+    /// Azure could not update or delete is listed; false when there is no such instance.
+    pub fn set_instance_failed(
+        &self,
+        sub: &str,
+        rg: &str,
+        name: &str,
+        id: u64,
+        failed: bool,
+    ) -> bool {
+        let mut d = self.lock();
+        let key = vmss_key(sub, rg, name);
+        match d
+            .scale_sets
+            .get_mut(&key)
+            .and_then(|ss| ss.instances.get_mut(&id))
+        {
+            Some(i) => {
+                i.failed = failed;
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Deletes a scale set out of band; true when it existed.
     pub fn delete_out_of_band(&self, sub: &str, rg: &str, name: &str) -> bool {
         self.lock().delete_scale_set(sub, rg, name)
