@@ -534,6 +534,7 @@ fn the_cluster_role_grants_exactly_reads_a_node_patch_evictions_events_and_provi
                 &read
             ),
             rule(&["batch"], &["jobs"], &[], &read),
+            rule(&[""], &["resourcequotas"], &[], &read),
             rule(&["events.k8s.io"], &["events"], &[], &["create", "patch"]),
         ]
     );
