@@ -6,12 +6,11 @@
 //! re-reads that buffer and decides it again at the next look; nothing is ever written blind.
 
 use crate::kube::buffer::BufferStore;
-use crate::kube::provreq::ProvReqError;
 use crate::pods::buffer::{Buffer, Referents};
 use crate::pods::provreq::Update;
 use std::sync::Arc;
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::warn;
 
 /// What the scale-up loop keeps of the buffers between looks.
 #[derive(Debug)]
@@ -64,55 +63,15 @@ impl Buffers {
     /// Writes the updates the last decision asked for. Returns whether one met a conflict (the
     /// buffer is read afresh: decide again soon).
     pub async fn write(&mut self) -> bool {
-        let mut conflict = false;
-        for u in std::mem::take(&mut self.updates) {
-            let set: Vec<String> = u
-                .set
-                .iter()
-                .map(|(k, s, r)| format!("{k}={}/{r}", if *s { "True" } else { "False" }))
-                .collect();
-            let replicas = u.object["status"]["replicas"].as_i64();
-            match self.store.replace_status(&u.object).await {
-                Ok(fresh) => {
-                    info!(capacity_buffer = %u.key, replicas = ?replicas, conditions = %set.join(", "), "CapacityBuffer status written");
-                    self.replace(&u.key, Some(fresh));
-                }
-                Err(ProvReqError::Conflict(_)) => {
-                    conflict = true;
-                    warn!(capacity_buffer = %u.key, "CapacityBuffer changed since it was read (409): reading it afresh, deciding again");
-                    let (ns, name) = u.key.split_once('/').unwrap_or(("default", &u.key));
-                    match self.store.get(ns, name).await {
-                        Ok(fresh) => self.replace(&u.key, fresh),
-                        Err(e) => {
-                            warn!(capacity_buffer = %u.key, error = %e, "could not read it afresh")
-                        }
-                    }
-                }
-                Err(ProvReqError::NotFound(_)) => self.replace(&u.key, None),
-                Err(e) => {
-                    warn!(capacity_buffer = %u.key, error = %e, reason = e.metric_label(), "could not write the CapacityBuffer's status: deciding again next loop");
-                }
-            }
-        }
-        conflict
-    }
-
-    fn replace(&mut self, key: &str, fresh: Option<Buffer>) {
-        match (self.buffers.iter().position(|b| b.key() == key), fresh) {
-            (Some(i), Some(f)) => self.buffers[i] = f,
-            (Some(i), None) => {
-                self.buffers.remove(i);
-            }
-            (None, Some(f)) => self.buffers.push(f),
-            (None, None) => {}
-        }
+        let updates = std::mem::take(&mut self.updates);
+        super::status_writes::write(self.store.as_ref(), &mut self.buffers, updates).await
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kube::provreq::Result;
+    use crate::kube::provreq::{ProvReqError, Result};
     use crate::pods::buffer::{decide, RefKey, Referent};
     use k8s_openapi::api::core::v1::PodTemplate;
     use parking_lot::Mutex;
@@ -175,6 +134,10 @@ mod tests {
                 referents(),
             ))
         }
+    }
+
+    #[async_trait::async_trait]
+    impl crate::kube::status_object::StatusStore<Buffer> for OneBuffer {
         async fn get(&self, _: &str, _: &str) -> Result<Option<Buffer>> {
             *self.gets.lock() += 1;
             Ok(Some(Buffer::of(self.stored.lock().clone()).unwrap()))

@@ -13,3 +13,4 @@ pub mod follow_up;
 pub mod provreq;
 pub mod scale_down;
 pub mod scale_up;
+mod status_writes;

@@ -5,13 +5,13 @@
 //! nothing is ever written blind. At most [`crate::pods::provreq::MAX_UPDATES_PER_LOOP`]
 //! updates per loop.
 
-use crate::kube::provreq::{ProvReqError, ProvReqStore};
+use crate::kube::provreq::ProvReqStore;
 use crate::pods::provreq::{Booking, Request, Templates, Update};
 use crate::pods::record::PodRecord;
 use parking_lot::RwLock;
 use std::sync::Arc;
 use tokio::time::Instant;
-use tracing::{info, warn};
+use tracing::warn;
 
 /// What the bookings hold.
 #[derive(Debug, Default)]
@@ -120,54 +120,15 @@ impl ProvReqs {
     /// Writes the updates the last decision asked for. Returns whether one met a conflict (the
     /// request is read afresh: decide again soon).
     pub async fn write(&mut self) -> bool {
-        let mut conflict = false;
-        for u in std::mem::take(&mut self.updates) {
-            let set: Vec<String> = u
-                .set
-                .iter()
-                .map(|(k, s, r)| format!("{k}={}/{r}", if *s { "True" } else { "False" }))
-                .collect();
-            match self.store.replace_status(&u.object).await {
-                Ok(fresh) => {
-                    info!(provisioning_request = %u.key, conditions = %set.join(", "), "ProvisioningRequest status written");
-                    self.replace(&u.key, Some(fresh));
-                }
-                Err(ProvReqError::Conflict(_)) => {
-                    conflict = true;
-                    warn!(provisioning_request = %u.key, "ProvisioningRequest changed since it was read (409): reading it afresh, deciding again");
-                    let (ns, name) = u.key.split_once('/').unwrap_or(("default", &u.key));
-                    match self.store.get(ns, name).await {
-                        Ok(fresh) => self.replace(&u.key, fresh),
-                        Err(e) => {
-                            warn!(provisioning_request = %u.key, error = %e, "could not read it afresh")
-                        }
-                    }
-                }
-                Err(ProvReqError::NotFound(_)) => self.replace(&u.key, None),
-                Err(e) => {
-                    warn!(provisioning_request = %u.key, error = %e, reason = e.metric_label(), "could not write the ProvisioningRequest's status: deciding again next loop");
-                }
-            }
-        }
-        conflict
-    }
-
-    fn replace(&mut self, key: &str, fresh: Option<Request>) {
-        match (self.requests.iter().position(|r| r.key() == key), fresh) {
-            (Some(i), Some(f)) => self.requests[i] = f,
-            (Some(i), None) => {
-                self.requests.remove(i);
-            }
-            (None, Some(f)) => self.requests.push(f),
-            (None, None) => {}
-        }
+        let updates = std::mem::take(&mut self.updates);
+        super::status_writes::write(self.store.as_ref(), &mut self.requests, updates).await
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kube::provreq::Result;
+    use crate::kube::provreq::{ProvReqError, Result};
     use parking_lot::Mutex;
     use serde_json::{json, Value};
 
@@ -217,6 +178,10 @@ mod tests {
                 Templates::new(),
             ))
         }
+    }
+
+    #[async_trait::async_trait]
+    impl crate::kube::status_object::StatusStore<Request> for OneRequest {
         async fn get(&self, _: &str, _: &str) -> Result<Option<Request>> {
             *self.gets.lock() += 1;
             Ok(Some(Request::of(self.stored.lock().clone()).unwrap()))

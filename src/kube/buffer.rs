@@ -5,24 +5,22 @@
 //! blind).
 
 use super::provreq::{ProvReqError, Result};
+use super::status_object::{self, StatusObject, StatusStore};
 use crate::pods::buffer::{
     scalable_resource, Buffer, RefKey, Referent, Referents, GROUP, KIND, PLURAL, VERSION,
 };
 use k8s_openapi::api::core::v1::{PodTemplate, ResourceQuota};
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use std::sync::Arc;
 use tracing::warn;
 
-/// Where buffers and what they refer to are read, and statuses written. Errors are
-/// [`ProvReqError`]'s variants (the same questions: conflict, gone, list, other).
+/// Where buffers and what they refer to are read, and statuses written (one buffer's read and
+/// status write: [`StatusStore`]). Errors are [`ProvReqError`]'s variants (the same questions:
+/// conflict, gone, list, other).
 #[async_trait::async_trait]
-pub trait BufferStore: Send + Sync + std::fmt::Debug {
+pub trait BufferStore: StatusStore<Buffer> {
     /// Every buffer in the cluster, and what each one refers to.
     async fn list(&self) -> Result<(Vec<Buffer>, Referents)>;
-    /// One buffer afresh (`None`: gone).
-    async fn get(&self, namespace: &str, name: &str) -> Result<Option<Buffer>>;
-    /// Writes `object`'s status (`PUT .../status`) under its `metadata.resourceVersion`.
-    async fn replace_status(&self, object: &serde_json::Value) -> Result<Buffer>;
 }
 
 /// The API resource of `autoscaling.x-k8s.io/v1beta1` CapacityBuffers.
@@ -129,50 +127,31 @@ impl BufferStore for KubeBuffers {
         }
         Ok((buffers, referents))
     }
+}
 
+#[async_trait::async_trait]
+impl StatusStore<Buffer> for KubeBuffers {
     async fn get(&self, namespace: &str, name: &str) -> Result<Option<Buffer>> {
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), namespace, &api_resource());
-        let got = api.get_opt(name).await.map_err(|e| ProvReqError::Other {
-            key: format!("{namespace}/{name}"),
-            message: e.to_string(),
-        })?;
-        Ok(got.and_then(to_buffer))
+        status_object::get(&self.client, namespace, name).await
     }
 
     async fn replace_status(&self, object: &serde_json::Value) -> Result<Buffer> {
-        let meta = &object["metadata"];
-        let namespace = meta["namespace"].as_str().unwrap_or("default");
-        let name = meta["name"].as_str().unwrap_or_default();
-        let key = format!("{namespace}/{name}");
-        if meta["resourceVersion"].as_str().is_none_or(str::is_empty) {
-            // Never a blind write: without a version the server would take it unconditionally.
-            return Err(ProvReqError::Other {
-                key,
-                message: "refusing to write a status without a resourceVersion".into(),
-            });
-        }
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), namespace, &api_resource());
-        let body: DynamicObject =
-            serde_json::from_value(object.clone()).map_err(|e| ProvReqError::Other {
-                key: key.clone(),
-                message: e.to_string(),
-            })?;
-        match api
-            .replace_status(name, &PostParams::default(), &body)
-            .await
-        {
-            Ok(o) => to_buffer(o).ok_or_else(|| ProvReqError::Other {
-                key,
-                message: "the answer is not a CapacityBuffer".into(),
-            }),
-            Err(kube::Error::Api(s)) if s.code == 409 => Err(ProvReqError::Conflict(key)),
-            Err(kube::Error::Api(s)) if s.code == 404 => Err(ProvReqError::NotFound(key)),
-            Err(e) => Err(ProvReqError::Other {
-                key,
-                message: e.to_string(),
-            }),
-        }
+        status_object::replace_status(&self.client, object).await
+    }
+}
+
+impl StatusObject for Buffer {
+    const KIND: &'static str = KIND;
+
+    fn api_resource() -> ApiResource {
+        api_resource()
+    }
+
+    fn of(object: serde_json::Value) -> Option<Self> {
+        Buffer::of(object).ok()
+    }
+
+    fn key(&self) -> String {
+        Buffer::key(self)
     }
 }

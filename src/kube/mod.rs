@@ -19,6 +19,7 @@ pub mod nodes;
 pub mod provreq;
 pub mod reflect;
 pub mod status;
+pub mod status_object;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, PostParams};

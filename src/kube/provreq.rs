@@ -2,9 +2,10 @@
 //! the status write guarded by the `resourceVersion` read (a 409 means the request changed since:
 //! it is read afresh and decided again, never written blind).
 
+use super::status_object::{self, StatusObject, StatusStore};
 use crate::pods::provreq::{Request, Templates, GROUP, KIND, PLURAL, VERSION};
 use k8s_openapi::api::core::v1::PodTemplate;
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use std::sync::Arc;
 
 /// A failed read or write.
@@ -49,15 +50,12 @@ impl ProvReqError {
 /// Result alias.
 pub type Result<T> = std::result::Result<T, ProvReqError>;
 
-/// Where requests and templates are read and statuses written.
+/// Where requests and templates are read and statuses written (one request's read and status
+/// write: [`StatusStore`]).
 #[async_trait::async_trait]
-pub trait ProvReqStore: Send + Sync + std::fmt::Debug {
+pub trait ProvReqStore: StatusStore<Request> {
     /// Every request and PodTemplate in the cluster.
     async fn list(&self) -> Result<(Vec<Request>, Templates)>;
-    /// One request afresh (`None`: gone).
-    async fn get(&self, namespace: &str, name: &str) -> Result<Option<Request>>;
-    /// Writes `object`'s status (`PUT .../status`) under its `metadata.resourceVersion`.
-    async fn replace_status(&self, object: &serde_json::Value) -> Result<Request>;
 }
 
 /// The API resource of `autoscaling.x-k8s.io/v1` ProvisioningRequests.
@@ -126,50 +124,31 @@ impl ProvReqStore for KubeProvReqs {
             .collect();
         Ok((requests, templates))
     }
+}
 
+#[async_trait::async_trait]
+impl StatusStore<Request> for KubeProvReqs {
     async fn get(&self, namespace: &str, name: &str) -> Result<Option<Request>> {
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), namespace, &api_resource());
-        let got = api.get_opt(name).await.map_err(|e| ProvReqError::Other {
-            key: format!("{namespace}/{name}"),
-            message: e.to_string(),
-        })?;
-        Ok(got.and_then(to_request))
+        status_object::get(&self.client, namespace, name).await
     }
 
     async fn replace_status(&self, object: &serde_json::Value) -> Result<Request> {
-        let meta = &object["metadata"];
-        let namespace = meta["namespace"].as_str().unwrap_or("default");
-        let name = meta["name"].as_str().unwrap_or_default();
-        let key = format!("{namespace}/{name}");
-        if meta["resourceVersion"].as_str().is_none_or(str::is_empty) {
-            // Never a blind write: without a version the server would take it unconditionally.
-            return Err(ProvReqError::Other {
-                key,
-                message: "refusing to write a status without a resourceVersion".into(),
-            });
-        }
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), namespace, &api_resource());
-        let body: DynamicObject =
-            serde_json::from_value(object.clone()).map_err(|e| ProvReqError::Other {
-                key: key.clone(),
-                message: e.to_string(),
-            })?;
-        match api
-            .replace_status(name, &PostParams::default(), &body)
-            .await
-        {
-            Ok(o) => to_request(o).ok_or_else(|| ProvReqError::Other {
-                key,
-                message: "the answer is not a ProvisioningRequest".into(),
-            }),
-            Err(kube::Error::Api(s)) if s.code == 409 => Err(ProvReqError::Conflict(key)),
-            Err(kube::Error::Api(s)) if s.code == 404 => Err(ProvReqError::NotFound(key)),
-            Err(e) => Err(ProvReqError::Other {
-                key,
-                message: e.to_string(),
-            }),
-        }
+        status_object::replace_status(&self.client, object).await
+    }
+}
+
+impl StatusObject for Request {
+    const KIND: &'static str = KIND;
+
+    fn api_resource() -> ApiResource {
+        api_resource()
+    }
+
+    fn of(object: serde_json::Value) -> Option<Self> {
+        Request::of(object).ok()
+    }
+
+    fn key(&self) -> String {
+        Request::key(self)
     }
 }

@@ -18,6 +18,7 @@ use support::*;
 use vmss_capacity_controller::emulator::sim::SimSettings;
 use vmss_capacity_controller::kube::buffer::{api_resource, BufferStore, KubeBuffers};
 use vmss_capacity_controller::kube::provreq::ProvReqError;
+use vmss_capacity_controller::kube::status_object::StatusStore;
 
 fn unique(test: &str) -> String {
     format!("{test}-{}", &uuid::Uuid::new_v4().simple().to_string()[..6])

@@ -19,6 +19,7 @@ use support::*;
 use vmss_capacity_controller::kube::provreq::{
     api_resource, KubeProvReqs, ProvReqError, ProvReqStore,
 };
+use vmss_capacity_controller::kube::status_object::StatusStore;
 use vmss_capacity_controller::pods::provreq::{BEST_EFFORT_ATOMIC, CHECK_CAPACITY};
 
 const ATOMIC: &str = BEST_EFFORT_ATOMIC;
