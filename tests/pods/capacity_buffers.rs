@@ -5,11 +5,11 @@
 //! with the CRD from `deploy/base` installed (ignored by plain `cargo test`; run by
 //! `.ci/real-apiserver.sh`, which runs every ignored test with `KUBECONFIG` set).
 
+use crate::crd::{install_crd, namespace, real_client, table, unique};
 use crate::support;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::PodTemplate;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams, WatchEvent, WatchParams};
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -19,10 +19,6 @@ use vmss_capacity_controller::emulator::sim::SimSettings;
 use vmss_capacity_controller::kube::buffer::{api_resource, BufferStore, KubeBuffers};
 use vmss_capacity_controller::kube::provreq::ProvReqError;
 use vmss_capacity_controller::kube::status_object::StatusStore;
-
-fn unique(test: &str) -> String {
-    format!("{test}-{}", &uuid::Uuid::new_v4().simple().to_string()[..6])
-}
 
 /// PodTemplate `name`: one container asking for `cpu` and 1 GiB.
 async fn pod_template(client: &kube::Client, ns: &str, name: &str, cpu: &str) {
@@ -365,27 +361,6 @@ async fn without_pod_injection_a_buffer_gets_its_status_but_no_node() {
 
 // --- the store protocol, on either server -------------------------------------------------------
 
-/// The Table the server answers for `path` (as kubectl asks for it): column names, first row.
-async fn table(client: &kube::Client, path: &str) -> (Vec<String>, Vec<Value>) {
-    let req = http::Request::get(path)
-        .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
-        .body(Vec::new())
-        .unwrap();
-    let text = client.request_text(req).await.expect("table");
-    let t: Value = serde_json::from_str(&text).expect("json");
-    let columns = t["columnDefinitions"]
-        .as_array()
-        .expect("columns")
-        .iter()
-        .map(|c| c["name"].as_str().unwrap_or_default().to_string())
-        .collect();
-    let cells = t["rows"][0]["cells"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    (columns, cells)
-}
-
 /// A buffer of a strategy nobody serves, so a controller running beside never writes it.
 async fn store_protocol(client: &kube::Client, ns: &str) {
     let name = unique("proto");
@@ -538,62 +513,17 @@ async fn the_emulator_serves_capacity_buffers_as_the_api_server_does() {
 
 // --- on a real kube-apiserver -------------------------------------------------------------------
 
-async fn real_client() -> kube::Client {
-    let path = std::env::var("KUBECONFIG").expect("KUBECONFIG names the test server's kubeconfig");
-    let file = kube::config::Kubeconfig::read_from(path).expect("kubeconfig");
-    let mut config = kube::Config::from_custom_kubeconfig(file, &Default::default())
-        .await
-        .expect("config");
-    config.default_retry = false;
-    kube::Client::try_from(config).expect("client")
-}
-
-/// Installs `deploy/base`'s CRD (once per server) and waits until it is served.
-async fn install_crd(client: &kube::Client) {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/deploy/base/crd-capacitybuffers.yaml"
-    ))
-    .expect("the CRD file");
-    let crd: CustomResourceDefinition = serde_yaml::from_str(&text).expect("the CRD parses");
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    match api.create(&PostParams::default(), &crd).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => panic!("the real server refused the CRD: {e}"),
-    }
-    for _ in 0..100 {
-        let established = api
-            .get("capacitybuffers.autoscaling.x-k8s.io")
-            .await
-            .ok()
-            .and_then(|c| c.status)
-            .and_then(|s| s.conditions)
-            .is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-            });
-        if established {
-            // Discovery catches up a moment after Established.
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the CRD never became Established");
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a real kube-apiserver (KUBECONFIG); run by .ci/real-apiserver.sh"]
 async fn on_a_real_api_server_the_capacity_buffer_store_protocol_holds() {
     let client = real_client().await;
-    install_crd(&client).await;
-    let ns = unique("buffer-proto");
-    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    let o = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
-    api.create(&PostParams::default(), &o)
-        .await
-        .expect("namespace");
+    install_crd(
+        &client,
+        "crd-capacitybuffers.yaml",
+        "capacitybuffers.autoscaling.x-k8s.io",
+    )
+    .await;
+    let ns = namespace(&client, "buffer-proto").await;
     store_protocol(&client, &ns).await;
 }
 
@@ -617,14 +547,14 @@ async fn clear_buffers(client: &kube::Client) {
 #[ignore = "needs a real kube-apiserver (KUBECONFIG); run by .ci/real-apiserver.sh"]
 async fn on_a_real_api_server_a_buffer_cut_by_a_resource_quota_grows_what_the_quota_admits() {
     let client = real_client().await;
-    install_crd(&client).await;
+    install_crd(
+        &client,
+        "crd-capacitybuffers.yaml",
+        "capacitybuffers.autoscaling.x-k8s.io",
+    )
+    .await;
     clear_buffers(&client).await;
-    let ns = unique("buffer-quota");
-    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    let o = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
-    api.create(&PostParams::default(), &o)
-        .await
-        .expect("namespace");
+    let ns = namespace(&client, "buffer-quota").await;
     let c = Cluster::start_on(
         &[("general", "Standard_D4s_v5", 0, &[])],
         10,

@@ -6,11 +6,11 @@
 //! protocol (status subresource, 409 on a stale `resourceVersion`, watch, generation) is checked
 //! the same way on both servers, so the emulator answers as the Go API server does.
 
+use crate::crd::{install_crd, namespace, real_client, table, unique};
 use crate::support;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::PodTemplate;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, DynamicObject, PostParams, WatchEvent, WatchParams};
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -23,10 +23,6 @@ use vmss_capacity_controller::kube::status_object::StatusStore;
 use vmss_capacity_controller::pods::provreq::{BEST_EFFORT_ATOMIC, CHECK_CAPACITY};
 
 const ATOMIC: &str = BEST_EFFORT_ATOMIC;
-
-fn unique(test: &str) -> String {
-    format!("{test}-{}", &uuid::Uuid::new_v4().simple().to_string()[..6])
-}
 
 /// Kueue's two objects: PodTemplate `name` (one container asking for `cpu`) and a
 /// ProvisioningRequest `name` of `class` for `count` of its pods.
@@ -408,27 +404,6 @@ async fn the_empty_nodes_an_atomic_request_grew_are_kept_while_booked_and_an_unb
 
 // --- the store protocol, on either server -------------------------------------------------------
 
-/// The Table the server answers for `path` (as kubectl asks for it): column names, first row.
-async fn table(client: &kube::Client, path: &str) -> (Vec<String>, Vec<Value>) {
-    let req = http::Request::get(path)
-        .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
-        .body(Vec::new())
-        .unwrap();
-    let text = client.request_text(req).await.expect("table");
-    let t: Value = serde_json::from_str(&text).expect("json");
-    let columns = t["columnDefinitions"]
-        .as_array()
-        .expect("columns")
-        .iter()
-        .map(|c| c["name"].as_str().unwrap_or_default().to_string())
-        .collect();
-    let cells = t["rows"][0]["cells"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    (columns, cells)
-}
-
 /// Requests of a class nobody serves, so a controller running beside never writes them.
 async fn store_protocol(client: &kube::Client, ns: &str) {
     let name = unique("proto");
@@ -577,67 +552,16 @@ async fn the_emulator_serves_provisioning_requests_and_pod_templates_as_the_api_
 
 // --- on a real kube-apiserver -------------------------------------------------------------------
 
-async fn real_client() -> kube::Client {
-    let path = std::env::var("KUBECONFIG").expect("KUBECONFIG names the test server's kubeconfig");
-    let file = kube::config::Kubeconfig::read_from(path).expect("kubeconfig");
-    let mut config = kube::Config::from_custom_kubeconfig(file, &Default::default())
-        .await
-        .expect("config");
-    config.default_retry = false;
-    kube::Client::try_from(config).expect("client")
-}
-
-/// Installs `deploy/base`'s CRD (once per server) and waits until it is served.
-async fn install_crd(client: &kube::Client) {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/deploy/base/crd-provisioningrequests.yaml"
-    ))
-    .expect("the CRD file");
-    let crd: CustomResourceDefinition = serde_yaml::from_str(&text).expect("the CRD parses");
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    match api.create(&PostParams::default(), &crd).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => panic!("the real server refused the CRD: {e}"),
-    }
-    for _ in 0..100 {
-        let established = api
-            .get("provisioningrequests.autoscaling.x-k8s.io")
-            .await
-            .ok()
-            .and_then(|c| c.status)
-            .and_then(|s| s.conditions)
-            .is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-            });
-        if established {
-            // Discovery catches up a moment after Established.
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the CRD never became Established");
-}
-
-/// A namespace of its own (the real server keeps objects between runs).
-async fn namespace(client: &kube::Client, test: &str) -> String {
-    let ns = unique(test);
-    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-    let o = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
-    api.create(&PostParams::default(), &o)
-        .await
-        .expect("namespace");
-    ns
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs a real kube-apiserver (KUBECONFIG); run by .ci/real-apiserver.sh"]
 async fn on_a_real_api_server_the_store_protocol_holds() {
     let client = real_client().await;
-    install_crd(&client).await;
+    install_crd(
+        &client,
+        "crd-provisioningrequests.yaml",
+        "provisioningrequests.autoscaling.x-k8s.io",
+    )
+    .await;
     let ns = namespace(&client, "provreq-proto").await;
     store_protocol(&client, &ns).await;
 }
@@ -667,7 +591,12 @@ async fn clear_served_requests(client: &kube::Client) {
 async fn on_a_real_api_server_kueue_shaped_requests_are_provisioned_in_one_write_or_fail_writing_nothing(
 ) {
     let client = real_client().await;
-    install_crd(&client).await;
+    install_crd(
+        &client,
+        "crd-provisioningrequests.yaml",
+        "provisioningrequests.autoscaling.x-k8s.io",
+    )
+    .await;
     clear_served_requests(&client).await;
     let ns = namespace(&client, "provreq-atomic").await;
     let c = serving(
