@@ -7,6 +7,7 @@
 mod support;
 
 mod capacity_buffers;
+mod consolidation;
 mod explain;
 mod price_expander;
 mod provisioning_requests;

@@ -346,6 +346,7 @@ impl Cluster {
             );
         }
         let bookings = scale_up.bookings();
+        let prices = scale_up.prices();
         tasks.push(tokio::spawn(scale_up.run(stop.clone())));
         if settings.scale_down.enabled {
             tasks.push(tokio::spawn(
@@ -358,6 +359,7 @@ impl Cluster {
                     recorder,
                 )
                 .bookings(bookings)
+                .prices(prices)
                 .run(stop.clone()),
             ));
         }
