@@ -297,6 +297,56 @@ pub(super) fn consolidation_settings(
 mod tests {
     use super::*;
 
+    fn parse(yaml: &str, scale_down: bool) -> (ConsolidationSettings, Vec<(String, String)>) {
+        let raw: RawConsolidation = serde_yaml::from_str(yaml).expect("yaml");
+        let mut problems = Problems::default();
+        let s = consolidation_settings(Some(raw), DemandKind::Pods, scale_down, &mut problems);
+        let found = problems
+            .0
+            .into_iter()
+            .map(|p| (p.path, p.message))
+            .collect();
+        (s, found)
+    }
+
+    #[test]
+    fn consolidation_is_off_by_default_and_bad_values_are_named_with_their_path() {
+        assert!(!ConsolidationSettings::default().enabled);
+        assert_eq!(ConsolidationSettings::default().budgets, default_budgets());
+        let (s, found) = parse(
+            "enabled: true\nconsolidateAfter: 2m\nclusterBudgets: [{nodes: \"5\", reasons: [Empty]}]\ngroupBudgets: {dear: [{nodes: \"50%\"}]}",
+            true,
+        );
+        assert!(found.is_empty(), "{found:?}");
+        assert!(s.enabled);
+        assert_eq!(s.consolidate_after, Duration::from_secs(120));
+        assert_eq!(s.budgets_of("dear")[0].nodes, BudgetNodes::Percent(50));
+        assert_eq!(s.budgets_of("other"), default_budgets().as_slice());
+        assert_eq!(
+            s.cluster_budgets[0].reasons,
+            Some(vec![DisruptionReason::Empty])
+        );
+        let (_, found) = parse(
+            "enabled: true\npolicy: Always\ntimeout: 0s\nbudgets: [{nodes: \"110%\"}, {nodes: \"1\", reasons: [Drifted]}, {nodes: \"1\", schedule: \"@daily\", duration: 1h}]",
+            false,
+        );
+        let paths: Vec<&str> = found.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "consolidation.enabled",
+                "consolidation.policy",
+                "consolidation.timeout",
+                "consolidation.budgets[0].nodes",
+                "consolidation.budgets[1].reasons[0]",
+                "consolidation.budgets[2].schedule",
+            ],
+            "{found:?}"
+        );
+        assert!(found[0].1.contains("scaleDown.enabled"), "{found:?}");
+        assert!(found[3].1.contains("110%"), "{found:?}");
+    }
+
     #[test]
     fn budget_nodes_are_a_count_or_a_percentage_rounded_up_as_karpenter_does() {
         assert_eq!(parse_budget_nodes("10%"), Ok(BudgetNodes::Percent(10)));

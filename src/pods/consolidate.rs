@@ -2,7 +2,7 @@
 //! scale-down pass has chosen its empty and unneeded nodes, several more nodes may go at once
 //! when their pods all fit on the nodes that stay, simulated together (the room one node's pods
 //! take is gone for the next, the budgets' disruptions are spent across them, none of the set
-//! is a destination) with the same simulation as scale-down ([`super::unneeded::Sim`]).
+//! is a destination) with the same simulation as scale-down (`unneeded::Sim`).
 //!
 //! Candidates are the nodes scale-down could remove (same blockers: PDBs, `safe-to-evict`,
 //! pods without a controller, kube-system pods without a PDB, local storage,
