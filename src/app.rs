@@ -302,6 +302,7 @@ impl Replica {
         };
         // `demand: pods`: batches pending pods into scale-up decisions for the reconciler.
         let mut bookings = None;
+        let mut prices = None;
         let scale_up_task = match (pod_demand, &cluster) {
             (Some(demand), Some(view)) => {
                 let mut scale_up = crate::autoscale::scale_up::ScaleUpLoop::new(
@@ -323,14 +324,15 @@ impl Replica {
                     );
                 }
                 bookings = scale_up.bookings();
+                prices = Some(scale_up.prices());
                 Some(tokio::spawn(scale_up.run(shutdown.clone())))
             }
             _ => None,
         };
         // `scaleDown.enabled`: removes unneeded nodes, one instance at a time through Azure.
         let scale_down_task = match (node_actions, &cluster) {
-            (Some(actions), Some(view)) => Some(tokio::spawn(
-                crate::autoscale::scale_down::ScaleDownLoop::new(
+            (Some(actions), Some(view)) => {
+                let mut down = crate::autoscale::scale_down::ScaleDownLoop::new(
                     settings.clone(),
                     reconciler.clone(),
                     view.clone(),
@@ -339,9 +341,13 @@ impl Replica {
                     events,
                 )
                 .dry_run(dry_run)
-                .bookings(bookings)
-                .run(shutdown.clone()),
-            )),
+                .bookings(bookings);
+                // Consolidation prices savings from the scale-up loop's book (one table).
+                if let Some(p) = prices {
+                    down = down.prices(p);
+                }
+                Some(tokio::spawn(down.run(shutdown.clone())))
+            }
             _ => None,
         };
         let mut http_task = None;

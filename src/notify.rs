@@ -79,6 +79,22 @@ pub enum ControllerEvent {
         /// Why, in words.
         why: String,
     },
+    /// Consolidation is removing a node (Karpenter's `Consolidating`/`DisruptionLaunching`
+    /// words): the command was decided, re-validated, and the node is being tainted and drained.
+    Consolidating {
+        /// The node.
+        object: ObjectRef,
+        /// What the command does, in words.
+        note: String,
+    },
+    /// A node is not consolidated (Karpenter's `Unconsolidatable`): a decision that did not hold
+    /// on re-validation, or why a candidate stays.
+    Unconsolidatable {
+        /// The node.
+        object: ObjectRef,
+        /// Why, in words.
+        why: String,
+    },
     /// A new node of a group registered otherwise than the template its scale-up was planned
     /// with (a Warning: the group's template is that node from now on).
     TemplateMismatch {

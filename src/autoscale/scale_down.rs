@@ -33,6 +33,7 @@
 
 use crate::autoscale::scale_up::pod_ref;
 use crate::cache::Instance;
+use crate::capacity::PriceBook;
 use crate::config::{NodeGroupKind, NodeGroupSpec, Settings};
 use crate::fence::FenceHold;
 use crate::kube::nodes::{has_our_taint_record, EvictOutcome, NodeActions, NodeWriteError};
@@ -40,11 +41,15 @@ use crate::kube::reflect::ClusterView;
 use crate::metrics::Metrics;
 use crate::node_groups::{backing, is_ready, schedulable, GroupIndex, NodeGroups};
 use crate::notify::{ControllerEvent, EventSink, ObjectRef};
+use crate::pods::consolidate::{self, Command, ConsolidationInput, Unconsolidatable};
 use crate::pods::fit::NodeState;
+use crate::pods::index::PodIndex;
 use crate::pods::record::{NodeRecord, PodRecord};
 use crate::pods::scale_down::removable;
 use crate::pods::topology::Cluster;
+use crate::pods::topology::NamespaceLabels;
 use crate::pods::unneeded::{self, Candidates, DownGroup, DownInput, Limits, Settle};
+use crate::pods::volumes::Volumes;
 use crate::reconciler::{BulkEnd, DeleteEnd, DeleteKind, LastLook, NoLastLook, Reconciler};
 use crate::resource::Victim;
 use parking_lot::Mutex;
@@ -132,6 +137,15 @@ pub struct ScaleDownLoop {
     /// Dry run: what was already logged as "would remove" (logged once while it stays so).
     would: HashSet<String>,
     tasks: JoinSet<()>,
+    /// What a node of each group costs (consolidation's savings).
+    prices: Arc<PriceBook>,
+    /// Per node, a fingerprint of the pods bound to it and since when it has been so
+    /// (`consolidation.consolidateAfter` counts from the last change).
+    pod_events: HashMap<String, (u64, Instant)>,
+    /// A consolidation decided and waiting for its re-validation, and when that is due.
+    command: Option<(Command, Instant)>,
+    /// What each node was last told by an `Unconsolidatable` Event (told once while it stays).
+    told: HashMap<String, String>,
 }
 
 /// One node's removal, as decided.
@@ -145,11 +159,16 @@ struct Removal {
     pods: Vec<String>,
     /// Not Ready past its startup window when it was decided (it waited `unreadyTime`).
     unready: bool,
+    /// Removed by consolidation: its re-check asks only that its pods fit elsewhere (no
+    /// utilisation threshold), as the decision did.
+    consolidation: bool,
 }
 
 impl Removal {
     fn reason(&self) -> &'static str {
-        if self.unready {
+        if self.consolidation {
+            "consolidation"
+        } else if self.unready {
             "unready"
         } else if self.pods.is_empty() {
             "empty"
@@ -157,6 +176,40 @@ impl Removal {
             "underutilized"
         }
     }
+}
+
+/// What one pass read, for consolidation's decision and re-validation.
+struct PassView<'a> {
+    groups: &'a [NodeGroupSpec],
+    down: &'a [DownGroup],
+    nodes: &'a [Arc<NodeRecord>],
+    pods: &'a PodIndex,
+    pdbs: &'a [Arc<k8s_openapi::api::policy::v1::PodDisruptionBudget>],
+    volumes: &'a Volumes,
+    namespaces: &'a NamespaceLabels,
+    busy: &'a HashSet<String>,
+    unready: &'a HashSet<String>,
+    wall: k8s_openapi::jiff::Timestamp,
+    /// Nodes the pass may still remove.
+    left: usize,
+}
+
+/// A fingerprint of the pods bound to `node` (their uids, in any order).
+fn pods_fingerprint(pods: &PodIndex, node: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut uids: Vec<&str> = pods
+        .bound(node)
+        .map(|p| {
+            p.pods()
+                .iter()
+                .map(|p| p.uid.as_deref().unwrap_or(p.name.as_str()))
+                .collect()
+        })
+        .unwrap_or_default();
+    uids.sort_unstable();
+    let mut h = rustc_hash::FxHasher::default();
+    uids.hash(&mut h);
+    h.finish()
 }
 
 /// Releases a removal's place in [`Flight`] however the task ends.
@@ -213,6 +266,13 @@ impl ScaleDownLoop {
         self
     }
 
+    /// Prices consolidation's savings with `prices` (the scale-up loop's book, so both read one
+    /// table); without it, an offline book over the configured rates and the list prices.
+    pub fn prices(mut self, prices: Arc<PriceBook>) -> Self {
+        self.prices = prices;
+        self
+    }
+
     /// A loop removing unneeded nodes of `reconciler`'s groups, seen through `cluster`.
     pub fn new(
         settings: Arc<Settings>,
@@ -222,6 +282,7 @@ impl ScaleDownLoop {
         metrics: Arc<Metrics>,
         events: Arc<dyn EventSink>,
     ) -> Self {
+        let settings_prices = settings.prices.clone();
         Self {
             shared: Arc::new(Shared {
                 settings,
@@ -245,6 +306,10 @@ impl ScaleDownLoop {
             would: HashSet::new(),
             tasks: JoinSet::new(),
             bookings: None,
+            prices: Arc::new(PriceBook::offline(settings_prices)),
+            pod_events: HashMap::new(),
+            command: None,
+            told: HashMap::new(),
         }
     }
 
@@ -263,9 +328,15 @@ impl ScaleDownLoop {
         // Spot VMs Azure stopped: deleted now, not a scan interval later.
         let mut stopped = self.shared.groups.stopped();
         loop {
+            // A consolidation waiting for its re-validation is looked at when that is due.
+            let due = self.command.as_ref().map(|(_, at)| *at);
             tokio::select! {
                 _ = tick.tick() => {}
                 Ok(()) = stopped.changed() => {}
+                _ = async { match due {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                } } => {}
                 _ = shutdown.cancelled() => break,
             }
             self.pass(&shutdown).await;
@@ -282,6 +353,8 @@ impl ScaleDownLoop {
         while self.tasks.try_join_next().is_some() {}
         let s = self.shared.clone();
         if !s.reconciler.may_write() || !s.cluster.synced() {
+            // A consolidation decided before is decided again once this replica may act.
+            self.command = None;
             // A leader whose renewal is late (a Lease hiccup) still holds the Lease: it decides
             // nothing meanwhile but keeps since when its nodes have been unneeded. Not leading
             // (or not seeing the cluster yet): nothing is unneeded "since" anything.
@@ -401,6 +474,7 @@ impl ScaleDownLoop {
         // VMs Azure stopped go first: they count toward the floor and the pass's limit before
         // any unneeded node is chosen (so none is drained only to be refused at the floor).
         let per_pass = settings.max_scale_down_per_pass as usize;
+        let started_before = self.tasks.len();
         let left = self.remove_evicted(&groups, &mut down, &evicted, &busy, per_pass);
         let candidates = unneeded::unneeded(&DownInput {
             now: wall,
@@ -479,6 +553,7 @@ impl ScaleDownLoop {
                 resource_version: u.resource_version.clone(),
                 pods: u.pods.clone(),
                 unready: u.unready,
+                consolidation: false,
                 group,
             };
             let slot = {
@@ -513,6 +588,49 @@ impl ScaleDownLoop {
             batches[at].0.push(removal);
             batches[at].1.push(slot);
         }
+        // Consolidation, once nothing else is being removed and this pass chose nothing (one
+        // kind of disruption at a time, as Karpenter acts with one method per loop).
+        let idle = busy.is_empty() && batches.is_empty() && started_before == self.tasks.len();
+        let ctx = PassView {
+            groups: &groups,
+            down: &down,
+            nodes: &nodes,
+            pods: &pods,
+            pdbs: &pdbs,
+            volumes: &volumes,
+            namespaces: &namespaces,
+            busy: &busy,
+            unready: &unready,
+            wall,
+            left: budget.saturating_sub(self.tasks.len() - started_before),
+        };
+        for removal in self.consolidation(&ctx, idle, now) {
+            let slot = {
+                let mut f = s.flight.lock();
+                f.busy.insert(removal.node.clone());
+                *f.deleting.entry(removal.group.name.clone()).or_default() += 1;
+                let drains = !removal.pods.is_empty();
+                if drains {
+                    f.draining += 1;
+                }
+                Slot {
+                    shared: s.clone(),
+                    node: removal.node.clone(),
+                    group: removal.group.name.clone(),
+                    drains,
+                }
+            };
+            self.since.remove(&removal.node);
+            // One batch per group: its nodes are drained in turn and deleted in one request.
+            let at = *bulk
+                .entry(format!("consolidation/{}", removal.group.name))
+                .or_insert_with(|| {
+                    batches.push(Default::default());
+                    batches.len() - 1
+                });
+            batches[at].0.push(removal);
+            batches[at].1.push(slot);
+        }
         for (removals, slots) in batches {
             let task = s.clone();
             let stop = shutdown.clone();
@@ -521,6 +639,221 @@ impl ScaleDownLoop {
                 task.remove(removals, &stop).await;
             });
         }
+    }
+
+    /// Consolidation's part of a pass (`consolidation.enabled`): keeps since when each node's
+    /// pods have been as they are (`consolidateAfter`); when the cluster is `idle` (nothing being
+    /// removed, nothing chosen this pass) decides a command, and once its re-validation is due
+    /// (`consolidation.validationDelay` later) checks it against this pass's view and returns its
+    /// removals. A command that no longer holds is dropped with an `Unconsolidatable` Event on
+    /// its nodes.
+    fn consolidation(&mut self, v: &PassView, idle: bool, now: Instant) -> Vec<Removal> {
+        let s = self.shared.clone();
+        let cfg = &s.settings.consolidation;
+        if !cfg.enabled {
+            return Vec::new();
+        }
+        // consolidateAfter: since when each node's pods have been unchanged.
+        let present: HashSet<&str> = v.nodes.iter().map(|n| n.name.as_str()).collect();
+        self.pod_events.retain(|n, _| present.contains(n.as_str()));
+        let mut unsettled = HashSet::new();
+        for n in v.nodes {
+            let fp = pods_fingerprint(v.pods, &n.name);
+            let e = self.pod_events.entry(n.name.clone()).or_insert((fp, now));
+            if e.0 != fp {
+                *e = (fp, now);
+            }
+            if now.duration_since(e.1) < cfg.consolidate_after {
+                unsettled.insert(n.name.clone());
+            }
+        }
+        if !idle {
+            if let Some((c, _)) = self.command.take() {
+                debug!(
+                    nodes = c.nodes.len(),
+                    "consolidation dropped: another removal started meanwhile"
+                );
+            }
+            return Vec::new();
+        }
+        // Each group's price, decided in one place (override, list price, sentinel).
+        let prices: Vec<f64> = v
+            .groups
+            .iter()
+            .map(|g| {
+                let cached = s.groups.scale_sets().get(&g.name);
+                let (location, size, spot) =
+                    cached
+                        .as_ref()
+                        .map_or((String::new(), String::new(), false), |c| {
+                            let shape = super::scale_up::shape_of(g, &c.scale_set);
+                            (
+                                shape.location.to_string(),
+                                shape.vm_size.to_string(),
+                                shape.profile.spot,
+                            )
+                        });
+                let price = self
+                    .prices
+                    .group_price(&g.name, &location, &size, spot)
+                    .per_hour;
+                s.metrics
+                    .node_group_price_per_hour
+                    .with_label_values(&[&g.name])
+                    .set(price);
+                price
+            })
+            .collect();
+        let none = HashSet::new();
+        let previously = HashSet::new();
+        let input = ConsolidationInput {
+            down: DownInput {
+                now: v.wall,
+                groups: v.down,
+                nodes: v.nodes,
+                pods: v.pods,
+                pdbs: v.pdbs,
+                threshold: s.settings.scale_down.utilization_threshold,
+                busy: v.busy,
+                unready: v.unready,
+                previously: &previously,
+                non_empty_candidates: s.settings.scale_down.non_empty_candidates_count,
+                volumes: v.volumes,
+                namespaces: v.namespaces,
+            },
+            prices: &prices,
+            chosen: &none,
+            unsettled: &unsettled,
+            settings: cfg,
+            max_nodes: u32::try_from(v.left).unwrap_or(u32::MAX),
+        };
+        if let Some((command, due)) = self.command.take() {
+            if now < due {
+                self.command = Some((command, due));
+                return Vec::new();
+            }
+            return match consolidate::revalidate(&command, &input) {
+                Ok(()) => self.act(v, command),
+                Err((node, why)) => {
+                    info!(%node, reason = why.label(), why = %why, "consolidation did not hold on re-validation: nothing removed");
+                    let group = command
+                        .nodes
+                        .iter()
+                        .find(|n| n.node == node)
+                        .and_then(|n| v.groups.get(n.group))
+                        .map_or("", |g| g.name.as_str());
+                    s.metrics
+                        .failed_scale_downs_total
+                        .with_label_values(&[group, "consolidation_invalid"])
+                        .inc();
+                    for n in &command.nodes {
+                        let text = if n.node == node {
+                            format!("consolidation abandoned on re-validation: {why}")
+                        } else {
+                            format!("consolidation abandoned on re-validation: node {node}: {why}")
+                        };
+                        s.events.record(ControllerEvent::Unconsolidatable {
+                            object: node_ref(&n.node, s.node(&n.node).as_deref()),
+                            why: text.clone(),
+                        });
+                        self.told.insert(n.node.clone(), text);
+                    }
+                    Vec::new()
+                }
+            };
+        }
+        // The search's time limit is work time, not the cluster's: a real clock.
+        let deadline = std::time::Instant::now() + cfg.timeout;
+        let started = std::time::Instant::now();
+        let found = consolidate::consolidate(&input, &mut || std::time::Instant::now() >= deadline);
+        if found.timed_out {
+            warn!(searched = found.searched, "the consolidation search ran out of consolidation.timeout: the last valid answer stands");
+        }
+        debug!(
+            searched = found.searched,
+            trials = found.trials,
+            ms = started.elapsed().as_millis() as u64,
+            "consolidation decided"
+        );
+        self.tell(&found.unconsolidatable);
+        let Some(command) = found.command else {
+            return Vec::new();
+        };
+        let names: Vec<&str> = command.nodes.iter().map(|n| n.node.as_str()).collect();
+        if self.dry_run {
+            let key = format!("consolidation:{}", names.join(","));
+            if self.would.insert(key) {
+                info!(nodes = ?names, savings_per_hour = command.savings_per_hour, "dry run: would consolidate (taint, drain, delete)");
+            }
+            return Vec::new();
+        }
+        info!(nodes = ?names, savings_per_hour = command.savings_per_hour, delay_s = cfg.validation_delay.as_secs(), "consolidation decided: re-validating before acting");
+        self.command = Some((command, now + cfg.validation_delay));
+        Vec::new()
+    }
+
+    /// `Unconsolidatable` Events for nodes whose reason is new (each told once while it stays).
+    fn tell(&mut self, why: &BTreeMap<String, Unconsolidatable>) {
+        let s = self.shared.clone();
+        self.told.retain(|n, _| why.contains_key(n));
+        for (node, w) in why {
+            let text = w.to_string();
+            if self.told.get(node) == Some(&text) {
+                continue;
+            }
+            s.events.record(ControllerEvent::Unconsolidatable {
+                object: node_ref(node, s.node(node).as_deref()),
+                why: text.clone(),
+            });
+            self.told.insert(node.clone(), text);
+        }
+    }
+
+    /// The removals of a command that held on re-validation, each announced by a
+    /// `Consolidating` Event (taint, drain and guarded delete are scale-down's).
+    fn act(&mut self, v: &PassView, command: Command) -> Vec<Removal> {
+        let s = self.shared.clone();
+        let count = command.nodes.len();
+        info!(
+            nodes = count,
+            savings_per_hour = command.savings_per_hour,
+            "consolidating: the decision held on re-validation"
+        );
+        let mut out = Vec::with_capacity(count);
+        for n in command.nodes {
+            let Some(group) = v.groups.get(n.group).cloned() else {
+                continue;
+            };
+            if let Some(hold) = s.reconciler.delete_hold(&group) {
+                debug!(node = %n.node, scale_set = %group.name, %hold, "consolidation of a node not started: its delete would be held");
+                continue;
+            }
+            s.events.record(ControllerEvent::Consolidating {
+                object: node_ref(&n.node, s.node(&n.node).as_deref()),
+                note: format!(
+                    "consolidating {count} node(s), saving ${:.3}/h: this node ({}, ${:.3}/h, {} pod(s), disruption cost {:.2}) is tainted, drained and deleted; its pods move to the nodes that stay",
+                    command.savings_per_hour,
+                    group.name,
+                    n.price,
+                    n.pods.len(),
+                    n.cost
+                ),
+            });
+            self.told.remove(&n.node);
+            out.push(Removal {
+                node: n.node.clone(),
+                victim: Victim {
+                    instance_id: n.instance_id,
+                    node_name: n.node,
+                },
+                resource_version: n.resource_version,
+                pods: n.pods,
+                unready: false,
+                consolidation: true,
+                group,
+            });
+        }
+        out
     }
 
     /// Whether the cluster can be scaled down now: every watch healthy (the view can be trusted
@@ -1468,8 +1801,9 @@ impl Shared {
             &others,
             |_| false,
             &pdbs,
-            // An unready node's utilisation does not keep it (see `unneeded`).
-            if r.unready {
+            // An unready node's utilisation does not keep it (see `unneeded`), nor does a
+            // consolidated node's (its decision had no threshold).
+            if r.unready || r.consolidation {
                 f64::INFINITY
             } else {
                 self.settings.scale_down.utilization_threshold

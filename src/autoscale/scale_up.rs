@@ -256,7 +256,8 @@ impl ScaleUpLoop {
                 settings.prices.clone(),
                 metrics.price_refresh_failures_total.clone(),
             )),
-            price_source: (settings.prices.fetch && settings.pod_demand.expander.uses_prices())
+            price_source: (settings.prices.fetch
+                && (settings.pod_demand.expander.uses_prices() || settings.consolidation.enabled))
                 .then(|| {
                     Arc::new(RetailPricesClient::new(settings.prices.endpoint.clone()))
                         as Arc<dyn PriceSource>

@@ -13,7 +13,9 @@
 //! | `validate` | raw values into typed settings, each problem with its path |
 //! | `discovery` | tag auto-discovery of scale sets and AKS agent pools |
 //! | `prices` | `prices:`: the retail prices fetch, its endpoint, per-group negotiated rates |
+//! | `consolidation` | `consolidation:`: Karpenter-style consolidation, its policy and disruption budgets |
 
+mod consolidation;
 mod discovery;
 mod kubernetes;
 mod pod_demand;
@@ -23,6 +25,11 @@ mod scale_down;
 mod sources;
 mod validate;
 
+pub use consolidation::{
+    default_budgets, parse_budget_nodes, Budget, BudgetNodes, ConsolidationPolicy,
+    ConsolidationSettings, DisruptionReason, DEFAULT_CONSOLIDATION_TIMEOUT,
+    DEFAULT_VALIDATION_DELAY, MAX_CONSOLIDATION_CANDIDATES,
+};
 pub use discovery::{
     discover_node_groups, discover_pools, TAG_CLUSTER_NAME, TAG_ENABLED, TAG_MAX, TAG_MIN,
 };
@@ -138,6 +145,8 @@ pub struct Settings {
     pub scale_down: ScaleDownSettings,
     /// `prices:`: where node prices come from (the `price` and `least-cost` expanders).
     pub prices: PriceSettings,
+    /// `consolidation:`: Karpenter-style consolidation (off by default).
+    pub consolidation: ConsolidationSettings,
 }
 
 /// Azure endpoints, scope and identity.
@@ -540,6 +549,12 @@ pub fn load(sources: &ConfigSources) -> Result<Settings, ConfigErrors> {
     let scale_down =
         scale_down::scale_down_settings(raw.scale_down.take(), pod_demand.kind, &mut problems);
     let prices = prices::price_settings(raw.prices.take(), &mut problems);
+    let consolidation = consolidation::consolidation_settings(
+        raw.consolidation.take(),
+        pod_demand.kind,
+        scale_down.enabled,
+        &mut problems,
+    );
 
     if let (Some(file), Some(text)) = (&sources.config_file, &yaml_text) {
         raw::locate(&mut problems, file, text);
@@ -578,6 +593,7 @@ pub fn load(sources: &ConfigSources) -> Result<Settings, ConfigErrors> {
         pod_demand,
         scale_down,
         prices,
+        consolidation,
     })
 }
 

@@ -391,6 +391,31 @@ pub(super) struct RawConfig {
     pub(super) capacity_buffer_pod_injection_enabled: Option<bool>,
     pub(super) scale_down: Option<RawScaleDown>,
     pub(super) prices: Option<RawPrices>,
+    pub(super) consolidation: Option<RawConsolidation>,
+}
+
+/// `consolidation:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct RawConsolidation {
+    pub(super) enabled: Option<bool>,
+    pub(super) policy: Option<String>,
+    pub(super) consolidate_after: Option<HumanDuration>,
+    pub(super) validation_delay: Option<HumanDuration>,
+    pub(super) timeout: Option<HumanDuration>,
+    pub(super) budgets: Option<Vec<RawBudget>>,
+    pub(super) group_budgets: Option<std::collections::BTreeMap<String, Vec<RawBudget>>>,
+    pub(super) cluster_budgets: Option<Vec<RawBudget>>,
+}
+
+/// One budget of `consolidation:`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub(super) struct RawBudget {
+    pub(super) nodes: Option<String>,
+    pub(super) reasons: Option<Vec<String>>,
+    pub(super) schedule: Option<String>,
+    pub(super) duration: Option<String>,
 }
 
 /// `prices:`.

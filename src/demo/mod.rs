@@ -264,6 +264,7 @@ impl Stage {
             kubernetes,
             pod_demand: Default::default(),
             scale_down: Default::default(),
+            consolidation: Default::default(),
             // The demo runs offline: the embedded list prices.
             prices: crate::config::PriceSettings {
                 fetch: false,

@@ -77,6 +77,8 @@ pub struct World {
     pub pod_demand: PodDemandSettings,
     /// `scaleDown` settings.
     pub scale_down: ScaleDownSettings,
+    /// `consolidation` settings.
+    pub consolidation: crate::config::ConsolidationSettings,
     /// `prices` settings: the configured rates over the embedded list prices (explaining fetches
     /// nothing, so a live controller that fetched may price a size a little differently).
     pub prices: crate::config::PriceSettings,
@@ -188,6 +190,10 @@ pub struct NodeExplanation {
     pub blocking_pod: Option<BlockingPod>,
     /// In words.
     pub summary: String,
+    /// With `consolidation.enabled`: whether consolidation would take the node now, and why
+    /// not, in words.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub consolidation: Option<String>,
 }
 
 /// The pod that keeps a node.
@@ -597,8 +603,77 @@ impl World {
         Ok(out)
     }
 
-    /// Whether node `name` could go, and why not.
+    /// Whether node `name` could go, and why not: by scale-down, and by consolidation when it is
+    /// on.
     pub fn node(&self, name: &str) -> Result<NodeExplanation, ExplainError> {
+        let mut out = self.node_scale_down(name)?;
+        if out.group.is_some() && self.consolidation.enabled {
+            out.consolidation = Some(self.consolidation_of(name));
+        }
+        Ok(out)
+    }
+
+    /// What consolidation decides of node `name` in this view, as if nothing else were being
+    /// removed and every node's pods had been as they are for `consolidateAfter` (what only the
+    /// running controller knows).
+    fn consolidation_of(&self, name: &str) -> String {
+        use crate::pods::consolidate::{consolidate, ConsolidationInput};
+        let groups = self.down_groups();
+        let all: Vec<&Group> = self.groups.iter().collect();
+        let priced = self.scale_up_input(&all, self.pods.clone()).prices;
+        let prices: Vec<f64> = groups
+            .iter()
+            .map(|g| priced.get(&g.name).copied().unwrap_or(0.0))
+            .collect();
+        let unready = crate::node_groups::unready_nodes(
+            &self.nodes,
+            self.now,
+            self.pod_demand.max_node_provision_time,
+        );
+        let none = HashSet::new();
+        let pods = PodIndex::of(&self.pods);
+        let input = ConsolidationInput {
+            down: DownInput {
+                now: self.now,
+                groups: &groups,
+                nodes: &self.nodes,
+                pods: &pods,
+                pdbs: &self.pdbs,
+                threshold: self.scale_down.utilization_threshold,
+                busy: &none,
+                unready: &unready,
+                previously: &none,
+                non_empty_candidates: u32::MAX,
+                volumes: &self.volumes,
+                namespaces: &self.namespaces,
+            },
+            prices: &prices,
+            chosen: &none,
+            unsettled: &none,
+            settings: &self.consolidation,
+            max_nodes: self.scale_down.max_scale_down_per_pass,
+        };
+        let deadline = std::time::Instant::now() + self.consolidation.timeout;
+        let found = consolidate(&input, &mut || std::time::Instant::now() >= deadline);
+        if let Some(c) = found
+            .command
+            .as_ref()
+            .filter(|c| c.nodes.iter().any(|n| n.node == name))
+        {
+            return format!(
+                "consolidated: goes with {} node(s) in all, saving ${:.3}/h, once the decision holds on re-validation (consolidation.validationDelay, {})",
+                c.nodes.len(),
+                c.savings_per_hour,
+                humantime::format_duration(self.consolidation.validation_delay)
+            );
+        }
+        match found.unconsolidatable.get(name) {
+            Some(why) => format!("not consolidated: {why}"),
+            None => "not a consolidation candidate (not Ready, cordoned, or not Ready past its startup window)".into(),
+        }
+    }
+
+    fn node_scale_down(&self, name: &str) -> Result<NodeExplanation, ExplainError> {
         let node =
             self.nodes.iter().find(|n| n.name == name).ok_or_else(|| {
                 ExplainError::NotFound(format!("node {name} is not in the cluster"))
@@ -614,6 +689,7 @@ impl World {
             reason: String::new(),
             blocking_pod: None,
             summary: String::new(),
+            consolidation: None,
         };
         let Some(group) = self.group_of(node) else {
             out.reason = "NotAutoscaled".into();
@@ -1004,6 +1080,9 @@ impl Explanation {
                 let _ = writeln!(s, "  {}", n.summary);
                 if let Some(b) = &n.blocking_pod {
                     let _ = writeln!(s, "  blocking pod: {} ({})", b.pod, b.reason);
+                }
+                if let Some(c) = &n.consolidation {
+                    let _ = writeln!(s, "  consolidation: {c}");
                 }
             }
             Explanation::Group(g) => {

@@ -465,6 +465,9 @@ impl Snapshot {
         };
         // Explaining reads no prices online: the configured rates and the embedded list prices.
         let prices = settings.map(|s| s.prices.clone()).unwrap_or_default();
+        let consolidation = settings
+            .map(|s| s.consolidation.clone())
+            .unwrap_or_default();
         let mut now = k8s_openapi::jiff::Timestamp::now();
         let kube = settings.map(|s| s.kubernetes.clone()).unwrap_or_default();
         let status_config_map = format!("{}/{}", kube.namespace, kube.status_config_map);
@@ -549,6 +552,7 @@ impl Snapshot {
             },
             pod_demand,
             scale_down,
+            consolidation,
             prices,
             controller,
             status_config_map,

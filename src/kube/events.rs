@@ -392,6 +392,22 @@ fn shape(event: &ControllerEvent) -> Option<Shape> {
             note_key: String::new(),
             regards: Regards::Object(object.clone()),
         },
+        ControllerEvent::Consolidating { object, note } => Shape {
+            type_: NORMAL,
+            reason: "Consolidating",
+            action: "Consolidate",
+            note: note.clone(),
+            note_key: String::new(),
+            regards: Regards::Object(object.clone()),
+        },
+        ControllerEvent::Unconsolidatable { object, why } => Shape {
+            type_: NORMAL,
+            reason: "Unconsolidatable",
+            action: "Consolidate",
+            note: why.clone(),
+            note_key: String::new(),
+            regards: Regards::Object(object.clone()),
+        },
         ControllerEvent::PodNotTriggeredScaleUp { pod, why } => Shape {
             type_: NORMAL,
             reason: "NotTriggerScaleUp",

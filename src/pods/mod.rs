@@ -18,9 +18,11 @@
 //! | [`record`] | a pod as the controller keeps it: its own fields, and a spec shared by equal pods |
 //! | [`scale_up`] | one decision: which groups grow by how much for the pods pending now |
 //! | [`scale_down`] | whether one node can go, and what blocks removing it |
+//! | [`consolidate`] | multi-node consolidation: candidates by savings over disruption, the prefix search, budgets, re-validation |
 //! | [`unneeded`] | one scale-down pass: unneeded nodes, since when, which go now; instances no Node stands for |
 
 pub mod buffer;
+pub mod consolidate;
 pub mod demand;
 pub mod estimate;
 pub mod expander;

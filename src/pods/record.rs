@@ -41,6 +41,12 @@ pub const CONSUME_PROVISIONING_REQUEST: &str = "autoscaling.x-k8s.io/consume-pro
 
 /// The annotation naming that request's provisioning class; a consumer carries both.
 pub const PROVISIONING_CLASS_NAME: &str = "autoscaling.x-k8s.io/provisioning-class-name";
+/// Pod or node annotation: `"true"` (or, on a pod, a duration from its start such as `"4h"`)
+/// keeps its node out of consolidation (Karpenter's).
+pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+/// Pod annotation: what deleting the pod costs, relative to its ReplicaSet's other pods
+/// (Kubernetes'; consolidation's disruption cost reads it as Karpenter does).
+pub const POD_DELETION_COST: &str = "controller.kubernetes.io/pod-deletion-cost";
 
 /// A pod's controller: its owner reference with `controller: true`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,6 +113,9 @@ pub struct PodRecord {
     pub deleted: Option<(k8s_openapi::jiff::Timestamp, i64)>,
     /// Its spec and fit facts (shared with the pods that have the same).
     pub shape: Arc<PodShape>,
+    /// `status.startTime`: when the kubelet started it (a `karpenter.sh/do-not-disrupt`
+    /// duration counts from it).
+    pub started: Option<k8s_openapi::jiff::Timestamp>,
 }
 
 impl PodRecord {
@@ -348,6 +357,8 @@ impl From<Node> for NodeRecord {
 fn kept_annotation(key: &str) -> bool {
     key.starts_with("cluster-autoscaler.kubernetes.io/")
         || key == MIRROR_ANNOTATION
+        || key == DO_NOT_DISRUPT
+        || key == POD_DELETION_COST
         || key == CONSUME_PROVISIONING_REQUEST
         || key == PROVISIONING_CLASS_NAME
 }
@@ -535,6 +546,10 @@ impl Interner {
                 .unwrap_or(DEFAULT_TERMINATION_GRACE_SECONDS);
             (t.0, grace)
         });
+        let started = status
+            .as_ref()
+            .and_then(|s| s.start_time.as_ref())
+            .map(|t| t.0);
         let (phase, unschedulable, nominated_node) = match status {
             Some(s) => {
                 let unschedulable = s.conditions.iter().flatten().any(|c| {
@@ -563,6 +578,7 @@ impl Interner {
             terminating,
             deleted,
             shape,
+            started,
         }
     }
 

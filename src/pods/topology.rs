@@ -548,7 +548,7 @@ type KeyValues = (NodeValues, Arc<Vec<bool>>);
 /// bound to each, grouped by shared label map (pods of one ReplicaSet share one) so a selector
 /// is tried once per group, not once per pod. Built once per decision or scale-down pass, and
 /// told where the simulation moves pods. It borrows the nodes (their pods are read once, here).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Cluster<'a> {
     nodes: Vec<&'a NodeState>,
     /// Bound pods sharing a label map, namespace, shape (their claims) and whether they are

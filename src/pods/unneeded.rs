@@ -121,67 +121,12 @@ pub struct Candidates {
 /// The nodes of managed groups that nobody needs now (see the module documentation).
 pub fn unneeded(input: &DownInput) -> Candidates {
     let mut out = Candidates::default();
-    let index = GroupIndex::of_backings(input.groups.iter().map(|g| &g.backing));
-    // Every node's state with the pods the index keeps bound to it (shared, not placed again).
-    let states: Vec<NodeState> = input
-        .nodes
-        .iter()
-        .map(|node| {
-            let placed = input.pods.bound(&node.name).cloned().unwrap_or_default();
-            // Pods deleted long ago that nobody confirms (a dead kubelet) are gone for
-            // scale-down: they neither move, nor block, nor count in utilisation.
-            let mut state = if placed.pods().iter().any(|p| p.long_terminating(input.now)) {
-                NodeState::from_node(
-                    node,
-                    placed
-                        .pods()
-                        .iter()
-                        .filter(|p| !p.long_terminating(input.now)),
-                )
-            } else {
-                NodeState::with_placed(node, placed)
-            };
-            state.set_volume_limits(input.volumes.limits(&node.name));
-            state
-        })
-        .collect();
-    // Every Ready, schedulable node that is not being removed: the room pods can move to.
-    let mut room: Vec<NodeState> = Vec::new();
-    let mut candidates: Vec<Candidate> = Vec::new();
-    // Unready nodes' states sit in `room` for their own simulation, never as a destination.
-    let mut not_room: Vec<usize> = Vec::new();
-    // Nodes that take no pod (being drained, not Ready, cordoned): the scheduler still counts
-    // their pods for spread and affinity, so the simulation does.
-    let mut elsewhere: Vec<NodeState> = Vec::new();
-    for (node, state) in input.nodes.iter().zip(states) {
-        let n = node.name.as_str();
-        let unready = input.unready.contains(n);
-        if input.busy.contains(n) || !(is_ready(node) || unready) || !schedulable(node) {
-            elsewhere.push(state);
-            continue;
-        }
-        if unready {
-            not_room.push(room.len());
-        }
-        if let Some(group) = index
-            .group_of(node)
-            .filter(|g| input.groups[*g].refused.is_none())
-        {
-            let id = node.instance_id().map(str::to_string);
-            if let Some(instance_id) = id {
-                candidates.push(Candidate {
-                    group,
-                    node,
-                    instance_id,
-                    at: room.len(),
-                    utilization: utilization(&state),
-                    before: input.previously.contains(n),
-                    unready,
-                });
-            }
-        }
-        room.push(state);
-    }
+    let Listed {
+        room,
+        elsewhere,
+        mut candidates,
+        not_room,
+    } = listed(input);
     // Nodes unneeded last pass first (their unneeded time must stay unbroken), then the least
     // utilised.
     candidates.sort_by(|a, b| {
@@ -190,39 +135,12 @@ pub fn unneeded(input: &DownInput) -> Candidates {
             .then_with(|| a.utilization.total_cmp(&b.utilization))
             .then_with(|| a.node.name.cmp(&b.node.name))
     });
-    // Spread and affinity of the pods that would move, when any pod has such a rule (over the
-    // nodes' labels and taints, copied: `room` fills up as the pass goes). The other nodes
-    // come after `room`, so a destination's index is the same in both.
-    let cross_node = room
-        .iter()
-        .chain(&elsewhere)
-        .any(|n| n.any_cross_node_rules() || (!input.volumes.is_empty() && n.any_claims()));
-    let bare: Vec<NodeState> = if cross_node {
-        room.iter().chain(&elsewhere).map(NodeState::bare).collect()
-    } else {
-        Vec::new()
-    };
-    let mut cluster = cross_node.then(|| {
-        Cluster::of_parts(
-            &bare,
-            room.iter()
-                .chain(&elsewhere)
-                .enumerate()
-                .flat_map(|(i, n)| n.pods().iter().map(move |p| (i, p))),
-        )
-        .with_volumes(input.volumes)
-        .with_namespaces(input.namespaces)
-    });
-    let mut pdbs: Vec<Arc<PodDisruptionBudget>> = input.pdbs.to_vec();
-    // Nodes found unneeded so far this pass, by index in `room`: no longer destinations.
-    let mut gone = vec![false; room.len()];
-    for i in not_room {
-        gone[i] = true;
-    }
+    let bare = bare_nodes(&room, &elsewhere, input);
+    let mut sim = Sim::new(room, &elsewhere, &not_room, &bare, input);
     let mut simulated = 0u32;
     let mut hints = Hints::default();
     for c in candidates {
-        let state = &room[c.at];
+        let state = &sim.room[c.at];
         let n = c.node.name.clone();
         let moves_any = state.pods().iter().any(|p| moves(p));
         // As it is now: pods of nodes looked at before may have been placed on it.
@@ -247,44 +165,11 @@ pub fn unneeded(input: &DownInput) -> Candidates {
             }
             simulated += 1;
         }
-        // Indices past `room` are the nodes that take no pod: never skipped.
-        let skip = |i: usize| i == c.at || gone.get(i).copied().unwrap_or(false);
-        match removable_hinted(
-            state,
-            &c.node.annotations,
-            &room,
-            skip,
-            &pdbs,
-            threshold,
-            cluster.as_ref(),
-            &mut hints,
-        ) {
+        match sim.remove(c.at, &c.node.annotations, threshold, &mut hints) {
             Err(b) => {
                 out.blocked.insert(n, b);
             }
-            Ok(plan) => {
-                let moving = pods_to_move(&room[c.at]);
-                // The room this node's pods take, and the disruptions they use, are gone for
-                // the nodes looked at after it.
-                for ((_, dest), pod) in plan.iter().zip(&moving) {
-                    room[*dest].place(pod.clone());
-                    if let Some(cluster) = cluster.as_mut() {
-                        cluster.place(pod, *dest);
-                    }
-                }
-                for b in pdbs.iter_mut() {
-                    let covered = moving
-                        .iter()
-                        .filter(|p| super::scale_down::covers(b, p))
-                        .count() as i32;
-                    if covered > 0 {
-                        let b = Arc::make_mut(b);
-                        if let Some(s) = b.status.as_mut() {
-                            s.disruptions_allowed -= covered;
-                        }
-                    }
-                }
-                gone[c.at] = true;
+            Ok(moving) => {
                 out.unneeded.push(Unneeded {
                     node: n,
                     group: c.group,
@@ -303,19 +188,211 @@ pub fn unneeded(input: &DownInput) -> Candidates {
     out
 }
 
+/// The nodes of one pass as its simulations see them ([`listed`]).
+pub(super) struct Listed<'a> {
+    /// Every Ready (or unready past its startup window), schedulable node that is not being
+    /// removed: the room pods can move to (unready ones only for their own simulation).
+    pub(super) room: Vec<NodeState>,
+    /// Nodes that take no pod (being drained, not Ready, cordoned): the scheduler still counts
+    /// their pods for spread and affinity, so the simulation does. They come after `room` in
+    /// the cross-node view, so a destination's index is the same in both.
+    pub(super) elsewhere: Vec<NodeState>,
+    /// The nodes of managed groups in `room`, as listed.
+    pub(super) candidates: Vec<Candidate<'a>>,
+    /// Indices in `room` of unready nodes: never a destination.
+    pub(super) not_room: Vec<usize>,
+}
+
+/// Every node's state with the pods the index keeps bound to it, sorted into room, elsewhere and
+/// candidates (shared by [`unneeded`] and consolidation, so both simulate on one view).
+pub(super) fn listed<'a>(input: &DownInput<'a>) -> Listed<'a> {
+    let index = GroupIndex::of_backings(input.groups.iter().map(|g| &g.backing));
+    // Every node's state with the pods the index keeps bound to it (shared, not placed again).
+    let states: Vec<NodeState> = input
+        .nodes
+        .iter()
+        .map(|node| {
+            let placed = input.pods.bound(&node.name).cloned().unwrap_or_default();
+            // Pods deleted long ago that nobody confirms (a dead kubelet) are gone for
+            // scale-down: they neither move, nor block, nor count in utilisation.
+            let mut state = if placed.pods().iter().any(|p| p.long_terminating(input.now)) {
+                NodeState::from_node(
+                    node,
+                    placed
+                        .pods()
+                        .iter()
+                        .filter(|p| !p.long_terminating(input.now)),
+                )
+            } else {
+                NodeState::with_placed(node, placed)
+            };
+            state.set_volume_limits(input.volumes.limits(&node.name));
+            state
+        })
+        .collect();
+    let mut out = Listed {
+        room: Vec::new(),
+        elsewhere: Vec::new(),
+        candidates: Vec::new(),
+        not_room: Vec::new(),
+    };
+    for (node, state) in input.nodes.iter().zip(states) {
+        let n = node.name.as_str();
+        let unready = input.unready.contains(n);
+        if input.busy.contains(n) || !(is_ready(node) || unready) || !schedulable(node) {
+            out.elsewhere.push(state);
+            continue;
+        }
+        if unready {
+            out.not_room.push(out.room.len());
+        }
+        if let Some(group) = index
+            .group_of(node)
+            .filter(|g| input.groups[*g].refused.is_none())
+        {
+            let id = node.instance_id().map(str::to_string);
+            if let Some(instance_id) = id {
+                out.candidates.push(Candidate {
+                    group,
+                    node,
+                    instance_id,
+                    at: out.room.len(),
+                    utilization: utilization(&state),
+                    before: input.previously.contains(n),
+                    unready,
+                });
+            }
+        }
+        out.room.push(state);
+    }
+    out
+}
+
+/// The nodes' labels and taints (copied: the room fills up as a pass goes) when any pod has a
+/// rule about other nodes' pods or volumes to follow; empty otherwise (no cross-node view).
+pub(super) fn bare_nodes(
+    room: &[NodeState],
+    elsewhere: &[NodeState],
+    input: &DownInput,
+) -> Vec<NodeState> {
+    let cross_node = room
+        .iter()
+        .chain(elsewhere)
+        .any(|n| n.any_cross_node_rules() || (!input.volumes.is_empty() && n.any_claims()));
+    if cross_node {
+        room.iter().chain(elsewhere).map(NodeState::bare).collect()
+    } else {
+        Vec::new()
+    }
+}
+
+/// The state one pass simulates on: the room (filled by the pods of the nodes found removable),
+/// which nodes are gone, the budgets' disruptions left, and the cross-node view. Cloned, it is a
+/// what-if that leaves the original as it was (consolidation tries one set of nodes per copy).
+#[derive(Debug, Clone)]
+pub(super) struct Sim<'c> {
+    /// See [`Listed::room`].
+    pub(super) room: Vec<NodeState>,
+    /// Nodes found removable (or never room), by index in `room`: no longer destinations.
+    pub(super) gone: Vec<bool>,
+    pdbs: Vec<Arc<PodDisruptionBudget>>,
+    cluster: Option<Cluster<'c>>,
+}
+
+impl<'c> Sim<'c> {
+    /// The simulation over `room` (taken), with `elsewhere`'s pods counted for spread and
+    /// affinity through `bare` (from [`bare_nodes`]; empty: no cross-node view).
+    pub(super) fn new(
+        room: Vec<NodeState>,
+        elsewhere: &[NodeState],
+        not_room: &[usize],
+        bare: &'c [NodeState],
+        input: &DownInput<'c>,
+    ) -> Self {
+        let cluster = (!bare.is_empty()).then(|| {
+            Cluster::of_parts(
+                bare,
+                room.iter()
+                    .chain(elsewhere)
+                    .enumerate()
+                    .flat_map(|(i, n)| n.pods().iter().map(move |p| (i, p))),
+            )
+            .with_volumes(input.volumes)
+            .with_namespaces(input.namespaces)
+        });
+        let mut gone = vec![false; room.len()];
+        for i in not_room {
+            gone[*i] = true;
+        }
+        Self {
+            room,
+            gone,
+            pdbs: input.pdbs.to_vec(),
+            cluster,
+        }
+    }
+
+    /// Simulates removing the node at `at` in `room` ([`removable_hinted`] against the nodes
+    /// not gone); when it can go, its pods are placed where they would go, the budgets spend
+    /// the disruptions they use, and the node is gone: two nodes never count on the same room.
+    /// Returns the pods that would move.
+    pub(super) fn remove(
+        &mut self,
+        at: usize,
+        annotations: &std::collections::BTreeMap<String, String>,
+        threshold: f64,
+        hints: &mut Hints,
+    ) -> Result<Vec<Arc<super::record::PodRecord>>, Blocker> {
+        let gone = &self.gone;
+        // Indices past `room` are the nodes that take no pod: never skipped.
+        let skip = |i: usize| i == at || gone.get(i).copied().unwrap_or(false);
+        let plan = removable_hinted(
+            &self.room[at],
+            annotations,
+            &self.room,
+            skip,
+            &self.pdbs,
+            threshold,
+            self.cluster.as_ref(),
+            hints,
+        )?;
+        let moving = pods_to_move(&self.room[at]);
+        for ((_, dest), pod) in plan.iter().zip(&moving) {
+            self.room[*dest].place(pod.clone());
+            if let Some(cluster) = self.cluster.as_mut() {
+                cluster.place(pod, *dest);
+            }
+        }
+        for b in self.pdbs.iter_mut() {
+            let covered = moving
+                .iter()
+                .filter(|p| super::scale_down::covers(b, p))
+                .count() as i32;
+            if covered > 0 {
+                let b = Arc::make_mut(b);
+                if let Some(s) = b.status.as_mut() {
+                    s.disruptions_allowed -= covered;
+                }
+            }
+        }
+        self.gone[at] = true;
+        Ok(moving)
+    }
+}
+
 /// A node of a managed group that might be unneeded.
-struct Candidate<'a> {
-    group: usize,
-    node: &'a NodeRecord,
-    instance_id: String,
+pub(super) struct Candidate<'a> {
+    pub(super) group: usize,
+    pub(super) node: &'a NodeRecord,
+    pub(super) instance_id: String,
     /// Index in the pass's room.
-    at: usize,
+    pub(super) at: usize,
     /// As listed, before any simulation.
-    utilization: f64,
+    pub(super) utilization: f64,
     /// Unneeded as of the last pass.
-    before: bool,
+    pub(super) before: bool,
     /// Not Ready, past its startup window.
-    unready: bool,
+    pub(super) unready: bool,
 }
 
 /// An instance of a managed group that no Node stands for: requested, and not registered (yet,

@@ -233,6 +233,7 @@ struct StatusIn {
     phase: Option<String>,
     conditions: Option<Vec<ConditionIn>>,
     nominated_node_name: Option<String>,
+    start_time: Option<Time>,
 }
 
 #[derive(Deserialize)]
@@ -258,6 +259,7 @@ impl From<StatusIn> for PodStatus {
                     .collect()
             }),
             nominated_node_name: s.nominated_node_name,
+            start_time: s.start_time,
             ..PodStatus::default()
         }
     }

@@ -7,6 +7,7 @@
 mod support;
 
 mod capacity_buffers;
+mod consolidation;
 mod crd;
 mod explain;
 mod price_expander;

@@ -93,6 +93,7 @@ pub fn settings(base_url: &str, groups: Vec<NodeGroupSpec>) -> Settings {
         kubernetes: Default::default(),
         pod_demand: Default::default(),
         scale_down: Default::default(),
+        consolidation: Default::default(),
         // No test reaches the network: prices come from the embedded table unless a test
         // points `prices.endpoint` at the emulator.
         prices: vmss_capacity_controller::config::PriceSettings {

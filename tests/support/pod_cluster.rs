@@ -355,6 +355,7 @@ impl Cluster {
             );
         }
         let bookings = scale_up.bookings();
+        let prices = scale_up.prices();
         tasks.push(tokio::spawn(scale_up.run(stop.clone())));
         if settings.scale_down.enabled {
             tasks.push(tokio::spawn(
@@ -367,6 +368,7 @@ impl Cluster {
                     recorder,
                 )
                 .bookings(bookings)
+                .prices(prices)
                 .run(stop.clone()),
             ));
         }

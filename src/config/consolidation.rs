@@ -1,0 +1,363 @@
+//! `consolidation:`: Karpenter's consolidation, adapted to node groups, as an opt-in beside
+//! cluster-autoscaler's scale-down. Off by default, so today's policy (remove a node once it has
+//! been under `scaleDown.utilizationThreshold` for `scaleDown.unneededTime`, one drain at a time)
+//! stays what a cluster-autoscaler user gets. On, after the empty nodes and unneeded nodes of a
+//! pass, several nodes whose pods all fit on the nodes that stay are removed at once, cheapest
+//! disruption per dollar saved first, through scale-down's taint, drain and guarded delete.
+//! Disruption budgets (`budgets`, `groupBudgets`, `clusterBudgets`) bound how many nodes it may
+//! take at a time; the most restrictive one that applies wins.
+
+use super::raw::{HumanDuration, RawBudget, RawConsolidation};
+use super::{DemandKind, Problems};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// `consolidation.policy`: which nodes consolidation may take (Karpenter's
+/// `consolidationPolicy` names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ConsolidationPolicy {
+    /// Nodes that are empty (no pod that would have to move), or whose pods all fit elsewhere.
+    #[default]
+    WhenEmptyOrUnderutilized,
+    /// Empty nodes only.
+    WhenEmpty,
+}
+
+/// Why a node is disrupted: what a budget's `reasons` name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DisruptionReason {
+    /// The node has no pod that would have to move.
+    Empty,
+    /// The node's pods move to the nodes that stay.
+    Underutilized,
+}
+
+impl DisruptionReason {
+    /// As written in `reasons` (Karpenter's spelling).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DisruptionReason::Empty => "Empty",
+            DisruptionReason::Underutilized => "Underutilized",
+        }
+    }
+}
+
+/// A budget's `nodes`: a count, or a percentage of the nodes it covers (rounded up, as
+/// Karpenter rounds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BudgetNodes {
+    /// At most this many nodes disrupted at once.
+    Count(u32),
+    /// At most this percentage (0-100) of the nodes it covers.
+    Percent(u32),
+}
+
+impl BudgetNodes {
+    /// How many of `total` nodes may be disrupted at once.
+    pub fn allowed(self, total: u32) -> u32 {
+        match self {
+            BudgetNodes::Count(n) => n,
+            BudgetNodes::Percent(p) => {
+                let scaled = u64::from(total) * u64::from(p);
+                u32::try_from(scaled.div_ceil(100)).unwrap_or(u32::MAX)
+            }
+        }
+    }
+}
+
+/// One disruption budget.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Budget {
+    /// `nodes`.
+    pub nodes: BudgetNodes,
+    /// `reasons`: the reasons it bounds; `None` (not given): every reason.
+    pub reasons: Option<Vec<DisruptionReason>>,
+}
+
+impl Budget {
+    /// Whether it bounds disruptions for `reason`.
+    pub fn applies_to(&self, reason: DisruptionReason) -> bool {
+        self.reasons.as_ref().is_none_or(|r| r.contains(&reason))
+    }
+
+    /// How many nodes of `total` it lets be disrupted for `reason` at once (`None`: it does not
+    /// bound that reason).
+    pub fn allowed_for(&self, reason: DisruptionReason, total: u32) -> Option<u32> {
+        self.applies_to(reason).then(|| self.nodes.allowed(total))
+    }
+}
+
+/// Karpenter's default budget: `nodes: "10%"` of each NodePool (here: of each node group).
+pub fn default_budgets() -> Vec<Budget> {
+    vec![Budget {
+        nodes: BudgetNodes::Percent(10),
+        reasons: None,
+    }]
+}
+
+/// Karpenter's `commandValidationDelay`.
+pub const DEFAULT_VALIDATION_DELAY: Duration = Duration::from_secs(15);
+/// Karpenter's `MultiNodeConsolidationTimeoutDuration`.
+pub const DEFAULT_CONSOLIDATION_TIMEOUT: Duration = Duration::from_secs(60);
+/// Karpenter's cap on the candidates one multi-node search looks at.
+pub const MAX_CONSOLIDATION_CANDIDATES: usize = 100;
+
+/// `consolidation:`, validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConsolidationSettings {
+    /// `consolidation.enabled` (default false: cluster-autoscaler's policy alone).
+    pub enabled: bool,
+    /// `consolidation.policy` (`WhenEmptyOrUnderutilized`).
+    pub policy: ConsolidationPolicy,
+    /// `consolidation.consolidateAfter` (0 s, Karpenter's default): how long a node's pods must
+    /// have been unchanged (no pod bound to it or gone from it) before it is a candidate.
+    pub consolidate_after: Duration,
+    /// `consolidation.validationDelay` (15 s): between a decision and its re-validation.
+    pub validation_delay: Duration,
+    /// `consolidation.timeout` (1 min): the multi-node search's time limit; when it runs out,
+    /// the last valid answer is taken.
+    pub timeout: Duration,
+    /// `consolidation.budgets` (`[{nodes: "10%"}]`): each node group's budgets, unless
+    /// `groupBudgets` names the group.
+    pub budgets: Vec<Budget>,
+    /// `consolidation.groupBudgets`: node-group name → its budgets (instead of `budgets`).
+    pub group_budgets: BTreeMap<String, Vec<Budget>>,
+    /// `consolidation.clusterBudgets` (none): budgets over every managed node together.
+    pub cluster_budgets: Vec<Budget>,
+}
+
+impl Default for ConsolidationSettings {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            policy: ConsolidationPolicy::default(),
+            consolidate_after: Duration::ZERO,
+            validation_delay: DEFAULT_VALIDATION_DELAY,
+            timeout: DEFAULT_CONSOLIDATION_TIMEOUT,
+            budgets: default_budgets(),
+            group_budgets: BTreeMap::new(),
+            cluster_budgets: Vec::new(),
+        }
+    }
+}
+
+impl ConsolidationSettings {
+    /// The budgets of node group `group`.
+    pub fn budgets_of(&self, group: &str) -> &[Budget] {
+        self.group_budgets.get(group).unwrap_or(&self.budgets)
+    }
+}
+
+/// `nodes` as Karpenter validates it: `^((100|[0-9]{1,2})%|[0-9]+)$`.
+pub fn parse_budget_nodes(text: &str) -> Result<BudgetNodes, String> {
+    let t = text.trim();
+    let bad = || {
+        format!("{text:?} is neither a count (\"3\") nor a percentage from 0% to 100% (\"10%\")")
+    };
+    if let Some(p) = t.strip_suffix('%') {
+        if p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad());
+        }
+        match p.parse::<u32>() {
+            Ok(v) if v <= 100 => Ok(BudgetNodes::Percent(v)),
+            _ => Err(bad()),
+        }
+    } else if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) {
+        t.parse::<u32>().map(BudgetNodes::Count).map_err(|_| bad())
+    } else {
+        Err(bad())
+    }
+}
+
+fn budgets(raw: Vec<RawBudget>, path: &str, problems: &mut Problems) -> Vec<Budget> {
+    if raw.len() > 50 {
+        problems.push(path, format!("{} budgets; at most 50", raw.len()));
+    }
+    let mut out = Vec::new();
+    for (i, b) in raw.into_iter().enumerate() {
+        let at = format!("{path}[{i}]");
+        if b.schedule.is_some() || b.duration.is_some() {
+            problems.push(
+                format!("{at}.schedule"),
+                "budgets with a cron schedule and duration are not supported yet: every budget is always active",
+            );
+        }
+        let nodes = match b.nodes.as_deref() {
+            None => {
+                problems.push(format!("{at}.nodes"), "missing: a count or a percentage");
+                continue;
+            }
+            Some(n) => match parse_budget_nodes(n) {
+                Ok(n) => n,
+                Err(e) => {
+                    problems.push(format!("{at}.nodes"), e);
+                    continue;
+                }
+            },
+        };
+        let reasons = match b.reasons {
+            None => None,
+            Some(list) => {
+                let mut rs = Vec::new();
+                for (j, r) in list.iter().enumerate() {
+                    match r.as_str() {
+                        "Empty" => rs.push(DisruptionReason::Empty),
+                        "Underutilized" => rs.push(DisruptionReason::Underutilized),
+                        other => problems.push(
+                            format!("{at}.reasons[{j}]"),
+                            format!("unknown reason {other:?}; use Empty or Underutilized (Replace is not built yet)"),
+                        ),
+                    }
+                }
+                Some(rs)
+            }
+        };
+        out.push(Budget { nodes, reasons });
+    }
+    out
+}
+
+/// The `consolidation:` block; every problem is pushed with its path.
+pub(super) fn consolidation_settings(
+    raw: Option<RawConsolidation>,
+    demand: DemandKind,
+    scale_down_enabled: bool,
+    problems: &mut Problems,
+) -> ConsolidationSettings {
+    let d = ConsolidationSettings::default();
+    let Some(raw) = raw else {
+        return d;
+    };
+    let mut enabled = raw.enabled.unwrap_or(false);
+    if enabled && demand != DemandKind::Pods {
+        problems.push(
+            "consolidation.enabled",
+            "consolidation moves pods: it needs demand: pods",
+        );
+        enabled = false;
+    } else if enabled && !scale_down_enabled {
+        problems.push(
+            "consolidation.enabled",
+            "consolidation removes nodes through scale-down's taint, drain and delete: it needs scaleDown.enabled",
+        );
+        enabled = false;
+    }
+    let policy = match raw.policy.as_deref() {
+        None => d.policy,
+        Some("WhenEmptyOrUnderutilized") => ConsolidationPolicy::WhenEmptyOrUnderutilized,
+        Some("WhenEmpty") => ConsolidationPolicy::WhenEmpty,
+        Some(other) => {
+            problems.push(
+                "consolidation.policy",
+                format!("unknown policy {other:?}; use WhenEmptyOrUnderutilized or WhenEmpty"),
+            );
+            d.policy
+        }
+    };
+    let timeout = match raw.timeout {
+        Some(HumanDuration(t)) if t.is_zero() => {
+            problems.push("consolidation.timeout", "must be more than 0s");
+            d.timeout
+        }
+        Some(HumanDuration(t)) => t,
+        None => d.timeout,
+    };
+    ConsolidationSettings {
+        enabled,
+        policy,
+        consolidate_after: raw
+            .consolidate_after
+            .map_or(d.consolidate_after, |HumanDuration(t)| t),
+        validation_delay: raw
+            .validation_delay
+            .map_or(d.validation_delay, |HumanDuration(t)| t),
+        timeout,
+        budgets: raw
+            .budgets
+            .map(|b| budgets(b, "consolidation.budgets", problems))
+            .unwrap_or(d.budgets),
+        group_budgets: raw
+            .group_budgets
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(g, b)| {
+                let path = format!("consolidation.groupBudgets.{g}");
+                let parsed = budgets(b, &path, problems);
+                (g, parsed)
+            })
+            .collect(),
+        cluster_budgets: raw
+            .cluster_budgets
+            .map(|b| budgets(b, "consolidation.clusterBudgets", problems))
+            .unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(yaml: &str, scale_down: bool) -> (ConsolidationSettings, Vec<(String, String)>) {
+        let raw: RawConsolidation = serde_yaml::from_str(yaml).expect("yaml");
+        let mut problems = Problems::default();
+        let s = consolidation_settings(Some(raw), DemandKind::Pods, scale_down, &mut problems);
+        let found = problems
+            .0
+            .into_iter()
+            .map(|p| (p.path, p.message))
+            .collect();
+        (s, found)
+    }
+
+    #[test]
+    fn consolidation_is_off_by_default_and_bad_values_are_named_with_their_path() {
+        assert!(!ConsolidationSettings::default().enabled);
+        assert_eq!(ConsolidationSettings::default().budgets, default_budgets());
+        let (s, found) = parse(
+            "enabled: true\nconsolidateAfter: 2m\nclusterBudgets: [{nodes: \"5\", reasons: [Empty]}]\ngroupBudgets: {dear: [{nodes: \"50%\"}]}",
+            true,
+        );
+        assert!(found.is_empty(), "{found:?}");
+        assert!(s.enabled);
+        assert_eq!(s.consolidate_after, Duration::from_secs(120));
+        assert_eq!(s.budgets_of("dear")[0].nodes, BudgetNodes::Percent(50));
+        assert_eq!(s.budgets_of("other"), default_budgets().as_slice());
+        assert_eq!(
+            s.cluster_budgets[0].reasons,
+            Some(vec![DisruptionReason::Empty])
+        );
+        let (_, found) = parse(
+            "enabled: true\npolicy: Always\ntimeout: 0s\nbudgets: [{nodes: \"110%\"}, {nodes: \"1\", reasons: [Drifted]}, {nodes: \"1\", schedule: \"@daily\", duration: 1h}]",
+            false,
+        );
+        let paths: Vec<&str> = found.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "consolidation.enabled",
+                "consolidation.policy",
+                "consolidation.timeout",
+                "consolidation.budgets[0].nodes",
+                "consolidation.budgets[1].reasons[0]",
+                "consolidation.budgets[2].schedule",
+            ],
+            "{found:?}"
+        );
+        assert!(found[0].1.contains("scaleDown.enabled"), "{found:?}");
+        assert!(found[3].1.contains("110%"), "{found:?}");
+    }
+
+    #[test]
+    fn budget_nodes_are_a_count_or_a_percentage_rounded_up_as_karpenter_does() {
+        assert_eq!(parse_budget_nodes("10%"), Ok(BudgetNodes::Percent(10)));
+        assert_eq!(parse_budget_nodes("3"), Ok(BudgetNodes::Count(3)));
+        assert_eq!(parse_budget_nodes("100%"), Ok(BudgetNodes::Percent(100)));
+        for bad in ["101%", "%", "-1", "1.5", "ten", ""] {
+            assert!(parse_budget_nodes(bad).is_err(), "{bad}");
+        }
+        assert_eq!(BudgetNodes::Percent(10).allowed(3), 1);
+        assert_eq!(BudgetNodes::Percent(10).allowed(20), 2);
+        assert_eq!(BudgetNodes::Percent(0).allowed(20), 0);
+        assert_eq!(BudgetNodes::Count(4).allowed(2), 4);
+    }
+}

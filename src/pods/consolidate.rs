@@ -1,0 +1,1084 @@
+//! Consolidation, pure: Karpenter's multi-node consolidation adapted to node groups. After a
+//! scale-down pass has chosen its empty and unneeded nodes, several more nodes may go at once
+//! when their pods all fit on the nodes that stay, simulated together (the room one node's pods
+//! take is gone for the next, the budgets' disruptions are spent across them, none of the set
+//! is a destination) with the same simulation as scale-down (`unneeded::Sim`).
+//!
+//! Candidates are the nodes scale-down could remove (same blockers: PDBs, `safe-to-evict`,
+//! pods without a controller, kube-system pods without a PDB, local storage,
+//! `scale-down-disabled`, floors, groups grown within `delayAfterAdd`, sizes unknown), less those
+//! a pod marks `karpenter.sh/do-not-disrupt` (`"true"`, or a duration from the pod's start),
+//! those whose pods changed within `consolidateAfter`, those a pod is nominated to or a pending
+//! pod could run on, and those no disruption budget allows. They are sorted by the price saved
+//! over the disruption (Karpenter's `SavingsRatio`: the group's price per hour over
+//! `1 + Σ max(0, evictionCost)`), the first [`MAX_CONSOLIDATION_CANDIDATES`] are searched by
+//! prefix (binary search: the largest prefix whose pods all fit elsewhere), and when the time
+//! limit runs out the last valid answer stands. [`revalidate`] checks a command again before it
+//! is acted on. No I/O, no clock: the time and the time limit come from the caller.
+
+use super::fit::NodeState;
+use super::record::{NodeRecord, PodRecord, DO_NOT_DISRUPT, POD_DELETION_COST};
+use super::scale_down::{moves, pod_blocker, Hints, SCALE_DOWN_DISABLED};
+use super::unneeded::{bare_nodes, listed, Candidate, DownInput, Sim};
+use crate::config::{
+    ConsolidationPolicy, ConsolidationSettings, DisruptionReason, MAX_CONSOLIDATION_CANDIDATES,
+};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+/// What one consolidation decision looks at.
+#[derive(Clone, Copy)]
+pub struct ConsolidationInput<'a> {
+    /// The scale-down pass's view. Its groups' `deleting` must count the nodes the pass itself
+    /// chose (they are not busy yet), and `busy` every node being removed.
+    pub down: DownInput<'a>,
+    /// Per group (as `down.groups`), USD per node-hour ([`crate::capacity::PriceBook`]).
+    pub prices: &'a [f64],
+    /// Nodes this pass's scale-down chose: neither candidates nor destinations.
+    pub chosen: &'a HashSet<String>,
+    /// Nodes whose pods changed within `consolidateAfter`: not candidates yet.
+    pub unsettled: &'a HashSet<String>,
+    /// `consolidation:`.
+    pub settings: &'a ConsolidationSettings,
+    /// Nodes this pass may still remove (`maxScaleDownPerPass` less what it chose).
+    pub max_nodes: u32,
+}
+
+/// Why a node is not consolidated (shown in `Unconsolidatable` Events and `explain node`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Unconsolidatable {
+    /// Something on the node keeps it: an annotation, a pod that cannot move, the policy.
+    Blocked(String),
+    /// Its pods changed within `consolidateAfter`.
+    Recent,
+    /// A pending pod is nominated to it.
+    Nominated(String),
+    /// A pending pod could run on it.
+    PendingFits(String),
+    /// Its group: size unknown, grown lately, at its floor.
+    Group(String),
+    /// A disruption budget allows no more.
+    Budget(String),
+    /// Its pods do not fit on the nodes that stay, with the other candidates ahead of it.
+    Simulation(String),
+}
+
+impl std::fmt::Display for Unconsolidatable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unconsolidatable::Blocked(why) => f.write_str(why),
+            Unconsolidatable::Recent => {
+                f.write_str("its pods changed within consolidation.consolidateAfter")
+            }
+            Unconsolidatable::Nominated(p) => write!(f, "pending pod {p} is nominated to it"),
+            Unconsolidatable::PendingFits(p) => write!(f, "pending pod {p} could run on it"),
+            Unconsolidatable::Group(why) => f.write_str(why),
+            Unconsolidatable::Budget(why) => write!(f, "disruption budget: {why}"),
+            Unconsolidatable::Simulation(why) => f.write_str(why),
+        }
+    }
+}
+
+impl Unconsolidatable {
+    /// A short label (Karpenter's validation errors: churn, nomination, budget, scheduling).
+    pub fn label(&self) -> &'static str {
+        match self {
+            Unconsolidatable::Blocked(_) | Unconsolidatable::Recent => "churn",
+            Unconsolidatable::Nominated(_) => "nominated",
+            Unconsolidatable::PendingFits(_) | Unconsolidatable::Simulation(_) => "scheduling",
+            Unconsolidatable::Group(_) => "group",
+            Unconsolidatable::Budget(_) => "budget",
+        }
+    }
+}
+
+/// One node a command removes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Consolidated {
+    /// Node name.
+    pub node: String,
+    /// Index of its group in the input's groups.
+    pub group: usize,
+    /// The scale set's instance id.
+    pub instance_id: String,
+    /// The node's `resourceVersion` as read (the taint is written under it).
+    pub resource_version: String,
+    /// Uids (or keys) of the pods that move.
+    pub pods: Vec<String>,
+    /// Its group's price per node-hour.
+    pub price: f64,
+    /// Its disruption cost ([`node_cost`]).
+    pub cost: f64,
+    /// Empty or underutilized (what budgets count it as).
+    pub reason: DisruptionReason,
+}
+
+/// What a command does. Only deletes today; replacing several dearer nodes by one cheaper node
+/// would be a second variant, launched before the deletes (issue 45 item 3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Delete the nodes; their pods move to the nodes that stay.
+    Delete,
+}
+
+/// A consolidation decided: which nodes go, and what it saves.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Command {
+    /// What is done.
+    pub action: Action,
+    /// The nodes, in candidate order.
+    pub nodes: Vec<Consolidated>,
+    /// USD per hour saved.
+    pub savings_per_hour: f64,
+}
+
+/// What [`consolidate`] found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Consolidation {
+    /// The nodes to remove, if any.
+    pub command: Option<Command>,
+    /// Nodes of managed groups that are not consolidated, and why.
+    pub unconsolidatable: BTreeMap<String, Unconsolidatable>,
+    /// The time limit ran out: `command` is the last valid answer found.
+    pub timed_out: bool,
+    /// Candidates the search looked at (at most [`MAX_CONSOLIDATION_CANDIDATES`]).
+    pub searched: usize,
+    /// Sets simulated.
+    pub trials: u32,
+}
+
+/// Karpenter's eviction cost of one pod: `1 + pod-deletion-cost/2^27 + priority/2^25`, clamped
+/// to [-10, 10].
+pub fn eviction_cost(pod: &PodRecord) -> f64 {
+    let mut cost = 1.0;
+    if let Some(c) = pod
+        .annotation(POD_DELETION_COST)
+        .and_then(|v| v.trim().parse::<f64>().ok())
+    {
+        cost += c / 2f64.powi(27);
+    }
+    cost += f64::from(pod.priority()) / 2f64.powi(25);
+    cost.clamp(-10.0, 10.0)
+}
+
+/// A node's disruption cost: `1 + Σ max(0, evictionCost)` over the pods that would move.
+pub fn node_cost<'a>(pods: impl IntoIterator<Item = &'a Arc<PodRecord>>) -> f64 {
+    1.0 + pods
+        .into_iter()
+        .filter(|p| moves(p))
+        .map(|p| eviction_cost(p).max(0.0))
+        .sum::<f64>()
+}
+
+/// Whether `pod` keeps its node from consolidation by `karpenter.sh/do-not-disrupt`: `"true"`,
+/// or a duration (`"4h"`) not yet past since the pod started (a pod not started yet is
+/// protected). A value that is neither protects too: a typo never lets a pod be disrupted.
+pub fn do_not_disrupt(pod: &PodRecord, now: k8s_openapi::jiff::Timestamp) -> bool {
+    match pod.annotation(DO_NOT_DISRUPT).map(str::trim) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(v) => match humantime::parse_duration(v) {
+            Ok(d) => match (pod.started, k8s_openapi::jiff::SignedDuration::try_from(d)) {
+                (Some(start), Ok(d)) => start.checked_add(d).map_or(true, |until| now < until),
+                _ => true,
+            },
+            Err(_) => true,
+        },
+    }
+}
+
+/// A candidate that passed every check of one node.
+struct Cand<'a> {
+    c: Candidate<'a>,
+    pods: Vec<Arc<PodRecord>>,
+    price: f64,
+    cost: f64,
+    reason: DisruptionReason,
+}
+
+impl Cand<'_> {
+    fn ratio(&self) -> f64 {
+        self.price / self.cost
+    }
+
+    fn consolidated(&self) -> Consolidated {
+        Consolidated {
+            node: self.c.node.name.clone(),
+            group: self.c.group,
+            instance_id: self.c.instance_id.clone(),
+            resource_version: self.c.node.resource_version.clone().unwrap_or_default(),
+            pods: self
+                .pods
+                .iter()
+                .map(|p| p.uid.clone().unwrap_or_else(|| p.key()))
+                .collect(),
+            price: self.price,
+            cost: self.cost,
+            reason: self.reason,
+        }
+    }
+}
+
+/// What keeps one node out, by itself (annotations, pods, policy, time, pending pods, group).
+fn node_check(
+    input: &ConsolidationInput,
+    node: &NodeRecord,
+    state: &NodeState,
+    pending: &[&Arc<PodRecord>],
+    group: usize,
+) -> Result<Vec<Arc<PodRecord>>, Unconsolidatable> {
+    let down = &input.down;
+    for (key, value) in [(SCALE_DOWN_DISABLED, "true"), (DO_NOT_DISRUPT, "true")] {
+        if node.annotations.get(key).map(String::as_str) == Some(value) {
+            return Err(Unconsolidatable::Blocked(format!(
+                "node annotated {key}={value}"
+            )));
+        }
+    }
+    let pods: Vec<Arc<PodRecord>> = state.pods().iter().filter(|p| moves(p)).cloned().collect();
+    for p in &pods {
+        if let Some(b) = pod_blocker(p, down.pdbs) {
+            return Err(Unconsolidatable::Blocked(b.to_string()));
+        }
+        if do_not_disrupt(p, down.now) {
+            return Err(Unconsolidatable::Blocked(format!(
+                "pod {} is annotated {DO_NOT_DISRUPT}",
+                p.key()
+            )));
+        }
+    }
+    if !pods.is_empty() && input.settings.policy == ConsolidationPolicy::WhenEmpty {
+        return Err(Unconsolidatable::Blocked(
+            "consolidation.policy is WhenEmpty and pods would have to move".into(),
+        ));
+    }
+    if input.unsettled.contains(&node.name) {
+        return Err(Unconsolidatable::Recent);
+    }
+    if let Some(p) = down
+        .pods
+        .nominated(&node.name)
+        .and_then(|n| n.pods().first())
+    {
+        return Err(Unconsolidatable::Nominated(p.key()));
+    }
+    if let Some(p) = pending.iter().find(|p| state.fits(p).is_ok()) {
+        return Err(Unconsolidatable::PendingFits(p.key()));
+    }
+    let g = &down.groups[group];
+    if g.size.is_none() {
+        return Err(Unconsolidatable::Group(format!(
+            "the size of node group {} is not known",
+            g.name
+        )));
+    }
+    if g.recently_grown {
+        return Err(Unconsolidatable::Group(format!(
+            "node group {} grew within scaleDown.delayAfterAdd",
+            g.name
+        )));
+    }
+    Ok(pods)
+}
+
+/// The candidates of `input`, each checked on its own, sorted by savings over disruption;
+/// every node left out is in `out` with its reason. Also gives back the pass's room.
+fn survey<'a>(
+    input: &ConsolidationInput<'a>,
+    out: &mut BTreeMap<String, Unconsolidatable>,
+) -> (Vec<Cand<'a>>, super::unneeded::Listed<'a>) {
+    let mut l = listed(&input.down);
+    let pending: Vec<&Arc<PodRecord>> = input
+        .down
+        .pods
+        .unplaced()
+        .filter(|p| p.unschedulable)
+        .collect();
+    let mut cands = Vec::new();
+    for c in std::mem::take(&mut l.candidates) {
+        let name = c.node.name.as_str();
+        if c.unready || input.chosen.contains(name) {
+            continue;
+        }
+        match node_check(input, c.node, &l.room[c.at], &pending, c.group) {
+            Err(why) => {
+                out.insert(name.to_string(), why);
+            }
+            Ok(pods) => {
+                let price = input.prices.get(c.group).copied().unwrap_or(0.0);
+                let cost = node_cost(&pods);
+                let reason = if pods.is_empty() {
+                    DisruptionReason::Empty
+                } else {
+                    DisruptionReason::Underutilized
+                };
+                cands.push(Cand {
+                    c,
+                    pods,
+                    price,
+                    cost,
+                    reason,
+                });
+            }
+        }
+    }
+    // Karpenter's order: the most saved per unit of disruption first.
+    cands.sort_by(|a, b| {
+        b.ratio()
+            .total_cmp(&a.ratio())
+            .then_with(|| a.c.node.name.cmp(&b.c.node.name))
+    });
+    (cands, l)
+}
+
+/// Keeps, in order, the candidates every limit still allows (the group's floor, its budgets,
+/// the cluster's budgets, the pass's limit), spending each limit per node kept; the others go
+/// to `out`. Karpenter filters by budget before its search, so every prefix is allowed.
+fn within_limits<'a>(
+    input: &ConsolidationInput,
+    cands: Vec<Cand<'a>>,
+    out: &mut BTreeMap<String, Unconsolidatable>,
+) -> Vec<Cand<'a>> {
+    let groups = input.down.groups;
+    let s = input.settings;
+    let deleting = |g: usize| i64::from(groups[g].deleting);
+    let size = |g: usize| groups[g].size.unwrap_or(0).max(0);
+    let total: i64 = (0..groups.len()).map(size).sum();
+    let total_deleting: i64 = (0..groups.len()).map(deleting).sum();
+    let mut floor_left: Vec<i64> = (0..groups.len())
+        .map(|g| size(g) - deleting(g) - i64::from(groups[g].floor))
+        .collect();
+    let as_u32 = |n: i64| u32::try_from(n.max(0)).unwrap_or(u32::MAX);
+    // Per (group, budget index) and per cluster budget: how many more it lets go.
+    let mut group_left: BTreeMap<(usize, usize), i64> = BTreeMap::new();
+    for (g, group) in groups.iter().enumerate() {
+        for (b, budget) in s.budgets_of(&group.name).iter().enumerate() {
+            group_left.insert(
+                (g, b),
+                i64::from(budget.nodes.allowed(as_u32(size(g)))) - deleting(g),
+            );
+        }
+    }
+    let mut cluster_left: Vec<i64> = s
+        .cluster_budgets
+        .iter()
+        .map(|b| i64::from(b.nodes.allowed(as_u32(total))) - total_deleting)
+        .collect();
+    let mut pass_left = i64::from(input.max_nodes);
+    let mut kept = Vec::new();
+    for c in cands {
+        let g = c.c.group;
+        let name = &groups[g].name;
+        let budgets = s.budgets_of(name);
+        let why = if floor_left[g] <= 0 {
+            Some(Unconsolidatable::Group(format!(
+                "node group {name} is at its floor ({}) counting the deletions under way",
+                groups[g].floor
+            )))
+        } else if let Some((b, _)) = budgets.iter().enumerate().find(|(b, budget)| {
+            budget.applies_to(c.reason) && group_left.get(&(g, *b)).copied().unwrap_or(0) <= 0
+        }) {
+            Some(Unconsolidatable::Budget(format!(
+                "node group {name}'s budget {} allows no more {} nodes now",
+                budget_text(&budgets[b]),
+                c.reason.as_str()
+            )))
+        } else if let Some((b, _)) = s
+            .cluster_budgets
+            .iter()
+            .enumerate()
+            .find(|(b, budget)| budget.applies_to(c.reason) && cluster_left[*b] <= 0)
+        {
+            Some(Unconsolidatable::Budget(format!(
+                "the cluster's budget {} allows no more {} nodes now",
+                budget_text(&s.cluster_budgets[b]),
+                c.reason.as_str()
+            )))
+        } else if pass_left <= 0 {
+            Some(Unconsolidatable::Group(
+                "scaleDown.maxScaleDownPerPass is spent this pass".into(),
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            out.insert(c.c.node.name.clone(), why);
+            continue;
+        }
+        floor_left[g] -= 1;
+        pass_left -= 1;
+        for (b, budget) in budgets.iter().enumerate() {
+            if budget.applies_to(c.reason) {
+                if let Some(left) = group_left.get_mut(&(g, b)) {
+                    *left -= 1;
+                }
+            }
+        }
+        for (b, budget) in s.cluster_budgets.iter().enumerate() {
+            if budget.applies_to(c.reason) {
+                cluster_left[b] -= 1;
+            }
+        }
+        kept.push(c);
+    }
+    kept
+}
+
+fn budget_text(b: &crate::config::Budget) -> String {
+    let nodes = match b.nodes {
+        crate::config::BudgetNodes::Count(n) => n.to_string(),
+        crate::config::BudgetNodes::Percent(p) => format!("{p}%"),
+    };
+    match &b.reasons {
+        None => format!("nodes: {nodes}"),
+        Some(r) => format!(
+            "nodes: {nodes}, reasons: [{}]",
+            r.iter().map(|r| r.as_str()).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
+/// Whether every pod of `set` fits on the nodes that stay, the set removed together: on a copy
+/// of `base`, every node of the set is gone first (none is a destination), then each node's pods
+/// are placed in turn. `Err`: the first node whose pods do not fit, and why.
+fn holds(base: &Sim, set: &[Cand]) -> Result<(), (String, String)> {
+    let mut sim = base.clone();
+    for c in set {
+        sim.gone[c.c.at] = true;
+    }
+    let mut hints = Hints::default();
+    for c in set {
+        sim.remove(c.c.at, &c.c.node.annotations, f64::INFINITY, &mut hints)
+            .map_err(|b| (c.c.node.name.clone(), b.to_string()))?;
+    }
+    Ok(())
+}
+
+/// The largest `n` in `1..=len` for which `valid(n)` holds, by binary search over prefixes
+/// (Karpenter's multi-node search: valid moves up, invalid down), asking `timed_out` before each
+/// trial: when it says so, the last valid `n` found stands. Returns the answer, whether time ran
+/// out, and the number of trials.
+pub fn prefix_search(
+    len: usize,
+    mut valid: impl FnMut(usize) -> bool,
+    timed_out: &mut dyn FnMut() -> bool,
+) -> (Option<usize>, bool, u32) {
+    let (mut lo, mut hi) = (1usize, len);
+    let mut best = None;
+    let mut trials = 0;
+    while lo <= hi {
+        if timed_out() {
+            return (best, true, trials);
+        }
+        let mid = lo + (hi - lo) / 2;
+        trials += 1;
+        if valid(mid) {
+            best = Some(mid);
+            lo = mid + 1;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    (best, false, trials)
+}
+
+/// The multi-node consolidation of `input` (see the module documentation); `timed_out` is
+/// asked before each simulated set (`consolidation.timeout`, on the caller's clock).
+pub fn consolidate(
+    input: &ConsolidationInput,
+    timed_out: &mut dyn FnMut() -> bool,
+) -> Consolidation {
+    let mut out = Consolidation::default();
+    let (cands, l) = survey(input, &mut out.unconsolidatable);
+    let mut cands = within_limits(input, cands, &mut out.unconsolidatable);
+    for c in cands.iter().skip(MAX_CONSOLIDATION_CANDIDATES) {
+        out.unconsolidatable.insert(
+            c.c.node.name.clone(),
+            Unconsolidatable::Simulation(format!(
+                "not among the first {MAX_CONSOLIDATION_CANDIDATES} candidates by savings over disruption"
+            )),
+        );
+    }
+    cands.truncate(MAX_CONSOLIDATION_CANDIDATES);
+    out.searched = cands.len();
+    if cands.is_empty() {
+        return out;
+    }
+    let bare = bare_nodes(&l.room, &l.elsewhere, &input.down);
+    let mut base = Sim::new(l.room, &l.elsewhere, &l.not_room, &bare, &input.down);
+    for c in input.chosen {
+        // The pass's own choices are going: no destination either.
+        if let Some(at) = base.room.iter().position(|n| n.name == *c) {
+            base.gone[at] = true;
+        }
+    }
+    let mut first_failure: Option<(String, String)> = None;
+    let (best, timed, trials) = prefix_search(
+        cands.len(),
+        |n| match holds(&base, &cands[..n]) {
+            Ok(()) => true,
+            Err(e) => {
+                first_failure.get_or_insert(e);
+                false
+            }
+        },
+        timed_out,
+    );
+    out.timed_out = timed;
+    out.trials = trials;
+    let n = best.unwrap_or(0);
+    for c in &cands[n..] {
+        let why = match &first_failure {
+            Some((node, why)) if *node == c.c.node.name => format!("its pods do not all fit on the nodes that stay: {why}"),
+            _ if n == 0 => "its pods do not all fit on the nodes that stay".to_string(),
+            _ => format!(
+                "its pods do not fit on the nodes that stay once the {n} candidate(s) with more savings over disruption go"
+            ),
+        };
+        let why = if timed && n < cands.len() {
+            format!("{why} (or the search's time limit, consolidation.timeout, ran out first)")
+        } else {
+            why
+        };
+        out.unconsolidatable
+            .insert(c.c.node.name.clone(), Unconsolidatable::Simulation(why));
+    }
+    if n > 0 {
+        let nodes: Vec<Consolidated> = cands[..n].iter().map(Cand::consolidated).collect();
+        out.command = Some(Command {
+            action: Action::Delete,
+            savings_per_hour: nodes.iter().map(|c| c.price).sum(),
+            nodes,
+        });
+    }
+    out
+}
+
+/// A command decided a while ago checked against the cluster as it is now (Karpenter's
+/// validation after `commandValidationDelay`): every node is still a candidate with the same pods
+/// (churn), no pending pod is nominated to it or could run on it, the budgets still allow the
+/// set, and the set's pods still fit on the nodes that stay. `Err`: the first node that fails,
+/// and why.
+pub fn revalidate(
+    command: &Command,
+    input: &ConsolidationInput,
+) -> Result<(), (String, Unconsolidatable)> {
+    let mut why = BTreeMap::new();
+    let (cands, l) = survey(input, &mut why);
+    let mut set = Vec::new();
+    let mut cands: Vec<Option<Cand>> = cands.into_iter().map(Some).collect();
+    for planned in &command.nodes {
+        let at = cands
+            .iter()
+            .position(|c| c.as_ref().is_some_and(|c| c.c.node.name == planned.node));
+        let Some(c) = at.and_then(|i| cands[i].take()) else {
+            let reason = why.remove(&planned.node).unwrap_or_else(|| {
+                Unconsolidatable::Blocked(
+                    "no longer a candidate (gone, not Ready, cordoned, or being removed)".into(),
+                )
+            });
+            return Err((planned.node.clone(), reason));
+        };
+        let now: HashSet<String> = c
+            .pods
+            .iter()
+            .map(|p| p.uid.clone().unwrap_or_else(|| p.key()))
+            .collect();
+        let then: HashSet<String> = planned.pods.iter().cloned().collect();
+        if now != then {
+            return Err((
+                planned.node.clone(),
+                Unconsolidatable::Blocked("its pods changed since the decision".into()),
+            ));
+        }
+        set.push(c);
+    }
+    let mut refused = BTreeMap::new();
+    let kept = within_limits(input, set, &mut refused);
+    if let Some((node, why)) = refused.into_iter().next() {
+        return Err((node, why));
+    }
+    let bare = bare_nodes(&l.room, &l.elsewhere, &input.down);
+    let mut base = Sim::new(l.room, &l.elsewhere, &l.not_room, &bare, &input.down);
+    for c in input.chosen {
+        if let Some(at) = base.room.iter().position(|n| n.name == *c) {
+            base.gone[at] = true;
+        }
+    }
+    holds(&base, &kept).map_err(|(node, why)| {
+        (
+            node,
+            Unconsolidatable::Simulation(format!(
+                "its pods no longer all fit on the nodes that stay: {why}"
+            )),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Budget, BudgetNodes};
+    use crate::node_groups::Backing;
+    use crate::pods::index::PodIndex;
+    use crate::pods::topology::NamespaceLabels;
+    use crate::pods::unneeded::DownGroup;
+    use crate::pods::volumes::Volumes;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use serde_json::{json, Value};
+
+    const SUB: &str = "00000000-0000-0000-0000-000000000000";
+
+    fn node(name: &str, vmss: &str, id: u32, cpu: &str) -> Arc<NodeRecord> {
+        Arc::new(NodeRecord::of(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "resourceVersion": "7", "labels": {"kubernetes.io/hostname": name}},
+                "spec": {"providerID": format!("azure:///subscriptions/{SUB}/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/{vmss}/virtualMachines/{id}")},
+                "status": {
+                    "allocatable": {"cpu": cpu, "memory": "16Gi", "pods": "110"},
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
+            }))
+            .unwrap(),
+        ))
+    }
+
+    /// A ReplicaSet's pod on `node` (none: pending) with `meta` merged into its metadata and
+    /// `status` as its status.
+    fn pod_with(
+        name: &str,
+        node: Option<&str>,
+        cpu: &str,
+        meta: Value,
+        status: Value,
+    ) -> Arc<PodRecord> {
+        let mut m = json!({"name": name, "namespace": "default", "uid": format!("uid-{name}"), "labels": {"app": "web"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": true}]});
+        for (k, v) in meta.as_object().unwrap() {
+            m[k] = v.clone();
+        }
+        let mut spec =
+            json!({"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]});
+        if let Some(n) = node {
+            spec["nodeName"] = json!(n);
+        }
+        if let Some(p) = m.get("priority").cloned() {
+            spec["priority"] = p;
+            m.as_object_mut().unwrap().remove("priority");
+        }
+        Arc::new(PodRecord::of(
+            serde_json::from_value(json!({"metadata": m, "spec": spec, "status": status})).unwrap(),
+        ))
+    }
+
+    fn pod(name: &str, node: &str, cpu: &str) -> Arc<PodRecord> {
+        pod_with(
+            name,
+            Some(node),
+            cpu,
+            json!({}),
+            json!({"phase": "Running"}),
+        )
+    }
+
+    fn group(name: &str, size: i64) -> DownGroup {
+        DownGroup {
+            name: name.into(),
+            backing: Backing::ScaleSet {
+                resource_group: "rg".into(),
+                name: name.into(),
+            },
+            floor: 0,
+            size: Some(size),
+            deleting: 0,
+            recently_grown: false,
+            refused: None,
+        }
+    }
+
+    fn everything() -> Vec<Budget> {
+        vec![Budget {
+            nodes: BudgetNodes::Percent(100),
+            reasons: None,
+        }]
+    }
+
+    fn on() -> ConsolidationSettings {
+        ConsolidationSettings {
+            enabled: true,
+            budgets: everything(),
+            ..Default::default()
+        }
+    }
+
+    struct World {
+        groups: Vec<DownGroup>,
+        nodes: Vec<Arc<NodeRecord>>,
+        pods: PodIndex,
+        pdbs: Vec<Arc<PodDisruptionBudget>>,
+        prices: Vec<f64>,
+        settings: ConsolidationSettings,
+        unsettled: HashSet<String>,
+        now: k8s_openapi::jiff::Timestamp,
+    }
+
+    impl World {
+        fn new(
+            groups: Vec<DownGroup>,
+            prices: Vec<f64>,
+            nodes: Vec<Arc<NodeRecord>>,
+            pods: &[Arc<PodRecord>],
+        ) -> Self {
+            World {
+                groups,
+                nodes,
+                pods: PodIndex::of(pods),
+                pdbs: Vec::new(),
+                prices,
+                settings: on(),
+                unsettled: HashSet::new(),
+                now: k8s_openapi::jiff::Timestamp::now(),
+            }
+        }
+
+        fn with<T>(&self, f: impl FnOnce(&ConsolidationInput) -> T) -> T {
+            let none = HashSet::new();
+            let input = ConsolidationInput {
+                down: DownInput {
+                    now: self.now,
+                    groups: &self.groups,
+                    nodes: &self.nodes,
+                    pods: &self.pods,
+                    pdbs: &self.pdbs,
+                    threshold: 0.5,
+                    busy: &none,
+                    unready: &none,
+                    previously: &none,
+                    non_empty_candidates: 30,
+                    volumes: Volumes::none(),
+                    namespaces: NamespaceLabels::none(),
+                },
+                prices: &self.prices,
+                chosen: &none,
+                unsettled: &self.unsettled,
+                settings: &self.settings,
+                max_nodes: 10,
+            };
+            f(&input)
+        }
+
+        fn run(&self) -> Consolidation {
+            self.with(|i| consolidate(i, &mut || false))
+        }
+    }
+
+    fn gone(c: &Consolidation) -> Vec<&str> {
+        c.command
+            .iter()
+            .flat_map(|c| c.nodes.iter().map(|n| n.node.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn the_prefix_search_finds_the_largest_valid_prefix_in_few_trials() {
+        let (best, timed, trials) = prefix_search(100, |n| n <= 37, &mut || false);
+        assert_eq!(best, Some(37));
+        assert!(!timed);
+        assert!(trials <= 7, "{trials} trials for 100 candidates");
+        assert_eq!(prefix_search(5, |_| false, &mut || false).0, None);
+        assert_eq!(prefix_search(5, |_| true, &mut || false).0, Some(5));
+        assert_eq!(prefix_search(0, |_| true, &mut || false).0, None);
+    }
+
+    #[test]
+    fn when_the_time_limit_runs_out_the_last_valid_answer_stands() {
+        // Trials: 50 (valid), 75 (invalid), then time is up.
+        let mut asked = 0;
+        let mut clock = || {
+            asked += 1;
+            asked > 2
+        };
+        let (best, timed, trials) = prefix_search(100, |n| n <= 60, &mut clock);
+        assert_eq!((best, timed, trials), (Some(50), true, 2));
+        // Out of time before any trial: no answer.
+        assert_eq!(prefix_search(100, |_| true, &mut || true), (None, true, 0));
+    }
+
+    #[test]
+    fn a_pods_eviction_cost_and_a_nodes_disruption_cost_are_karpenters() {
+        let plain = pod("a", "n", "1");
+        assert_eq!(eviction_cost(&plain), 1.0);
+        let dear = pod_with(
+            "b",
+            Some("n"),
+            "1",
+            json!({"annotations": {"controller.kubernetes.io/pod-deletion-cost": "134217728"}}),
+            json!({}),
+        );
+        assert_eq!(eviction_cost(&dear), 2.0);
+        let important = pod_with(
+            "c",
+            Some("n"),
+            "1",
+            json!({"priority": 2_000_000_000}),
+            json!({}),
+        );
+        assert_eq!(eviction_cost(&important), 10.0, "clamped");
+        let cheap = pod_with(
+            "d",
+            Some("n"),
+            "1",
+            json!({"annotations": {"controller.kubernetes.io/pod-deletion-cost": "-2147483648"}}),
+            json!({}),
+        );
+        assert_eq!(eviction_cost(&cheap), -10.0, "clamped");
+        // 1 + 1 + 2 + 10 + max(0, -10).
+        assert_eq!(node_cost(&[plain, dear, important, cheap]), 14.0);
+    }
+
+    #[test]
+    fn candidates_are_sorted_by_price_saved_over_disruption() {
+        // `c` (an unmanaged group) has room for one 1-cpu pod only.
+        let nodes = vec![
+            node("a", "cheap", 0, "4"),
+            node("b", "dear", 0, "4"),
+            node("c", "other", 0, "4"),
+        ];
+        let pods = [
+            pod("pa", "a", "1"),
+            pod("pb", "b", "1"),
+            pod("pc", "c", "2500m"),
+        ];
+        let groups = vec![group("cheap", 1), group("dear", 1)];
+        // Same disruption: the dearer node goes.
+        let w = World::new(groups.clone(), vec![0.3, 1.0], nodes.clone(), &pods);
+        let c = w.run();
+        assert_eq!(gone(&c), ["b"]);
+        assert_eq!(c.command.as_ref().unwrap().savings_per_hour, 1.0);
+        assert!(
+            matches!(
+                c.unconsolidatable.get("a"),
+                Some(Unconsolidatable::Simulation(_))
+            ),
+            "{c:?}"
+        );
+        // b's pod is costly to disrupt (priority): 1.0 / 11 < 0.3 / 2, so a goes.
+        let pods = [
+            pod("pa", "a", "1"),
+            pod_with(
+                "pb",
+                Some("b"),
+                "1",
+                json!({"priority": 2_000_000_000}),
+                json!({"phase": "Running"}),
+            ),
+            pod("pc", "c", "2500m"),
+        ];
+        let w = World::new(groups, vec![0.3, 1.0], nodes, &pods);
+        assert_eq!(gone(&w.run()), ["a"]);
+    }
+
+    #[test]
+    fn several_nodes_go_together_only_when_all_their_pods_fit_on_the_nodes_that_stay() {
+        let nodes: Vec<_> = (0..4)
+            .map(|i| node(&format!("n{i}"), "dear", i, "4"))
+            .collect();
+        // n0..n2 hold 1 cpu each, n3 holds 1 cpu: n3 can take three more, so three go.
+        let pods: Vec<_> = (0..4)
+            .map(|i| pod(&format!("p{i}"), &format!("n{i}"), "1"))
+            .collect();
+        let w = World::new(vec![group("dear", 4)], vec![1.0], nodes.clone(), &pods);
+        let c = w.run();
+        assert_eq!(gone(&c).len(), 3, "{c:?}");
+        assert_eq!(c.command.as_ref().unwrap().savings_per_hour, 3.0);
+        // With 2.5 cpu on each, no two nodes' pods fit on the others together (one at a time,
+        // each would): one goes.
+        let pods: Vec<_> = (0..4)
+            .map(|i| pod(&format!("p{i}"), &format!("n{i}"), "1500m"))
+            .collect();
+        let w = World::new(vec![group("dear", 4)], vec![1.0], nodes, &pods);
+        let c = w.run();
+        assert_eq!(gone(&c).len(), 2, "{c:?}");
+    }
+
+    #[test]
+    fn do_not_disrupt_and_safe_to_evict_false_keep_their_node() {
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let started = |h: i64| json!({"phase": "Running", "startTime": now.checked_sub(k8s_openapi::jiff::SignedDuration::from_hours(h)).unwrap().to_string()});
+        let annotated = |v: &str, hours: i64| {
+            pod_with(
+                "p",
+                Some("a"),
+                "1",
+                json!({"annotations": {"karpenter.sh/do-not-disrupt": v}}),
+                started(hours),
+            )
+        };
+        assert!(do_not_disrupt(&annotated("true", 1), now));
+        assert!(
+            do_not_disrupt(&annotated("4h", 1), now),
+            "within 4h of its start"
+        );
+        assert!(
+            !do_not_disrupt(&annotated("4h", 5), now),
+            "4h past its start"
+        );
+        assert!(
+            do_not_disrupt(&annotated("soon", 5), now),
+            "a typo protects"
+        );
+        assert!(!do_not_disrupt(&annotated("false", 1), now));
+        assert!(!do_not_disrupt(&pod("q", "a", "1"), now));
+        let nodes = vec![node("a", "dear", 0, "4"), node("b", "dear", 1, "4")];
+        let cases = [
+            (annotated("true", 1), "karpenter.sh/do-not-disrupt"),
+            (
+                pod_with(
+                    "p",
+                    Some("a"),
+                    "1",
+                    json!({"annotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}}),
+                    json!({}),
+                ),
+                "safe-to-evict=false",
+            ),
+        ];
+        for (p, words) in cases {
+            let w = World::new(
+                vec![group("dear", 2)],
+                vec![1.0],
+                nodes.clone(),
+                &[p, pod("q", "b", "3")],
+            );
+            let c = w.run();
+            assert!(!gone(&c).contains(&"a"), "{c:?}");
+            let why = c
+                .unconsolidatable
+                .get("a")
+                .map(|w| w.to_string())
+                .unwrap_or_default();
+            assert!(why.contains(words), "{why}");
+        }
+        // The node annotated itself.
+        let mut marked = (*nodes[0]).clone();
+        marked
+            .annotations
+            .insert(DO_NOT_DISRUPT.into(), "true".into());
+        let w = World::new(
+            vec![group("dear", 2)],
+            vec![1.0],
+            vec![Arc::new(marked), nodes[1].clone()],
+            &[pod("p", "a", "1")],
+        );
+        assert_eq!(gone(&w.run()), ["b"], "only the empty node");
+    }
+
+    #[test]
+    fn budgets_floors_and_consolidate_after_bound_the_set() {
+        let nodes: Vec<_> = (0..5)
+            .map(|i| node(&format!("n{i}"), "dear", i, "4"))
+            .collect();
+        let pods: Vec<_> = (0..5)
+            .map(|i| pod(&format!("p{i}"), &format!("n{i}"), "500m"))
+            .collect();
+        let mut w = World::new(vec![group("dear", 5)], vec![1.0], nodes, &pods);
+        assert_eq!(gone(&w.run()).len(), 4);
+        // Karpenter's default, 10% of 5 rounded up: one node.
+        w.settings.budgets = crate::config::default_budgets();
+        let c = w.run();
+        assert_eq!(gone(&c).len(), 1);
+        assert!(
+            matches!(
+                c.unconsolidatable.values().next(),
+                Some(Unconsolidatable::Budget(_))
+            ),
+            "{c:?}"
+        );
+        // A budget for empty nodes only does not bound these.
+        w.settings.budgets = vec![Budget {
+            nodes: BudgetNodes::Count(0),
+            reasons: Some(vec![DisruptionReason::Empty]),
+        }];
+        assert_eq!(gone(&w.run()).len(), 4);
+        // The cluster-wide one does; the most restrictive wins.
+        w.settings.cluster_budgets = vec![Budget {
+            nodes: BudgetNodes::Count(2),
+            reasons: None,
+        }];
+        assert_eq!(gone(&w.run()).len(), 2);
+        w.settings.cluster_budgets.clear();
+        // The floor counts deletions under way.
+        w.groups[0].floor = 2;
+        w.groups[0].deleting = 1;
+        assert_eq!(gone(&w.run()).len(), 2);
+        w.groups[0].floor = 0;
+        w.groups[0].deleting = 0;
+        // Nodes whose pods changed within consolidateAfter wait.
+        w.unsettled = ["n0", "n1", "n2"].iter().map(|s| s.to_string()).collect();
+        let c = w.run();
+        assert_eq!(gone(&c), ["n3", "n4"]);
+        assert_eq!(
+            c.unconsolidatable.get("n0"),
+            Some(&Unconsolidatable::Recent)
+        );
+    }
+
+    #[test]
+    fn a_decision_is_revalidated_against_the_cluster_as_it_is_later() {
+        let nodes: Vec<_> = (0..3)
+            .map(|i| node(&format!("n{i}"), "dear", i, "4"))
+            .collect();
+        let pods: Vec<_> = (0..3)
+            .map(|i| pod(&format!("p{i}"), &format!("n{i}"), "1"))
+            .collect();
+        let w = World::new(vec![group("dear", 3)], vec![1.0], nodes.clone(), &pods);
+        let command = w.run().command.expect("a command");
+        assert_eq!(command.nodes.len(), 2);
+        let first = command.nodes[0].node.clone();
+        assert_eq!(w.with(|i| revalidate(&command, i)), Ok(()));
+        // Churn: a pod landed on a candidate.
+        let mut more = pods.clone();
+        more.push(pod("late", &first, "100m"));
+        let w2 = World::new(vec![group("dear", 3)], vec![1.0], nodes.clone(), &more);
+        let (node, why) = w2.with(|i| revalidate(&command, i)).unwrap_err();
+        assert_eq!(node, first);
+        assert!(why.to_string().contains("changed"), "{why}");
+        // A pending pod nominated to a candidate.
+        let mut more = pods.clone();
+        more.push(pod_with(
+            "preemptor",
+            None,
+            "1",
+            json!({}),
+            json!({"phase": "Pending", "nominatedNodeName": first}),
+        ));
+        let w2 = World::new(vec![group("dear", 3)], vec![1.0], nodes.clone(), &more);
+        let (_, why) = w2.with(|i| revalidate(&command, i)).unwrap_err();
+        assert!(matches!(why, Unconsolidatable::Nominated(_)), "{why:?}");
+        // A new pending pod that could run on a candidate.
+        let mut more = pods.clone();
+        more.push(pod_with("new", None, "1", json!({}), json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]})));
+        let w2 = World::new(vec![group("dear", 3)], vec![1.0], nodes.clone(), &more);
+        let (_, why) = w2.with(|i| revalidate(&command, i)).unwrap_err();
+        assert!(matches!(why, Unconsolidatable::PendingFits(_)), "{why:?}");
+        // The budget no longer allows it: a deletion started meanwhile.
+        let mut w2 = World::new(vec![group("dear", 3)], vec![1.0], nodes.clone(), &pods);
+        w2.settings.budgets = vec![Budget {
+            nodes: BudgetNodes::Count(2),
+            reasons: None,
+        }];
+        w2.groups[0].deleting = 1;
+        let (_, why) = w2.with(|i| revalidate(&command, i)).unwrap_err();
+        assert!(matches!(why, Unconsolidatable::Budget(_)), "{why:?}");
+        // The simulation no longer holds: the node that stays filled up.
+        let mut full = pods.clone();
+        let stays = (0..3)
+            .map(|i| format!("n{i}"))
+            .find(|n| command.nodes.iter().all(|c| c.node != *n))
+            .unwrap();
+        full.push(pod("filler", &stays, "2500m"));
+        let w2 = World::new(vec![group("dear", 3)], vec![1.0], nodes, &full);
+        let (_, why) = w2.with(|i| revalidate(&command, i)).unwrap_err();
+        assert!(matches!(why, Unconsolidatable::Simulation(_)), "{why:?}");
+    }
+}

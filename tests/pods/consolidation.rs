@@ -1,0 +1,309 @@
+//! Consolidation end to end (issue 45 item 3), in process, against the emulator's cluster
+//! simulation: three underused nodes of an expensive group, which cluster-autoscaler's threshold
+//! alone would keep, consolidate onto one; the pods are evicted under their budget, re-created,
+//! and run on the node that stays; every delete carries `If-Match` and no update is lost. A pod
+//! nominated to a candidate while the decision waits for its re-validation abandons it.
+
+use crate::support;
+
+use k8s_openapi::api::core::v1::Node;
+use serde_json::json;
+use std::time::Duration;
+use support::pod_cluster::Cluster;
+use support::*;
+use vmss_capacity_controller::config::{Budget, BudgetNodes, Settings};
+use vmss_capacity_controller::emulator::sim::PodTemplate;
+use vmss_capacity_controller::kube::nodes::has_our_taint;
+
+const DEAR: &str = "Standard_D8s_v3";
+// (The simulation gives every node about 2 cpu whatever its size; the price is the size's.)
+
+fn consolidating(s: &mut Settings, validation: Duration) {
+    s.scan_interval = Duration::from_millis(300);
+    s.pod_demand.batch_idle = Duration::from_millis(800);
+    s.pod_demand.batch_max = Duration::from_secs(5);
+    s.scale_down.enabled = true;
+    // cluster-autoscaler's policy alone would keep every node: each is above 5%.
+    s.scale_down.utilization_threshold = 0.05;
+    s.scale_down.unneeded_time = Duration::from_secs(1);
+    s.scale_down.delay_after_add = Duration::ZERO;
+    s.scale_down.node_delete_delay_after_taint = Duration::from_millis(300);
+    s.scale_down.max_pod_eviction_time = Duration::from_secs(30);
+    s.consolidation.enabled = true;
+    s.consolidation.validation_delay = validation;
+    s.consolidation.budgets = vec![Budget {
+        nodes: BudgetNodes::Percent(100),
+        reasons: None,
+    }];
+    for g in &mut s.node_groups {
+        g.min_size = 0;
+    }
+}
+
+fn running_web(c: &Cluster) -> Vec<String> {
+    c.kube
+        .list_all("v1", "pods", Some("default"))
+        .into_iter()
+        .filter(|p| p.pointer("/metadata/labels/app").and_then(|v| v.as_str()) == Some("web"))
+        .filter(|p| p.pointer("/status/phase").and_then(|v| v.as_str()) == Some("Running"))
+        .filter(|p| p.pointer("/metadata/deletionTimestamp").is_none())
+        .filter_map(|p| {
+            p.pointer("/spec/nodeName")
+                .and_then(|v| v.as_str())
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+/// Three Ready nodes with one `web` pod each (the simulation's scheduler spreads them), under a
+/// budget that lets one go at a time.
+async fn three_underused_nodes(c: &Cluster) -> Vec<String> {
+    assert!(
+        eventually(Duration::from_secs(10), || c.kube.ready_nodes().len() == 3).await,
+        "never 3 Ready nodes"
+    );
+    let mut nodes = c.kube.ready_nodes();
+    nodes.sort();
+    // Empty, they would go (scale-down's empty nodes, or consolidation): kept until the pods
+    // are spread.
+    for n in &nodes {
+        annotate(c, n, Some("true")).await;
+    }
+    c.kube
+        .create(
+            "policy/v1",
+            "poddisruptionbudgets",
+            "default",
+            json!({"metadata": {"name": "web"},
+                "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "web"}}}}),
+        )
+        .expect("pdb");
+    c.kube
+        .create_replica_set("default", "web", 3, &PodTemplate::new("300m", "256Mi"))
+        .expect("replica set");
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let mut on = running_web(c);
+            on.sort();
+            on.dedup();
+            on.len() == 3
+        })
+        .await,
+        "web never ran one pod per node"
+    );
+    for n in &nodes {
+        annotate(c, n, None).await;
+    }
+    nodes
+}
+
+async fn annotate(c: &Cluster, node: &str, disabled: Option<&str>) {
+    let api: kube::Api<Node> = kube::Api::all(c.client.clone());
+    let patch = json!({"metadata": {"annotations": {
+        "cluster-autoscaler.kubernetes.io/scale-down-disabled": disabled}}});
+    api.patch(
+        node,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .expect("node annotated");
+}
+
+/// Whether the Events of `reason` come to satisfy `cond` within `patience`.
+async fn events_until(
+    c: &Cluster,
+    reason: &str,
+    patience: Duration,
+    cond: impl Fn(&[k8s_openapi::api::events::v1::Event]) -> bool,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + patience;
+    while tokio::time::Instant::now() < deadline {
+        if cond(&c.events(reason).await) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+fn deletes(c: &Cluster) -> Vec<vmss_capacity_controller::emulator::RequestRecord> {
+    c.state
+        .request_log()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/delete"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_underused_nodes_of_an_expensive_group_consolidate_onto_one_with_every_delete_guarded(
+) {
+    let c = Cluster::start_simulated(&[("dear", DEAR, 3, &[])], 5, |s| {
+        consolidating(s, Duration::from_secs(1))
+    })
+    .await;
+    let before = three_underused_nodes(&c).await;
+    // The budget must hold throughout: at least two web pods running at every look.
+    let sampler = {
+        let kube = c.kube.clone();
+        tokio::spawn(async move {
+            let mut least = usize::MAX;
+            for _ in 0..400 {
+                let n = kube
+                    .list_all("v1", "pods", Some("default"))
+                    .into_iter()
+                    .filter(|p| {
+                        p.pointer("/metadata/labels/app").and_then(|v| v.as_str()) == Some("web")
+                    })
+                    .filter(|p| {
+                        p.pointer("/status/phase").and_then(|v| v.as_str()) == Some("Running")
+                    })
+                    .filter(|p| p.pointer("/metadata/deletionTimestamp").is_none())
+                    .count();
+                least = least.min(n);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            least
+        })
+    };
+    assert!(
+        eventually(Duration::from_secs(40), || c.capacity("dear") == 1).await,
+        "the underused nodes were not consolidated: capacity {}",
+        c.capacity("dear")
+    );
+    // The deleted instances' Nodes go a moment after the capacity drops.
+    assert!(
+        eventually(Duration::from_secs(10), || c.nodes_of("dear").len() == 1).await,
+        "{:?}",
+        c.nodes_of("dear")
+    );
+    let left = c.nodes_of("dear");
+    assert!(before.contains(&left[0]));
+    // Every web pod was evicted through the API, re-created, and runs on the node that stays.
+    assert!(
+        eventually(Duration::from_secs(10), || running_web(&c)
+            == vec![left[0].clone(); 3])
+        .await,
+        "web pods not all running on {}: {:?}",
+        left[0],
+        running_web(&c)
+    );
+    assert!(
+        sampler.await.unwrap() >= 2,
+        "the PodDisruptionBudget was violated"
+    );
+    assert!(
+        c._emulator.pods_lost_with_nodes().is_empty(),
+        "{:?}",
+        c._emulator.pods_lost_with_nodes()
+    );
+    // One guarded delete of the two instances.
+    let sent = deletes(&c);
+    assert!(!sent.is_empty());
+    assert!(
+        sent.iter().all(|r| r.if_match.is_some()),
+        "every delete carries If-Match: {sent:?}"
+    );
+    let deleted: usize = c
+        .state
+        .instance_deletions()
+        .iter()
+        .map(|d| d.machines.len())
+        .sum();
+    assert_eq!(deleted, 2);
+    assert!(
+        c.state.lost_updates().is_empty(),
+        "{:?}",
+        c.state.lost_updates()
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            vmss_capacity_controller::metrics::Metrics::counter_sum(
+                &c.metrics.scaled_down_nodes_total,
+                &[("reason", "consolidation")],
+            ) == 2
+        })
+        .await
+    );
+    let events = c.events("Consolidating").await;
+    let mut on: Vec<String> = events
+        .iter()
+        .filter_map(|e| e.regarding.as_ref().and_then(|r| r.name.clone()))
+        .collect();
+    on.sort();
+    on.dedup();
+    let mut gone: Vec<String> = before.iter().filter(|n| **n != left[0]).cloned().collect();
+    gone.sort();
+    assert_eq!(
+        on, gone,
+        "a Consolidating Event on each removed node: {events:?}"
+    );
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_nominated_to_a_candidate_during_re_validation_abandons_the_consolidation() {
+    let c = Cluster::start_simulated(&[("dear", DEAR, 3, &[])], 5, |s| {
+        consolidating(s, Duration::from_secs(4))
+    })
+    .await;
+    let nodes = three_underused_nodes(&c).await;
+    // The decision is taken: the node that stays is told why it is not consolidated.
+    assert!(
+        events_until(&c, "Unconsolidatable", Duration::from_secs(10), |e| {
+            e.iter()
+                .any(|e| e.note.as_deref().is_some_and(|n| n.contains("do not")))
+        })
+        .await,
+        "no decision"
+    );
+    // Before its re-validation, a preemptor is nominated to every node (another scheduler's
+    // pod: the simulation leaves it pending).
+    for n in &nodes {
+        c.kube
+            .create(
+                "v1",
+                "pods",
+                "default",
+                json!({
+                    "metadata": {"name": format!("preemptor-{n}"), "namespace": "default",
+                        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                            "name": "batch", "uid": "batch-uid", "controller": true}]},
+                    "spec": {"schedulerName": "other-scheduler", "containers": [{"name": "app", "image": "app",
+                        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]},
+                    "status": {"phase": "Pending", "nominatedNodeName": n},
+                }),
+            )
+            .expect("pod created");
+    }
+    let abandoned = |events: &[k8s_openapi::api::events::v1::Event]| {
+        events.iter().any(|e| {
+            e.note.as_deref().is_some_and(|n| {
+                n.contains("abandoned on re-validation") && n.contains("nominated")
+            })
+        })
+    };
+    assert!(
+        events_until(&c, "Unconsolidatable", Duration::from_secs(15), abandoned).await,
+        "the consolidation was not abandoned on re-validation: {:?}",
+        c.events("Unconsolidatable").await
+    );
+    // Nothing tainted, evicted or deleted; later passes do not decide it again.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(c.capacity("dear"), 3);
+    assert!(deletes(&c).is_empty());
+    assert_eq!(
+        vmss_capacity_controller::metrics::Metrics::counter_sum(&c.metrics.evicted_pods_total, &[]),
+        0
+    );
+    let api: kube::Api<Node> = kube::Api::all(c.client.clone());
+    for n in &nodes {
+        assert!(
+            !has_our_taint(&api.get(n).await.expect("node")),
+            "{n} tainted"
+        );
+    }
+    assert!(c.events("Consolidating").await.is_empty());
+    assert!(c.state.lost_updates().is_empty());
+    c.stop().await;
+}
