@@ -212,6 +212,12 @@ pub struct EmulatorArgs {
     /// `--resource-group`.
     #[arg(long = "scale-set", value_name = "NAME:VM_SIZE:CAPACITY[:ZONES]", value_parser = parse_scale_set)]
     pub scale_sets: Vec<ScaleSetArg>,
+    /// A vCPU quota limit to start with, `[LOCATION/]USAGE=LIMIT` in `--subscription` (usage: a
+    /// VM family such as `standardDSv5Family`, `cores` or `lowPriorityCores`; location
+    /// `westeurope`, the `--scale-set`s', when left out); repeatable. A scale-set write growing
+    /// past it is refused with Azure's 409. At run time: `POST /_emulator/quota/{sub}/{location}`.
+    #[arg(long = "quota", value_name = "[LOCATION/]USAGE=LIMIT", value_parser = parse_quota)]
+    pub quotas: Vec<(String, String, i64)>,
     /// Subscription of `--scale-set` (config/emulator.yaml's).
     #[arg(long, default_value = "00000000-0000-0000-0000-000000000000")]
     pub subscription: String,
@@ -629,6 +635,29 @@ pub async fn scale(args: ScaleArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// `--quota [LOCATION/]USAGE=LIMIT`: `(location, usage, limit)`.
+#[cfg(feature = "emulator")]
+fn parse_quota(s: &str) -> Result<(String, String, i64), String> {
+    let (usage, limit) = s.split_once('=').ok_or_else(|| {
+        format!("{s:?} is not [LOCATION/]USAGE=LIMIT (for example standardDSv5Family=8)")
+    })?;
+    let (location, usage) = usage.split_once('/').unwrap_or(("westeurope", usage));
+    if location.trim().is_empty() || usage.trim().is_empty() {
+        return Err(format!(
+            "{s:?}: the location and the usage must not be empty"
+        ));
+    }
+    let limit = limit
+        .trim()
+        .parse::<i64>()
+        .ok()
+        .filter(|l| *l >= 0)
+        .ok_or_else(|| {
+            format!("{s:?}: limit {limit:?} must be a whole number of vCPUs, 0 or more")
+        })?;
+    Ok((location.trim().to_string(), usage.trim().to_string(), limit))
+}
+
 /// `--subscription-limits-scale`: a fraction in (0, 1].
 #[cfg(feature = "emulator")]
 fn parse_scale(s: &str) -> Result<f64, String> {
@@ -653,6 +682,14 @@ pub async fn emulator(args: EmulatorArgs) -> anyhow::Result<ExitCode> {
             sim.boot_delay = d;
         }
         builder = builder.cluster_simulation(sim);
+    }
+    for (location, name, limit) in &args.quotas {
+        builder = builder.quota(crate::emulator::QuotaLimit {
+            subscription: args.subscription.clone(),
+            location: location.clone(),
+            name: name.clone(),
+            limit: *limit,
+        });
     }
     let mut names = std::collections::BTreeSet::new();
     if let Some(twice) = args

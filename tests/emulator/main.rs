@@ -16,6 +16,7 @@ mod kube;
 mod kube_faults;
 mod lifecycle;
 mod lro;
+mod outside_faults;
 mod resources;
 mod retail_prices;
 mod simulate_cli;

@@ -478,3 +478,145 @@ async fn the_readme_try_out_works_as_written_every_command_from_a_copy_of_the_re
     assert!(root.join("config/ca.pem").is_file() && root.join("config/kubeconfig").is_file());
     drop(running);
 }
+
+/// Issue 42 item 1: the quota, set from outside through `POST /_emulator/quota/...`, caps what
+/// the controller (its own process) asks of one family, and the pods left over go to the next
+/// family in the same decision: a partial scale-up with no write refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_capped_through_the_route_gives_the_controller_a_partial_scale_up_and_the_rest_goes_elsewhere(
+) {
+    const SUB: &str = "00000000-0000-0000-0000-000000000000";
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let ca = dir.path().join("ca.pem");
+    let (_emulator, url) = emulator(&[
+        "--simulate-cluster",
+        "--tls",
+        "--cert-out",
+        ca.to_str().unwrap(),
+        "--boot-delay",
+        "300ms",
+        "--kubeconfig-out",
+        kubeconfig.to_str().unwrap(),
+        "--scale-set",
+        "dsv5:Standard_D4s_v5:0",
+        "--scale-set",
+        "esv5:Standard_E4s_v5:0",
+    ]);
+    let http = reqwest::Client::builder()
+        .add_root_certificate(
+            reqwest::Certificate::from_pem(&std::fs::read(&ca).unwrap()).expect("the CA"),
+        )
+        .build()
+        .unwrap();
+    // Two D4s_v5 nodes' worth of DSv5 vCPUs.
+    let set = http
+        .post(format!("{url}/_emulator/quota/{SUB}/westeurope"))
+        .json(&serde_json::json!({"limits": {"standardDSv5Family": 8}}))
+        .send()
+        .await
+        .expect("answered");
+    assert_eq!(set.status().as_u16(), 200);
+
+    let shipped = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/emulator-pods.yaml"
+    ))
+    .unwrap();
+    let (head, _) = shipped
+        .split_once("nodeGroups:")
+        .expect("a nodeGroups list");
+    let config = format!(
+        "{head}nodeGroups:\n  - {{name: dsv5, minSize: 0, maxSize: 10}}\n  - {{name: esv5, minSize: 0, maxSize: 10}}\n"
+    )
+    .replace("https://127.0.0.1:8443", &url)
+    .replace("./kubeconfig", kubeconfig.to_str().unwrap())
+    .replace("./ca.pem", ca.to_str().unwrap())
+    .replace("scanInterval: 2s", "scanInterval: 1s")
+    .replace("podBatchIdle: 1s", "podBatchIdle: 300ms")
+    .replace("balanceSimilarNodeGroups: true", "balanceSimilarNodeGroups: false")
+    // No metrics listener: the default (0.0.0.0:8085) is the other try-out controllers'.
+    .replace("metricsListen: 127.0.0.1:8085", "metricsListen: null");
+    let config_path = dir.path().join("config.yaml");
+    std::fs::write(&config_path, config).unwrap();
+    let controller = Command::new(BIN)
+        .args(["run", "-c", config_path.to_str().unwrap()])
+        .env("ARM_CLIENT_SECRET", "anything")
+        .env_remove("VMSS_CONTROLLER_CONFIG")
+        .env_remove("KUBECONFIG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("controller starts");
+    let _controller = Running(controller);
+
+    // Twelve pods of 1 cpu: four nodes of 3 allocatable cpus. Least waste prefers DSv5; the
+    // quota leaves it two.
+    let client = client(&kubeconfig).await;
+    let web: Deployment = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"replicas": 12, "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}},
+                "spec": {"containers": [{"name": "web", "image": "nginx",
+                    "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}}}
+    }))
+    .unwrap();
+    Api::<Deployment>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &web)
+        .await
+        .expect("created");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let capacity = |name: &'static str| {
+        let http = http.clone();
+        let url = url.clone();
+        async move {
+            let v: serde_json::Value = http
+                .get(format!("{url}/_emulator/scale-sets/{SUB}/rg-demo/{name}"))
+                .send()
+                .await
+                .ok()?
+                .json()
+                .await
+                .ok()?;
+            v["capacity"].as_i64()
+        }
+    };
+    let mut seen = (None, None, 0);
+    for _ in 0..300 {
+        let running = pods
+            .list(&ListParams::default().labels("app=web"))
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .count();
+        seen = (capacity("dsv5").await, capacity("esv5").await, running);
+        if seen == (Some(2), Some(2), 12) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        seen,
+        (Some(2), Some(2), 12),
+        "(dsv5, esv5, web pods running)"
+    );
+    let log: Vec<serde_json::Value> = http
+        .get(format!("{url}/_emulator/requests"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let refused: Vec<&serde_json::Value> = log.iter().filter(|r| r["status"] == 409).collect();
+    assert!(refused.is_empty(), "no write was refused: {refused:?}");
+    assert!(
+        log.iter().any(|r| r["path"]
+            .as_str()
+            .is_some_and(|p| p.ends_with("/locations/westeurope/usages"))),
+        "the controller read the usages"
+    );
+}

@@ -48,6 +48,12 @@ pub enum EmulatorError {
         /// `sub/rg/name` of the missing scale set.
         resource: String,
     },
+    /// A control request named an instance the scale set does not have.
+    #[error("instance {resource} not found")]
+    InstanceNotFound {
+        /// `sub/rg/name/virtualMachines/id` of the missing instance.
+        resource: String,
+    },
     /// An out-of-band write or view named a managed cluster or agent pool that does not exist.
     #[error("managed cluster or agent pool {resource} not found")]
     AksNotFound {

@@ -64,6 +64,20 @@ pub struct EmulatorBuilder {
     token_lifetime: Duration,
     kubernetes: Option<kube::KubeSettings>,
     simulation: Option<sim::SimSettings>,
+    quotas: Vec<QuotaLimit>,
+}
+
+/// A vCPU quota limit an emulator starts with ([`EmulatorBuilder::quota`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QuotaLimit {
+    /// Subscription id.
+    pub subscription: String,
+    /// Azure region, e.g. `westeurope`.
+    pub location: String,
+    /// Usage name: a VM family (`standardDSv5Family`), `cores` or `lowPriorityCores`.
+    pub name: String,
+    /// The limit, in vCPUs.
+    pub limit: i64,
 }
 
 impl Default for EmulatorBuilder {
@@ -78,6 +92,7 @@ impl Default for EmulatorBuilder {
             token_lifetime: DEFAULT_TOKEN_LIFETIME,
             kubernetes: None,
             simulation: None,
+            quotas: Vec::new(),
         }
     }
 }
@@ -152,6 +167,13 @@ impl EmulatorBuilder {
         self
     }
 
+    /// Starts with this vCPU quota limit set, as [`EmulatorState::set_quota`] sets it (until
+    /// a reset); repeatable.
+    pub fn quota(mut self, limit: QuotaLimit) -> Self {
+        self.quotas.push(limit);
+        self
+    }
+
     /// Binds, generates the certificate if TLS is on, and starts serving in the background.
     pub async fn start(self) -> Result<EmulatorHandle, EmulatorError> {
         let listener =
@@ -189,6 +211,9 @@ impl EmulatorBuilder {
             },
             base_url.clone(),
         );
+        for q in &self.quotas {
+            state.set_quota(&q.subscription, &q.location, &q.name, q.limit);
+        }
         let kube = self.kubernetes.map(|settings| {
             kube::KubeState::new(settings, SocketAddr::new(host, addr.port()).to_string())
         });
@@ -368,11 +393,30 @@ async fn dispatch(State(sides): State<Sides>, req: Request) -> Response {
                 .into_response();
         }
         if kube::owns_path(path) {
-            let delay = kube.latency();
+            let resource = kube::resource_of(path);
+            let per_kind = resource.map(|r| kube.kind_delay(r)).unwrap_or_default();
+            let delay = kube.latency() + per_kind.latency;
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
             }
-            return kube::handle(kube, &parts, &bytes);
+            let response = kube::handle(kube, &parts, &bytes);
+            if !per_kind.slow_answer.is_zero() {
+                tokio::time::sleep(per_kind.slow_answer).await;
+            }
+            kube.log_request(kube::KubeRequestRecord {
+                seq: 0,
+                method: parts.method.to_string(),
+                path: path.to_string(),
+                query: parts.uri.query().map(str::to_string),
+                resource: resource.map(str::to_string),
+                status: response.status().as_u16(),
+                user_agent: parts
+                    .headers
+                    .get(http::header::USER_AGENT)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string),
+            });
+            return response;
         }
     }
     arm::handle(&state, &parts, bytes).await

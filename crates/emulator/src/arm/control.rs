@@ -36,6 +36,121 @@ struct ClientBody {
     secret: String,
 }
 
+/// `POST /_emulator/quota/{sub}/{location}`: limits by usage name (a VM family such as
+/// `standardDSv5Family`, `cores`, `lowPriorityCores`).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct QuotaBody {
+    limits: BTreeMap<String, i64>,
+}
+
+/// `POST /_emulator/scale-sets/{sub}/{rg}/{name}/evict`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EvictBody {
+    count: usize,
+}
+
+/// `POST /_emulator/scale-sets/{sub}/{rg}/{name}/instances/{id}/provisioning-state`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InstanceStateBody {
+    provisioning_state: String,
+}
+
+fn quota_reply(state: &EmulatorState, sub: &str, location: &str) -> Reply {
+    Reply::json(200, json!({"value": state.usages(sub, location)}))
+}
+
+fn set_quota(
+    state: &EmulatorState,
+    sub: &str,
+    location: &str,
+    body: &[u8],
+) -> Result<Reply, Reply> {
+    let b: QuotaBody = parse(body)?;
+    if b.limits.is_empty() {
+        return Err(bad_request(
+            "limits must name at least one usage, e.g. {\"limits\": {\"standardDSv5Family\": 8}}",
+        ));
+    }
+    if let Some((name, limit)) = b
+        .limits
+        .iter()
+        .find(|(n, l)| n.trim().is_empty() || **l < 0)
+    {
+        return Err(bad_request(format!(
+            "limit {limit} of usage {name:?}: a usage needs a name and a limit of at least 0"
+        )));
+    }
+    for (name, limit) in &b.limits {
+        state.set_quota(sub, location, name, *limit);
+    }
+    Ok(quota_reply(state, sub, location))
+}
+
+fn evict(
+    state: &EmulatorState,
+    sub: &str,
+    rg: &str,
+    name: &str,
+    body: &[u8],
+) -> Result<Reply, Reply> {
+    let b: EvictBody = parse(body)?;
+    if b.count == 0 {
+        return Err(bad_request("count must be at least 1"));
+    }
+    let policy = state.eviction_policy(sub, rg, name).ok_or_else(|| {
+        from_error(EmulatorError::NotFound {
+            resource: format!("{sub}/{rg}/{name}"),
+        })
+    })?;
+    let ids = state
+        .evict_spot(sub, rg, name, b.count)
+        .map_err(from_error)?;
+    let view = state.scale_set(sub, rg, name);
+    Ok(Reply::json(
+        200,
+        json!({
+            "evicted": ids.iter().map(u64::to_string).collect::<Vec<_>>(),
+            "eviction_policy": policy,
+            "capacity": view.as_ref().map(|v| v.capacity),
+            "etag": view.map(|v| v.etag),
+        }),
+    ))
+}
+
+fn instance_state(
+    state: &EmulatorState,
+    (sub, rg, name): (&str, &str, &str),
+    id: &str,
+    body: &[u8],
+) -> Result<Reply, Reply> {
+    let b: InstanceStateBody = parse(body)?;
+    let forced = match b.provisioning_state.to_ascii_lowercase().as_str() {
+        "failed" => Some("Failed"),
+        "updating" => Some("Updating"),
+        "succeeded" => None,
+        other => {
+            return Err(bad_request(format!(
+                "provisioning_state {other:?}: expected Failed, Updating or Succeeded (lifts a forced state)"
+            )))
+        }
+    };
+    let Ok(n) = id.parse::<u64>() else {
+        return Err(from_error(EmulatorError::InstanceNotFound {
+            resource: format!("{sub}/{rg}/{name}/virtualMachines/{id}"),
+        }));
+    };
+    let listed = state
+        .set_instance_state(sub, rg, name, n, forced)
+        .map_err(from_error)?;
+    Ok(Reply::json(
+        200,
+        json!({"instance_id": id, "provisioning_state": listed}),
+    ))
+}
+
 #[derive(Deserialize)]
 struct DownBody {
     down: bool,
@@ -117,7 +232,9 @@ fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, Reply> {
 
 fn from_error(e: EmulatorError) -> Reply {
     match e {
-        EmulatorError::NotFound { .. } | EmulatorError::AksNotFound { .. } => Reply::json(
+        EmulatorError::NotFound { .. }
+        | EmulatorError::AksNotFound { .. }
+        | EmulatorError::InstanceNotFound { .. } => Reply::json(
             404,
             json!({"error": {"code": "ResourceNotFound", "message": e.to_string()}}),
         ),
@@ -173,6 +290,12 @@ fn route(state: &EmulatorState, parts: &Parts, body: &[u8]) -> Result<Reply, Rep
             let writer = b.writer.unwrap_or_else(|| DEFAULT_RIVAL.to_string());
             etag_reply(state.rival_set_tags(sub, rg, name, b.tags, &writer))
         }
+        ("POST", ["scale-sets", sub, rg, name, "evict"]) => evict(state, sub, rg, name, body)?,
+        ("POST", ["scale-sets", sub, rg, name, "instances", id, "provisioning-state"]) => {
+            instance_state(state, (sub, rg, name), id, body)?
+        }
+        ("GET", ["quota", sub, location]) => quota_reply(state, sub, location),
+        ("POST", ["quota", sub, location]) => set_quota(state, sub, location, body)?,
         ("POST", ["clusters"]) => {
             let seed: ClusterSeed = parse(body)?;
             etag_reply(state.seed_cluster(seed))

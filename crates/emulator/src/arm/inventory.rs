@@ -33,6 +33,8 @@ pub struct ScaleSetInventory {
     /// Instances stopped and deallocated (a spot eviction with `Deallocate`): their kubelets
     /// post nothing, so their Nodes are NotReady.
     pub deallocated: std::collections::BTreeSet<u64>,
+    /// Instances a failed operation created (`lroFailed`): they never boot, so they get no Node.
+    pub failed: std::collections::BTreeSet<u64>,
 }
 
 /// What an agent pool tells its nodes.
@@ -75,6 +77,12 @@ impl EmulatorState {
                     .instances
                     .iter()
                     .filter(|(_, i)| i.deallocated)
+                    .map(|(id, _)| *id)
+                    .collect(),
+                failed: ss
+                    .instances
+                    .iter()
+                    .filter(|(_, i)| i.failed)
                     .map(|(id, _)| *id)
                     .collect(),
             })

@@ -231,6 +231,9 @@ pub(crate) struct Instance {
     /// Created by an operation that failed (an allocation Azure refused part-way): listed
     /// `Failed` once its creation is over, until deleted; a later write does not mend it.
     pub failed: bool,
+    /// A provisioning state forced through the control API (`Failed` or `Updating`): listed
+    /// instead of the one its operations left, until lifted or the instance is deleted.
+    pub stuck: Option<&'static str>,
 }
 
 #[derive(Clone, Debug)]
@@ -367,6 +370,7 @@ impl ScaleSet {
                     zone,
                     deallocated: false,
                     failed: self.failed,
+                    stuck: None,
                 },
             );
         }
@@ -414,7 +418,9 @@ impl ScaleSet {
         instance_view: bool,
     ) -> Value {
         let creating = now < inst.ready_at;
-        let state = if creating {
+        let state = if let Some(stuck) = inst.stuck {
+            stuck
+        } else if creating {
             "Creating"
         } else if inst.failed {
             "Failed"
@@ -901,6 +907,58 @@ impl EmulatorState {
             d.record_version(&key, &etag, "azure-spot-eviction", change);
         }
         Ok(ids.into_iter().collect())
+    }
+
+    /// The eviction policy of spot scale set `name` (`Delete` when it names none, as Azure's
+    /// default), if it exists.
+    pub fn eviction_policy(&self, sub: &str, rg: &str, name: &str) -> Option<String> {
+        let d = self.lock();
+        let ss = d.scale_sets.get(&vmss_key(sub, rg, name))?;
+        Some(
+            ss.eviction_policy
+                .clone()
+                .unwrap_or_else(|| "Delete".to_string()),
+        )
+    }
+
+    /// The compute usages of `sub` in `location`, as `GET .../locations/{location}/usages`
+    /// lists them (`[{"name": {"value", "localizedValue"}, "currentValue", "limit", "unit"}]`).
+    pub fn usages(&self, sub: &str, location: &str) -> Vec<Value> {
+        let d = self.lock();
+        d.quota.usages(d.scale_sets.values(), sub, location)
+    }
+
+    /// Forces instance `id` of scale set `name` to list provisioning state `state` (`Failed` or
+    /// `Updating`, as a VM stuck there), or with `None` lifts it (the instance lists what its
+    /// operations left again). The Node, the capacity and the ETag are untouched. Returns the
+    /// state the instance now lists.
+    pub fn set_instance_state(
+        &self,
+        sub: &str,
+        rg: &str,
+        name: &str,
+        id: u64,
+        state: Option<&'static str>,
+    ) -> Result<String, EmulatorError> {
+        let now = Instant::now();
+        let mut d = self.lock();
+        let Some(ss) = d.scale_sets.get_mut(&vmss_key(sub, rg, name)) else {
+            return Err(EmulatorError::NotFound {
+                resource: format!("{sub}/{rg}/{name}"),
+            });
+        };
+        let Some(inst) = ss.instances.get_mut(&id) else {
+            return Err(EmulatorError::InstanceNotFound {
+                resource: format!("{sub}/{rg}/{name}/virtualMachines/{id}"),
+            });
+        };
+        inst.stuck = state;
+        let inst = inst.clone();
+        let listed = ss.instance_json(id, &inst, now, false);
+        Ok(listed["properties"]["provisioningState"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string())
     }
 
     /// Mints a valid bearer token whose subject (the writer in the log) is `client_id`.

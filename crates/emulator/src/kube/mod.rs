@@ -81,15 +81,74 @@ pub struct KubeState {
     server_address: String,
     unavailable: Arc<std::sync::atomic::AtomicBool>,
     watch_log: Arc<parking_lot::Mutex<Vec<WatchStart>>>,
-    /// Resources (plurals) whose LIST and WATCH answer 403, as after an RBAC change; open
-    /// watches of them end when they join the set.
+    /// Resources (plurals) whose WATCH answers 403, as after an RBAC change; open watches of
+    /// them end when they join the set.
     forbidden: Arc<tokio::sync::watch::Sender<std::collections::HashSet<String>>>,
+    /// Resources (plurals) whose LIST (and GET of the collection) answers 403.
+    list_forbidden: Arc<parking_lot::Mutex<std::collections::HashSet<String>>>,
+    /// Delays per resource (plural): before handling, and of the answer after handling.
+    kind_delays: Arc<parking_lot::Mutex<BTreeMap<String, KindDelay>>>,
+    /// Every request to the Kubernetes API, as answered (the last [`MAX_REQUEST_LOG`]).
+    request_log: Arc<parking_lot::Mutex<RequestLog>>,
     /// Resources (plurals) whose watches deliver nothing, not even bookmarks, while in the set.
     stalled: Arc<tokio::sync::watch::Sender<std::collections::HashSet<String>>>,
     /// Added to every Kubernetes answer, in milliseconds (an API server queueing requests).
     latency_ms: Arc<std::sync::atomic::AtomicU64>,
     /// Every write request that reached the API (method and path), oldest first.
     write_log: Arc<parking_lot::Mutex<Vec<(String, String)>>>,
+}
+
+/// Requests kept in the Kubernetes side's request log (oldest dropped first).
+pub const MAX_REQUEST_LOG: usize = 200_000;
+
+/// Delays of one resource's answers ([`KubeState::set_kind_delay`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KindDelay {
+    /// Waited before the request is handled.
+    pub latency: Duration,
+    /// Waited after it is handled, before the answer goes.
+    pub slow_answer: Duration,
+}
+
+/// The faults on one resource, as `/_emulator/kube/faults` shows them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct KindFaults {
+    /// LIST answers 403.
+    pub forbid_list: bool,
+    /// WATCH answers 403; open watches end.
+    pub forbid_watch: bool,
+    /// Watches stay open and send nothing.
+    pub silent_watch: bool,
+    /// Milliseconds waited before handling.
+    pub latency_ms: u64,
+    /// Milliseconds the answer is held back after handling.
+    pub slow_answer_ms: u64,
+}
+
+/// One request the Kubernetes API answered (see [`KubeState::request_log`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct KubeRequestRecord {
+    /// Order of logging, from 1.
+    pub seq: u64,
+    /// HTTP method.
+    pub method: String,
+    /// URL path.
+    pub path: String,
+    /// The query string, if any (`watch=1&resourceVersion=...`).
+    pub query: Option<String>,
+    /// The resource addressed (its plural), when the path names one.
+    pub resource: Option<String>,
+    /// Status answered (for a watch, the status it started with).
+    pub status: u16,
+    /// `User-Agent` as received.
+    pub user_agent: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct RequestLog {
+    seq: u64,
+    records: std::collections::VecDeque<KubeRequestRecord>,
 }
 
 /// One WATCH request the Kubernetes side answered (see [`KubeState::watch_starts`]).
@@ -110,6 +169,11 @@ pub(crate) fn owns_path(path: &str) -> bool {
         first,
         "api" | "apis" | "version" | "openapi" | "healthz" | "livez" | "readyz"
     )
+}
+
+/// The resource (its plural) a Kubernetes path addresses, if it names one.
+pub(crate) fn resource_of(path: &str) -> Option<&'static str> {
+    routes::resource_of(path)
 }
 
 fn api_version_split(api_version: &str) -> (&str, &str) {
@@ -140,6 +204,9 @@ impl KubeState {
             unavailable: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             watch_log: Arc::new(parking_lot::Mutex::new(Vec::new())),
             forbidden: Arc::new(tokio::sync::watch::Sender::new(Default::default())),
+            list_forbidden: Arc::default(),
+            kind_delays: Arc::default(),
+            request_log: Arc::default(),
             latency_ms: Arc::new(std::sync::atomic::AtomicU64::new(0)),
             stalled: Arc::new(tokio::sync::watch::Sender::new(Default::default())),
             write_log: Arc::new(parking_lot::Mutex::new(Vec::new())),
@@ -170,8 +237,16 @@ impl KubeState {
     /// The RBAC fault: while on for `plural` (e.g. `pods`), every LIST and WATCH of it answers
     /// 403 Forbidden as an API server does after the reader's ClusterRole lost the verb, and
     /// the watches of it already streaming end (their reconnect is then refused). Other verbs
-    /// and resources are unaffected.
+    /// and resources are unaffected. [`KubeState::forbid_watch`] and
+    /// [`KubeState::forbid_list`] take one verb each.
     pub fn forbid_reads(&self, plural: &str, on: bool) {
+        self.forbid_watch(plural, on);
+        self.forbid_list(plural, on);
+    }
+
+    /// The RBAC fault for the `watch` verb alone: while on, every WATCH of `plural` answers 403
+    /// and its watches already streaming end; LIST answers as usual.
+    pub fn forbid_watch(&self, plural: &str, on: bool) {
         self.forbidden.send_modify(|set| {
             if on {
                 set.insert(plural.to_string());
@@ -181,8 +256,100 @@ impl KubeState {
         });
     }
 
-    pub(crate) fn reads_forbidden(&self, plural: &str) -> bool {
+    /// The RBAC fault for the `list` verb alone: while on, every LIST of `plural` answers 403.
+    pub fn forbid_list(&self, plural: &str, on: bool) {
+        let mut set = self.list_forbidden.lock();
+        if on {
+            set.insert(plural.to_string());
+        } else {
+            set.remove(plural);
+        }
+    }
+
+    pub(crate) fn watch_forbidden(&self, plural: &str) -> bool {
         self.forbidden.borrow().contains(plural)
+    }
+
+    pub(crate) fn list_forbidden(&self, plural: &str) -> bool {
+        self.list_forbidden.lock().contains(plural)
+    }
+
+    /// Whether the watches of `plural` are silent ([`KubeState::stall_watches`]).
+    pub fn watches_stalled(&self, plural: &str) -> bool {
+        self.stalled.borrow().contains(plural)
+    }
+
+    /// Slow answers for one resource (its plural, e.g. `pods`): every request to it waits
+    /// `delay.latency` before it is handled and holds its answer back `delay.slow_answer` after
+    /// (the client then receives the state as it was when handled). Zero for both turns it off.
+    pub fn set_kind_delay(&self, plural: &str, delay: KindDelay) {
+        let mut map = self.kind_delays.lock();
+        if delay == KindDelay::default() {
+            map.remove(plural);
+        } else {
+            map.insert(plural.to_string(), delay);
+        }
+    }
+
+    /// The delays of [`KubeState::set_kind_delay`] for `plural` (zero when none).
+    pub fn kind_delay(&self, plural: &str) -> KindDelay {
+        self.kind_delays
+            .lock()
+            .get(plural)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Every fault per resource now on, by plural (for `GET /_emulator/kube/faults`).
+    pub(crate) fn kind_faults(&self) -> BTreeMap<String, KindFaults> {
+        let mut plurals: std::collections::BTreeSet<String> =
+            self.forbidden.borrow().iter().cloned().collect();
+        plurals.extend(self.list_forbidden.lock().iter().cloned());
+        plurals.extend(self.stalled.borrow().iter().cloned());
+        plurals.extend(self.kind_delays.lock().keys().cloned());
+        plurals
+            .into_iter()
+            .map(|p| {
+                let f = self.kind_fault(&p);
+                (p, f)
+            })
+            .collect()
+    }
+
+    /// The faults on one resource.
+    pub(crate) fn kind_fault(&self, plural: &str) -> KindFaults {
+        let delay = self.kind_delay(plural);
+        KindFaults {
+            forbid_list: self.list_forbidden(plural),
+            forbid_watch: self.watch_forbidden(plural),
+            silent_watch: self.watches_stalled(plural),
+            latency_ms: u64::try_from(delay.latency.as_millis()).unwrap_or(u64::MAX),
+            slow_answer_ms: u64::try_from(delay.slow_answer.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+
+    /// Turns every fault per resource off (forbidden reads, silent watches, delays).
+    pub fn clear_kind_faults(&self) {
+        self.forbidden.send_modify(|s| s.clear());
+        self.stalled.send_modify(|s| s.clear());
+        self.list_forbidden.lock().clear();
+        self.kind_delays.lock().clear();
+    }
+
+    /// Every request the Kubernetes API answered (the last 200,000), oldest first: method, path,
+    /// query, status (a watch's is the status it started with), `User-Agent`.
+    pub fn request_log(&self) -> Vec<KubeRequestRecord> {
+        self.request_log.lock().records.iter().cloned().collect()
+    }
+
+    pub(crate) fn log_request(&self, mut rec: KubeRequestRecord) {
+        let mut log = self.request_log.lock();
+        log.seq += 1;
+        rec.seq = log.seq;
+        if log.records.len() >= MAX_REQUEST_LOG {
+            log.records.pop_front();
+        }
+        log.records.push_back(rec);
     }
 
     /// The silent-stream fault: while on for `plural`, its watches (open and new) stay connected

@@ -92,6 +92,15 @@ fn parse_target<'a>(segs: &[&'a str]) -> Option<Target<'a>> {
     }
 }
 
+/// The resource (its plural) a Kubernetes path addresses, if it names one.
+pub(crate) fn resource_of(path: &str) -> Option<&'static str> {
+    let segs: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
+    match parse_target(&segs)? {
+        Target::Discovery { .. } => None,
+        Target::Collection { rt, .. } | Target::Item { rt, .. } => Some(rt.plural),
+    }
+}
+
 fn query(parts: &Parts) -> HashMap<String, String> {
     parts
         .uri
@@ -187,7 +196,11 @@ fn self_subject_access_review(
     let attrs = &review["spec"]["resourceAttributes"];
     let verb = attrs["verb"].as_str().unwrap_or_default();
     let resource = attrs["resource"].as_str().unwrap_or_default();
-    let denied = matches!(verb, "get" | "list" | "watch") && kube.reads_forbidden(resource);
+    let denied = match verb {
+        "get" | "list" => kube.list_forbidden(resource),
+        "watch" => kube.watch_forbidden(resource),
+        _ => false,
+    };
     review["status"] = if denied {
         json!({"allowed": false, "reason": format!("the emulator forbids reading {resource}")})
     } else {
@@ -218,9 +231,11 @@ fn collection(
                 .filter(|s| !s.is_empty())
                 .map(|s| parse_rv(s))
                 .transpose()?;
-            if kube.reads_forbidden(rt.plural) {
-                let verb = if truthy(q, "watch") { "watch" } else { "list" };
-                return Err(status::forbidden(rt, verb));
+            if truthy(q, "watch") && kube.watch_forbidden(rt.plural) {
+                return Err(status::forbidden(rt, "watch"));
+            }
+            if !truthy(q, "watch") && kube.list_forbidden(rt.plural) {
+                return Err(status::forbidden(rt, "list"));
             }
             if truthy(q, "watch") {
                 let timeout = q

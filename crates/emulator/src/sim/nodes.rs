@@ -24,10 +24,16 @@ pub const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
 /// the controller's "nodes that never come" handling.
 pub const NEVER_REGISTER_TAG: &str = "emulator-never-register";
 /// A fault on a Node: while it carries the annotation `emulator-not-ready: "true"` its kubelet
-/// "stops posting": the Node turns `Ready=False` (with the not-ready taint) and stays so; removing
-/// the annotation lets it turn `Ready` again. For the controller's unready-node handling
-/// (`kubectl annotate node NAME emulator-not-ready=true`).
+/// is dead: the Node turns `Ready=Unknown` (reason `NodeStatusUnknown`) with the
+/// `node.kubernetes.io/unreachable` taints, `NoSchedule` and `NoExecute`, as the node lifecycle
+/// controller marks a Node whose kubelet stopped posting, and stays so; its pods, when deleted
+/// or evicted, get a `deletionTimestamp` and stay (no kubelet confirms). Removing the annotation
+/// lets it turn `Ready` again. Set with `POST /_emulator/kube/nodes/{name}/kubelet
+/// {"dead": true}` or `kubectl annotate node NAME emulator-not-ready=true`.
 pub const NOT_READY_ANNOTATION: &str = "emulator-not-ready";
+/// The taint the node lifecycle controller puts on a Node whose `Ready` condition is `Unknown`
+/// (its kubelet stopped posting), with effects `NoSchedule` and `NoExecute`.
+pub const UNREACHABLE_TAINT: &str = "node.kubernetes.io/unreachable";
 /// The taint the cloud node lifecycle controller puts on a NotReady Node whose VM the cloud
 /// reports shut down (on Azure: stopped or deallocated), as on AKS.
 pub const SHUTDOWN_TAINT: &str = "node.cloudprovider.kubernetes.io/shutdown";
@@ -386,7 +392,8 @@ pub(crate) fn sync(
     // lowercased providerID -> (scale set, instance id, when it may be Ready)
     let mut wanted: BTreeMap<String, (&ScaleSetInventory, u64, Instant)> = BTreeMap::new();
     for ss in inventory {
-        for (id, provisioned_at, _) in &ss.instances {
+        // A VM its operation failed to create never boots: it gets no Node.
+        for (id, provisioned_at, _) in ss.instances.iter().filter(|i| !ss.failed.contains(&i.0)) {
             let pid = provider_id(&ss.subscription, &ss.resource_group, &ss.name, *id)
                 .to_ascii_lowercase();
             let first = *memory.first_seen.entry(pid.clone()).or_insert(now);
@@ -438,16 +445,14 @@ pub(crate) fn sync(
             }
             Some(node) => {
                 let stopped = ss.deallocated.contains(id);
-                let sick = if stopped {
-                    Some("the VM is deallocated: its kubelet stopped posting ready status")
-                } else {
-                    (node
-                        .pointer("/metadata/annotations")
-                        .and_then(|a| a.get(NOT_READY_ANNOTATION))
-                        .and_then(Value::as_str)
-                        == Some("true"))
-                    .then_some("emulator-not-ready: the kubelet stopped posting ready status")
-                };
+                if !stopped && kubelet_dead(node) {
+                    if !unreachable(node) {
+                        let _ = set_kubelet(store, node, true);
+                    }
+                    continue;
+                }
+                let sick = stopped
+                    .then_some("the VM is deallocated: its kubelet stopped posting ready status");
                 let should = ready && sick.is_none();
                 if (should != is_ready(node) && (ready || sick.is_some()))
                     || has_taint(node, SHUTDOWN_TAINT) != stopped
@@ -458,6 +463,112 @@ pub(crate) fn sync(
         }
     }
     next_boot
+}
+
+/// Whether a Node carries the dead-kubelet annotation ([`NOT_READY_ANNOTATION`]).
+pub(crate) fn kubelet_dead(node: &Value) -> bool {
+    node.pointer("/metadata/annotations")
+        .and_then(|a| a.get(NOT_READY_ANNOTATION))
+        .and_then(Value::as_str)
+        == Some("true")
+}
+
+/// Whether a Node is marked as one whose kubelet stopped posting: `Ready=Unknown` and both
+/// unreachable taints.
+fn unreachable(node: &Value) -> bool {
+    let ready_unknown = node
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.get("type").and_then(Value::as_str) == Some("Ready")
+                    && c.get("status").and_then(Value::as_str) == Some("Unknown")
+            })
+        });
+    let effects: Vec<&str> = node
+        .pointer("/spec/taints")
+        .and_then(Value::as_array)
+        .map(|t| {
+            t.iter()
+                .filter(|t| t.get("key").and_then(Value::as_str) == Some(UNREACHABLE_TAINT))
+                .filter_map(|t| t.get("effect").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default();
+    ready_unknown && effects.contains(&"NoSchedule") && effects.contains(&"NoExecute")
+}
+
+/// Kills (`dead`) or revives a Node's kubelet, as a real cluster then shows the Node. Dead: the
+/// [`NOT_READY_ANNOTATION`], the two unreachable taints (the not-ready one goes), every
+/// condition `Unknown` with reason `NodeStatusUnknown` ("Kubelet stopped posting node
+/// status."), as the node lifecycle controller writes them. Revived: no annotation, no
+/// unreachable taint, `Ready=True`. Returns the Node as written.
+pub(crate) fn set_kubelet(
+    store: &mut Store,
+    node: &Value,
+    dead: bool,
+) -> Result<Value, crate::kube::KubeError> {
+    let nodes_rt = resources::find("", "v1", "nodes").expect("nodes are served");
+    let name = name_of(node).unwrap_or("").to_string();
+    let mut spec_write = node.clone();
+    if let Some(m) = spec_write["metadata"].as_object_mut() {
+        m.remove("resourceVersion");
+    }
+    if dead {
+        spec_write["metadata"]["annotations"][NOT_READY_ANNOTATION] = json!("true");
+    } else if let Some(a) = spec_write
+        .pointer_mut("/metadata/annotations")
+        .and_then(Value::as_object_mut)
+    {
+        a.remove(NOT_READY_ANNOTATION);
+    }
+    let mut taints: Vec<Value> = spec_write
+        .pointer("/spec/taints")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    taints.retain(|t| {
+        let key = t.get("key").and_then(Value::as_str);
+        key != Some(UNREACHABLE_TAINT) && key != Some(NOT_READY_TAINT)
+    });
+    if dead {
+        taints.push(json!({"key": UNREACHABLE_TAINT, "effect": "NoSchedule"}));
+        taints.push(
+            json!({"key": UNREACHABLE_TAINT, "effect": "NoExecute", "timeAdded": now_rfc3339()}),
+        );
+    }
+    spec_write["spec"]["taints"] = Value::Array(taints);
+    let mut current = store.update(nodes_rt, "", &name, spec_write, None)?;
+    let mut conditions: Vec<Value> = current
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if dead {
+        if !conditions
+            .iter()
+            .any(|c| c.get("type").and_then(Value::as_str) == Some("Ready"))
+        {
+            conditions.push(json!({"type": "Ready"}));
+        }
+        let now = now_rfc3339();
+        for c in &mut conditions {
+            if c.get("status").and_then(Value::as_str) != Some("Unknown") {
+                c["lastTransitionTime"] = json!(now);
+            }
+            c["status"] = json!("Unknown");
+            c["reason"] = json!("NodeStatusUnknown");
+            c["message"] = json!("Kubelet stopped posting node status.");
+        }
+    } else {
+        conditions.retain(|c| c.get("type").and_then(Value::as_str) != Some("Ready"));
+        conditions.push(ready_condition(true));
+    }
+    current["status"]["conditions"] = Value::Array(conditions);
+    if let Some(m) = current["metadata"].as_object_mut() {
+        m.remove("resourceVersion");
+    }
+    store.update(nodes_rt, "", &name, current, Some("status"))
 }
 
 fn has_taint(node: &Value, key: &str) -> bool {
@@ -489,7 +600,9 @@ fn set_ready(store: &mut Store, node: &Value, sick: Option<&str>, shutdown: bool
     {
         taints.retain(|t| {
             let key = t.get("key").and_then(Value::as_str);
-            key != Some(NOT_READY_TAINT) && key != Some(SHUTDOWN_TAINT)
+            key != Some(NOT_READY_TAINT)
+                && key != Some(SHUTDOWN_TAINT)
+                && key != Some(UNREACHABLE_TAINT)
         });
     }
     let mut add = Vec::new();
