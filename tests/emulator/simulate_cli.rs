@@ -89,7 +89,10 @@ async fn the_try_out_grows_the_three_zones_for_a_zone_spread_deployment_applied_
         .replace("./ca.pem", ca.to_str().unwrap())
         .replace("scanInterval: 2s", "scanInterval: 1s")
         .replace("podBatchIdle: 1s", "podBatchIdle: 300ms")
-        .replace("metricsListen: 127.0.0.1:8085\n", "");
+        .replace(
+            "metricsListen: 127.0.0.1:8085",
+            "metricsListen: 127.0.0.1:0",
+        );
     let config_path = dir.path().join("config.yaml");
     std::fs::write(&config_path, config).unwrap();
     let controller = Command::new(BIN)

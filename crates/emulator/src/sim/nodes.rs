@@ -392,8 +392,7 @@ pub(crate) fn sync(
     // lowercased providerID -> (scale set, instance id, when it may be Ready)
     let mut wanted: BTreeMap<String, (&ScaleSetInventory, u64, Instant)> = BTreeMap::new();
     for ss in inventory {
-        // A VM its operation failed to create never boots: it gets no Node.
-        for (id, provisioned_at, _) in ss.instances.iter().filter(|i| !ss.failed.contains(&i.0)) {
+        for (id, provisioned_at, _) in &ss.instances {
             let pid = provider_id(&ss.subscription, &ss.resource_group, &ss.name, *id)
                 .to_ascii_lowercase();
             let first = *memory.first_seen.entry(pid.clone()).or_insert(now);
@@ -435,8 +434,12 @@ pub(crate) fn sync(
             next_boot = Some(next_boot.map_or(*ready_at, |t| t.min(*ready_at)));
         }
         let broken = ss.tags.get(NEVER_REGISTER_TAG).map(String::as_str) == Some("true");
+        // A VM listed `Failed` that has no Node never gets one (its operation failed to
+        // create it: it never boots); one that turned `Failed` later (an update or a delete
+        // Azure failed) keeps the Node it has.
+        let never_booted = ss.failed.contains(id);
         match present.get(pid) {
-            None if broken => {}
+            None if broken || never_booted => {}
             None => {
                 let ready = ready && !ss.deallocated.contains(id);
                 if let Ok(node) = store.create(nodes_rt, "", node_object(ss, *id, ready)) {
