@@ -225,17 +225,29 @@ async fn resource_quota(client: &kube::Client, ns: &str, name: &str, hard: &str,
         "spec": {"hard": {"requests.cpu": hard}},
     }))
     .unwrap();
-    let mut created = api
-        .create(&PostParams::default(), &q)
+    api.create(&PostParams::default(), &q)
         .await
         .expect("ResourceQuota created");
-    created.status = serde_json::from_value(
-        json!({"hard": {"requests.cpu": hard}, "used": {"requests.cpu": used}}),
-    )
-    .unwrap();
-    api.replace_status(name, &PostParams::default(), &created)
-        .await
-        .expect("ResourceQuota status written");
+    // On a real cluster kube-controller-manager's quota controller writes the status too: a
+    // write of ours from a version it replaced meets a 409, and is made again from a fresh read.
+    for _ in 0..20 {
+        let mut current = api.get(name).await.expect("ResourceQuota read");
+        current.status = serde_json::from_value(
+            json!({"hard": {"requests.cpu": hard}, "used": {"requests.cpu": used}}),
+        )
+        .unwrap();
+        match api
+            .replace_status(name, &PostParams::default(), &current)
+            .await
+        {
+            Ok(_) => return,
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("ResourceQuota status not written: {e}"),
+        }
+    }
+    panic!("ResourceQuota status: 409 twenty times in a row");
 }
 
 /// A buffer of 3 pods of 2.5 cpus in a namespace whose quota has 5 cpus left: 2 pods, 2 nodes,
