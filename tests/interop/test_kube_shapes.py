@@ -234,6 +234,23 @@ def main():
                                             topology_keys=["topology.disk.csi.azure.com/zone"])])))
     check(any(x.metadata.name == node for x in storage.list_csi_node().items), f"{where}: list_csi_node")
 
+    # ResourceQuotas (CapacityBuffers are cut by them): the strict client reads one, and its
+    # status as the quota controller writes it (here written by the test on the emulator, which
+    # has no quota controller; on the real server kube-controller-manager writes it).
+    core.create_namespaced_resource_quota(ns, client.V1ResourceQuota(
+        metadata=client.V1ObjectMeta(name="team"), spec=client.V1ResourceQuotaSpec(hard={"requests.cpu": "5"})))
+    if not oracle:
+        q = core.read_namespaced_resource_quota("team", ns)
+        q.status = client.V1ResourceQuotaStatus(hard={"requests.cpu": "5"}, used={"requests.cpu": "0"})
+        core.replace_namespaced_resource_quota_status("team", ns, q)
+    quota_hard = None
+    for _ in range(50):
+        quota_hard = core.read_namespaced_resource_quota("team", ns).status.hard
+        if quota_hard:
+            break
+        time.sleep(0.2)
+    check(quota_hard == {"requests.cpu": "5"}, f"{where}: read_namespaced_resource_quota and its status ({quota_hard})")
+
     # Table answers: the columns, as the real server defines them.
     tables = {}
     for plural, path in [
@@ -250,6 +267,7 @@ def main():
         ("persistentvolumes", "/api/v1/persistentvolumes"),
         ("storageclasses", "/apis/storage.k8s.io/v1/storageclasses"),
         ("csinodes", "/apis/storage.k8s.io/v1/csinodes"),
+        ("resourcequotas", f"/api/v1/namespaces/{ns}/resourcequotas"),
     ]:
         t = raw("GET", path, accept=TABLE)
         check(t["kind"] == "Table" and t["rows"], f"{where}: a Table of {plural} with rows")
@@ -261,6 +279,11 @@ def main():
     node_row = next(r["cells"] for r in raw("GET", "/api/v1/nodes", accept=TABLE)["rows"] if r["cells"][0] == node)
     check(node_row[1] == "Ready" and node_row[4] == info.kubelet_version,
           f"{where}: the node's row reads Ready and its kubelet version ({node_row})")
+    quota_row = raw("GET", f"/api/v1/namespaces/{ns}/resourcequotas", accept=TABLE)["rows"][0]["cells"]
+    # USED is what the quota controller counted (the real server counts this test's pod).
+    check(quota_row[0] == "team" and quota_row[2].startswith("requests.cpu: ")
+          and quota_row[2].endswith("/5") and quota_row[3] == "",
+          f"{where}: the quota's row reads REQUEST requests.cpu: <used>/5 and no LIMIT ({quota_row})")
     if oracle:
         with open(os.environ["TABLES"], "w") as f:
             json.dump(tables, f)

@@ -371,6 +371,34 @@ fn cells(rt: &ResourceType, obj: &Value, now: time::OffsetDateTime) -> Vec<Value
                 age(obj, now),
             ]
         }
+        // printResourceQuota: each `status.hard` resource in name order as `name: used/hard`,
+        // the `limits.*` ones in LIMIT, the rest in REQUEST.
+        ("", "resourcequotas") => {
+            let hard = obj.pointer("/status/hard").and_then(Value::as_object);
+            let mut names: Vec<&String> = hard.map(|h| h.keys().collect()).unwrap_or_default();
+            names.sort();
+            let (mut request, mut limit) = (Vec::new(), Vec::new());
+            for r in names {
+                let used = obj
+                    .pointer("/status/used")
+                    .and_then(|u| u.get(r))
+                    .and_then(Value::as_str)
+                    .unwrap_or("0");
+                let of = hard.and_then(|h| h.get(r)).and_then(Value::as_str);
+                let cell = format!("{r}: {used}/{}", of.unwrap_or_default());
+                if r.split('.').next() == Some("limits") && r.contains('.') {
+                    limit.push(cell);
+                } else {
+                    request.push(cell);
+                }
+            }
+            vec![
+                name,
+                age(obj, now),
+                json!(request.join(", ")),
+                json!(limit.join(", ")),
+            ]
+        }
         ("", "podtemplates") => {
             let containers = obj
                 .pointer("/template/spec/containers")
