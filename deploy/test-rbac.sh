@@ -262,6 +262,9 @@ N=(-n "$NS")
 for v in get update; do
   can yes "$v" "leases.coordination.k8s.io/$LEASE" "${N[@]}"
   can yes "$v" "configmaps/$STATUS_CM" "${N[@]}"
+  # cluster-autoscaler's layout, and our own name for it when another autoscaler owns that one.
+  can yes "$v" "configmaps/cluster-autoscaler-status" "${N[@]}"
+  can yes "$v" "configmaps/vmss-capacity-controller-ca-status" "${N[@]}"
 done
 can yes create leases.coordination.k8s.io "${N[@]}"
 can yes create configmaps "${N[@]}"

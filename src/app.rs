@@ -278,19 +278,34 @@ impl Replica {
             kube_tasks.as_ref(),
         ) {
             (Some(name), Some(client), Some(view), Some(tasks)) => {
-                let writer = crate::kube::status::StatusWriter::new(
-                    Arc::new(crate::kube::status::KubeConfigMaps::new(
-                        client,
-                        &settings.kubernetes.namespace,
+                use crate::kube::ca_status::{
+                    CA_LAST_UPDATED_ANNOTATION, CA_STATUS_OWNER, CA_STATUS_OWNER_ANNOTATION,
+                    FALLBACK_CA_STATUS_CONFIG_MAP,
+                };
+                // Ours only: one found without our owner annotation is another autoscaler's
+                // (AKS's managed cluster-autoscaler writes `cluster-autoscaler-status`), and
+                // ours then goes under our own name.
+                let writer = |name: &str| {
+                    crate::kube::status::StatusWriter::new(
+                        Arc::new(crate::kube::status::KubeConfigMaps::new(
+                            client.clone(),
+                            &settings.kubernetes.namespace,
+                            name,
+                        )),
                         name,
-                    )),
-                    name,
-                    identity.as_deref().unwrap_or_default(),
-                )
-                .annotation(crate::kube::ca_status::CA_LAST_UPDATED_ANNOTATION)
-                .metrics(metrics.clone());
+                        identity.as_deref().unwrap_or_default(),
+                    )
+                    .annotation(CA_LAST_UPDATED_ANNOTATION)
+                    .owner(CA_STATUS_OWNER_ANNOTATION, CA_STATUS_OWNER)
+                    .metrics(metrics.clone())
+                };
+                let writers = CaStatusWriters {
+                    primary: writer(name),
+                    fallback: (name != FALLBACK_CA_STATUS_CONFIG_MAP)
+                        .then(|| writer(FALLBACK_CA_STATUS_CONFIG_MAP)),
+                };
                 Some(tokio::spawn(write_ca_status(
-                    writer,
+                    writers,
                     reconciler.clone(),
                     view.clone(),
                     settings.clone(),
@@ -425,10 +440,20 @@ impl Replica {
     }
 }
 
+/// The writers of cluster-autoscaler's status ConfigMap: the configured name, and ours for
+/// when another autoscaler owns that one.
+struct CaStatusWriters {
+    primary: crate::kube::status::StatusWriter,
+    fallback: Option<crate::kube::status::StatusWriter>,
+}
+
 /// Writes cluster-autoscaler's status ConfigMap every `scanInterval` while `fence` lets this
-/// replica write and the cluster view is synced (its node counts come from it).
+/// replica write and the cluster view is synced (its node counts come from it). The configured
+/// ConfigMap is written only while it is ours (created by us, carrying our owner annotation):
+/// found without it, it is another autoscaler's, left alone from then on, with one warning, and
+/// ours goes under [`crate::kube::ca_status::FALLBACK_CA_STATUS_CONFIG_MAP`].
 async fn write_ca_status(
-    writer: crate::kube::status::StatusWriter,
+    writers: CaStatusWriters,
     reconciler: Arc<Reconciler>,
     view: Arc<crate::kube::reflect::ClusterView>,
     settings: Arc<Settings>,
@@ -436,8 +461,16 @@ async fn write_ca_status(
     shutdown: CancellationToken,
 ) {
     use crate::kube::ca_status::{build, CaInput, Transitions};
+    use crate::kube::status::StatusError;
     let mut transitions = Transitions::default();
+    let CaStatusWriters { primary, fallback } = writers;
+    // The writer in use; `None` once both names turned out to be another program's.
+    let mut writer = Some(primary);
+    let mut fallback = fallback;
     loop {
+        let Some(current) = writer.as_ref() else {
+            return;
+        };
         if fence.check().is_ok() && view.synced() {
             let groups: Vec<_> = reconciler
                 .node_groups()
@@ -462,14 +495,42 @@ async fn write_ca_status(
                 },
                 &mut transitions,
             );
-            let written = match serde_yaml::to_string(&doc) {
-                Ok(yaml) => writer
-                    .write_yaml(&yaml, &doc.time)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
+            let yaml = match serde_yaml::to_string(&doc) {
+                Ok(yaml) => yaml,
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not serialise cluster-autoscaler's status; next pass tries again");
+                    String::new()
+                }
             };
+            let mut written = if yaml.is_empty() {
+                Ok(())
+            } else {
+                current.write_yaml(&yaml, &doc.time).await.map(|_| ())
+            };
+            if let Err(StatusError::Foreign { name, .. }) = &written {
+                match fallback.take() {
+                    Some(next) => {
+                        tracing::warn!(
+                            config_map = %name,
+                            instead = next.name(),
+                            annotation = crate::kube::ca_status::CA_STATUS_OWNER_ANNOTATION,
+                            "cluster-autoscaler's status ConfigMap exists without this controller's owner annotation: another autoscaler writes it (AKS's managed cluster-autoscaler does), so it is left alone and ours, in its layout, is written under our own name instead"
+                        );
+                        written = next.write_yaml(&yaml, &doc.time).await.map(|_| ());
+                        writer = Some(next);
+                    }
+                    None => {
+                        tracing::warn!(config_map = %name, "cluster-autoscaler's status ConfigMap exists without this controller's owner annotation and there is no other name to write: not written from now on");
+                        writer = None;
+                        written = Ok(());
+                    }
+                }
+                if let Err(StatusError::Foreign { name, .. }) = &written {
+                    tracing::warn!(config_map = %name, "our own name for cluster-autoscaler's status is taken by a ConfigMap without our owner annotation too: not written from now on");
+                    writer = None;
+                    written = Ok(());
+                }
+            }
             if let Err(e) = written {
                 tracing::warn!(error = %e, "could not write cluster-autoscaler's status ConfigMap; next pass tries again");
             }

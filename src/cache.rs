@@ -280,7 +280,7 @@ impl SizeCache {
 }
 
 /// One VM instance of a scale set.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Instance {
     /// The scale set's instance id (`"0"`, `"1"`, ...).
     pub instance_id: String,
@@ -292,6 +292,8 @@ pub struct Instance {
     /// The instance view's `PowerState/<state>` code, lowercased (`running`, `deallocated`,
     /// ...); `None` when the list carried no instance view.
     pub power_state: Option<String>,
+    /// The availability zone it is in (`"2"`), when the scale set is zonal.
+    pub zone: Option<String>,
 }
 
 impl Instance {
@@ -599,6 +601,7 @@ pub(crate) mod tests {
                 provisioning_state: None,
                 computer_name: None,
                 power_state: None,
+                zone: None,
             }],
         );
         assert!(c.get("a").is_some());
@@ -614,6 +617,7 @@ pub(crate) mod tests {
             provisioning_state: None,
             computer_name: None,
             power_state: Some("PowerState/deallocated".into()),
+            zone: None,
         };
         // A refresh sends its list; our delete of instance 3 invalidates meanwhile; the
         // refresh's answer, still showing 3, comes back after.

@@ -174,7 +174,14 @@ def check_rendered(path, core_out, rules_out, target):
             problem(f"config: kubernetes.namespace {kube.get('namespace')!r} is not the Role's {NAMESPACE}")
         own = {("coordination.k8s.io", "leases"): le.get("leaseName", "vmss-capacity-controller"),
                ("", "configmaps"): kube.get("statusConfigMap", "vmss-capacity-controller-status")}
-        for (group, resource), name in own.items():
+        own_names = list(own.items())
+        ca_status = kube.get("clusterAutoscalerStatusConfigMap", "cluster-autoscaler-status")
+        if ca_status:
+            # cluster-autoscaler's layout, and our own name for it when another autoscaler owns
+            # that ConfigMap.
+            own_names += [(("", "configmaps"), ca_status),
+                          (("", "configmaps"), "vmss-capacity-controller-ca-status")]
+        for (group, resource), name in own_names:
             if not role_allows(by_kind.get("Role", []), group, resource, name, {"get", "update"}):
                 problem(f"config: the Role does not allow get and update of {resource}/{name}")
         is_overlay = target.startswith("overlay-") or target.startswith("component-")

@@ -1122,6 +1122,7 @@ impl ScaleDownLoop {
                     provisioning_state: None,
                     computer_name: Some(u.machine.clone()).filter(|m| !m.is_empty()),
                     power_state: None,
+                    zone: None,
                 },
             };
             if left_by_refusal {

@@ -45,6 +45,14 @@ impl AllocationFailure {
         }
     }
 
+    /// Whether ARM's error `code` is about one zone (`ZonalAllocationFailed`,
+    /// `OverconstrainedZonalAllocationRequest`): for a group spanning several zones, the zone
+    /// that ran short is the one its allocation left `Failed` VMs in (the code does not name it).
+    pub fn zonal_code(code: &str) -> bool {
+        code.eq_ignore_ascii_case("ZonalAllocationFailed")
+            || code.eq_ignore_ascii_case("OverconstrainedZonalAllocationRequest")
+    }
+
     /// The `reason` label (metrics, Events, the status).
     pub fn label(self) -> &'static str {
         match self {

@@ -1154,6 +1154,7 @@ impl ArmClient {
                         provisioning_state: properties.provisioning_state,
                         computer_name: properties.os_profile.and_then(|o| o.computer_name),
                         power_state,
+                        zone: vm.zones.into_iter().next(),
                     }
                 })),
                 Err(e) => {

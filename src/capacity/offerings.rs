@@ -268,6 +268,68 @@ impl UnavailableOfferings {
         ttl
     }
 
+    /// Narrows the capacity-shortage mark of a group spanning several zones to the zones that
+    /// ran short. `ZonalAllocationFailed` does not name its zone, so the refusal marked the
+    /// group's whole zone set ([`UnavailableOfferings::mark`]); the VMs the allocation left
+    /// `Failed` are in the zones Azure could not fill (`zones`). That mark is replaced by a mark
+    /// of each of those zones (each backing off on its own run, and holding the single-zone
+    /// groups of the size there too), and the group stays eligible: Azure places its next VMs in
+    /// the zones it still has. Nothing changes when `zones` names none of the offering's zones or
+    /// all of them, or when the whole mark is not a shortage's. Returns each zone marked, with
+    /// its time.
+    pub fn narrow(
+        &self,
+        offering: &Offering,
+        zones: &[String],
+        message: &str,
+    ) -> Vec<(String, Duration)> {
+        let mut short: Vec<String> = zones
+            .iter()
+            .map(|z| z.trim().to_string())
+            .filter(|z| offering.zones.contains(z))
+            .collect();
+        short.sort();
+        short.dedup();
+        if offering.zones.len() < 2 || short.is_empty() || short.len() == offering.zones.len() {
+            return Vec::new();
+        }
+        let whole = Key::Offering(offering.clone());
+        {
+            let mut marks = self.marks.lock();
+            let shortage = marks
+                .get(&whole)
+                .is_some_and(|m| m.failure == AllocationFailure::NoCapacity);
+            if !shortage {
+                return Vec::new();
+            }
+            marks.remove(&whole);
+        }
+        // The whole set's run did not run short as a whole: its step is the zones' now.
+        {
+            let mut shortages = self.shortages.lock();
+            let run = shortages.keys().find(|k| k.covers(&whole)).cloned();
+            if let Some(run) = run {
+                if let Some((n, _)) = shortages.get_mut(&run) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        shortages.remove(&run);
+                    }
+                }
+            }
+        }
+        short
+            .into_iter()
+            .map(|z| {
+                let one = Offering {
+                    zones: vec![z.clone()],
+                    ..offering.clone()
+                };
+                let ttl = self.mark(&one, AllocationFailure::NoCapacity, message);
+                (z, ttl)
+            })
+            .collect()
+    }
+
     /// Why `offering` is out now, if it is (the mark that lasts longest): a mark of the
     /// offering itself or of its family, or, for a group spanning several zones, a mark of
     /// each of its zones (then until the first of them runs out).
@@ -491,6 +553,48 @@ mod tests {
         tokio::time::advance(NO_CAPACITY_BACKOFF_BASE - Duration::from_secs(60)).await;
         assert!(marks.check(&both).is_none());
         assert!(marks.check(&d2s(&["2"], false)).is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_zonal_refusal_of_a_group_spanning_zones_narrowed_to_the_zone_that_ran_short_keeps_the_group_eligible(
+    ) {
+        let marks = UnavailableOfferings::new(Duration::from_secs(300));
+        let all = d2s(&["1", "2", "3"], false);
+        // The refusal marks the whole zone set first (the code names no zone).
+        marks.mark(&all, AllocationFailure::NoCapacity, "zone short");
+        assert!(marks.check(&all).is_some());
+        // Its Failed VMs are in zone 2: only zone 2 is out.
+        let narrowed = marks.narrow(&all, &["2".into(), "2".into()], "zone short");
+        assert_eq!(narrowed, [("2".to_string(), NO_CAPACITY_BACKOFF_BASE)]);
+        assert!(marks.check(&all).is_none(), "zones 1 and 3 still have room");
+        assert!(
+            marks.check(&d2s(&["2"], false)).is_some(),
+            "zone 2's own group"
+        );
+        assert!(marks.check(&d2s(&["1"], false)).is_none());
+        // The whole set's run was given back: its next refusal starts at the base again, and
+        // zone 2's own run goes on.
+        assert_eq!(
+            marks.mark(&all, AllocationFailure::NoCapacity, "again"),
+            NO_CAPACITY_BACKOFF_BASE
+        );
+        assert_eq!(
+            marks.narrow(&all, &["2".into()], "again"),
+            [("2".to_string(), NO_CAPACITY_BACKOFF_BASE * 2)]
+        );
+        // Every zone, no zone, or a zone the group does not span: the whole mark stands.
+        let marks = UnavailableOfferings::new(Duration::from_secs(300));
+        marks.mark(&all, AllocationFailure::NoCapacity, "short");
+        for zones in [vec!["1", "2", "3"], vec![], vec!["4"]] {
+            let zones: Vec<String> = zones.into_iter().map(String::from).collect();
+            assert!(marks.narrow(&all, &zones, "short").is_empty());
+            assert!(marks.check(&all).is_some());
+        }
+        // Another cause's mark is never narrowed.
+        let marks = UnavailableOfferings::new(Duration::from_secs(300));
+        marks.mark(&all, AllocationFailure::SkuNotAvailable, "not here");
+        assert!(marks.narrow(&all, &["2".into()], "short").is_empty());
+        assert!(marks.check(&all).is_some());
     }
 
     #[tokio::test(start_paused = true)]

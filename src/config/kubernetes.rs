@@ -256,3 +256,8 @@ fn leader_election(raw: RawLeaderElection, problems: &mut Problems) -> LeaderEle
 /// The cluster-autoscaler-format status ConfigMap's name by default, as cluster-autoscaler
 /// names it.
 pub const DEFAULT_CA_STATUS_CONFIG_MAP: &str = "cluster-autoscaler-status";
+
+/// Where the cluster-autoscaler-format status goes when the ConfigMap of
+/// `clusterAutoscalerStatusConfigMap` exists without this controller's owner annotation:
+/// another autoscaler (AKS's managed cluster-autoscaler) writes that one.
+pub const FALLBACK_CA_STATUS_CONFIG_MAP: &str = "vmss-capacity-controller-ca-status";

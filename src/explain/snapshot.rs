@@ -744,6 +744,7 @@ mod tests {
             provisioning_state: Some(state.into()),
             computer_name: None,
             power_state: None,
+            zone: None,
         };
         snap.instances.insert(
             "ss".into(),

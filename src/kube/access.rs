@@ -114,7 +114,16 @@ pub fn needs(settings: &Settings, dry_run: bool) -> Vec<Need> {
     }
     let status = "write the status ConfigMap";
     out.push(need("create", "", "configmaps", ns, status));
-    for name in std::iter::once(&k.status_config_map).chain(&k.ca_status_config_map) {
+    // cluster-autoscaler's layout goes under our own name when another autoscaler owns its
+    // ConfigMap (crate::kube::ca_status::FALLBACK_CA_STATUS_CONFIG_MAP).
+    let fallback = k
+        .ca_status_config_map
+        .as_ref()
+        .map(|_| crate::config::FALLBACK_CA_STATUS_CONFIG_MAP.to_string());
+    for name in std::iter::once(&k.status_config_map)
+        .chain(&k.ca_status_config_map)
+        .chain(&fallback)
+    {
         for verb in ["get", "update"] {
             out.push(named(verb, "", "configmaps", name, status));
         }

@@ -43,6 +43,18 @@ pub enum StatusError {
     /// The document could not be serialised.
     #[error("serialising the status document: {0}")]
     Serialize(String),
+    /// The ConfigMap exists without the owner annotation the writer was told to require
+    /// ([`StatusWriter::owner`]): another program writes it (AKS's managed cluster-autoscaler
+    /// writes `cluster-autoscaler-status`); nothing was written.
+    #[error("ConfigMap {name} exists without the annotation {annotation}={value}: another program owns it, not written")]
+    Foreign {
+        /// The ConfigMap's name.
+        name: String,
+        /// The owner annotation's key.
+        annotation: String,
+        /// The value it must have.
+        value: String,
+    },
     /// Anything else (the API server down, 403, a timeout, a refused blind update).
     #[error("{0}")]
     Other(String),
@@ -166,6 +178,9 @@ pub struct StatusWriter {
     identity: String,
     /// The annotation stamped with each write's time.
     annotation: String,
+    /// The owner annotation (key, value): set when the writer creates the ConfigMap, required
+    /// on one it finds ([`StatusWriter::owner`]).
+    owner: Option<(String, String)>,
     metrics: Option<Arc<Metrics>>,
 }
 
@@ -197,8 +212,23 @@ impl StatusWriter {
             name: name.to_string(),
             identity: identity.to_string(),
             annotation: LAST_UPDATED_ANNOTATION.to_string(),
+            owner: None,
             metrics: None,
         }
+    }
+
+    /// Writes only a ConfigMap this writer owns: one it creates carries annotation
+    /// `key: value`, and one it finds without it is another program's and is left alone
+    /// ([`StatusError::Foreign`], nothing written). The check is made on every GET, so a
+    /// ConfigMap deleted and re-created by another program is noticed at the next write.
+    pub fn owner(mut self, key: &str, value: &str) -> Self {
+        self.owner = Some((key.to_string(), value.to_string()));
+        self
+    }
+
+    /// The ConfigMap's name.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// Stamps each write's time in `annotation` instead of [`LAST_UPDATED_ANNOTATION`]
@@ -250,6 +280,7 @@ impl StatusWriter {
         match &result {
             Ok(r) => self.count(if r.created { "created" } else { "updated" }),
             Err(StatusError::Conflict | StatusError::AlreadyExists) => {}
+            Err(StatusError::Foreign { .. }) => self.count("foreign"),
             Err(_) => self.count("error"),
         }
         result
@@ -268,6 +299,12 @@ impl StatusWriter {
                     ..ConfigMap::default()
                 };
                 apply(&mut cm, &self.annotation, yaml, time);
+                if let Some((key, value)) = &self.owner {
+                    cm.metadata
+                        .annotations
+                        .get_or_insert_with(Default::default)
+                        .insert(key.clone(), value.clone());
+                }
                 match self.store.create(&cm).await {
                     Ok(written) => {
                         info!(config_map = %self.name, "status ConfigMap created");
@@ -292,6 +329,21 @@ impl StatusWriter {
                     }
                 }
             };
+            if let Some((key, value)) = &self.owner {
+                let marked = current
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(key))
+                    .is_some_and(|v| v == value);
+                if !marked {
+                    return Err(StatusError::Foreign {
+                        name: self.name.clone(),
+                        annotation: key.clone(),
+                        value: value.clone(),
+                    });
+                }
+            }
             if current.metadata.resource_version.is_none() {
                 return Err(StatusError::Other(format!(
                     "ConfigMap {} came back without a resourceVersion: not updating blind",
@@ -511,6 +563,52 @@ mod tests {
             0,
             "every update carried a resourceVersion"
         );
+    }
+
+    fn owned(store: &Arc<Memory>) -> StatusWriter {
+        writer(store).owner("example.io/owner", "us")
+    }
+
+    #[tokio::test]
+    async fn an_owned_writer_marks_what_it_creates_and_keeps_writing_it() {
+        let store = Arc::new(Memory::default());
+        let w = owned(&store);
+        assert!(w.write(vec![]).await.unwrap().created);
+        let cm = store.cm.lock().clone().unwrap();
+        assert_eq!(cm.metadata.annotations.unwrap()["example.io/owner"], "us");
+        let again = w.write(vec![]).await.unwrap();
+        assert!(!again.created);
+        assert_eq!(*store.version.lock(), 2);
+    }
+
+    #[tokio::test]
+    async fn an_owned_writer_leaves_a_config_map_without_its_mark_untouched() {
+        let store = Arc::new(Memory::default());
+        // Another autoscaler's ConfigMap (AKS's managed cluster-autoscaler writes the name).
+        *store.cm.lock() = Some(store.stamp(ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("s".into()),
+                ..ObjectMeta::default()
+            },
+            data: Some(BTreeMap::from([(
+                STATUS_KEY.to_string(),
+                "theirs".to_string(),
+            )])),
+            ..ConfigMap::default()
+        }));
+        let err = owned(&store).write(vec![]).await.unwrap_err();
+        assert!(matches!(err, StatusError::Foreign { .. }), "{err:?}");
+        assert!(err.to_string().contains("example.io/owner=us"), "{err}");
+        assert_eq!(store.data()[STATUS_KEY], "theirs");
+        assert_eq!(*store.version.lock(), 1, "nothing written");
+        // One created by somebody else between our GET and our create: read, found foreign.
+        let store = Arc::new(Memory::default());
+        *store.rival_next.lock() = Some(("rival".into(), "1".into()));
+        let err = owned(&store).write(vec![]).await.unwrap_err();
+        assert!(matches!(err, StatusError::Foreign { .. }), "{err:?}");
+        assert!(!store.data().contains_key(STATUS_KEY));
+        // An unowned writer writes either (our own status ConfigMap keeps others' keys).
+        assert!(writer(&store).write(vec![]).await.is_ok());
     }
 
     #[tokio::test]

@@ -132,6 +132,10 @@ pub struct NodeGroups {
     /// When Azure last refused an allocation to each group (tokio's clock): `Failed` instances
     /// a list shows after it are that allocation's leftovers, deleted at once.
     refused_at: Mutex<HashMap<String, Instant>>,
+    /// Zonal refusals (`ZonalAllocationFailed`) of groups spanning several zones, waiting for
+    /// the instance list that says which zone ran short: when, the offering marked, Azure's
+    /// message ([`NodeGroups::refused_allocation`]).
+    zonal_refusals: Mutex<HashMap<String, (Instant, Offering, String)>>,
     /// Counts fresh instance lists of spot groups showing VMs stopped ([`NodeGroups::stopped`]).
     stopped: tokio::sync::watch::Sender<u64>,
     /// What the scale-up loop learned of each group from the nodes that registered.
@@ -181,6 +185,7 @@ impl NodeGroups {
             offerings: UnavailableOfferings::new(settings.quota_cooldown),
             refusals: tokio::sync::watch::Sender::new(0),
             refused_at: Mutex::new(HashMap::new()),
+            zonal_refusals: Mutex::new(HashMap::new()),
             stopped: tokio::sync::watch::Sender::new(0),
             learned: Mutex::new(BTreeMap::new()),
             settings,
@@ -241,18 +246,59 @@ impl NodeGroups {
         self.offerings.list()
     }
 
-    /// Azure refused a capacity write to `name` (its answer or its operation's end): marks its
-    /// offering unavailable for the time its cause calls for, and after a quota refusal reads
-    /// the region's usages again on the next pass (Azure's answer is newer than our read).
-    pub fn refused_allocation(&self, name: &str, failure: AllocationFailure, message: &str) {
+    /// Azure refused a capacity write to `name` (its answer or its operation's end, with ARM's
+    /// error `code`): marks its offering unavailable for the time its cause calls for, and after
+    /// a quota refusal reads the region's usages again on the next pass (Azure's answer is newer
+    /// than our read). A zonal shortage (`ZonalAllocationFailed`) of a group spanning several
+    /// zones marks its zone set until the next instance list shows where the allocation left
+    /// `Failed` VMs; then only those zones stay marked ([`UnavailableOfferings::narrow`]).
+    pub fn refused_allocation(
+        &self,
+        name: &str,
+        failure: AllocationFailure,
+        code: &str,
+        message: &str,
+    ) {
         self.metrics
             .failed_scale_ups_total
             .with_label_values(&[name, failure.label()])
             .inc();
-        self.refused_at
-            .lock()
-            .insert(name.to_string(), Instant::now());
+        let now = Instant::now();
+        self.refused_at.lock().insert(name.to_string(), now);
         self.mark_unavailable(name, failure, message);
+        let zonal = self.offering(name).filter(|o| {
+            failure == AllocationFailure::NoCapacity
+                && AllocationFailure::zonal_code(code)
+                && o.zones.len() > 1
+        });
+        if let Some(offering) = zonal {
+            self.zonal_refusals
+                .lock()
+                .insert(name.to_string(), (now, offering, message.to_string()));
+        }
+    }
+
+    /// A fresh instance list of `name` (stored at `listed`, its `Failed` instances in
+    /// `failed_zones`) answers a zonal refusal waiting for it: the mark is narrowed to those
+    /// zones. A list older than the refusal leaves it waiting.
+    fn narrow_zonal_refusal(&self, name: &str, listed: Instant, failed_zones: &[String]) {
+        let waiting = {
+            let mut pending = self.zonal_refusals.lock();
+            match pending.get(name) {
+                Some((at, ..)) if listed >= *at => pending.remove(name),
+                _ => None,
+            }
+        };
+        let Some((_, offering, message)) = waiting else {
+            return;
+        };
+        let marked = self.offerings.narrow(&offering, failed_zones, &message);
+        if marked.is_empty() {
+            info!(scale_set = name, %offering, failed_zones = ?failed_zones, "zonal refusal: the Failed VMs do not single out the zones that ran short; the group's zone set stays marked");
+        } else {
+            self.refusals.send_modify(|n| *n += 1);
+            warn!(scale_set = name, %offering, zones = ?marked.iter().map(|(z, _)| z.as_str()).collect::<Vec<_>>(), unavailable_secs = ?marked.iter().map(|(_, t)| t.as_secs()).collect::<Vec<_>>(), "zonal refusal: only the zones the allocation left Failed VMs in are marked; the group stays eligible for its other zones");
+        }
     }
 
     /// Whether the cached instance list of `name` was stored after Azure last refused an
@@ -607,9 +653,17 @@ impl NodeGroups {
                         let stopped = list.iter().any(Instance::deallocated)
                             && self.offering(&name).is_some_and(|o| o.spot);
                         let failed = list.iter().any(Instance::failed);
+                        let failed_zones: Vec<String> = list
+                            .iter()
+                            .filter(|i| i.failed())
+                            .filter_map(|i| i.zone.clone())
+                            .collect();
                         if !self.instances.insert_stretched(ticket, list, stretch) {
                             debug!(scale_set = %name, "instance list answered after an invalidation: not stored, listed again next pass");
                             continue;
+                        }
+                        if let Some(listed) = self.instances.listed_at(&name) {
+                            self.narrow_zonal_refusal(&name, listed, &failed_zones);
                         }
                         self.metrics
                             .scale_set_instances

@@ -774,6 +774,7 @@ mod tests {
             provisioning_state: Some(state.into()),
             computer_name: Some(machine.into()),
             power_state: Some("running".into()),
+            zone: None,
         }
     }
 

@@ -1531,9 +1531,13 @@ impl Inner {
                 WriteEnd::Held
             }
             ArmError::Allocation {
-                failure, message, ..
+                failure,
+                code,
+                message,
+                ..
             } => {
-                self.node_groups.refused_allocation(name, *failure, message);
+                self.node_groups
+                    .refused_allocation(name, *failure, code, message);
                 WriteEnd::Failed
             }
             ArmError::Ambiguous { .. } => {
@@ -1627,7 +1631,7 @@ impl Inner {
                 warn!(scale_set = name, %error, "capacity operation failed: caches invalidated, re-reading before the next write");
                 if let Some(failure) = error.allocation_failure() {
                     self.node_groups
-                        .refused_allocation(name, failure, &error.message);
+                        .refused_allocation(name, failure, &error.code, &error.message);
                 }
                 self.operation_failed(name);
             }

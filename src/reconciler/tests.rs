@@ -231,6 +231,7 @@ impl CapacityResource for Fake {
                 provisioning_state: Some("Succeeded".into()),
                 computer_name: Some(format!("{GROUP}{i:06}")),
                 power_state: Some("running".into()),
+                zone: None,
             })
             .collect())
     }
@@ -490,6 +491,7 @@ async fn an_offering_azure_refused_holds_capacity_writes_until_its_mark_runs_out
     groups.refused_allocation(
         GROUP,
         AllocationFailure::Quota,
+        "QuotaExceeded",
         "Operation could not be completed as it results in exceeding approved standardDSv5Family Cores quota.",
     );
     let quota = HoldReason::Unavailable(AllocationFailure::Quota);

@@ -135,6 +135,7 @@ async fn a_dry_run_is_only_asked_for_what_it_reads() {
     for name in [
         "vmss-capacity-controller-status",
         "cluster-autoscaler-status",
+        "vmss-capacity-controller-ca-status",
     ] {
         assert!(
             writes

@@ -180,7 +180,10 @@ async fn an_lro_failed_fault_ends_the_operation_failed_with_an_error() {
     env.handle.state().inject_fault(FaultSpec {
         method: Some("PUT".into()),
         path_contains: Some("/virtualMachineScaleSets/v".into()),
-        kind: FaultKind::LroFailed { code: None },
+        kind: FaultKind::LroFailed {
+            code: None,
+            zone: None,
+        },
         count: Some(1),
         probability: None,
         seed: None,

@@ -17,7 +17,10 @@ use vmss_capacity_controller::config::{
 };
 use vmss_capacity_controller::emulator::sim::{PodTemplate, SimSettings};
 use vmss_capacity_controller::emulator::{EmulatorBuilder, ScaleSetSeed};
-use vmss_capacity_controller::kube::ca_status::CA_LAST_UPDATED_ANNOTATION;
+use vmss_capacity_controller::kube::ca_status::{
+    CA_LAST_UPDATED_ANNOTATION, CA_STATUS_OWNER, CA_STATUS_OWNER_ANNOTATION,
+    FALLBACK_CA_STATUS_CONFIG_MAP,
+};
 use vmss_capacity_controller::metrics::Metrics;
 
 const LABEL_TAG: &str = "k8s.io_cluster-autoscaler_node-template_label_workload";
@@ -48,12 +51,14 @@ async fn the_leader_writes_cluster_autoscalers_status_in_its_layout_and_keeps_ot
         eventually(Duration::from_secs(15), || kube.ready_nodes().len() == 2).await,
         "the seeded instances never became Ready nodes"
     );
-    // Somebody else's key on the ConfigMap already (a runbook's annotation, a dashboard's).
+    // Somebody else's key on our ConfigMap already (a runbook's annotation, a dashboard's): ours
+    // by its owner annotation, as an earlier leader created it.
     kube.create(
         "v1",
         "configmaps",
         "kube-system",
-        json!({"metadata": {"name": "cluster-autoscaler-status", "namespace": "kube-system"},
+        json!({"metadata": {"name": "cluster-autoscaler-status", "namespace": "kube-system",
+                "annotations": {CA_STATUS_OWNER_ANNOTATION: CA_STATUS_OWNER}},
             "data": {"other": "keep me"}}),
     )
     .expect("configmap");
@@ -190,6 +195,122 @@ async fn the_leader_writes_cluster_autoscalers_status_in_its_layout_and_keeps_ot
     assert_eq!(
         read().unwrap().pointer("/data/other"),
         Some(&json!("keep me"))
+    );
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(20), task)
+        .await
+        .expect("the replica stops")
+        .unwrap()
+        .unwrap();
+}
+
+/// Issue 41 item 9: AKS's managed cluster-autoscaler writes `kube-system/cluster-autoscaler-status`.
+/// Found without our owner annotation, it is left exactly as it is (same `resourceVersion`, same
+/// document), and ours, in the same layout, goes under our own name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_autoscalers_status_config_map_is_left_alone_and_ours_goes_under_our_own_name() {
+    let emulator = EmulatorBuilder::new()
+        .kubernetes(true)
+        .cluster_simulation(SimSettings {
+            boot_delay: Duration::from_millis(200),
+            tick: Duration::from_millis(20),
+        })
+        .start()
+        .await
+        .expect("emulator starts");
+    let state = emulator.state();
+    let kube = emulator.kube().expect("kubernetes side");
+    let mut seed = ScaleSetSeed::new(SUB, RG, "web", 1);
+    seed.sku_name = "Standard_D2s_v3".into();
+    state.seed_scale_set(seed);
+    // As AKS's managed cluster-autoscaler leaves it: its document, its annotation, no owner mark.
+    let theirs = kube
+        .create(
+            "v1",
+            "configmaps",
+            "kube-system",
+            json!({"metadata": {"name": "cluster-autoscaler-status", "namespace": "kube-system",
+                    "annotations": {CA_LAST_UPDATED_ANNOTATION: "2026-01-01 00:00:00 +0000 UTC"}},
+                "data": {"status": "time: aks's own\nautoscalerStatus: Running\n"}}),
+        )
+        .expect("configmap");
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, emulator.kubeconfig().unwrap()).unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "ca-status-secret").unwrap();
+    state.register_client("controller", "ca-status-secret");
+    let mut s = settings(&emulator.base_url(), vec![group("web", 1, 5, None)]);
+    s.azure.auth = AuthSettings::ClientSecret {
+        client_id: "controller".into(),
+        secret: SecretSource::File(secret),
+    };
+    s.kubernetes = KubernetesSettings {
+        enabled: true,
+        kubeconfig: Some(kubeconfig),
+        ..KubernetesSettings::default()
+    };
+    s.pod_demand.kind = DemandKind::Pods;
+    s.scan_interval = Duration::from_millis(300);
+    let metrics = Arc::new(Metrics::new());
+    let replica = Replica::build(
+        Arc::new(s),
+        metrics.clone(),
+        ReplicaOptions {
+            dry_run: false,
+            identity: Some("ca-status".into()),
+        },
+    )
+    .await
+    .expect("the replica builds");
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(replica.serve(stop.clone(), std::future::pending()));
+    let read = |name: &str| {
+        kube.list_all("v1", "configmaps", Some("kube-system"))
+            .into_iter()
+            .find(|c| c.pointer("/metadata/name") == Some(&json!(name)))
+    };
+    let ours_running = || {
+        read(FALLBACK_CA_STATUS_CONFIG_MAP)
+            .and_then(|cm| cm.pointer("/data/status")?.as_str().map(str::to_string))
+            .and_then(|y| serde_yaml::from_str::<serde_yaml::Value>(&y).ok())
+            .is_some_and(|d| {
+                d["autoscalerStatus"] == "Running"
+                    && d["nodeGroups"]
+                        .as_sequence()
+                        .is_some_and(|g| g.iter().any(|g| g["name"] == "web"))
+            })
+    };
+    assert!(
+        eventually(Duration::from_secs(20), ours_running).await,
+        "ours never went under our own name: {:?}",
+        read(FALLBACK_CA_STATUS_CONFIG_MAP)
+    );
+    let ours = read(FALLBACK_CA_STATUS_CONFIG_MAP).unwrap();
+    assert_eq!(
+        ours.pointer(&format!(
+            "/metadata/annotations/{}",
+            CA_STATUS_OWNER_ANNOTATION.replace('/', "~1")
+        )),
+        Some(&json!(CA_STATUS_OWNER)),
+        "ours carries the owner annotation"
+    );
+    // A few more passes: theirs is never written.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let now = read("cluster-autoscaler-status").expect("theirs is still there");
+    assert_eq!(
+        now.pointer("/metadata/resourceVersion"),
+        theirs.pointer("/metadata/resourceVersion"),
+        "another autoscaler's ConfigMap is never written"
+    );
+    assert_eq!(now.pointer("/data"), theirs.pointer("/data"));
+    assert_eq!(
+        vmss_capacity_controller::metrics::Metrics::counter_sum(
+            &metrics.kube_status_writes_total,
+            &[("result", "foreign")]
+        ),
+        1,
+        "found foreign once, then left alone"
     );
     stop.cancel();
     tokio::time::timeout(Duration::from_secs(20), task)

@@ -513,7 +513,12 @@ async fn a_bulk_delete_that_fails_after_deleting_some_counts_them_and_untaints_o
         eventually(Duration::from_secs(10), || scaled_down(&c, "empty") == 1).await,
         "the instance the failed operation deleted was not counted"
     );
-    assert_eq!(failed(&c, "delete_failed"), 1);
+    // Counted in the same settling, a moment later on a loaded machine.
+    assert!(
+        eventually(Duration::from_secs(10), || failed(&c, "delete_failed") == 1).await,
+        "the one still there was not counted as failed: {}",
+        failed(&c, "delete_failed")
+    );
     // The one left goes later, by itself.
     assert!(
         eventually(Duration::from_secs(20), || c.capacity("pool") == 1).await,

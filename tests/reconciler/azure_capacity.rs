@@ -208,6 +208,7 @@ async fn an_allocation_failure_at_the_operations_end_marks_the_offering_and_the_
         "dsv5",
         FaultKind::LroFailed {
             code: Some("ZonalAllocationFailed".into()),
+            zone: None,
         },
         1,
     ));
@@ -233,6 +234,72 @@ async fn an_allocation_failure_at_the_operations_end_marks_the_offering_and_the_
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(c.capacity_puts("dsv5"), 1, "never written again while out");
+    c.stop().await;
+}
+
+/// Issue 41 item 7: `ZonalAllocationFailed` of a group spanning zones 1-3 marks only the zone
+/// that ran short (the one its allocation left a `Failed` VM in), not the group: the pod it was
+/// for is planned on the group again at once, and Azure places the new VM in a zone that has
+/// room. Before, the whole zone set was marked and the group passed over for 5 minutes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zonal_refusal_of_a_group_spanning_zones_marks_only_the_zone_that_ran_short() {
+    use support::pod_cluster::Groups;
+    use vmss_capacity_controller::emulator::ScaleSetSeed;
+    let mut seed = ScaleSetSeed::new(SUB, RG, "multi", 0);
+    seed.sku_name = "Standard_D4s_v5".into();
+    seed.zones = vec!["1".into(), "2".into(), "3".into()];
+    // The operation takes 2 s, its VMs `Creating` meanwhile, as Azure lists them.
+    let c = Cluster::start_groups_with_lro_delay(
+        Groups::Seeds(vec![seed]),
+        5,
+        Duration::from_secs(2),
+        |s| {
+            s.scan_interval = Duration::from_millis(300);
+            s.pod_demand.batch_idle = Duration::from_millis(500);
+            s.pod_demand.batch_max = Duration::from_secs(3);
+        },
+    )
+    .await;
+    // Zone 1 (where the emulator puts the first VM) has no D4s_v5 left.
+    c.state.inject_fault(put_fault(
+        "multi",
+        FaultKind::LroFailed {
+            code: Some("ZonalAllocationFailed".into()),
+            zone: Some("1".into()),
+        },
+        1,
+    ));
+    // 3 cpu: a node of its own.
+    c.pending("web-0", "3", "1Gi", json!({}));
+    let groups = c.reconciler.node_groups();
+    assert!(
+        eventually(Duration::from_secs(15), || c.capacity_puts("multi") == 2).await,
+        "the group was not asked again: puts {}, unavailable {:?}, marks {:?}",
+        c.capacity_puts("multi"),
+        groups.unavailable("multi"),
+        groups.unavailable_offerings()
+    );
+    assert!(
+        groups.unavailable("multi").is_none(),
+        "the group is not out"
+    );
+    let marks = groups.unavailable_offerings();
+    assert_eq!(marks.len(), 1, "{marks:?}");
+    assert_eq!(
+        marks[0].0, "standard_d4s_v5 westeurope zones 1",
+        "zone 1 alone is marked: {marks:?}"
+    );
+    assert_eq!(
+        vmss_capacity_controller::metrics::Metrics::counter_sum(
+            &c.metrics.failed_scale_ups_total,
+            &[("reason", "allocation_failed")]
+        ),
+        1
+    );
+    // The second VM went to zone 2 and is not Failed: one write, no more.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(c.capacity_puts("multi"), 2);
+    assert_eq!(c.capacity("multi"), 2);
     c.stop().await;
 }
 
@@ -270,6 +337,7 @@ async fn failed_instances_a_refused_allocation_left_are_deleted_at_once_not_afte
         "zonal",
         FaultKind::LroFailed {
             code: Some("ZonalAllocationFailed".into()),
+            zone: None,
         },
         1,
     ));
@@ -392,6 +460,7 @@ async fn when_spot_cannot_be_had_the_same_pods_fall_back_to_on_demand_at_once() 
         "spot",
         FaultKind::LroFailed {
             code: Some("OverconstrainedAllocationRequest".into()),
+            zone: None,
         },
         1,
     ));

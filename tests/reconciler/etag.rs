@@ -445,7 +445,10 @@ for_each_kind! {
 async fn a_failed_long_running_operation_invalidates_the_caches_and_forces_a_read(kind: Kind) {
     let (h, knob) = knob_harness(kind, |_| {}).await;
     h.state
-        .inject_fault(put_fault(FaultKind::LroFailed { code: None }, Some(1)));
+        .inject_fault(put_fault(FaultKind::LroFailed {
+            code: None,
+            zone: None,
+        }, Some(1)));
     knob.0.store(6, Ordering::SeqCst);
     h.reconciler.run_once().await.unwrap();
     assert!(

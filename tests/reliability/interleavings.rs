@@ -179,7 +179,13 @@ fn random_fault(rng: &mut StdRng) -> (&'static str, FaultKind) {
         5 => ("PUT", FaultKind::DropAfterCommit),
         6 => ("PUT", FaultKind::NoEtag),
         7 => ("GET", FaultKind::NoEtag),
-        8 => ("PUT", FaultKind::LroFailed { code: None }),
+        8 => (
+            "PUT",
+            FaultKind::LroFailed {
+                code: None,
+                zone: None,
+            },
+        ),
         _ => ("PUT", status_kind(412, "PreconditionFailed", None)),
     }
 }

@@ -536,7 +536,13 @@ fn random_fault(rng: &mut StdRng) -> (&'static str, FaultKind) {
         ),
         2 => ("PUT", status_kind(409, "OperationNotAllowed", None)),
         3 => ("PUT", FaultKind::DropAfterCommit),
-        4 => ("PUT", FaultKind::LroFailed { code: None }),
+        4 => (
+            "PUT",
+            FaultKind::LroFailed {
+                code: None,
+                zone: None,
+            },
+        ),
         5 => ("PUT", status_kind(412, "PreconditionFailed", None)),
         6 => ("GET", status_kind(503, "ServiceUnavailable", None)),
         7 => ("GET", FaultKind::NoEtag),
@@ -860,6 +866,7 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
                 } else {
                     FaultKind::LroFailed {
                         code: Some(code.to_string()),
+                        zone: None,
                     }
                 };
                 c.state

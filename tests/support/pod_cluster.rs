@@ -212,6 +212,17 @@ impl Cluster {
         .await
     }
 
+    /// [`Cluster::start_groups`] whose long-running operations take `lro_delay` (the VMs a
+    /// write creates are `Creating` until then, as Azure lists them while it allocates).
+    pub async fn start_groups_with_lro_delay(
+        groups: Groups<'_>,
+        max: u32,
+        lro_delay: Duration,
+        tweak: impl FnOnce(&mut Settings),
+    ) -> Self {
+        Self::start_full_lro(groups, max, None, None, false, lro_delay, tweak).await
+    }
+
     async fn start_full(
         seeds: Groups<'_>,
         max: u32,
@@ -220,7 +231,28 @@ impl Cluster {
         tokio_wall_clock: bool,
         tweak: impl FnOnce(&mut Settings),
     ) -> Self {
-        let mut builder = EmulatorBuilder::new().kubernetes(true);
+        Self::start_full_lro(
+            seeds,
+            max,
+            sim,
+            kube_client,
+            tokio_wall_clock,
+            Duration::ZERO,
+            tweak,
+        )
+        .await
+    }
+
+    async fn start_full_lro(
+        seeds: Groups<'_>,
+        max: u32,
+        sim: Option<SimSettings>,
+        kube_client: Option<kube::Client>,
+        tokio_wall_clock: bool,
+        lro_delay: Duration,
+        tweak: impl FnOnce(&mut Settings),
+    ) -> Self {
+        let mut builder = EmulatorBuilder::new().kubernetes(true).lro_delay(lro_delay);
         if let Some(sim) = sim {
             builder = builder.cluster_simulation(sim);
         }

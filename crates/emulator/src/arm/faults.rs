@@ -68,6 +68,11 @@ pub enum FaultKind {
         /// The error code the operation reports.
         #[serde(default)]
         code: Option<String>,
+        /// Only the VMs the write creates in this zone are left `Failed`; the others boot (a
+        /// partial allocation of a scale set spanning zones, one of which ran short). Without
+        /// it, every VM the write creates is left `Failed`. Scale sets only.
+        #[serde(default)]
+        zone: Option<String>,
     },
     /// Cut the success body in half (malformed JSON).
     Truncate,

@@ -31,6 +31,8 @@ pub(crate) struct Ctx {
     pub lro_failed: bool,
     /// The error the failed operation reports (`LroFailed`'s code), if the fault named one.
     pub lro_error: Option<(String, String)>,
+    /// `LroFailed`'s zone: only the VMs created there are left `Failed`.
+    pub lro_failed_zone: Option<String>,
     /// `PartialDelete`: how many of a delete's instances are kept, and whether they are left
     /// `Failed`.
     pub partial_delete: Option<(u32, bool)>,
@@ -484,6 +486,7 @@ pub(crate) async fn handle(state: &EmulatorState, parts: &Parts, body: Bytes) ->
         api_version: String::new(),
         lro_failed: false,
         lro_error: None,
+        lro_failed_zone: None,
         partial_delete: None,
         query,
         if_match: if_match.clone(),
@@ -742,8 +745,9 @@ async fn process(
             ctx.lro_failed = true;
             ctx.partial_delete = Some((*keep, *leave_failed));
         }
-        Some(FaultKind::LroFailed { code }) => {
+        Some(FaultKind::LroFailed { code, zone }) => {
             ctx.lro_failed = true;
+            ctx.lro_failed_zone.clone_from(zone);
             ctx.lro_error = code.clone().map(|c| {
                 let message = faults::code_message(&c)
                     .unwrap_or("The long-running operation failed (injected fault).")
@@ -1331,7 +1335,16 @@ fn vmss_write(
             let new_cap = parsed.capacity.unwrap_or(ss.capacity);
             ss.busy_until = busy_until;
             ss.failed = ctx.lro_failed;
+            let first_new = ss.next_instance;
             ss.resize(new_cap, busy_until);
+            if let Some(zone) = &ctx.lro_failed_zone {
+                // A partial allocation: only the zone that ran short leaves its VMs Failed.
+                for (_, inst) in ss.instances.range_mut(first_new..) {
+                    if inst.zone.as_deref() != Some(zone.as_str()) {
+                        inst.failed = false;
+                    }
+                }
+            }
             let change = describe_change(Some((old_cap, &old_tags)), ss.capacity, &ss.tags);
             let id = ss.id();
             d.check_lost(
@@ -1581,6 +1594,7 @@ pub(crate) fn rival_request(
         api_version: "2024-09-01".into(),
         lro_failed: false,
         lro_error: None,
+        lro_failed_zone: None,
         partial_delete: None,
         query: Vec::new(),
         if_match: if_match.map(str::to_string),
