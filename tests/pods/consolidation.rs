@@ -250,7 +250,7 @@ async fn a_pod_nominated_to_a_candidate_during_re_validation_abandons_the_consol
     let nodes = three_underused_nodes(&c).await;
     // The decision is taken: the node that stays is told why it is not consolidated.
     assert!(
-        events_until(&c, "Unconsolidatable", Duration::from_secs(10), |e| {
+        events_until(&c, "Unconsolidatable", Duration::from_secs(30), |e| {
             e.iter()
                 .any(|e| e.note.as_deref().is_some_and(|n| n.contains("do not")))
         })
@@ -284,7 +284,7 @@ async fn a_pod_nominated_to_a_candidate_during_re_validation_abandons_the_consol
         })
     };
     assert!(
-        events_until(&c, "Unconsolidatable", Duration::from_secs(15), abandoned).await,
+        events_until(&c, "Unconsolidatable", Duration::from_secs(30), abandoned).await,
         "the consolidation was not abandoned on re-validation: {:?}",
         c.events("Unconsolidatable").await
     );
