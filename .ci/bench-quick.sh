@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BENCH_QUICK=1
+# The cost comparison simulates hours of a day, twice: one hour is enough to show it runs.
+export BENCH_COST_HOURS=1
 # Every bench in one build (cargo compiles them side by side); `cargo bench` also builds the
 # daemon binary the memory bench spawns (CARGO_BIN_EXE_...). The runs below rebuild nothing.
 cargo bench --locked --no-run

@@ -8,8 +8,8 @@
 //! replacements pending over 2 min, each with its goal. The trace is `demo --cost`'s
 //! (`vmss_capacity_controller::demo::cost`), so the two never disagree.
 //!
-//! `cargo bench --bench cost`; `BENCH_QUICK=1` (or `-- --quick`) runs the first 8 h of the day;
-//! `BENCH_SEED` (default 7).
+//! `cargo bench --bench cost`; `BENCH_QUICK=1` (or `-- --quick`) runs the first 8 h of the day
+//! (`BENCH_COST_HOURS=<h>`: the first `h`); `BENCH_SEED` (default 7).
 
 #[path = "common/mod.rs"]
 mod common;
@@ -26,7 +26,7 @@ fn main() {
     println!(
         "cost: seed {seed}, {}, paused clock",
         if quick {
-            "QUICK: the first 8 h of the 24 h trace"
+            "QUICK: the first hours of the 24 h trace (8, or BENCH_COST_HOURS)"
         } else {
             "full: the 24 h trace"
         }
