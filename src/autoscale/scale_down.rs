@@ -706,6 +706,8 @@ impl ScaleDownLoop {
             .collect();
         let none = HashSet::new();
         let previously = HashSet::new();
+        // The budgets active now, by the injected clock (schedules are UTC windows).
+        let active = cfg.active_at(s.groups.now());
         let input = ConsolidationInput {
             down: DownInput {
                 now: v.wall,
@@ -724,7 +726,7 @@ impl ScaleDownLoop {
             prices: &prices,
             chosen: &none,
             unsettled: &unsettled,
-            settings: cfg,
+            settings: &active,
             max_nodes: u32::try_from(v.left).unwrap_or(u32::MAX),
         };
         if let Some((command, due)) = self.command.take() {

@@ -7,6 +7,7 @@
 //! Disruption budgets (`budgets`, `groupBudgets`, `clusterBudgets`) bound how many nodes it may
 //! take at a time; the most restrictive one that applies wins.
 
+use super::cron::{parse_budget_duration, CronSchedule};
 use super::raw::{HumanDuration, RawBudget, RawConsolidation};
 use super::{DemandKind, Problems};
 use std::collections::BTreeMap;
@@ -65,6 +66,15 @@ impl BudgetNodes {
     }
 }
 
+/// A budget's `schedule` and `duration`: when it is active.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetSchedule {
+    /// `schedule`: cron (5 fields or a macro such as `@daily`), UTC.
+    pub cron: CronSchedule,
+    /// `duration`: how long each window lasts from a time the schedule fires.
+    pub duration: Duration,
+}
+
 /// One disruption budget.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Budget {
@@ -72,9 +82,19 @@ pub struct Budget {
     pub nodes: BudgetNodes,
     /// `reasons`: the reasons it bounds; `None` (not given): every reason.
     pub reasons: Option<Vec<DisruptionReason>>,
+    /// `schedule` and `duration`; `None`: always active.
+    pub schedule: Option<BudgetSchedule>,
 }
 
 impl Budget {
+    /// Whether it is active at `now` (Karpenter's `Budget.IsActive`): always without a schedule;
+    /// with one, from each time it fires until `duration` later.
+    pub fn active_at(&self, now: time::OffsetDateTime) -> bool {
+        self.schedule
+            .as_ref()
+            .is_none_or(|s| s.cron.active(now, s.duration))
+    }
+
     /// Whether it bounds disruptions for `reason`.
     pub fn applies_to(&self, reason: DisruptionReason) -> bool {
         self.reasons.as_ref().is_none_or(|r| r.contains(&reason))
@@ -92,6 +112,7 @@ pub fn default_budgets() -> Vec<Budget> {
     vec![Budget {
         nodes: BudgetNodes::Percent(10),
         reasons: None,
+        schedule: None,
     }]
 }
 
@@ -146,6 +167,26 @@ impl ConsolidationSettings {
     pub fn budgets_of(&self, group: &str) -> &[Budget] {
         self.group_budgets.get(group).unwrap_or(&self.budgets)
     }
+
+    /// These settings with only the budgets active at `now` (UTC, from the caller's clock):
+    /// what a decision at `now` counts. Every active budget bounds the decision, so the most
+    /// restrictive one wins; an inactive one bounds nothing, and a group (or the cluster) none
+    /// of whose budgets is active is bounded by none, as in Karpenter.
+    pub fn active_at(&self, now: time::OffsetDateTime) -> ConsolidationSettings {
+        let keep = |b: &Vec<Budget>| -> Vec<Budget> {
+            b.iter().filter(|b| b.active_at(now)).cloned().collect()
+        };
+        ConsolidationSettings {
+            budgets: keep(&self.budgets),
+            group_budgets: self
+                .group_budgets
+                .iter()
+                .map(|(g, b)| (g.clone(), keep(b)))
+                .collect(),
+            cluster_budgets: keep(&self.cluster_budgets),
+            ..self.clone()
+        }
+    }
 }
 
 /// `nodes` as Karpenter validates it: `^((100|[0-9]{1,2})%|[0-9]+)$`.
@@ -176,12 +217,31 @@ fn budgets(raw: Vec<RawBudget>, path: &str, problems: &mut Problems) -> Vec<Budg
     let mut out = Vec::new();
     for (i, b) in raw.into_iter().enumerate() {
         let at = format!("{path}[{i}]");
-        if b.schedule.is_some() || b.duration.is_some() {
-            problems.push(
-                format!("{at}.schedule"),
-                "budgets with a cron schedule and duration are not supported yet: every budget is always active",
-            );
-        }
+        let cron = b.schedule.as_deref().map(CronSchedule::parse);
+        let duration = b.duration.as_deref().map(parse_budget_duration);
+        let schedule = match (cron, duration) {
+            (None, None) => None,
+            (Some(Ok(cron)), Some(Ok(duration))) => Some(BudgetSchedule { cron, duration }),
+            (cron, duration) => {
+                match &cron {
+                    Some(Err(e)) => problems.push(format!("{at}.schedule"), e.clone()),
+                    None => problems.push(
+                        format!("{at}.schedule"),
+                        "missing: a budget with a duration needs a schedule (cron, UTC)",
+                    ),
+                    Some(Ok(_)) => {}
+                }
+                match &duration {
+                    Some(Err(e)) => problems.push(format!("{at}.duration"), e.clone()),
+                    None => problems.push(
+                        format!("{at}.duration"),
+                        "missing: a budget with a schedule needs a duration (\"8h\", \"30m\")",
+                    ),
+                    Some(Ok(_)) => {}
+                }
+                continue;
+            }
+        };
         let nodes = match b.nodes.as_deref() {
             None => {
                 problems.push(format!("{at}.nodes"), "missing: a count or a percentage");
@@ -212,7 +272,11 @@ fn budgets(raw: Vec<RawBudget>, path: &str, problems: &mut Problems) -> Vec<Budg
                 Some(rs)
             }
         };
-        out.push(Budget { nodes, reasons });
+        out.push(Budget {
+            nodes,
+            reasons,
+            schedule,
+        });
     }
     out
 }
@@ -327,7 +391,7 @@ mod tests {
             Some(vec![DisruptionReason::Empty])
         );
         let (_, found) = parse(
-            "enabled: true\npolicy: Always\ntimeout: 0s\nbudgets: [{nodes: \"110%\"}, {nodes: \"1\", reasons: [Drifted]}, {nodes: \"1\", schedule: \"@daily\", duration: 1h}]",
+            "enabled: true\npolicy: Always\ntimeout: 0s\nbudgets: [{nodes: \"110%\"}, {nodes: \"1\", reasons: [Drifted]}, {nodes: \"1\", schedule: \"0 0 30 2 *\", duration: 1h}]",
             false,
         );
         let paths: Vec<&str> = found.iter().map(|(p, _)| p.as_str()).collect();
@@ -343,6 +407,7 @@ mod tests {
             ],
             "{found:?}"
         );
+        assert!(found[5].1.contains("never fires"), "{found:?}");
         assert!(found[0].1.contains("scaleDown.enabled"), "{found:?}");
         assert!(found[3].1.contains("110%"), "{found:?}");
     }
@@ -359,5 +424,139 @@ mod tests {
         assert_eq!(BudgetNodes::Percent(10).allowed(20), 2);
         assert_eq!(BudgetNodes::Percent(0).allowed(20), 0);
         assert_eq!(BudgetNodes::Count(4).allowed(2), 4);
+    }
+
+    #[test]
+    fn a_budget_schedule_needs_a_duration_and_the_reverse_and_both_are_checked_with_their_path() {
+        let (s, found) = parse(
+            "enabled: true\nbudgets: [{nodes: \"0\", schedule: \"0 9 * * mon-fri\", duration: 8h}, {nodes: \"10%\"}]\ngroupBudgets: {g: [{nodes: \"1\", schedule: \"@daily\", duration: 1h30m}]}",
+            true,
+        );
+        assert!(found.is_empty(), "{found:?}");
+        let w = s.budgets[0].schedule.as_ref().expect("scheduled");
+        assert_eq!(w.cron.as_str(), "0 9 * * mon-fri");
+        assert_eq!(w.duration, Duration::from_secs(8 * 3600));
+        assert_eq!(s.budgets[1].schedule, None);
+        assert_eq!(
+            s.budgets_of("g")[0].schedule.as_ref().map(|w| w.duration),
+            Some(Duration::from_secs(5400))
+        );
+        let (s, found) = parse(
+            "enabled: true\nbudgets: [{nodes: \"1\", schedule: \"@daily\"}, {nodes: \"1\", duration: 1h}, {nodes: \"1\", schedule: \"61 * * * *\", duration: 1h}, {nodes: \"1\", schedule: \"@daily\", duration: 10s}, {nodes: \"2\"}]\nclusterBudgets: [{nodes: \"1\", schedule: \"* * * *\", duration: 1d}]",
+            true,
+        );
+        let got: Vec<(&str, &str)> = found
+            .iter()
+            .map(|(p, m)| (p.as_str(), m.as_str()))
+            .collect();
+        let paths: Vec<&str> = got.iter().map(|(p, _)| *p).collect();
+        assert_eq!(
+            paths,
+            [
+                "consolidation.budgets[0].duration",
+                "consolidation.budgets[1].schedule",
+                "consolidation.budgets[2].schedule",
+                "consolidation.budgets[3].duration",
+                "consolidation.clusterBudgets[0].schedule",
+                "consolidation.clusterBudgets[0].duration",
+            ],
+            "{found:?}"
+        );
+        assert!(got[0].1.contains("needs a duration"), "{got:?}");
+        assert!(got[1].1.contains("needs a schedule"), "{got:?}");
+        assert!(got[2].1.contains("minute 61"), "{got:?}");
+        assert!(got[3].1.contains("hours and minutes"), "{got:?}");
+        // The bad budgets are dropped; the good one stays.
+        assert_eq!(s.budgets.len(), 1);
+        assert_eq!(s.budgets[0].nodes, BudgetNodes::Count(2));
+    }
+
+    fn scheduled(nodes: u32, cron: &str, hours: u64) -> Budget {
+        Budget {
+            nodes: BudgetNodes::Count(nodes),
+            reasons: None,
+            schedule: Some(BudgetSchedule {
+                cron: CronSchedule::parse(cron).expect("cron"),
+                duration: Duration::from_secs(hours * 3600),
+            }),
+        }
+    }
+
+    /// What a decision at `now` lets go of `total` nodes of group `g` (the least any active
+    /// budget allows: each bounds it, as consolidation's limits count them).
+    fn allowed(
+        s: &ConsolidationSettings,
+        g: &str,
+        total: u32,
+        now: time::OffsetDateTime,
+    ) -> Option<u32> {
+        s.active_at(now)
+            .budgets_of(g)
+            .iter()
+            .filter_map(|b| b.allowed_for(DisruptionReason::Underutilized, total))
+            .min()
+    }
+
+    #[test]
+    fn the_most_restrictive_active_budget_wins_and_an_inactive_one_is_ignored() {
+        use time::macros::datetime;
+        let mut s = ConsolidationSettings {
+            enabled: true,
+            ..Default::default()
+        };
+        // Always 50%; business hours (09:00-17:00 UTC, weekdays) none at all; a nightly window
+        // 22:00-04:00 that allows 8.
+        s.budgets = vec![
+            Budget {
+                nodes: BudgetNodes::Percent(50),
+                reasons: None,
+                schedule: None,
+            },
+            scheduled(0, "0 9 * * 1-5", 8),
+            scheduled(8, "0 22 * * *", 6),
+        ];
+        s.cluster_budgets = vec![scheduled(1, "0 12 * * *", 1)];
+        // Tuesday 10:00: business hours: 0 wins over 50%.
+        let tue_10 = datetime!(2026-03-10 10:00 UTC);
+        assert_eq!(allowed(&s, "g", 10, tue_10), Some(0));
+        assert_eq!(s.active_at(tue_10).budgets.len(), 2);
+        // Tuesday 18:00: only the 50% (the business window closed at 17:00).
+        assert_eq!(
+            allowed(&s, "g", 10, datetime!(2026-03-10 18:00 UTC)),
+            Some(5)
+        );
+        // Wednesday 01:00: the night window (opened Tuesday 22:00) and the 50%: 5 wins over 8.
+        let wed_1 = datetime!(2026-03-11 01:00 UTC);
+        assert_eq!(s.active_at(wed_1).budgets.len(), 2);
+        assert_eq!(allowed(&s, "g", 10, wed_1), Some(5));
+        // Saturday 10:00: no business window on weekends.
+        assert_eq!(
+            allowed(&s, "g", 10, datetime!(2026-03-14 10:00 UTC)),
+            Some(5)
+        );
+        // The cluster's budget only from 12:00 to 13:00.
+        assert!(s
+            .active_at(datetime!(2026-03-10 11:59 UTC))
+            .cluster_budgets
+            .is_empty());
+        assert_eq!(
+            s.active_at(datetime!(2026-03-10 12:30 UTC))
+                .cluster_budgets
+                .len(),
+            1
+        );
+        // A group whose own budgets are all inactive is bounded by none (Karpenter's rule),
+        // not by the defaults.
+        s.group_budgets
+            .insert("night".into(), vec![scheduled(2, "0 22 * * *", 6)]);
+        let noon = s.active_at(datetime!(2026-03-10 12:00 UTC));
+        assert!(noon.budgets_of("night").is_empty());
+        assert_eq!(
+            allowed(&s, "night", 10, datetime!(2026-03-10 23:00 UTC)),
+            Some(2)
+        );
+        // Nothing else changes.
+        assert_eq!(noon.enabled, s.enabled);
+        assert_eq!(noon.validation_delay, s.validation_delay);
     }
 }

@@ -14,8 +14,10 @@
 //! | `discovery` | tag auto-discovery of scale sets and AKS agent pools |
 //! | `prices` | `prices:`: the retail prices fetch, its endpoint, per-group negotiated rates |
 //! | `consolidation` | `consolidation:`: Karpenter-style consolidation, its policy and disruption budgets |
+//! | `cron` | a disruption budget's cron `schedule` and `duration`: when it is active (UTC) |
 
 mod consolidation;
+mod cron;
 mod discovery;
 mod kubernetes;
 mod pod_demand;
@@ -26,10 +28,11 @@ mod sources;
 mod validate;
 
 pub use consolidation::{
-    default_budgets, parse_budget_nodes, Budget, BudgetNodes, ConsolidationPolicy,
+    default_budgets, parse_budget_nodes, Budget, BudgetNodes, BudgetSchedule, ConsolidationPolicy,
     ConsolidationSettings, DisruptionReason, DEFAULT_CONSOLIDATION_TIMEOUT,
     DEFAULT_VALIDATION_DELAY, MAX_CONSOLIDATION_CANDIDATES,
 };
+pub use cron::{parse_budget_duration, CronSchedule};
 pub use discovery::{
     discover_node_groups, discover_pools, TAG_CLUSTER_NAME, TAG_ENABLED, TAG_MAX, TAG_MIN,
 };

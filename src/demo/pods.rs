@@ -150,6 +150,7 @@ pub async fn compare(args: &DemoArgs) -> anyhow::Result<AbReport> {
         let written = report::write(
             path,
             &report::Report {
+                lines: Vec::new(),
                 title: "vmss-capacity-controller demo: pod-driven scaling, ETags on and off".into(),
                 intro: intro(
                     args,
@@ -192,6 +193,7 @@ pub async fn run(args: &DemoArgs) -> anyhow::Result<PodsReport> {
         report::write(
             path,
             &report::Report {
+                lines: Vec::new(),
                 title: "vmss-capacity-controller demo: pod-driven scaling".into(),
                 intro: intro(args, &format!("ETag concurrency {}.", etag_mode(args))),
                 timelines: vec![timeline],

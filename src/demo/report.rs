@@ -277,6 +277,22 @@ pub struct Table {
     pub rows: Vec<Vec<String>>,
 }
 
+/// A chart of lines over one x axis (`demo --cost`: dollars per hour of each policy and the
+/// lower bound).
+#[derive(Debug, Clone, Default)]
+pub struct LineChart {
+    /// Its heading.
+    pub title: String,
+    /// What the x axis counts.
+    pub x_desc: String,
+    /// What the y axis counts.
+    pub y_desc: String,
+    /// `(name, points)`, one line each, in the palette's order.
+    pub series: Vec<(String, Vec<(f64, f64)>)>,
+    /// The caption under it.
+    pub caption: String,
+}
+
 /// What the page shows: an introduction, a timeline per run, the summary.
 #[derive(Debug, Clone, Default)]
 pub struct Report {
@@ -284,6 +300,8 @@ pub struct Report {
     pub title: String,
     /// Paragraphs before the timelines.
     pub intro: Vec<String>,
+    /// Line charts, after the introduction.
+    pub lines: Vec<LineChart>,
     /// One chart each.
     pub timelines: Vec<Timeline>,
     /// The summary table (may be empty).
@@ -319,6 +337,17 @@ pub fn render(report: &Report) -> anyhow::Result<String> {
     );
     for p in &report.intro {
         let _ = writeln!(h, "<p>{}</p>", escape(p));
+    }
+    for c in &report.lines {
+        let mut svg = String::new();
+        draw_lines(c, &mut svg)
+            .map_err(|e| anyhow::anyhow!("drawing the chart {:?}: {e}", c.title))?;
+        let _ = writeln!(
+            h,
+            "<h2>{}</h2>\n<figure class=\"lines\">{svg}<figcaption>{}</figcaption></figure>",
+            escape(&c.title),
+            escape(&c.caption)
+        );
     }
     for t in &report.timelines {
         let svg = chart(t)?;
@@ -364,6 +393,47 @@ pub fn render(report: &Report) -> anyhow::Result<String> {
     }
     h.push_str("</body></html>\n");
     Ok(h)
+}
+
+/// A line chart as SVG, with its legend.
+fn draw_lines<'a>(
+    c: &LineChart,
+    svg: &'a mut String,
+) -> Result<(), Box<dyn std::error::Error + 'a>> {
+    let root = SVGBackend::with_string(svg, (960, 400)).into_drawing_area();
+    root.fill(&WHITE)?;
+    let points = c.series.iter().flat_map(|(_, p)| p.iter());
+    let x_max = points.clone().map(|p| p.0).fold(1.0, f64::max);
+    let y_max = points.map(|p| p.1).fold(0.0, f64::max).max(1e-3) * 1.1;
+    let mut chart = ChartBuilder::on(&root)
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..x_max.ceil(), 0f64..y_max)?;
+    chart
+        .configure_mesh()
+        .x_desc(c.x_desc.as_str())
+        .y_desc(c.y_desc.as_str())
+        .draw()?;
+    for (i, (name, points)) in c.series.iter().enumerate() {
+        let color = PALETTE[i % PALETTE.len()];
+        chart
+            .draw_series(LineSeries::new(
+                points.iter().copied(),
+                color.stroke_width(2),
+            ))?
+            .label(name.as_str())
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
 }
 
 /// One timeline as SVG: counts above, marks below, one time axis.
@@ -555,6 +625,16 @@ mod tests {
         let report = Report {
             title: "demo <report>".into(),
             intro: vec!["a & b".into()],
+            lines: vec![LineChart {
+                title: "Dollars per hour".into(),
+                x_desc: "hour".into(),
+                y_desc: "USD per hour".into(),
+                series: vec![
+                    ("policy <a>".into(), vec![(0.5, 2.0), (1.5, 3.0)]),
+                    ("lower bound".into(), vec![(0.5, 1.0), (1.5, 1.5)]),
+                ],
+                caption: "cost & bound".into(),
+            }],
             timelines: vec![timeline()],
             table: Table {
                 header: vec!["".into(), "ETags on".into()],
@@ -573,7 +653,15 @@ mod tests {
             !html.contains(" src=") && !html.contains("<link") && !html.contains("@import"),
             "nothing fetched"
         );
-        assert_eq!(html.matches("<svg").count(), 1, "one chart per timeline");
+        assert_eq!(
+            html.matches("<svg").count(),
+            2,
+            "one chart per timeline and per line chart"
+        );
+        // The line chart: its heading, both series in the legend (escaped), its caption.
+        assert!(html.contains("<h2>Dollars per hour</h2>"));
+        assert!(html.contains("policy &lt;a&gt;") && html.contains("lower bound"));
+        assert!(html.contains("<figcaption>cost &amp; bound</figcaption>"));
         // Two capacity lines (the second group has none: no points, an empty path), two Ready
         // lines, pending pods, and the legend's samples.
         for label in [

@@ -632,6 +632,10 @@ impl World {
         );
         let none = HashSet::new();
         let pods = PodIndex::of(&self.pods);
+        // The budgets active at the view's time (schedules are UTC windows).
+        let at = time::OffsetDateTime::from_unix_timestamp(self.now.as_second())
+            .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+        let active = self.consolidation.active_at(at);
         let input = ConsolidationInput {
             down: DownInput {
                 now: self.now,
@@ -650,7 +654,7 @@ impl World {
             prices: &prices,
             chosen: &none,
             unsettled: &none,
-            settings: &self.consolidation,
+            settings: &active,
             max_nodes: self.scale_down.max_scale_down_per_pass,
         };
         let deadline = std::time::Instant::now() + self.consolidation.timeout;

@@ -700,6 +700,7 @@ mod tests {
         vec![Budget {
             nodes: BudgetNodes::Percent(100),
             reasons: None,
+            schedule: None,
         }]
     }
 
@@ -998,12 +999,14 @@ mod tests {
         w.settings.budgets = vec![Budget {
             nodes: BudgetNodes::Count(0),
             reasons: Some(vec![DisruptionReason::Empty]),
+            schedule: None,
         }];
         assert_eq!(gone(&w.run()).len(), 4);
         // The cluster-wide one does; the most restrictive wins.
         w.settings.cluster_budgets = vec![Budget {
             nodes: BudgetNodes::Count(2),
             reasons: None,
+            schedule: None,
         }];
         assert_eq!(gone(&w.run()).len(), 2);
         w.settings.cluster_budgets.clear();
@@ -1066,6 +1069,7 @@ mod tests {
         w2.settings.budgets = vec![Budget {
             nodes: BudgetNodes::Count(2),
             reasons: None,
+            schedule: None,
         }];
         w2.groups[0].deleting = 1;
         let (_, why) = w2.with(|i| revalidate(&command, i)).unwrap_err();

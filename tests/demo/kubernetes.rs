@@ -19,6 +19,7 @@ async fn two_replicas_hand_the_lease_over_halfway_and_only_the_leader_writes_to_
         aks: false,
         kubernetes: true,
         pods: false,
+        cost: false,
         report: None,
         report_defaulted: false,
     };

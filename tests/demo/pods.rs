@@ -18,6 +18,7 @@ fn args() -> DemoArgs {
         aks: false,
         kubernetes: false,
         pods: false,
+        cost: false,
         report: None,
         report_defaulted: false,
     }

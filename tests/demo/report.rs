@@ -78,6 +78,7 @@ async fn the_demo_report_renders_in_headless_chromium_with_its_charts_and_summar
         aks: false,
         kubernetes: false,
         pods: true,
+        cost: false,
         report: Some(page.clone()),
         report_defaulted: false,
     };

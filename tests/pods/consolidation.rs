@@ -34,6 +34,7 @@ fn consolidating(s: &mut Settings, validation: Duration) {
     s.consolidation.budgets = vec![Budget {
         nodes: BudgetNodes::Percent(100),
         reasons: None,
+        schedule: None,
     }];
     for g in &mut s.node_groups {
         g.min_size = 0;
