@@ -195,6 +195,36 @@ pub fn group_of(node: &NodeRecord, groups: &[GroupInput]) -> Option<usize> {
     GroupIndex::of_backings(groups.iter().map(|g| &g.backing)).group_of(node)
 }
 
+/// Each group's template: what a new node of it would offer, DaemonSets' pods taken off, from
+/// `live[i]` (a Ready node of group `i`) when there is one, else its learned node, else its
+/// shape ([`template_for`]). The one place a new node is imagined: scale-up's decision and
+/// consolidation's replace (`crate::pods::consolidate`) both read it.
+pub fn group_templates(
+    groups: &[GroupInput],
+    live: &[Option<&NodeRecord>],
+    daemonsets: &[Arc<DaemonSet>],
+    volumes: &Volumes,
+) -> Vec<Result<NodeState, WhyNot>> {
+    let daemonsets = daemonset_pods(daemonsets);
+    let mut templates: Vec<Result<NodeState, WhyNot>> = Vec::with_capacity(groups.len());
+    for (i, g) in groups.iter().enumerate() {
+        let live = live
+            .get(i)
+            .copied()
+            .flatten()
+            .map(|node| (node, volumes.limits(&node.name)))
+            .or_else(|| g.learned.as_deref().map(|node| (node, None)));
+        let t = template_for(&g.name, live, g.shape.as_ref())
+            .map(|(t, _)| t)
+            .map_err(|e| WhyNot::new("no_template", e.to_string()));
+        templates.push(t.map(|mut t| {
+            subtract_daemonsets(&mut t, &daemonsets);
+            t
+        }));
+    }
+    templates
+}
+
 /// The decision for the pods pending now.
 pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
     let mut out = ScaleUpPlan::default();
@@ -284,20 +314,7 @@ pub fn plan(input: &ScaleUpInput) -> ScaleUpPlan {
 
     // 1. Room already there: free room on Ready nodes (above), then upcoming nodes of healthy
     // groups.
-    let daemonsets = daemonset_pods(&input.daemonsets);
-    let mut templates: Vec<Result<NodeState, WhyNot>> = Vec::with_capacity(groups.len());
-    for (i, g) in groups.iter().enumerate() {
-        let live = live_template[i]
-            .map(|node| (node, input.volumes.limits(&node.name)))
-            .or_else(|| g.learned.as_deref().map(|node| (node, None)));
-        let t = template_for(&g.name, live, g.shape.as_ref())
-            .map(|(t, _)| t)
-            .map_err(|e| WhyNot::new("no_template", e.to_string()));
-        templates.push(t.map(|mut t| {
-            subtract_daemonsets(&mut t, &daemonsets);
-            t
-        }));
-    }
+    let templates = group_templates(groups, &live_template, &input.daemonsets, &input.volumes);
     for (i, g) in groups.iter().enumerate() {
         let (Some(capacity), Ok(template), None) = (g.capacity, &templates[i], &g.unhealthy) else {
             continue;
