@@ -318,6 +318,7 @@ impl Replica {
         // `demand: pods`: batches pending pods into scale-up decisions for the reconciler.
         let mut bookings = None;
         let mut prices = None;
+        let replace_demand = pod_demand.clone();
         let scale_up_task = match (pod_demand, &cluster) {
             (Some(demand), Some(view)) => {
                 let mut scale_up = crate::autoscale::scale_up::ScaleUpLoop::new(
@@ -356,7 +357,8 @@ impl Replica {
                     events,
                 )
                 .dry_run(dry_run)
-                .bookings(bookings);
+                .bookings(bookings)
+                .demand(replace_demand);
                 // Consolidation prices savings from the scale-up loop's book (one table).
                 if let Some(p) = prices {
                     down = down.prices(p);

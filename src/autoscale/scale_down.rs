@@ -41,7 +41,9 @@ use crate::kube::reflect::ClusterView;
 use crate::metrics::Metrics;
 use crate::node_groups::{backing, is_ready, schedulable, GroupIndex, NodeGroups};
 use crate::notify::{ControllerEvent, EventSink, ObjectRef};
-use crate::pods::consolidate::{self, Command, ConsolidationInput, Unconsolidatable};
+use crate::pods::consolidate::{
+    self, Action, Command, ConsolidationInput, ReplaceOption, Unconsolidatable,
+};
 use crate::pods::fit::NodeState;
 use crate::pods::index::PodIndex;
 use crate::pods::record::{NodeRecord, PodRecord};
@@ -146,6 +148,38 @@ pub struct ScaleDownLoop {
     command: Option<(Command, Instant)>,
     /// What each node was last told by an `Unconsolidatable` Event (told once while it stays).
     told: HashMap<String, String>,
+    /// Where a replace asks for its new node (the scale-up loop's demand, which the reconciler
+    /// writes from); without it consolidation only deletes.
+    demand: Option<Arc<super::scale_up::PodDemand>>,
+    /// A replace launched and waiting for its new node.
+    replacing: Option<Replacing>,
+    /// A replace's new nodes, kept from scale-down until the nodes they replace are removed.
+    protected: Option<Protected>,
+}
+
+/// A replace under way: its new node asked for, not Ready yet. Only this replica's memory: a
+/// replica that stops leading drops it (see [`ScaleDownLoop::run`]'s module notes in
+/// `docs/pod-driven.md`): nothing is tainted before the new node is Ready, so nothing is left
+/// tainted, and a new leader does not grow the group again for it.
+#[derive(Debug)]
+struct Replacing {
+    command: Command,
+    /// The cheaper group that grows.
+    group: NodeGroupSpec,
+    /// The capacity asked for.
+    target: i64,
+    /// The group's nodes when it was launched: a Ready node not among them is the new one.
+    before: HashSet<String>,
+    since: Instant,
+}
+
+/// The new nodes of a replace and the nodes they replace.
+#[derive(Debug)]
+struct Protected {
+    new: HashSet<String>,
+    old: Vec<String>,
+    /// Whether the old nodes' removals have started (then protection ends with them).
+    acted: bool,
 }
 
 /// One node's removal, as decided.
@@ -310,7 +344,17 @@ impl ScaleDownLoop {
             pod_events: HashMap::new(),
             command: None,
             told: HashMap::new(),
+            demand: None,
+            replacing: None,
+            protected: None,
         }
+    }
+
+    /// Lets consolidation replace nodes: a replacement is asked for through `demand` (the
+    /// reconciler's demand source, as the scale-up loop's decisions are).
+    pub fn demand(mut self, demand: Option<Arc<super::scale_up::PodDemand>>) -> Self {
+        self.demand = demand;
+        self
     }
 
     /// `run --dry-run`: the loop decides as usual and logs which nodes and unregistered
@@ -355,6 +399,15 @@ impl ScaleDownLoop {
         if !s.reconciler.may_write() || !s.cluster.synced() {
             // A consolidation decided before is decided again once this replica may act.
             self.command = None;
+            // A replace under way is abandoned: nothing of it is tainted yet, and its new node
+            // is not asked for again (by this replica or the next leader).
+            if let Some(r) = self.replacing.take() {
+                if let Some(d) = &self.demand {
+                    d.set_replacement(&r.group.name, None);
+                }
+                info!(scale_set = %r.group.name, nodes = r.command.nodes.len(), "replace abandoned: this replica may not write now (no node was tainted for it)");
+            }
+            self.protected = None;
             // A leader whose renewal is late (a Lease hiccup) still holds the Lease: it decides
             // nothing meanwhile but keeps since when its nodes have been unneeded. Not leading
             // (or not seeing the cluster yet): nothing is unneeded "since" anything.
@@ -476,7 +529,7 @@ impl ScaleDownLoop {
         let per_pass = settings.max_scale_down_per_pass as usize;
         let started_before = self.tasks.len();
         let left = self.remove_evicted(&groups, &mut down, &evicted, &busy, per_pass);
-        let candidates = unneeded::unneeded(&DownInput {
+        let mut candidates = unneeded::unneeded(&DownInput {
             now: wall,
             groups: &down,
             nodes: &nodes,
@@ -490,6 +543,11 @@ impl ScaleDownLoop {
             volumes: &volumes,
             namespaces: &namespaces,
         });
+        // A replace's new node is not removed while the replace needs it.
+        self.protection(&busy);
+        if let Some(p) = &self.protected {
+            candidates.unneeded.retain(|u| !p.new.contains(&u.node));
+        }
         unneeded::track(&mut self.since, &candidates, now);
         unneeded::resume(&mut self.since, &mut self.started, &busy);
         self.report(&down, &candidates, now);
@@ -667,7 +725,7 @@ impl ScaleDownLoop {
                 unsettled.insert(n.name.clone());
             }
         }
-        if !idle {
+        if !idle && self.replacing.is_none() {
             if let Some((c, _)) = self.command.take() {
                 debug!(
                     nodes = c.nodes.len(),
@@ -729,37 +787,50 @@ impl ScaleDownLoop {
             settings: &active,
             max_nodes: u32::try_from(v.left).unwrap_or(u32::MAX),
         };
+        if let Some(r) = self.replacing.take() {
+            return self.follow_replace(v, &input, r, now);
+        }
+        if !idle {
+            return Vec::new();
+        }
         if let Some((command, due)) = self.command.take() {
             if now < due {
                 self.command = Some((command, due));
                 return Vec::new();
             }
-            return match consolidate::revalidate(&command, &input) {
-                Ok(()) => self.act(v, command),
+            let checked = match command.action {
+                Action::Delete => consolidate::revalidate(&command, &input),
+                Action::Replace { group, .. } => {
+                    let options = self.replace_options(v, &prices);
+                    match options.iter().find(|o| o.group == group) {
+                        Some(opt) => consolidate::revalidate_launch(&command, &input, opt),
+                        None => Err((
+                            command.nodes.first().map(|n| n.node.clone()).unwrap_or_default(),
+                            Unconsolidatable::Group(format!(
+                                "node group {} may no longer grow for the replacement (at its max, refused, backed off, or no template)",
+                                v.groups.get(group).map_or("?", |g| g.name.as_str())
+                            )),
+                        )),
+                    }
+                }
+            };
+            return match checked {
+                Ok(()) => match command.action {
+                    Action::Delete => self.act(v, command),
+                    Action::Replace { .. } => {
+                        self.launch(v, command, now);
+                        Vec::new()
+                    }
+                },
                 Err((node, why)) => {
                     info!(%node, reason = why.label(), why = %why, "consolidation did not hold on re-validation: nothing removed");
-                    let group = command
-                        .nodes
-                        .iter()
-                        .find(|n| n.node == node)
-                        .and_then(|n| v.groups.get(n.group))
-                        .map_or("", |g| g.name.as_str());
-                    s.metrics
-                        .failed_scale_downs_total
-                        .with_label_values(&[group, "consolidation_invalid"])
-                        .inc();
-                    for n in &command.nodes {
-                        let text = if n.node == node {
-                            format!("consolidation abandoned on re-validation: {why}")
-                        } else {
-                            format!("consolidation abandoned on re-validation: node {node}: {why}")
-                        };
-                        s.events.record(ControllerEvent::Unconsolidatable {
-                            object: node_ref(&n.node, s.node(&n.node).as_deref()),
-                            why: text.clone(),
-                        });
-                        self.told.insert(n.node.clone(), text);
-                    }
+                    self.abandoned(
+                        v,
+                        &command,
+                        &node,
+                        "consolidation_invalid",
+                        &format!("abandoned on re-validation: {why}"),
+                    );
                     Vec::new()
                 }
             };
@@ -767,7 +838,14 @@ impl ScaleDownLoop {
         // The search's time limit is work time, not the cluster's: a real clock.
         let deadline = std::time::Instant::now() + cfg.timeout;
         let started = std::time::Instant::now();
-        let found = consolidate::consolidate(&input, &mut || std::time::Instant::now() >= deadline);
+        let options = if self.demand.is_some() {
+            self.replace_options(v, &prices)
+        } else {
+            Vec::new()
+        };
+        let found = consolidate::decide(&input, &options, &mut || {
+            std::time::Instant::now() >= deadline
+        });
         if found.timed_out {
             warn!(searched = found.searched, "the consolidation search ran out of consolidation.timeout: the last valid answer stands");
         }
@@ -785,7 +863,14 @@ impl ScaleDownLoop {
         if self.dry_run {
             let key = format!("consolidation:{}", names.join(","));
             if self.would.insert(key) {
-                info!(nodes = ?names, savings_per_hour = command.savings_per_hour, "dry run: would consolidate (taint, drain, delete)");
+                match command.action {
+                    Action::Delete => {
+                        info!(nodes = ?names, savings_per_hour = command.savings_per_hour, "dry run: would consolidate (taint, drain, delete)")
+                    }
+                    Action::Replace { group, .. } => {
+                        info!(nodes = ?names, replacement = %v.groups.get(group).map_or("?", |g| g.name.as_str()), savings_per_hour = command.savings_per_hour, "dry run: would replace (grow the cheaper group, then taint, drain, delete)")
+                    }
+                }
             }
             return Vec::new();
         }
@@ -808,6 +893,293 @@ impl ScaleDownLoop {
                 why: text.clone(),
             });
             self.told.insert(node.clone(), text);
+        }
+    }
+
+    /// A command dropped: an `Unconsolidatable` Event on each of its nodes (`node` is the one
+    /// that failed) and the metric under `label`.
+    fn abandoned(&mut self, v: &PassView, command: &Command, node: &str, label: &str, why: &str) {
+        let s = self.shared.clone();
+        let group = command
+            .nodes
+            .iter()
+            .find(|n| n.node == node)
+            .or(command.nodes.first())
+            .and_then(|n| v.groups.get(n.group))
+            .map_or("", |g| g.name.as_str());
+        s.metrics
+            .failed_scale_downs_total
+            .with_label_values(&[group, label])
+            .inc();
+        let what = match command.action {
+            Action::Delete => "consolidation",
+            Action::Replace { .. } => "replace",
+        };
+        for n in &command.nodes {
+            let text = if n.node == node || node.is_empty() {
+                format!("{what} {why}")
+            } else {
+                format!("{what} {why} (node {node})")
+            };
+            s.events.record(ControllerEvent::Unconsolidatable {
+                object: node_ref(&n.node, s.node(&n.node).as_deref()),
+                why: text.clone(),
+            });
+            self.told.insert(n.node.clone(), text);
+        }
+    }
+
+    /// The groups a replacement may come from now, each with a new node as scale-up's planner
+    /// imagines it ([`crate::pods::scale_up::group_templates`]: a Ready node of the group, else
+    /// its learned node, else its shape; DaemonSets taken off): below their max, with a known
+    /// size and template, not refused (a co-writer's pool, an offering Azure refused lately)
+    /// and not backed off.
+    fn replace_options(&self, v: &PassView, prices: &[f64]) -> Vec<ReplaceOption> {
+        use crate::pods::scale_up::{group_templates, GroupInput};
+        let s = &self.shared;
+        let cached: Vec<_> = v
+            .groups
+            .iter()
+            .map(|g| s.groups.scale_sets().get(&g.name))
+            .collect();
+        let index = GroupIndex::of_backings(v.down.iter().map(|g| &g.backing));
+        let mut live: Vec<Option<&NodeRecord>> = vec![None; v.groups.len()];
+        for n in v.nodes {
+            if let Some(i) = index.group_of(n) {
+                if live[i].is_none() && is_ready(n) && schedulable(n) && !has_our_taint_record(n) {
+                    live[i] = Some(n);
+                }
+            }
+        }
+        let inputs: Vec<GroupInput> = v
+            .groups
+            .iter()
+            .zip(v.down)
+            .zip(&cached)
+            .map(|((g, d), c)| GroupInput {
+                name: g.name.clone(),
+                backing: d.backing.clone(),
+                min: g.min_size,
+                max: g.max_size,
+                capacity: d.size,
+                shape: c
+                    .as_ref()
+                    .map(|c| super::scale_up::shape_of(g, &c.scale_set)),
+                unhealthy: None,
+                failed: Vec::new(),
+                stopped: Vec::new(),
+                quota: Vec::new(),
+                vcpus: None,
+                passed_over: Default::default(),
+                learned: s.groups.learned_template(&g.name),
+            })
+            .collect();
+        let daemonsets: Vec<_> = s.cluster.daemonsets.snapshot().values().cloned().collect();
+        let templates = group_templates(&inputs, &live, &daemonsets, v.volumes);
+        let mut out = Vec::new();
+        for (i, (g, t)) in v.groups.iter().zip(templates).enumerate() {
+            let Ok(template) = t else { continue };
+            let grows = v.down[i].size.is_some_and(|n| n < i64::from(g.max_size));
+            let held = v.down[i].refused.is_some()
+                || s.groups.write_refusal(g).is_some()
+                || s.groups.unavailable(&g.name).is_some()
+                || matches!(
+                    s.reconciler.group_hold(&g.name),
+                    Some(crate::hold::HoldReason::Backoff)
+                );
+            if grows && !held {
+                out.push(ReplaceOption {
+                    group: i,
+                    template,
+                    price: prices.get(i).copied().unwrap_or(f64::INFINITY),
+                });
+            }
+        }
+        out
+    }
+
+    /// Launches a replace that held on re-validation: its group is asked for one more node
+    /// (the reconciler writes it with `If-Match`, as a scale-up), and each node it replaces is
+    /// told by a `Consolidating` Event. Nothing is tainted yet.
+    fn launch(&mut self, v: &PassView, command: Command, now: Instant) {
+        let s = self.shared.clone();
+        let Action::Replace { group, price } = command.action else {
+            return;
+        };
+        let (Some(g), Some(demand)) = (v.groups.get(group).cloned(), self.demand.clone()) else {
+            return;
+        };
+        let Some(size) = s.groups.target_size(&g.name) else {
+            return;
+        };
+        let target = size + 1;
+        let index = GroupIndex::of_backings(v.down.iter().map(|g| &g.backing));
+        let before: HashSet<String> = v
+            .nodes
+            .iter()
+            .filter(|n| index.group_of(n) == Some(group))
+            .map(|n| n.name.clone())
+            .collect();
+        let count = command.nodes.len();
+        info!(nodes = count, scale_set = %g.name, from = size, to = target, savings_per_hour = command.savings_per_hour, "replacing: the decision held on re-validation; the cheaper group grows first");
+        for n in &command.nodes {
+            let group_name = v.groups.get(n.group).map_or("?", |g| g.name.as_str());
+            s.events.record(ControllerEvent::Consolidating {
+                object: node_ref(&n.node, s.node(&n.node).as_deref()),
+                note: format!(
+                    "replacing {count} node(s) by one new node of {} (${price:.3}/h), saving ${:.3}/h: the new node comes first; once it is Ready and the decision still holds, this node ({group_name}, ${:.3}/h, {} pod(s)) is tainted, drained and deleted",
+                    g.name,
+                    command.savings_per_hour,
+                    n.price,
+                    n.pods.len(),
+                ),
+            });
+            self.told.remove(&n.node);
+        }
+        demand.set_replacement(&g.name, Some(target));
+        s.reconciler.wake();
+        self.protected = Some(Protected {
+            new: HashSet::new(),
+            old: command.nodes.iter().map(|n| n.node.clone()).collect(),
+            acted: false,
+        });
+        self.replacing = Some(Replacing {
+            command,
+            group: g,
+            target,
+            before,
+            since: now,
+        });
+    }
+
+    /// A replace waiting for its new node, looked at each pass: the group refused (a write
+    /// refusal, an allocation Azure refused, a backoff) or no new node Ready within
+    /// `maxNodeProvisionTime` abandons it; a new node Ready re-validates it on that node as it
+    /// really is, then its nodes go through scale-down's taint, drain and guarded delete.
+    fn follow_replace(
+        &mut self,
+        v: &PassView,
+        input: &ConsolidationInput,
+        r: Replacing,
+        now: Instant,
+    ) -> Vec<Removal> {
+        let s = self.shared.clone();
+        let g = &r.group;
+        let index = GroupIndex::of_backings(v.down.iter().map(|g| &g.backing));
+        let at = v.groups.iter().position(|x| x.name == g.name);
+        let new: Vec<&Arc<NodeRecord>> = v
+            .nodes
+            .iter()
+            .filter(|n| at.is_some() && index.group_of(n) == at && !r.before.contains(&n.name))
+            .collect();
+        if let Some(p) = self.protected.as_mut() {
+            p.new = new.iter().map(|n| n.name.clone()).collect();
+        }
+        let ready: Vec<&str> = new
+            .iter()
+            .filter(|n| is_ready(n) && schedulable(n))
+            .map(|n| n.name.as_str())
+            .collect();
+        let refused = s
+            .groups
+            .write_refusal(g)
+            .map(|w| w.to_string())
+            .or_else(|| {
+                s.groups
+                    .unavailable(&g.name)
+                    .map(|u| format!("Azure refused its allocation: {u}"))
+            })
+            .or_else(|| {
+                matches!(
+                    s.reconciler.group_hold(&g.name),
+                    Some(crate::hold::HoldReason::Backoff)
+                )
+                .then(|| "its writes are backed off after an error".to_string())
+            });
+        let limit = s.settings.pod_demand.max_node_provision_time;
+        let why = if !ready.is_empty() {
+            None
+        } else if let Some(w) = refused {
+            Some(format!("its new node of {} does not come: {w}", g.name))
+        } else if now.duration_since(r.since) >= limit {
+            Some(format!(
+                "its new node of {} was not Ready within maxNodeProvisionTime ({})",
+                g.name,
+                humantime::format_duration(limit)
+            ))
+        } else {
+            debug!(scale_set = %g.name, target = r.target, "replace waiting for its new node");
+            self.replacing = Some(r);
+            return Vec::new();
+        };
+        if let Some(d) = &self.demand {
+            d.set_replacement(&g.name, None);
+        }
+        if let Some(why) = why {
+            warn!(scale_set = %g.name, why = %why, "replace abandoned before any node was tainted");
+            self.abort(v, r, &why);
+            return Vec::new();
+        }
+        match consolidate::revalidate(&r.command, input) {
+            Ok(()) => {
+                info!(scale_set = %g.name, new = ?ready, "replacement Ready and the decision holds on it: removing the nodes it replaces");
+                if let Some(p) = self.protected.as_mut() {
+                    p.acted = true;
+                }
+                self.act(v, r.command)
+            }
+            Err((node, why)) => {
+                let why = format!(
+                    "abandoned on re-validation with its new node {} Ready: {why}",
+                    ready.join(",")
+                );
+                info!(%node, scale_set = %g.name, why = %why, "replace abandoned: nothing tainted; the new node stays for scale-down to judge");
+                self.abandoned(v, &r.command, &node, "replace_aborted", &why);
+                self.protected = None;
+                Vec::new()
+            }
+        }
+    }
+
+    /// Ends a replace whose new node does not come: any of its nodes carrying our taint (none
+    /// should: they are tainted only once the new node is Ready) is untainted, each is told.
+    fn abort(&mut self, v: &PassView, r: Replacing, why: &str) {
+        let s = self.shared.clone();
+        {
+            let mut f = s.flight.lock();
+            for n in &r.command.nodes {
+                let tainted = s.node(&n.node).is_some_and(|x| has_our_taint_record(&x));
+                if tainted && !f.busy.contains(&n.node) {
+                    f.untaint.insert(n.node.clone());
+                }
+            }
+        }
+        self.abandoned(
+            v,
+            &r.command,
+            "",
+            "replace_aborted",
+            &format!("abandoned: {why}"),
+        );
+        self.protected = None;
+    }
+
+    /// Ends a replace's protection of its new node once the nodes it replaced are no longer
+    /// being removed (removed, or their removal stopped).
+    fn protection(&mut self, busy: &HashSet<String>) {
+        if self.replacing.is_some() {
+            return;
+        }
+        let done = self
+            .protected
+            .as_ref()
+            .is_some_and(|p| p.acted && p.old.iter().all(|n| !busy.contains(n)));
+        let armed = self.protected.as_ref().is_some_and(|p| p.acted);
+        if done {
+            self.protected = None;
+        } else if !armed && self.protected.is_some() {
+            // Launched and then ended without acting: nothing to keep.
+            self.protected = None;
         }
     }
 

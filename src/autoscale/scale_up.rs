@@ -42,9 +42,31 @@ pub const STANDBY_LOOK: Duration = Duration::from_millis(500);
 #[derive(Debug, Default)]
 pub struct PodDemand {
     targets: RwLock<Arc<BTreeMap<String, i64>>>,
+    /// Consolidation's replace: the capacity a cheaper group is grown to for its replacement
+    /// node, while the replace waits for it (set and cleared by the scale-down loop).
+    replacements: RwLock<BTreeMap<String, i64>>,
 }
 
 impl PodDemand {
+    /// Asks for at least `at_least` nodes of `group` for a replacement (`None`: no longer).
+    /// The write is the reconciler's, as a scale-up's: `If-Match`, a 412 re-read and re-planned.
+    pub fn set_replacement(&self, group: &str, at_least: Option<i64>) {
+        let mut r = self.replacements.write();
+        match at_least {
+            Some(n) => {
+                r.insert(group.to_string(), n);
+            }
+            None => {
+                r.remove(group);
+            }
+        }
+    }
+
+    /// The replacements asked for now.
+    pub fn replacements(&self) -> BTreeMap<String, i64> {
+        self.replacements.read().clone()
+    }
+
     /// The targets of the last decision.
     pub fn targets(&self) -> Arc<BTreeMap<String, i64>> {
         self.targets.read().clone()
@@ -63,6 +85,11 @@ impl PodDemand {
 impl DemandSource for PodDemand {
     fn demand(&self, group: &NodeGroupSpec, now: OffsetDateTime) -> (Demand, Reason) {
         let pods = self.targets.read().get(&group.name).copied();
+        let replacing = self.replacements.read().get(&group.name).copied();
+        let pods = match (pods, replacing) {
+            (Some(p), Some(r)) => Some(p.max(r)),
+            (p, r) => p.or(r),
+        };
         let (floor, reason) = ConfiguredDemand.demand(group, now);
         // With pods driving, the configured value is a floor: it never takes nodes away.
         let floor = match floor {

@@ -31,6 +31,9 @@ pub enum DisruptionReason {
     Empty,
     /// The node's pods move to the nodes that stay.
     Underutilized,
+    /// The node goes with others of a dearer group once one new node of a cheaper group that
+    /// takes their pods is Ready (consolidation's replace).
+    Replace,
 }
 
 impl DisruptionReason {
@@ -39,6 +42,7 @@ impl DisruptionReason {
         match self {
             DisruptionReason::Empty => "Empty",
             DisruptionReason::Underutilized => "Underutilized",
+            DisruptionReason::Replace => "Replace",
         }
     }
 }
@@ -263,9 +267,12 @@ fn budgets(raw: Vec<RawBudget>, path: &str, problems: &mut Problems) -> Vec<Budg
                     match r.as_str() {
                         "Empty" => rs.push(DisruptionReason::Empty),
                         "Underutilized" => rs.push(DisruptionReason::Underutilized),
+                        "Replace" => rs.push(DisruptionReason::Replace),
                         other => problems.push(
                             format!("{at}.reasons[{j}]"),
-                            format!("unknown reason {other:?}; use Empty or Underutilized (Replace is not built yet)"),
+                            format!(
+                                "unknown reason {other:?}; use Empty, Underutilized or Replace"
+                            ),
                         ),
                     }
                 }

@@ -617,10 +617,11 @@ impl World {
     /// removed and every node's pods had been as they are for `consolidateAfter` (what only the
     /// running controller knows).
     fn consolidation_of(&self, name: &str) -> String {
-        use crate::pods::consolidate::{consolidate, ConsolidationInput};
+        use crate::pods::consolidate::{decide, Action, ConsolidationInput, ReplaceOption};
         let groups = self.down_groups();
         let all: Vec<&Group> = self.groups.iter().collect();
-        let priced = self.scale_up_input(&all, self.pods.clone()).prices;
+        let up = self.scale_up_input(&all, self.pods.clone());
+        let priced = up.prices.clone();
         let prices: Vec<f64> = groups
             .iter()
             .map(|g| priced.get(&g.name).copied().unwrap_or(0.0))
@@ -657,13 +658,57 @@ impl World {
             settings: &active,
             max_nodes: self.scale_down.max_scale_down_per_pass,
         };
+        // A replacement may come from a group that may grow now: a new node as the scale-up's
+        // planner imagines it.
+        let index = crate::node_groups::GroupIndex::of_backings(groups.iter().map(|g| &g.backing));
+        let mut live: Vec<Option<&crate::pods::record::NodeRecord>> = vec![None; groups.len()];
+        for n in &self.nodes {
+            if let Some(i) = index.group_of(n) {
+                if live[i].is_none()
+                    && crate::node_groups::is_ready(n)
+                    && crate::node_groups::schedulable(n)
+                {
+                    live[i] = Some(n);
+                }
+            }
+        }
+        let templates =
+            crate::pods::scale_up::group_templates(&up.groups, &live, &up.daemonsets, &up.volumes);
+        let options: Vec<ReplaceOption> = up
+            .groups
+            .iter()
+            .zip(templates)
+            .enumerate()
+            .filter_map(|(i, (g, t))| {
+                let grows = g.capacity.is_some_and(|n| n < i64::from(g.max));
+                let healthy =
+                    g.unhealthy.is_none() && groups.get(i).is_some_and(|d| d.refused.is_none());
+                (grows && healthy).then_some(())?;
+                Some(ReplaceOption {
+                    group: i,
+                    template: t.ok()?,
+                    price: prices.get(i).copied().unwrap_or(f64::INFINITY),
+                })
+            })
+            .collect();
         let deadline = std::time::Instant::now() + self.consolidation.timeout;
-        let found = consolidate(&input, &mut || std::time::Instant::now() >= deadline);
+        let found = decide(&input, &options, &mut || {
+            std::time::Instant::now() >= deadline
+        });
         if let Some(c) = found
             .command
             .as_ref()
             .filter(|c| c.nodes.iter().any(|n| n.node == name))
         {
+            if let Action::Replace { group, price } = c.action {
+                return format!(
+                    "consolidated by a replace: goes with {} node(s) in all once one new node of {} (${price:.3}/h) that takes their pods is Ready, saving ${:.3}/h, if the decision holds on re-validation (consolidation.validationDelay, {}) and again on the new node",
+                    c.nodes.len(),
+                    groups.get(group).map_or("?", |g| g.name.as_str()),
+                    c.savings_per_hour,
+                    humantime::format_duration(self.consolidation.validation_delay)
+                );
+            }
             return format!(
                 "consolidated: goes with {} node(s) in all, saving ${:.3}/h, once the decision holds on re-validation (consolidation.validationDelay, {})",
                 c.nodes.len(),

@@ -113,12 +113,33 @@ pub struct Consolidated {
     pub reason: DisruptionReason,
 }
 
-/// What a command does. Only deletes today; replacing several dearer nodes by one cheaper node
-/// would be a second variant, launched before the deletes (issue 45 item 3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// What a command does.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Action {
     /// Delete the nodes; their pods move to the nodes that stay.
     Delete,
+    /// Grow node group `group` (index in the input's groups) by one node first, wait until it
+    /// is Ready, then delete the nodes: their pods move to the nodes that stay and the new one.
+    Replace {
+        /// The cheaper group that grows.
+        group: usize,
+        /// Its price per node-hour.
+        price: f64,
+    },
+}
+
+/// A node group a replacement may come from: a new node of it as scale-up's planner imagines
+/// one ([`crate::pods::scale_up::group_templates`]: live node or shape, zones, taints, labels,
+/// DaemonSets taken off), and what it costs. The caller offers only groups that may grow now
+/// (below their max, not refused, not backed off).
+#[derive(Debug, Clone)]
+pub struct ReplaceOption {
+    /// Index of the group in the input's groups.
+    pub group: usize,
+    /// A new node of it.
+    pub template: NodeState,
+    /// USD per node-hour.
+    pub price: f64,
 }
 
 /// A consolidation decided: which nodes go, and what it saves.
@@ -442,6 +463,11 @@ fn budget_text(b: &crate::config::Budget) -> String {
 /// of `base`, every node of the set is gone first (none is a destination), then each node's pods
 /// are placed in turn. `Err`: the first node whose pods do not fit, and why.
 fn holds(base: &Sim, set: &[Cand]) -> Result<(), (String, String)> {
+    simulate(base, set).map(|_| ())
+}
+
+/// [`holds`], giving back the simulation as it ends (where the pods went).
+fn simulate<'c>(base: &Sim<'c>, set: &[Cand]) -> Result<Sim<'c>, (String, String)> {
     let mut sim = base.clone();
     for c in set {
         sim.gone[c.c.at] = true;
@@ -451,7 +477,252 @@ fn holds(base: &Sim, set: &[Cand]) -> Result<(), (String, String)> {
         sim.remove(c.c.at, &c.c.node.annotations, f64::INFINITY, &mut hints)
             .map_err(|b| (c.c.node.name.clone(), b.to_string()))?;
     }
-    Ok(())
+    Ok(sim)
+}
+
+/// The pass's room with `template` added last as one more node (named for its group), and the
+/// cross-node view over it: the simulation a replace is tried on. Nodes `chosen` are gone.
+fn room_with(
+    l: &super::unneeded::Listed,
+    template: Option<&NodeState>,
+    group: &str,
+) -> Vec<NodeState> {
+    let mut room = l.room.clone();
+    if let Some(t) = template {
+        let mut t = t.clone();
+        t.name = format!("replacement-{group}");
+        std::sync::Arc::make_mut(&mut t.labels).insert(super::fit::HOSTNAME.into(), t.name.clone());
+        room.push(t);
+    }
+    room
+}
+
+fn base_sim<'c>(
+    room: Vec<NodeState>,
+    l: &super::unneeded::Listed,
+    bare: &'c [NodeState],
+    input: &ConsolidationInput<'c>,
+) -> Sim<'c> {
+    let mut base = Sim::new(room, &l.elsewhere, &l.not_room, bare, &input.down);
+    for c in input.chosen {
+        if let Some(at) = base.room.iter().position(|n| n.name == *c) {
+            base.gone[at] = true;
+        }
+    }
+    base
+}
+
+/// Whether `set` can be replaced by one new node of `opt` (on `base`, built by [`room_with`]
+/// with its template last): strictly cheaper than the nodes it replaces (and, as Karpenter's
+/// `filterOutSameInstanceType`, cheaper than the cheapest of them of its own group), every pod
+/// fits on the nodes that stay and the new node, and the new node takes at least one (else it
+/// is a delete, not a replace). `Err`: why not.
+fn replaces(base: &Sim, set: &[Cand], opt: &ReplaceOption) -> Result<(), String> {
+    let sum: f64 = set.iter().map(|c| c.price).sum();
+    if opt.price >= sum {
+        return Err(format!(
+            "a node of it costs ${:.3}/h, not less than the ${sum:.3}/h of the node(s) it would replace",
+            opt.price
+        ));
+    }
+    let own = set
+        .iter()
+        .filter(|c| c.c.group == opt.group)
+        .map(|c| c.price)
+        .fold(f64::INFINITY, f64::min);
+    if opt.price >= own {
+        return Err("it is the group of a node it would replace, at no lower price".into());
+    }
+    let t = base.room.len() - 1;
+    match simulate(base, set) {
+        Err((node, why)) => {
+            // What the new node itself says of the first of that node's pods it would not take
+            // (a selector, a taint, its size); nothing when each would fit alone (spread,
+            // affinity, or all of them together).
+            let own = set
+                .iter()
+                .find(|c| c.c.node.name == node)
+                .and_then(|c| {
+                    c.pods
+                        .iter()
+                        .find_map(|p| base.room[t].fits(p).err().map(|u| (p, u)))
+                })
+                .map(|(p, u)| format!(" (a new node of it would not take pod {}: {u})", p.key()))
+                .unwrap_or_default();
+            Err(format!("node {node}'s pods do not fit there: {why}{own}"))
+        }
+        Ok(sim) if sim.room[t].pods().len() == base.room[t].pods().len() => {
+            Err("the new node would take none of their pods".into())
+        }
+        Ok(_) => Ok(()),
+    }
+}
+
+/// Consolidation's replace (Karpenter's multi-node and single-node replace, one search): the
+/// candidates of [`consolidate`], budgeted as `Replace`, searched by prefix (binary search, the
+/// largest valid prefix, the time limit keeping the last valid answer) for a set that one new
+/// node of a cheaper group in `options` (cheapest first) replaces ([`replaces`]). When none is
+/// found every candidate's reason says why.
+pub fn replace(
+    input: &ConsolidationInput,
+    options: &[ReplaceOption],
+    timed_out: &mut dyn FnMut() -> bool,
+) -> Consolidation {
+    let mut out = Consolidation::default();
+    let (mut cands, l) = survey(input, &mut out.unconsolidatable);
+    for c in &mut cands {
+        c.reason = DisruptionReason::Replace;
+    }
+    let mut cands = within_limits(input, cands, &mut out.unconsolidatable);
+    cands.truncate(MAX_CONSOLIDATION_CANDIDATES);
+    out.searched = cands.len();
+    if cands.is_empty() {
+        return out;
+    }
+    let no_option = || {
+        Unconsolidatable::Simulation(
+            "no node group that may grow now offers a replacement (each is at its max, refused, backed off, or has no template)".into(),
+        )
+    };
+    if options.is_empty() {
+        for c in &cands {
+            out.unconsolidatable
+                .insert(c.c.node.name.clone(), no_option());
+        }
+        return out;
+    }
+    let mut order: Vec<&ReplaceOption> = options.iter().collect();
+    order.sort_by(|a, b| a.price.total_cmp(&b.price).then(a.group.cmp(&b.group)));
+    let names: Vec<&str> = order
+        .iter()
+        .map(|o| {
+            input
+                .down
+                .groups
+                .get(o.group)
+                .map_or("?", |g| g.name.as_str())
+        })
+        .collect();
+    let rooms: Vec<Vec<NodeState>> = order
+        .iter()
+        .zip(&names)
+        .map(|(o, name)| room_with(&l, Some(&o.template), name))
+        .collect();
+    let bares: Vec<Vec<NodeState>> = rooms
+        .iter()
+        .map(|r| bare_nodes(r, &l.elsewhere, &input.down))
+        .collect();
+    let bases: Vec<Sim> = rooms
+        .into_iter()
+        .zip(&bares)
+        .map(|(r, b)| base_sim(r, &l, b, input))
+        .collect();
+    // Per prefix length that held, the option (index in `order`) that replaces it; why not, for
+    // the smallest prefix tried.
+    let mut chosen: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut smallest: Option<(usize, Vec<String>)> = None;
+    let (best, timed, trials) = prefix_search(
+        cands.len(),
+        |n| {
+            let mut why = Vec::new();
+            for (o, opt) in order.iter().enumerate() {
+                match replaces(&bases[o], &cands[..n], opt) {
+                    Ok(()) => {
+                        chosen.insert(n, o);
+                        return true;
+                    }
+                    Err(w) => why.push(format!("{}: {w}", names[o])),
+                }
+            }
+            if smallest.as_ref().is_none_or(|(m, _)| n < *m) {
+                smallest = Some((n, why));
+            }
+            false
+        },
+        timed_out,
+    );
+    out.timed_out = timed;
+    out.trials = trials;
+    let n = best.unwrap_or(0);
+    let why_not = smallest.map(|(m, why)| {
+        format!(
+            "no cheaper node group's new node replaces {}: {}",
+            if m == 1 {
+                "it".to_string()
+            } else {
+                format!("the first {m} candidates")
+            },
+            why.join("; ")
+        )
+    });
+    for c in &cands[n..] {
+        let why = why_not
+            .clone()
+            .unwrap_or_else(|| "not replaced with the candidates ahead of it".into());
+        let why = if timed {
+            format!("{why} (or the search's time limit, consolidation.timeout, ran out first)")
+        } else {
+            why
+        };
+        out.unconsolidatable
+            .insert(c.c.node.name.clone(), Unconsolidatable::Simulation(why));
+    }
+    if let Some(o) = chosen.get(&n).map(|o| order[*o]) {
+        let nodes: Vec<Consolidated> = cands[..n].iter().map(Cand::consolidated).collect();
+        let sum: f64 = nodes.iter().map(|c| c.price).sum();
+        out.command = Some(Command {
+            action: Action::Replace {
+                group: o.group,
+                price: o.price,
+            },
+            savings_per_hour: sum - o.price,
+            nodes,
+        });
+    }
+    out
+}
+
+/// Consolidation as the controller runs it, in Karpenter's order: the multi-node delete
+/// ([`consolidate`]) first; only when it finds nothing, the replace ([`replace`]) over
+/// `options`. A node neither takes is told both reasons.
+pub fn decide(
+    input: &ConsolidationInput,
+    options: &[ReplaceOption],
+    timed_out: &mut dyn FnMut() -> bool,
+) -> Consolidation {
+    let mut out = consolidate(input, timed_out);
+    if out.command.is_some() || input.settings.policy == ConsolidationPolicy::WhenEmpty {
+        return out;
+    }
+    let r = replace(input, options, timed_out);
+    out.timed_out |= r.timed_out;
+    out.trials += r.trials;
+    if let Some(command) = r.command {
+        for n in &command.nodes {
+            out.unconsolidatable.remove(&n.node);
+        }
+        out.command = Some(command);
+    }
+    for (node, why) in r.unconsolidatable {
+        // What keeps a node out by itself is said once; the replace's own reasons (its budget,
+        // its simulation) are added to the delete's.
+        if let Some(Unconsolidatable::Simulation(first) | Unconsolidatable::Budget(first)) =
+            out.unconsolidatable.get(&node)
+        {
+            let more = match &why {
+                Unconsolidatable::Simulation(w) => w.clone(),
+                Unconsolidatable::Budget(w) => format!("not replaced: disruption budget: {w}"),
+                _ => continue,
+            };
+            let joined = format!("{first}; {more}");
+            let merged = match out.unconsolidatable.get(&node) {
+                Some(Unconsolidatable::Budget(_)) => Unconsolidatable::Budget(joined),
+                _ => Unconsolidatable::Simulation(joined),
+            };
+            out.unconsolidatable.insert(node, merged);
+        }
+    }
+    out
 }
 
 /// The largest `n` in `1..=len` for which `valid(n)` holds, by binary search over prefixes
@@ -559,12 +830,36 @@ pub fn consolidate(
 /// (churn), no pending pod is nominated to it or could run on it, the budgets still allow the
 /// set, and the set's pods still fit on the nodes that stay. `Err`: the first node that fails,
 /// and why.
+///
+/// A replace is checked so twice: before its launch with [`revalidate_launch`], and once its
+/// new node is Ready with this (the new node is then one of the nodes that stay, as it really
+/// is); both count the nodes as `Replace` for the budgets.
 pub fn revalidate(
     command: &Command,
     input: &ConsolidationInput,
 ) -> Result<(), (String, Unconsolidatable)> {
+    revalidate_with(command, input, None)
+}
+
+/// A replace decided a while ago checked before its new node is asked for: as [`revalidate`],
+/// with `option`'s new node among the nodes that stay (and taking some of the pods, and
+/// cheaper than the nodes it replaces).
+pub fn revalidate_launch(
+    command: &Command,
+    input: &ConsolidationInput,
+    option: &ReplaceOption,
+) -> Result<(), (String, Unconsolidatable)> {
+    revalidate_with(command, input, Some(option))
+}
+
+fn revalidate_with(
+    command: &Command,
+    input: &ConsolidationInput,
+    option: Option<&ReplaceOption>,
+) -> Result<(), (String, Unconsolidatable)> {
     let mut why = BTreeMap::new();
     let (cands, l) = survey(input, &mut why);
+    let replacing = matches!(command.action, Action::Replace { .. });
     let mut set = Vec::new();
     let mut cands: Vec<Option<Cand>> = cands.into_iter().map(Some).collect();
     for planned in &command.nodes {
@@ -591,6 +886,10 @@ pub fn revalidate(
                 Unconsolidatable::Blocked("its pods changed since the decision".into()),
             ));
         }
+        let mut c = c;
+        if replacing {
+            c.reason = DisruptionReason::Replace;
+        }
         set.push(c);
     }
     let mut refused = BTreeMap::new();
@@ -598,13 +897,32 @@ pub fn revalidate(
     if let Some((node, why)) = refused.into_iter().next() {
         return Err((node, why));
     }
-    let bare = bare_nodes(&l.room, &l.elsewhere, &input.down);
-    let mut base = Sim::new(l.room, &l.elsewhere, &l.not_room, &bare, &input.down);
-    for c in input.chosen {
-        if let Some(at) = base.room.iter().position(|n| n.name == *c) {
-            base.gone[at] = true;
-        }
+    if let Some(opt) = option {
+        let name = input
+            .down
+            .groups
+            .get(opt.group)
+            .map_or("?", |g| g.name.as_str());
+        let room = room_with(&l, Some(&opt.template), name);
+        let bare = bare_nodes(&room, &l.elsewhere, &input.down);
+        let base = base_sim(room, &l, &bare, input);
+        let first = command
+            .nodes
+            .first()
+            .map(|n| n.node.clone())
+            .unwrap_or_default();
+        return replaces(&base, &kept, opt).map_err(|why| {
+            (
+                first,
+                Unconsolidatable::Simulation(format!(
+                    "a new node of {name} no longer replaces them: {why}"
+                )),
+            )
+        });
     }
+    let room = room_with(&l, None, "");
+    let bare = bare_nodes(&room, &l.elsewhere, &input.down);
+    let base = base_sim(room, &l, &bare, input);
     holds(&base, &kept).map_err(|(node, why)| {
         (
             node,
@@ -1084,5 +1402,385 @@ mod tests {
         let w2 = World::new(vec![group("dear", 3)], vec![1.0], nodes, &full);
         let (_, why) = w2.with(|i| revalidate(&command, i)).unwrap_err();
         assert!(matches!(why, Unconsolidatable::Simulation(_)), "{why:?}");
+    }
+
+    /// A node of group `vmss` with `labels` added and `taints`.
+    fn node_with(
+        name: &str,
+        vmss: &str,
+        id: u32,
+        cpu: &str,
+        labels: Value,
+        taints: Value,
+    ) -> Arc<NodeRecord> {
+        let mut l = json!({"kubernetes.io/hostname": name});
+        for (k, v) in labels.as_object().unwrap() {
+            l[k] = v.clone();
+        }
+        Arc::new(NodeRecord::of(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "resourceVersion": "7", "labels": l},
+                "spec": {"taints": taints, "providerID": format!("azure:///subscriptions/{SUB}/resourceGroups/rg/providers/Microsoft.Compute/virtualMachineScaleSets/{vmss}/virtualMachines/{id}")},
+                "status": {
+                    "allocatable": {"cpu": cpu, "memory": "16Gi", "pods": "110"},
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
+            }))
+            .unwrap(),
+        ))
+    }
+
+    /// A running `web` pod on `node` with `extra` merged into its spec.
+    fn pod_spec(name: &str, node: &str, cpu: &str, extra: Value) -> Arc<PodRecord> {
+        let mut spec = json!({"nodeName": node,
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]});
+        for (k, v) in extra.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        Arc::new(PodRecord::of(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"), "labels": {"app": "web"},
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": true}]},
+                "spec": spec,
+                "status": {"phase": "Running"},
+            }))
+            .unwrap(),
+        ))
+    }
+
+    /// A new node of group 1 (`cheap`) as the planner would imagine it.
+    fn option(cpu: &str, price: f64, labels: Value, taints: Value) -> ReplaceOption {
+        let n = node_with("template-cheap", "cheap", 99, cpu, labels, taints);
+        ReplaceOption {
+            group: 1,
+            template: NodeState::from_node(&n, std::iter::empty()),
+            price,
+        }
+    }
+
+    /// Two nodes of `dear` ($1/h each, 4 cpu) with one 3-cpu pod each (made by `pod`), which no
+    /// delete can take (neither fits on the other), and an empty `cheap` group.
+    fn two_dear(pod: impl Fn(&str, &str) -> Arc<PodRecord>) -> World {
+        let nodes = vec![
+            node_with(
+                "d0",
+                "dear",
+                0,
+                "4",
+                json!({"topology.kubernetes.io/zone": "z1"}),
+                json!([]),
+            ),
+            node_with(
+                "d1",
+                "dear",
+                1,
+                "4",
+                json!({"topology.kubernetes.io/zone": "z1"}),
+                json!([]),
+            ),
+        ];
+        let pods = [pod("p0", "d0"), pod("p1", "d1")];
+        World::new(
+            vec![group("dear", 2), group("cheap", 0)],
+            vec![1.0, 0.5],
+            nodes,
+            &pods,
+        )
+    }
+
+    fn plain(name: &str, node: &str) -> Arc<PodRecord> {
+        pod(name, node, "3")
+    }
+
+    fn z1() -> Value {
+        json!({"topology.kubernetes.io/zone": "z1"})
+    }
+
+    #[test]
+    fn two_dear_nodes_are_replaced_by_one_node_of_a_cheaper_group_that_takes_their_pods() {
+        let w = two_dear(plain);
+        // Neither can go by a delete.
+        assert!(w.run().command.is_none());
+        let opts = [option("8", 0.5, z1(), json!([]))];
+        let c = w.with(|i| decide(i, &opts, &mut || false));
+        let command = c.command.expect("a replace");
+        assert_eq!(
+            command.action,
+            Action::Replace {
+                group: 1,
+                price: 0.5
+            }
+        );
+        let mut gone: Vec<&str> = command.nodes.iter().map(|n| n.node.as_str()).collect();
+        gone.sort();
+        assert_eq!(gone, ["d0", "d1"]);
+        assert!(command
+            .nodes
+            .iter()
+            .all(|n| n.reason == DisruptionReason::Replace));
+        assert_eq!(command.savings_per_hour, 1.5);
+        // Re-validated before the launch: it holds; a pod landed on a candidate meanwhile: not.
+        assert_eq!(w.with(|i| revalidate_launch(&command, i, &opts[0])), Ok(()));
+        let mut late = two_dear(plain);
+        late.pods = PodIndex::of(&[
+            plain("p0", "d0"),
+            plain("p1", "d1"),
+            pod("late", "d0", "100m"),
+        ]);
+        let (_, why) = late
+            .with(|i| revalidate_launch(&command, i, &opts[0]))
+            .unwrap_err();
+        assert!(why.to_string().contains("changed"), "{why}");
+        // Once the new node is Ready it is one of the nodes that stay: the command holds on it.
+        let mut w2 = two_dear(plain);
+        w2.nodes
+            .push(node_with("c0", "cheap", 0, "8", z1(), json!([])));
+        w2.groups[1].size = Some(1);
+        assert_eq!(w2.with(|i| revalidate(&command, i)), Ok(()));
+        // A new node too small for both pods (say another pod took its room): it does not.
+        let mut w3 = two_dear(plain);
+        w3.nodes
+            .push(node_with("c0", "cheap", 0, "4", z1(), json!([])));
+        let (_, why) = w3.with(|i| revalidate(&command, i)).unwrap_err();
+        assert!(matches!(why, Unconsolidatable::Simulation(_)), "{why:?}");
+    }
+
+    #[test]
+    fn a_delete_goes_before_a_replace_and_a_single_node_can_be_replaced() {
+        // d0's pod fits on d1: a delete, even though a replace would also do.
+        let nodes = vec![node("d0", "dear", 0, "4"), node("d1", "dear", 1, "4")];
+        let pods = [pod("p0", "d0", "1"), pod("p1", "d1", "1")];
+        let w = World::new(
+            vec![group("dear", 2), group("cheap", 0)],
+            vec![1.0, 0.1],
+            nodes,
+            &pods,
+        );
+        let opts = [option("8", 0.1, json!({}), json!([]))];
+        let c = w.with(|i| decide(i, &opts, &mut || false));
+        assert_eq!(c.command.unwrap().action, Action::Delete);
+        // One dear node full of a 3.5-cpu pod, one unmanaged node full: one cheaper node
+        // replaces the single dear node (Karpenter's single-node replace).
+        let nodes = vec![node("d0", "dear", 0, "4"), node("o", "other", 0, "4")];
+        let pods = [pod("p0", "d0", "3500m"), pod("q", "o", "3500m")];
+        let w = World::new(
+            vec![group("dear", 1), group("cheap", 0)],
+            vec![1.0, 0.4],
+            nodes,
+            &pods,
+        );
+        let c = w.with(|i| decide(i, &[option("4", 0.4, json!({}), json!([]))], &mut || false));
+        let command = c.command.expect("a single-node replace");
+        assert_eq!(
+            gone(&Consolidation {
+                command: Some(command.clone()),
+                ..Default::default()
+            }),
+            ["d0"]
+        );
+        assert!((command.savings_per_hour - 0.6).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_replacement_its_pods_cannot_use_is_no_replacement_zone_taint_and_spread() {
+        // Zone: the pods must run in z1; the cheaper group's nodes come up in z2.
+        let zoned = |name: &str, node: &str| {
+            pod_spec(
+                name,
+                node,
+                "3",
+                json!({"nodeSelector": {"topology.kubernetes.io/zone": "z1"}}),
+            )
+        };
+        let w = two_dear(zoned);
+        let opts = [option(
+            "8",
+            0.5,
+            json!({"topology.kubernetes.io/zone": "z2"}),
+            json!([]),
+        )];
+        let c = w.with(|i| decide(i, &opts, &mut || false));
+        assert!(c.command.is_none(), "{c:?}");
+        let why = c
+            .unconsolidatable
+            .get("d0")
+            .map(|w| w.to_string())
+            .unwrap_or_default();
+        assert!(
+            why.contains("no cheaper node group's new node replaces") && why.contains("cheap:"),
+            "{why}"
+        );
+        // The same in z1 replaces them.
+        let c = w.with(|i| decide(i, &[option("8", 0.5, z1(), json!([]))], &mut || false));
+        assert!(c.command.is_some(), "{c:?}");
+
+        // Taint: the cheaper group's nodes are tainted (spot), the pods do not tolerate it.
+        let w = two_dear(plain);
+        let spot = json!([{"key": "kubernetes.azure.com/scalesetpriority", "value": "spot", "effect": "NoSchedule"}]);
+        let c = w.with(|i| decide(i, &[option("8", 0.5, z1(), spot.clone())], &mut || false));
+        assert!(c.command.is_none(), "{c:?}");
+        let why = c
+            .unconsolidatable
+            .get("d1")
+            .map(|w| w.to_string())
+            .unwrap_or_default();
+        assert!(why.contains("taint"), "{why}");
+        // Pods that tolerate it move.
+        let tolerant = |name: &str, node: &str| {
+            pod_spec(
+                name,
+                node,
+                "3",
+                json!({"tolerations": [{"key": "kubernetes.azure.com/scalesetpriority", "operator": "Equal", "value": "spot", "effect": "NoSchedule"}]}),
+            )
+        };
+        let w = two_dear(tolerant);
+        let c = w.with(|i| decide(i, &[option("8", 0.5, z1(), spot)], &mut || false));
+        assert!(c.command.is_some(), "{c:?}");
+
+        // Spread: at most one web pod per zone more than any other zone; an unmanaged node in
+        // z2 (full, no web pod) stays, so both pods on a new node in z1 would skew by 2.
+        let spread = |name: &str, node: &str| {
+            pod_spec(
+                name,
+                node,
+                "1",
+                json!({"topologySpreadConstraints": [{"maxSkew": 1,
+                "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": "web"}}}]}),
+            )
+        };
+        let mut w = two_dear(spread);
+        // d0 and d1 each hold a 2.5-cpu filler, so no delete works; the unmanaged node is full.
+        w.nodes.push(node_with(
+            "o",
+            "other",
+            0,
+            "4",
+            json!({"topology.kubernetes.io/zone": "z2"}),
+            json!([]),
+        ));
+        let filler = |name: &str, node: &str, cpu: &str| {
+            Arc::new(PodRecord::of(serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"), "labels": {"app": "filler"},
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "f", "uid": "f", "controller": true}]},
+                "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
+                "status": {"phase": "Running"},
+            })).unwrap()))
+        };
+        w.pods = PodIndex::of(&[
+            spread("p0", "d0"),
+            spread("p1", "d1"),
+            filler("f0", "d0", "2500m"),
+            filler("f1", "d1", "2500m"),
+            filler("q", "o", "3900m"),
+        ]);
+        assert!(w.run().command.is_none());
+        // Room for everything on the new node, but not for the spread.
+        let c = w.with(|i| decide(i, &[option("16", 0.5, z1(), json!([]))], &mut || false));
+        assert!(c.command.is_none(), "{c:?}");
+        let why = c
+            .unconsolidatable
+            .get("d0")
+            .map(|w| w.to_string())
+            .unwrap_or_default();
+        assert!(
+            why.contains("no cheaper node group's new node replaces"),
+            "{why}"
+        );
+        // Without the constraint the same replace holds.
+        let mut w2 = two_dear(|n, node| pod(n, node, "1"));
+        w2.nodes = w.nodes.clone();
+        w2.pods = PodIndex::of(&[
+            pod("p0", "d0", "1"),
+            pod("p1", "d1", "1"),
+            filler("f0", "d0", "2500m"),
+            filler("f1", "d1", "2500m"),
+            filler("q", "o", "3900m"),
+        ]);
+        let c = w2.with(|i| decide(i, &[option("16", 0.5, z1(), json!([]))], &mut || false));
+        assert!(c.command.is_some(), "{c:?}");
+    }
+
+    #[test]
+    fn a_replacement_that_saves_nothing_is_not_made() {
+        let w = two_dear(plain);
+        // $2.5/h for one node against $2/h for the two it replaces.
+        let c = w.with(|i| decide(i, &[option("8", 2.5, z1(), json!([]))], &mut || false));
+        assert!(c.command.is_none(), "{c:?}");
+        let why = c
+            .unconsolidatable
+            .get("d0")
+            .map(|w| w.to_string())
+            .unwrap_or_default();
+        assert!(why.contains("not less than"), "{why}");
+        // Equal is not cheaper either.
+        let c = w.with(|i| decide(i, &[option("8", 2.0, z1(), json!([]))], &mut || false));
+        assert!(c.command.is_none(), "{c:?}");
+        // A bigger node of the candidates' own group at their price is "delete the others".
+        let own = ReplaceOption {
+            group: 0,
+            ..option("8", 1.0, z1(), json!([]))
+        };
+        let c = w.with(|i| decide(i, &[own], &mut || false));
+        assert!(c.command.is_none(), "{c:?}");
+        // No group may grow: said so.
+        let c = w.with(|i| decide(i, &[], &mut || false));
+        let why = c
+            .unconsolidatable
+            .get("d0")
+            .map(|w| w.to_string())
+            .unwrap_or_default();
+        assert!(why.contains("may grow"), "{why}");
+    }
+
+    #[test]
+    fn a_budget_for_replace_bounds_replaces_only() {
+        let mut w = two_dear(plain);
+        let opts = [option("8", 0.5, z1(), json!([]))];
+        w.settings.budgets = vec![Budget {
+            nodes: BudgetNodes::Count(0),
+            reasons: Some(vec![DisruptionReason::Replace]),
+        }];
+        let c = w.with(|i| decide(i, &opts, &mut || false));
+        assert!(c.command.is_none(), "{c:?}");
+        let why = c
+            .unconsolidatable
+            .get("d0")
+            .map(|w| w.to_string())
+            .unwrap_or_default();
+        assert!(
+            why.contains("reasons: [Replace]") && why.contains("not replaced"),
+            "{why}"
+        );
+        // One node at a time for replaces: a single node cannot be replaced here (its pod and
+        // the other's do not fit together elsewhere), so nothing.
+        w.settings.budgets[0].nodes = BudgetNodes::Count(1);
+        let c = w.with(|i| decide(i, &opts, &mut || false));
+        assert!(
+            c.command.as_ref().is_none_or(|c| c.nodes.len() == 1),
+            "{c:?}"
+        );
+        // A budget for underutilized nodes does not bound a replace.
+        w.settings.budgets = vec![Budget {
+            nodes: BudgetNodes::Count(0),
+            reasons: Some(vec![DisruptionReason::Underutilized]),
+        }];
+        let c = w.with(|i| decide(i, &opts, &mut || false));
+        assert_eq!(c.command.map(|c| c.nodes.len()), Some(2));
+        // Re-validation counts the set as Replace: a Replace budget spent meanwhile stops it.
+        let mut w2 = two_dear(plain);
+        let command = w2
+            .with(|i| decide(i, &opts, &mut || false))
+            .command
+            .unwrap();
+        w2.settings.budgets = vec![Budget {
+            nodes: BudgetNodes::Count(1),
+            reasons: Some(vec![DisruptionReason::Replace]),
+        }];
+        let (_, why) = w2
+            .with(|i| revalidate_launch(&command, i, &opts[0]))
+            .unwrap_err();
+        assert!(matches!(why, Unconsolidatable::Budget(_)), "{why:?}");
     }
 }

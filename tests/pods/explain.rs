@@ -1169,3 +1169,89 @@ async fn explain_json_names_each_key_once_and_matches_docs_explain_schema_for_ev
         "the status's view was checked: {g:#}"
     );
 }
+
+/// Two D2s_v5 nodes of `dear`, each with a 1.2-cpu pod the other has no room for, and an empty
+/// `cheap` D4s_v5 group; `explain node` with consolidation on says whether a node goes, and how.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_node_says_whether_a_node_is_consolidated_by_a_replace_and_why_not() {
+    let emulator = EmulatorBuilder::new()
+        .kubernetes(true)
+        .cluster_simulation(SimSettings {
+            boot_delay: Duration::from_millis(50),
+            tick: Duration::from_millis(20),
+        })
+        .start()
+        .await
+        .expect("emulator starts");
+    let state = emulator.state();
+    state.seed_scale_set(seed("dear", "Standard_D2s_v5", 2, &[]));
+    state.seed_scale_set(seed("cheap", "Standard_D4s_v5", 0, &[]));
+    let kube = emulator.kube().expect("kubernetes side");
+    let mut dear = Vec::new();
+    for _ in 0..500 {
+        dear = kube.nodes_by_scale_set().remove("dear").unwrap_or_default();
+        if dear.len() == 2 && kube.ready_nodes().len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(dear.len(), 2);
+    for (i, n) in dear.iter().enumerate() {
+        kube.create(
+            "v1",
+            "pods",
+            "default",
+            pod(&format!("web-{i}"), "1200m", Some(n), json!({})),
+        )
+        .expect("pod created");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    save(&emulator, dir.path()).await;
+    drop(emulator);
+    let config = |cheap_price: f64, budget: &str| {
+        let path = dir
+            .path()
+            .join(format!("config-{cheap_price}-{}.yaml", budget.len()));
+        std::fs::write(
+            &path,
+            format!(
+                "azure:\n  resourceManagerEndpoint: https://127.0.0.1:1\n  authorityHost: https://127.0.0.1:1\n  tenantId: tenant\n  subscriptionId: {SUB}\n  resourceGroup: {RG}\n  auth: {{method: managedIdentity}}\nnodeGroups:\n  - {{name: dear, minSize: 0, maxSize: 3}}\n  - {{name: cheap, minSize: 0, maxSize: 3}}\nkubernetes: {{enabled: true}}\ndemand: pods\nprices: {{fetch: false, pricePerHour: {{dear: 1.0, cheap: {cheap_price}}}}}\nconsolidation: {{enabled: true, budgets: [{budget}]}}\n",
+            ),
+        )
+        .unwrap();
+        path
+    };
+    let said = |path: &Path| {
+        let v = json_of(
+            dir.path(),
+            &["--config", path.to_str().unwrap(), "node", &dear[0]],
+        );
+        v["consolidation"].as_str().unwrap_or_default().to_string()
+    };
+    // Cheaper: replaced, with what and what it saves.
+    let why = said(&config(0.3, "{nodes: \"100%\"}"));
+    assert!(
+        why.contains("consolidated by a replace")
+            && why.contains("new node of cheap")
+            && why.contains("saving $1.700/h"),
+        "{why}"
+    );
+    // Dearer than the two: not consolidated, and why (no delete, no cheaper replacement).
+    let why = said(&config(2.5, "{nodes: \"100%\"}"));
+    assert!(
+        why.starts_with("not consolidated")
+            && why.contains("do not all fit on the nodes that stay")
+            && why.contains("no cheaper node group's new node replaces")
+            && why.contains("not less than"),
+        "{why}"
+    );
+    // A budget that allows no replace.
+    let why = said(&config(
+        0.3,
+        "{nodes: \"100%\"}, {nodes: \"0\", reasons: [Replace]}",
+    ));
+    assert!(
+        why.starts_with("not consolidated") && why.contains("reasons: [Replace]"),
+        "{why}"
+    );
+}

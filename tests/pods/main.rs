@@ -12,6 +12,7 @@ mod crd;
 mod explain;
 mod price_expander;
 mod provisioning_requests;
+mod replace;
 mod runaway;
 mod scale_down;
 mod scale_down_safety;

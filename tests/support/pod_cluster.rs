@@ -369,7 +369,7 @@ impl Cluster {
         tasks.push(tokio::spawn(poster.run(stop.clone())));
         let mut scale_up = ScaleUpLoop::new(
             settings.clone(),
-            demand,
+            demand.clone(),
             reconciler.clone(),
             view.clone(),
             metrics.clone(),
@@ -401,6 +401,7 @@ impl Cluster {
                 )
                 .bookings(bookings)
                 .prices(prices)
+                .demand(Some(demand))
                 .run(stop.clone()),
             ));
         }

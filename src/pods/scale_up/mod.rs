@@ -18,6 +18,7 @@ mod tests;
 mod why_not;
 
 pub use balance::{similar, BALANCE_IGNORED_LABELS};
+pub use room::group_templates;
 
 use super::demand::DemandPods;
 use super::estimate::prepare;

@@ -9,7 +9,8 @@ use crate::pods::fit::NodeState;
 use crate::pods::record::{NodeRecord, PodRecord};
 use crate::pods::template::{daemonset_pods, subtract_daemonsets, template_for};
 use crate::pods::topology::Topology;
-use crate::pods::volumes::{has_claims, Verdict};
+use crate::pods::volumes::{has_claims, Verdict, Volumes};
+use k8s_openapi::api::apps::v1::DaemonSet;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -122,18 +123,34 @@ pub(super) fn asking(input: &ScaleUpInput, out: &mut ScaleUpPlan) -> Vec<Arc<Pod
     pending
 }
 
-/// Each group's template: its live node (with the node's volume limits) when it has a Ready one,
-/// else the node it learned from a mismatch, else the one its shape generates; the DaemonSets'
-/// pods placed on it.
-pub(super) fn templates(input: &ScaleUpInput, census: &Census) -> Vec<Result<NodeState, WhyNot>> {
-    let daemonsets = daemonset_pods(&input.daemonsets);
-    input
-        .groups
+/// Each group's template, from the census's live nodes ([`group_templates`]).
+pub(super) fn templates(
+    input: &ScaleUpInput,
+    census: &Census,
+) -> Vec<Result<NodeState, WhyNot>> {
+    group_templates(&input.groups, &census.live, &input.daemonsets, &input.volumes)
+}
+
+/// Each group's template: what a new node of it would offer, DaemonSets' pods taken off, from
+/// `live[i]` (a Ready node of group `i`, with its volume limits) when there is one, else its
+/// learned node, else its shape ([`template_for`]). The one place a new node is imagined:
+/// scale-up's decision and consolidation's replace (`crate::pods::consolidate`) both read it.
+pub fn group_templates(
+    groups: &[GroupInput],
+    live: &[Option<&NodeRecord>],
+    daemonsets: &[Arc<DaemonSet>],
+    volumes: &Volumes,
+) -> Vec<Result<NodeState, WhyNot>> {
+    let daemonsets = daemonset_pods(daemonsets);
+    groups
         .iter()
         .enumerate()
         .map(|(i, g)| {
-            let live = census.live[i]
-                .map(|node| (node, input.volumes.limits(&node.name)))
+            let live = live
+                .get(i)
+                .copied()
+                .flatten()
+                .map(|node| (node, volumes.limits(&node.name)))
                 .or_else(|| g.learned.as_deref().map(|node| (node, None)));
             let template = template_for(&g.name, live, g.shape.as_ref())
                 .map(|(t, _)| t)
