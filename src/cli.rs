@@ -218,6 +218,18 @@ pub struct EmulatorArgs {
     /// past it is refused with Azure's 409. At run time: `POST /_emulator/quota/{sub}/{location}`.
     #[arg(long = "quota", value_name = "[LOCATION/]USAGE=LIMIT", value_parser = parse_quota)]
     pub quotas: Vec<(String, String, i64)>,
+    /// With `--simulate-cluster`: scale set NAME's Nodes register with this label beyond what
+    /// its `k8s.io_cluster-autoscaler_node-template_label_*` tags say (as a kubelet started with
+    /// `--node-labels`); `NAME:KEY-` leaves the label off; repeatable. In `--subscription` and
+    /// `--resource-group`. At run time: `POST
+    /// /_emulator/scale-sets/{sub}/{rg}/{name}/node-registration`.
+    #[arg(long = "node-label", value_name = "NAME:KEY=VALUE", requires = "simulate_cluster", value_parser = parse_node_label)]
+    pub node_labels: Vec<(String, String, Option<String>)>,
+    /// With `--simulate-cluster`: scale set NAME's Nodes register with this taint beyond its
+    /// tags' (as a kubelet started with `--register-with-taints`), `KEY[=VALUE]:EFFECT`;
+    /// repeatable.
+    #[arg(long = "node-taint", value_name = "NAME:KEY[=VALUE]:EFFECT", requires = "simulate_cluster", value_parser = parse_node_taint)]
+    pub node_taints: Vec<(String, String)>,
     /// Subscription of `--scale-set` (config/emulator.yaml's).
     #[arg(long, default_value = "00000000-0000-0000-0000-000000000000")]
     pub subscription: String,
@@ -658,6 +670,47 @@ fn parse_quota(s: &str) -> Result<(String, String, i64), String> {
     Ok((location.trim().to_string(), usage.trim().to_string(), limit))
 }
 
+/// `--node-label NAME:KEY=VALUE` or `NAME:KEY-`: `(scale set, key, value)`.
+#[cfg(feature = "emulator")]
+fn parse_node_label(s: &str) -> Result<(String, String, Option<String>), String> {
+    let (name, label) = s
+        .split_once(':')
+        .filter(|(n, l)| !n.is_empty() && !l.is_empty())
+        .ok_or_else(|| {
+            format!("{s:?} is not NAME:KEY=VALUE or NAME:KEY- (for example pool:tier=silver)")
+        })?;
+    let (key, value) = match label.split_once('=') {
+        Some((k, v)) => (k, Some(v.to_string())),
+        None => match label.strip_suffix('-') {
+            Some(k) => (k, None),
+            None => {
+                return Err(format!(
+                    "{s:?}: the label {label:?} needs =VALUE, or a trailing - to leave it off"
+                ))
+            }
+        },
+    };
+    let check = crate::emulator::NodeRegistration {
+        labels: std::collections::BTreeMap::from([(key.to_string(), value.clone())]),
+        taints: Vec::new(),
+    };
+    check.validate().map_err(|e| format!("{s:?}: {e}"))?;
+    Ok((name.to_string(), key.to_string(), value))
+}
+
+/// `--node-taint NAME:KEY[=VALUE]:EFFECT`: `(scale set, taint)`.
+#[cfg(feature = "emulator")]
+fn parse_node_taint(s: &str) -> Result<(String, String), String> {
+    let (name, taint) = s
+        .split_once(':')
+        .filter(|(n, t)| !n.is_empty() && !t.is_empty())
+        .ok_or_else(|| {
+            format!("{s:?} is not NAME:KEY[=VALUE]:EFFECT (for example pool:dedicated=batch:NoSchedule)")
+        })?;
+    crate::emulator::arm::registration::parse_taint(taint).map_err(|e| format!("{s:?}: {e}"))?;
+    Ok((name.to_string(), taint.to_string()))
+}
+
 /// `--subscription-limits-scale`: a fraction in (0, 1].
 #[cfg(feature = "emulator")]
 fn parse_scale(s: &str) -> Result<f64, String> {
@@ -690,6 +743,25 @@ pub async fn emulator(args: EmulatorArgs) -> anyhow::Result<ExitCode> {
             name: name.clone(),
             limit: *limit,
         });
+    }
+    let mut registrations: std::collections::BTreeMap<String, crate::emulator::NodeRegistration> =
+        std::collections::BTreeMap::new();
+    for (name, key, value) in &args.node_labels {
+        registrations
+            .entry(name.clone())
+            .or_default()
+            .labels
+            .insert(key.clone(), value.clone());
+    }
+    for (name, taint) in &args.node_taints {
+        registrations
+            .entry(name.clone())
+            .or_default()
+            .taints
+            .push(taint.clone());
+    }
+    for (name, r) in registrations {
+        builder = builder.node_registration(&args.subscription, &args.resource_group, &name, r);
     }
     let mut names = std::collections::BTreeSet::new();
     if let Some(twice) = args

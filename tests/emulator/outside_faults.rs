@@ -866,3 +866,133 @@ async fn the_kubernetes_side_is_recorded_with_method_path_status_and_user_agent(
         (json!(404), json!("outsider/1.0"))
     );
 }
+
+/// Node labels that differ from the tags (issue 42 item 1): by flag at start-up and by route at
+/// run time, new Nodes register with the labels and taints given, over the template tags';
+/// Nodes already there keep theirs; bad input is a 400 naming it, an unknown scale set a 404.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_labels_by_flag_and_by_route_differ_from_the_tags_on_new_nodes_only() {
+    let o = Outside::start(&[
+        "--scale-set",
+        "w:Standard_D2s_v5:0",
+        "--node-label",
+        "w:tier=silver",
+        "--node-label",
+        "w:workload-",
+        "--node-taint",
+        "w:dedicated=batch:NoSchedule",
+    ])
+    .await;
+    let path = format!("/scale-sets/{SUB}/{RG}/w/node-registration");
+    let a = o.control("GET", &path, None).await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(
+        a.body,
+        json!({"labels": {"tier": "silver", "workload": null}, "taints": ["dedicated=batch:NoSchedule"]})
+    );
+    let tags = json!({"tags": {
+        "k8s.io_cluster-autoscaler_node-template_label_tier": "gold",
+        "k8s.io_cluster-autoscaler_node-template_label_workload": "web",
+        "k8s.io_cluster-autoscaler_node-template_taint_dedicated": "web:NoSchedule",
+    }});
+    let a = o
+        .control(
+            "POST",
+            &format!("/scale-sets/{SUB}/{RG}/w/tags"),
+            Some(tags),
+        )
+        .await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    let a = o
+        .arm("PATCH", &vmss("w"), Some(json!({"sku": {"capacity": 1}})))
+        .await;
+    assert!(a.status < 300, "{}", a.body);
+    let first = o.await_nodes("w", 1, 1).await.remove(0);
+    assert_eq!(first["metadata"]["labels"]["tier"], "silver");
+    assert_eq!(first["metadata"]["labels"]["workload"], Value::Null);
+    let mut t = taints(&first);
+    t.sort();
+    assert_eq!(t, [("dedicated".to_string(), "NoSchedule".to_string())]);
+    assert_eq!(first["spec"]["taints"][0]["value"], "batch");
+
+    // At run time: another label; the first Node keeps what it registered with.
+    let a = o
+        .control(
+            "POST",
+            &path,
+            Some(json!({"labels": {"tier": "bronze", "topology.kubernetes.io/zone": "westeurope-3"}})),
+        )
+        .await;
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(
+        a.body,
+        json!({"labels": {"tier": "bronze", "topology.kubernetes.io/zone": "westeurope-3"}, "taints": []})
+    );
+    let a = o
+        .arm("PATCH", &vmss("w"), Some(json!({"sku": {"capacity": 2}})))
+        .await;
+    assert!(a.status < 300, "{}", a.body);
+    let nodes = o.await_nodes("w", 2, 2).await;
+    let label = |n: &Value, k: &str| n["metadata"]["labels"][k].as_str().map(str::to_string);
+    let mut seen: Vec<(Option<String>, Option<String>, Option<String>)> = nodes
+        .iter()
+        .map(|n| {
+            (
+                label(n, "tier"),
+                label(n, "workload"),
+                label(n, "topology.kubernetes.io/zone"),
+            )
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [
+            (
+                Some("bronze".into()),
+                Some("web".into()),
+                Some("westeurope-3".into())
+            ),
+            (Some("silver".into()), None, Some("0".into())),
+        ]
+    );
+
+    // Lifted: the tags' labels again.
+    let a = o.control("POST", &path, Some(json!({}))).await;
+    assert_eq!(a.body, json!({"labels": {}, "taints": []}));
+    for (body, names) in [
+        (json!({"labels": {"Bad Key": "x"}}), "Bad Key"),
+        (json!({"labels": {"tier": "not ok!"}}), "not ok!"),
+        (
+            json!({"taints": ["dedicated=batch:Sometimes"]}),
+            "Sometimes",
+        ),
+        (json!({"nodeLabels": {}}), "nodeLabels"),
+    ] {
+        let a = o.control("POST", &path, Some(body)).await;
+        assert_eq!(a.status, 400, "{}", a.body);
+        assert!(error_message(&a).contains(names), "{}", a.body);
+    }
+    let a = o
+        .control(
+            "POST",
+            &format!("/scale-sets/{SUB}/{RG}/nope/node-registration"),
+            Some(json!({"labels": {"tier": "x"}})),
+        )
+        .await;
+    assert_eq!(a.status, 404, "{}", a.body);
+
+    // A bad flag is named.
+    let out = Command::new(BIN)
+        .args([
+            "emulator",
+            "--simulate-cluster",
+            "--node-taint",
+            "w:dedicated=batch:Sometimes",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("Sometimes"), "{err}");
+}

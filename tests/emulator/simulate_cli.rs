@@ -623,3 +623,237 @@ async fn a_quota_capped_through_the_route_gives_the_controller_a_partial_scale_u
         "the controller read the usages"
     );
 }
+
+/// Issue 42 item 1's node labels that differ from the tags, played from outside: the scale
+/// set's tags say its nodes carry `tier=gold`, `POST .../node-registration` makes them register
+/// with `tier=silver` (as a kubelet started with `--node-labels` would). The controller (its
+/// own process) grows the group once for a `tier=gold` pod, sees the node register otherwise
+/// (`template_mismatches_total{key="tier"}`, a `TemplateMismatch` Warning), does not grow it
+/// again for that pod, and from then on plans with the real node: emptied by a rival, the group
+/// is grown from zero for a `tier=silver` pod, which the tags alone would never fit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_registering_with_other_labels_than_the_tags_are_noticed_and_learned_as_the_template()
+{
+    const SUB: &str = "00000000-0000-0000-0000-000000000000";
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    let ca = dir.path().join("ca.pem");
+    let (_emulator, url) = emulator(&[
+        "--simulate-cluster",
+        "--tls",
+        "--cert-out",
+        ca.to_str().unwrap(),
+        "--boot-delay",
+        "300ms",
+        "--kubeconfig-out",
+        kubeconfig.to_str().unwrap(),
+        "--scale-set",
+        "pool:Standard_D4s_v5:0",
+    ]);
+    let http = reqwest::Client::builder()
+        .add_root_certificate(
+            reqwest::Certificate::from_pem(&std::fs::read(&ca).unwrap()).expect("the CA"),
+        )
+        .build()
+        .unwrap();
+    let control = format!("{url}/_emulator/scale-sets/{SUB}/rg-demo/pool");
+    let post = |path: String, body: serde_json::Value| {
+        let http = http.clone();
+        async move {
+            let r = http.post(path).json(&body).send().await.expect("answered");
+            let status = r.status().as_u16();
+            (
+                status,
+                r.json::<serde_json::Value>().await.unwrap_or_default(),
+            )
+        }
+    };
+    let (status, _) = post(
+        format!("{control}/tags"),
+        serde_json::json!({"tags": {"k8s.io_cluster-autoscaler_node-template_label_tier": "gold"}}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, answer) = post(
+        format!("{control}/node-registration"),
+        serde_json::json!({"labels": {"tier": "silver"}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer,
+        serde_json::json!({"labels": {"tier": "silver"}, "taints": []})
+    );
+
+    // A free port for the controller's metrics.
+    let metrics_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let shipped = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/emulator-pods.yaml"
+    ))
+    .unwrap();
+    let (head, _) = shipped
+        .split_once("nodeGroups:")
+        .expect("a nodeGroups list");
+    let config = format!("{head}nodeGroups:\n  - {{name: pool, minSize: 0, maxSize: 5}}\n")
+        .replace("https://127.0.0.1:8443", &url)
+        .replace("./kubeconfig", kubeconfig.to_str().unwrap())
+        .replace("./ca.pem", ca.to_str().unwrap())
+        .replace("scanInterval: 2s", "scanInterval: 1s")
+        .replace("podBatchIdle: 1s", "podBatchIdle: 300ms")
+        .replace(
+            "balanceSimilarNodeGroups: true",
+            "balanceSimilarNodeGroups: false",
+        )
+        .replace(
+            "metricsListen: 127.0.0.1:8085",
+            &format!("metricsListen: 127.0.0.1:{metrics_port}"),
+        );
+    let config_path = dir.path().join("config.yaml");
+    std::fs::write(&config_path, config).unwrap();
+    let controller = Command::new(BIN)
+        .args(["run", "-c", config_path.to_str().unwrap()])
+        .env("ARM_CLIENT_SECRET", "anything")
+        .env_remove("VMSS_CONTROLLER_CONFIG")
+        .env_remove("KUBECONFIG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("controller starts");
+    let _controller = Running(controller);
+
+    let client = client(&kubeconfig).await;
+    let deployment = |name: &str| -> Deployment {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}},
+                    "spec": {"nodeSelector": {"tier": name},
+                        "containers": [{"name": "main", "image": "nginx",
+                            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}}}
+        }))
+        .unwrap()
+    };
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+    deployments
+        .create(&PostParams::default(), &deployment("gold"))
+        .await
+        .expect("created");
+    let capacity = || {
+        let http = http.clone();
+        let control = control.clone();
+        async move {
+            let v: serde_json::Value = http.get(&control).send().await.ok()?.json().await.ok()?;
+            v["capacity"].as_i64()
+        }
+    };
+    let mismatches = || {
+        let http = http.clone();
+        async move {
+            let text = http
+                .get(format!("http://127.0.0.1:{metrics_port}/metrics"))
+                .send()
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()?;
+            text.lines()
+                .find(|l| {
+                    l.contains("template_mismatches_total{")
+                        && l.contains("scale_set=\"pool\"")
+                        && l.contains("key=\"tier\"")
+                })
+                .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        }
+    };
+    let mut counted = None;
+    for _ in 0..300 {
+        counted = mismatches().await;
+        if counted.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        counted,
+        Some(1.0),
+        "template_mismatches_total{{scale_set=\"pool\",key=\"tier\"}}"
+    );
+    let nodes: Api<Node> = Api::all(client.clone());
+    let registered = nodes.list(&ListParams::default()).await.unwrap().items;
+    assert_eq!(registered.len(), 1, "one node for the gold pod");
+    let labels = registered[0].metadata.labels.clone().unwrap_or_default();
+    assert_eq!(labels.get("tier").map(String::as_str), Some("silver"));
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::all(client.clone());
+    let warning = events
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some("TemplateMismatch"))
+        .expect("a TemplateMismatch Event");
+    assert_eq!(warning.type_.as_deref(), Some("Warning"));
+    let message = warning.message.unwrap_or_default();
+    assert!(
+        message.contains("tier: predicted gold, registered silver"),
+        "{message}"
+    );
+    // No second node for the gold pod: it stays pending, the group stays at one.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(capacity().await, Some(1), "no runaway for the gold pod");
+
+    // A rival empties the group; the gold pod alone does not grow it back (the real node, the
+    // template now, has no tier=gold) ...
+    let (status, _) = post(
+        format!("{control}/capacity"),
+        serde_json::json!({"capacity": 0}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    for _ in 0..100 {
+        if nodes
+            .list(&ListParams::default())
+            .await
+            .map(|l| l.items.is_empty())
+            .unwrap_or(false)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(
+        capacity().await,
+        Some(0),
+        "not grown again for the gold pod"
+    );
+    // ... and a silver pod, which the tags alone would never fit, grows it from zero.
+    deployments
+        .create(&PostParams::default(), &deployment("silver"))
+        .await
+        .expect("created");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let mut running = false;
+    for _ in 0..300 {
+        running = pods
+            .list(&ListParams::default().labels("app=silver"))
+            .await
+            .map(|l| l.items)
+            .unwrap_or_default()
+            .iter()
+            .any(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"));
+        if running {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(running, "the silver pod runs on a node grown from zero");
+    assert_eq!(capacity().await, Some(1));
+}

@@ -9,5 +9,6 @@ mod support;
 mod bad_input;
 mod faults;
 mod interleavings;
+mod pod_invariants;
 mod pods;
 mod replicas;

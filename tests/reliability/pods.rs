@@ -13,7 +13,11 @@
 //! write's answer or at its operation's end), spot VMs evicted (a spot group in half the
 //! schedules, eviction policy `Delete` or `Deallocate`, with a workload tolerating spot), a
 //! Kubernetes API answering slowly (priority and fairness queues), a slow token endpoint,
-//! deletes whose answer is lost, and waits. Checked after every schedule:
+//! deletes whose answer is lost or throttled (429 on the instance delete), a kubelet that dies
+//! for good (Ready `Unknown`, its deleted pods never confirmed), a VM listed `Failed` for a
+//! while, the general group's new nodes registering in another zone than their template says
+//! (a template mismatch, as a kubelet's `--node-labels` would make it), and waits. Checked
+//! after every schedule:
 //!
 //! - the emulator's lost-update report is empty, and every controller write carried `If-Match`;
 //! - no pod other than a DaemonSet's went down with a node the controller deleted: every pod was
@@ -25,7 +29,11 @@
 //!   size), made after the controller's previous write to it;
 //! - no capacity write reached an offering Azure refused (a capacity shortage, quota) before
 //!   the hold its class calls for ran out (an hour for a shortage), timed on the request log;
-//! - once faults and rivals stop: every pod runs, and no idle node is left above a group's min.
+//! - once faults and rivals stop: every pod runs, and no idle node is left above a group's min;
+//! - issue 41's three, judged on a sample of the cluster every 10 s (`pod_invariants`): no
+//!   group grown while it had a node standing Ready and idle (above its pods' need plus
+//!   in-flight), no node we cordoned left cordoned past a bound without progress, no pod pending
+//!   past a bound while a group that fits it is healthy.
 //!
 //! Half the schedules run on AKS agent pools of one managed cluster (the rival's tag writes are
 //! then cluster-level writes, which change every pool's ETag; nodes go by `deleteMachines`).
@@ -39,6 +47,7 @@
 //! The same schedules with the flag off must show lost updates (the check can fail).
 //! `RELIABILITY_POD_SCHEDULES=<n>` runs more (default 24); `RELIABILITY_POD_SEED=<n>` replays one.
 
+use crate::pod_invariants;
 use crate::support;
 
 use rand::rngs::StdRng;
@@ -237,6 +246,25 @@ enum Step {
     SpotEviction {
         count: usize,
     },
+    /// A node of the group loses its kubelet for a while (Ready `Unknown`, the unreachable
+    /// taints; its pods, once deleted, stay terminating). It is revived at the end: on this
+    /// paused clock the controller's wall clock (real time, as the emulator's timestamps) never
+    /// sees the node past its startup window, so the removal after `unreadyTime` cannot be
+    /// played here (`tests/pods/scale_down.rs` plays it); what is judged is that nothing stalls
+    /// meanwhile.
+    DeadKubelet {
+        group: usize,
+        secs: u64,
+    },
+    /// A VM of the group is listed `Failed` for a while (its Node untouched).
+    StuckVm {
+        group: usize,
+        secs: u64,
+    },
+    /// From now on the general group's new nodes register in another zone than their template
+    /// (the scale set's tags) says, as a kubelet's `--node-labels` would have it: a template
+    /// mismatch on a label every decision reads, which no workload here selects on.
+    Mislabel,
     Wait {
         secs: u64,
     },
@@ -252,6 +280,10 @@ struct Schedule {
     /// A spot group with this eviction policy (`Delete`, `Deallocate`), a workload tolerating
     /// spot, and Azure evicting its VMs.
     spot: Option<&'static str>,
+    /// The gpu group's nodes register with another `sku` taint than its template says
+    /// (`sku=gpu-v2`, which `train` does not tolerate), all along: the first scale-up for
+    /// `train` is misled, the controller must notice, learn, and not grow the group again.
+    gpu_mislabelled: bool,
     /// Per group, in [`Schedule::groups`] order.
     bounds: Vec<Bounds>,
     boot: Duration,
@@ -505,7 +537,44 @@ impl Schedule {
                 steps.insert(at, (step, sp.gen_range(0..=30)));
             }
         }
+        // Issue 41's faults, from their own generator: a dead kubelet, a VM stuck Failed, new
+        // nodes registering otherwise than their template.
+        let mut k = StdRng::seed_from_u64(seed ^ 0xdead_0041);
+        for _ in 0..k.gen_range(1..=3) {
+            let step = match k.gen_range(0..3) {
+                0 => Step::DeadKubelet {
+                    group: k.gen_range(0..2),
+                    secs: k.gen_range(60..=900),
+                },
+                1 => Step::StuckVm {
+                    group: k.gen_range(0..3),
+                    secs: k.gen_range(60..=900),
+                },
+                _ => Step::Mislabel,
+            };
+            let at = k.gen_range(1..=steps.len());
+            steps.insert(at, (step, k.gen_range(0..=30)));
+        }
+        // A gpu group whose nodes are not what its tags say, in one schedule in three (its own
+        // generator): it starts empty, and `train` asks for it.
+        let mut m = StdRng::seed_from_u64(seed ^ 0x6b0_6b0);
+        let gpu_mislabelled = m.gen_bool(1.0 / 3.0);
+        if gpu_mislabelled {
+            bounds[2].seed_capacity = 0;
+            let at = m.gen_range(1..=steps.len());
+            steps.insert(
+                at,
+                (
+                    Step::Scale {
+                        workload: 3,
+                        replicas: 2,
+                    },
+                    m.gen_range(0..=30),
+                ),
+            );
+        }
         Schedule {
+            gpu_mislabelled,
             // Blocks of four seeds alternate, so every slice of the seed range has both kinds.
             pools: (seed / 4) % 2 == 1,
             zonal,
@@ -580,6 +649,10 @@ struct Outcome {
     /// Spot VMs Azure evicted, and those the controller deleted after Azure stopped them.
     spot_evicted: usize,
     spot_deleted: u64,
+    /// Template mismatches the controller counted, kubelets killed, VMs listed Failed.
+    mismatches: u64,
+    dead_kubelets: usize,
+    stuck_vms: usize,
 }
 
 fn path_of(r: &RequestRecord) -> &str {
@@ -732,6 +805,16 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
         }
     })
     .await;
+    if schedule.gpu_mislabelled {
+        let (rg, ss) = scale_set_of_group(&c, "gpu")?;
+        let registration = vmss_capacity_controller::emulator::NodeRegistration {
+            labels: BTreeMap::new(),
+            taints: vec!["sku=gpu-v2:NoSchedule".to_string()],
+        };
+        c.state
+            .set_node_registration(SUB, &rg, &ss, registration)
+            .map_err(|e| format!("gpu node registration: {e}"))?;
+    }
     c.kube
         .create(
             "policy/v1",
@@ -745,6 +828,38 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
         .create_daemon_set("kube-system", "agent", &ds_template())
         .map_err(|e| format!("daemon set: {e:?}"))?;
     let audit = vmss_capacity_controller::emulator::audit::PlacementAudit::start(&c.kube);
+    // Issue 41's invariants: what the cluster looked like every 10 s, what the schedule
+    // disturbed, and the nodes it made sick on purpose.
+    let group_names: Vec<&'static str> = defs.iter().map(|d| d.0).collect();
+    let group_of: std::collections::HashMap<String, usize> = group_names
+        .iter()
+        .enumerate()
+        .map(|(i, g)| (c.scale_set_name(g).to_ascii_lowercase(), i))
+        .collect();
+    let samples = std::sync::Arc::new(parking_lot::Mutex::new(Vec::new()));
+    let sampler = {
+        let (state, pools, names) = (c.state.clone(), c.pools, group_names.clone());
+        pod_invariants::start_sampler(
+            c.kube.clone(),
+            group_of,
+            std::sync::Arc::new(move || {
+                names
+                    .iter()
+                    .map(|n| {
+                        if pools {
+                            state.agent_pool_count(SUB, RG, CLUSTER, n).unwrap_or(-1)
+                        } else {
+                            state.scale_set(SUB, RG, n).map_or(-1, |v| v.capacity)
+                        }
+                    })
+                    .collect()
+            }),
+            samples.clone(),
+        )
+    };
+    let mut disturbances: Vec<pod_invariants::Disturbance> = Vec::new();
+    let mut sick: HashSet<String> = HashSet::new();
+    let (mut dead_kubelets, mut stuck_vms) = (0usize, 0usize);
     let workloads = workloads(schedule.zonal, schedule.spot.is_some());
     let mut replicas: Vec<i64> = vec![0; workloads.len()];
     // Spot VMs Azure evicted, and the Nodes of those it stopped (policy `Deallocate`): their
@@ -774,6 +889,7 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
     }
 
     for (i, (step, after)) in schedule.steps.iter().enumerate() {
+        let step_began = tokio::time::Instant::now();
         match step {
             Step::Scale {
                 workload,
@@ -896,7 +1012,88 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
                     stopped.extend(ids.iter().map(|id| node_name(&scale_set, *id)));
                 }
             }
+            Step::DeadKubelet { group, secs } => {
+                let ready = c.kube.ready_nodes();
+                if let Some(node) = c
+                    .nodes_of(defs[*group].0)
+                    .into_iter()
+                    .find(|n| ready.contains(n) && !sick.contains(n))
+                {
+                    kubelet(&c, &node, true).await?;
+                    sick.insert(node.clone());
+                    dead_kubelets += 1;
+                    tokio::time::sleep(Duration::from_secs(*secs)).await;
+                    // Gone meanwhile (its VM deleted): nothing to revive.
+                    if c.kube.get("v1", "nodes", "", &node).is_ok() {
+                        kubelet(&c, &node, false).await?;
+                    }
+                }
+            }
+            Step::StuckVm { group, secs } => {
+                let ready = c.kube.ready_nodes();
+                let vm = c
+                    .nodes_of(defs[*group].0)
+                    .into_iter()
+                    .filter(|n| ready.contains(n) && !sick.contains(n))
+                    .find_map(|n| Some((instance_of(&c, &n)?, n)));
+                if let Some(((rg, ss, id), node)) = vm {
+                    if c.state
+                        .set_instance_state(SUB, &rg, &ss, id, Some("Failed"))
+                        .is_ok()
+                    {
+                        sick.insert(node);
+                        stuck_vms += 1;
+                        tokio::time::sleep(Duration::from_secs(*secs)).await;
+                        let _ = c.state.set_instance_state(SUB, &rg, &ss, id, None);
+                    }
+                }
+            }
+            Step::Mislabel => {
+                let (rg, ss) = scale_set_of_group(&c, "general")?;
+                let registration = vmss_capacity_controller::emulator::NodeRegistration {
+                    labels: BTreeMap::from([(
+                        "topology.kubernetes.io/zone".to_string(),
+                        Some(format!("{LOCATION}-9")),
+                    )]),
+                    taints: Vec::new(),
+                };
+                c.state
+                    .set_node_registration(SUB, &rg, &ss, registration)
+                    .map_err(|e| format!("step {i}: node registration: {e}"))?;
+            }
             Step::Wait { secs } => tokio::time::sleep(Duration::from_secs(*secs)).await,
+        }
+        let step_ended = tokio::time::Instant::now();
+        let reach: Option<(Option<usize>, Duration)> = match step {
+            Step::RivalCapacity { group, .. } | Step::Fault { group, .. } => {
+                Some((Some(*group), Duration::ZERO))
+            }
+            Step::Unregistering { group, .. } => Some((Some(*group), schedule.provision)),
+            Step::StuckVm { group, .. } => Some((Some(*group), Duration::ZERO)),
+            Step::DeadKubelet { group, .. } => Some((Some(*group), Duration::ZERO)),
+            // The hold of a refusal is judged from the request log (`hold_of`).
+            Step::NoCapacity { group, .. } => Some((Some(*group), Duration::ZERO)),
+            // The VM family's quota reaches the groups of that family: every group, here.
+            Step::QuotaSpent { .. } => Some((None, QUOTA_COOLDOWN)),
+            Step::SpotEviction { .. } => defs
+                .iter()
+                .position(|d| d.0 == SPOT)
+                .map(|g| (Some(g), Duration::ZERO)),
+            Step::KubeDown { .. }
+            | Step::WatchForbidden { .. }
+            | Step::WatchStalled { .. }
+            | Step::SlowKube { .. }
+            | Step::SlowToken { .. } => Some((None, Duration::ZERO)),
+            Step::Scale { .. } | Step::RivalTags { .. } | Step::Mislabel | Step::Wait { .. } => {
+                None
+            }
+        };
+        if let Some((group, longer)) = reach {
+            disturbances.push(pod_invariants::Disturbance {
+                group,
+                from: step_began,
+                until: step_ended + longer,
+            });
         }
         tokio::time::sleep(Duration::from_secs(*after)).await;
         if schedule.zonal {
@@ -918,7 +1115,14 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
     // Settle: no more faults or rivals; every pod runs and no idle node stays above min.
     rival.abort();
     c.state.clear_faults();
-    let want: i64 = replicas.iter().sum::<i64>() + if schedule.zonal { DISK_PODS } else { 0 };
+    // `train`'s pods never run on a gpu group whose nodes do not take them.
+    let homeless: i64 = if schedule.gpu_mislabelled {
+        replicas[3]
+    } else {
+        0
+    };
+    let want: i64 =
+        replicas.iter().sum::<i64>() - homeless + if schedule.zonal { DISK_PODS } else { 0 };
     // An offering Azure refused stays out for its hold: settling counts from its end.
     let held_until = c
         .state
@@ -998,7 +1202,58 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
         }
     };
 
+    sampler.abort();
     let log = c.state.request_log();
+    let invariant_violations = {
+        let samples = samples.lock();
+        let mins: Vec<u32> = bounds.iter().map(|b| b.min).collect();
+        let maxes: Vec<u32> = bounds.iter().map(|b| b.max).collect();
+        let judged: Vec<bool> = defs.iter().map(|d| d.3.is_none()).collect();
+        let addresses = |r: &RequestRecord, g: usize| {
+            let path = path_of(r).to_ascii_lowercase();
+            let name = defs[g].0.to_ascii_lowercase();
+            path.contains(&format!("/virtualmachinescalesets/{name}"))
+                || path.contains(&format!("/agentpools/{name}"))
+        };
+        let is_write = |r: &RequestRecord, g: usize| r.method == "PUT" && is_resource(r, defs[g].0);
+        // A shortage's hold doubles up to 30 min with a run of them: the longest, to be sure.
+        let hold_of = |r: &RequestRecord| {
+            r.error
+                .as_ref()
+                .and_then(|e| {
+                    let hold = hold_after(e)?;
+                    Some(if is_shortage(&e.0) {
+                        Duration::from_secs(30 * 60)
+                    } else {
+                        hold
+                    })
+                })
+                .unwrap_or(Duration::ZERO)
+        };
+        let j = pod_invariants::Judged {
+            samples: &samples,
+            log: &log,
+            writer: WRITER,
+            groups: &group_names,
+            mins: &mins,
+            maxes: &maxes,
+            judged_for_growth: &judged,
+            homeless: if schedule.gpu_mislabelled {
+                &["train"]
+            } else {
+                &[]
+            },
+            sick: &sick,
+            disturbances: &disturbances,
+            addresses: &addresses,
+            is_capacity_write: &is_write,
+            hold_of: &hold_of,
+        };
+        let mut v = pod_invariants::no_growth_past_need(&j);
+        v.extend(pod_invariants::no_endless_cordon(&samples));
+        v.extend(pod_invariants::no_pod_waits_for_a_healthy_group(&j));
+        v
+    };
     let deletions: Vec<_> = c
         .state
         .instance_deletions()
@@ -1036,6 +1291,12 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
             &c.metrics.scaled_down_nodes_total,
             &[("reason", "spot_evicted")],
         ),
+        mismatches: vmss_capacity_controller::metrics::Metrics::counter_sum(
+            &c.metrics.template_mismatches_total,
+            &[],
+        ),
+        dead_kubelets,
+        stuck_vms,
     };
     let losses = c._emulator.pods_lost_with_nodes();
     let audited = audit.finish().await;
@@ -1053,6 +1314,9 @@ async fn run_schedule(schedule: &Schedule, etag_on: bool) -> Result<Outcome, Str
     }
     if outcome.lost_updates > 0 {
         return Err(format!("{} lost updates", outcome.lost_updates));
+    }
+    if !invariant_violations.is_empty() {
+        return Err(invariant_violations.join("\n"));
     }
     // Writes: within bounds, conditional.
     // Every bind, as it happened: within its zone spread, in its disk's zone.
@@ -1326,6 +1590,55 @@ fn idle_above_min(c: &Cluster, defs: &GroupDefs, bounds: &[Bounds]) -> Vec<Strin
     idle
 }
 
+/// The resource group and name of the scale set behind a node group (an agent pool's backing
+/// scale set).
+fn scale_set_of_group(c: &Cluster, group: &str) -> Result<(String, String), String> {
+    if c.pools {
+        let p = c
+            .state
+            .agent_pool(SUB, RG, CLUSTER, group)
+            .ok_or_else(|| format!("no pool {group}"))?;
+        Ok((p.scale_set_resource_group, p.scale_set_name))
+    } else {
+        Ok((RG.to_string(), group.to_string()))
+    }
+}
+
+/// Kills (`dead`) or revives `node`'s kubelet (the emulator's `emulator-not-ready` annotation,
+/// as `kubectl annotate` sets it).
+async fn kubelet(c: &Cluster, node: &str, dead: bool) -> Result<(), String> {
+    use vmss_capacity_controller::emulator::sim::nodes::NOT_READY_ANNOTATION;
+    let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(c.client.clone());
+    let patch =
+        json!({"metadata": {"annotations": {NOT_READY_ANNOTATION: dead.then_some("true")}}});
+    api.patch(
+        node,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| format!("the kubelet of {node} (dead: {dead}): {e}"))
+}
+
+/// The resource group, scale set and instance id behind a Node (from its providerID).
+fn instance_of(c: &Cluster, node: &str) -> Option<(String, String, u64)> {
+    let n = c.kube.get("v1", "nodes", "", node).ok()?;
+    let pid = n.pointer("/spec/providerID")?.as_str()?.to_string();
+    let segs: Vec<&str> = pid.split('/').collect();
+    let at = |key: &str| {
+        segs.iter()
+            .position(|s| s.eq_ignore_ascii_case(key))
+            .and_then(|i| segs.get(i + 1))
+            .map(|s| s.to_string())
+    };
+    Some((
+        at("resourceGroups")?,
+        at("virtualMachineScaleSets")?,
+        at("virtualMachines")?.parse().ok()?,
+    ))
+}
+
 fn schedules() -> Vec<u64> {
     if let Some(seed) = std::env::var("RELIABILITY_POD_SEED")
         .ok()
@@ -1363,6 +1676,9 @@ async fn random_pods_rivals_and_faults_lose_no_update_bypass_no_budget_and_respe
                 totals.shortages += o.shortages;
                 totals.spot_evicted += o.spot_evicted;
                 totals.spot_deleted += o.spot_deleted;
+                totals.mismatches += o.mismatches;
+                totals.dead_kubelets += o.dead_kubelets;
+                totals.stuck_vms += o.stuck_vms;
             }
             Err(e) => panic!(
                 "schedule {seed} broke an invariant: {e}\nreplay: RELIABILITY_POD_SEED={seed} cargo test --test reliability pods:: -- --nocapture\n{schedule:#?}"
@@ -1370,9 +1686,12 @@ async fn random_pods_rivals_and_faults_lose_no_update_bypass_no_budget_and_respe
         }
     }
     println!(
-        "{} schedules with pods ({} with zonal groups): {} capacity writes, {} answered 412 (re-planned), {} instances deleted by name ({} by deleteMachines; {} that never registered), {} pods evicted, {} binds audited ({} zone-spread, {} back on a zonal disk, {} under required pod affinity or anti-affinity), {} allocations refused ({} for want of capacity, held 5 min doubling to 30), {} spot VMs evicted ({} stopped ones deleted by name); 0 lost updates, 0 pods bypassing an eviction, 0 binds breaking placement, 0 writes to a refused offering before its hold ran out ({:.1} s real)",
+        "{} schedules with pods ({} with zonal groups): {} template mismatches counted, {} kubelets killed, {} VMs stuck Failed, {} capacity writes, {} answered 412 (re-planned), {} instances deleted by name ({} by deleteMachines; {} that never registered), {} pods evicted, {} binds audited ({} zone-spread, {} back on a zonal disk, {} under required pod affinity or anti-affinity), {} allocations refused ({} for want of capacity, held 5 min doubling to 30), {} spot VMs evicted ({} stopped ones deleted by name); 0 lost updates, 0 pods bypassing an eviction, 0 binds breaking placement, 0 writes to a refused offering before its hold ran out, 0 growths past need, 0 endless cordons, 0 pods left waiting for a healthy group ({:.1} s real)",
         seeds.len(),
         seeds.iter().filter(|s| Schedule::generate(**s).zonal).count(),
+        totals.mismatches,
+        totals.dead_kubelets,
+        totals.stuck_vms,
         totals.scale_ups,
         totals.conflicts,
         totals.deletions,
@@ -1410,6 +1729,12 @@ async fn random_pods_rivals_and_faults_lose_no_update_bypass_no_budget_and_respe
             "no instance that never registered was ever deleted"
         );
         assert!(totals.spot_evicted > 0, "Azure never evicted a spot VM");
+        assert!(
+            totals.mismatches > 0,
+            "no node ever registered otherwise than its template"
+        );
+        assert!(totals.dead_kubelets > 0, "no kubelet ever died");
+        assert!(totals.stuck_vms > 0, "no VM was ever stuck Failed");
         assert!(
             totals.spot_deleted > 0,
             "no VM Azure stopped was ever deleted: the Deallocate path was never tested"

@@ -70,6 +70,9 @@ pub enum EmulatorError {
     /// emulator does not model).
     #[error("cannot evict: {0}")]
     Eviction(String),
+    /// A node registration (labels, taints) a kubelet or the API server would refuse.
+    #[error("invalid node registration: {0}")]
+    InvalidRegistration(String),
     /// An out-of-band write asked for a capacity outside 0..=1000.
     #[error("capacity {capacity} is outside 0..=1000")]
     InvalidCapacity {

@@ -35,6 +35,7 @@ use axum::Router;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+pub use arm::registration::NodeRegistration;
 pub use arm::{faults, state, throttle};
 pub use arm::{AgentPoolSeed, AgentPoolView, ClusterSeed, ClusterView};
 pub use error::EmulatorError;
@@ -65,6 +66,8 @@ pub struct EmulatorBuilder {
     kubernetes: Option<kube::KubeSettings>,
     simulation: Option<sim::SimSettings>,
     quotas: Vec<QuotaLimit>,
+    /// `(subscription, resource group, scale set, registration)`.
+    registrations: Vec<(String, String, String, NodeRegistration)>,
 }
 
 /// A vCPU quota limit an emulator starts with ([`EmulatorBuilder::quota`]).
@@ -93,6 +96,7 @@ impl Default for EmulatorBuilder {
             kubernetes: None,
             simulation: None,
             quotas: Vec::new(),
+            registrations: Vec::new(),
         }
     }
 }
@@ -174,6 +178,25 @@ impl EmulatorBuilder {
         self
     }
 
+    /// Starts with scale set `name`'s new Nodes registering with `registration`'s labels and
+    /// taints beyond its tags, as [`EmulatorState::set_node_registration`] sets it (the scale set
+    /// need not exist yet; until a reset); a later call for the same scale set replaces it.
+    pub fn node_registration(
+        mut self,
+        subscription: &str,
+        resource_group: &str,
+        name: &str,
+        registration: NodeRegistration,
+    ) -> Self {
+        self.registrations.push((
+            subscription.to_string(),
+            resource_group.to_string(),
+            name.to_string(),
+            registration,
+        ));
+        self
+    }
+
     /// Binds, generates the certificate if TLS is on, and starts serving in the background.
     pub async fn start(self) -> Result<EmulatorHandle, EmulatorError> {
         let listener =
@@ -213,6 +236,9 @@ impl EmulatorBuilder {
         );
         for q in &self.quotas {
             state.set_quota(&q.subscription, &q.location, &q.name, q.limit);
+        }
+        for (sub, rg, name, r) in &self.registrations {
+            state.preset_node_registration(sub, rg, name, r.clone());
         }
         let kube = self.kubernetes.map(|settings| {
             kube::KubeState::new(settings, SocketAddr::new(host, addr.port()).to_string())

@@ -7,6 +7,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::faults::FaultSpec;
+use super::registration::NodeRegistration;
 use super::state::ScaleSetSeed;
 use super::throttle::AksLimits;
 use super::ClusterSeed;
@@ -56,6 +57,10 @@ struct EvictBody {
 #[serde(deny_unknown_fields)]
 struct InstanceStateBody {
     provisioning_state: String,
+}
+
+fn registration_reply(r: &NodeRegistration) -> Reply {
+    Reply::json(200, json!({"labels": r.labels, "taints": r.taints}))
 }
 
 fn quota_reply(state: &EmulatorState, sub: &str, location: &str) -> Reply {
@@ -293,6 +298,21 @@ fn route(state: &EmulatorState, parts: &Parts, body: &[u8]) -> Result<Reply, Rep
         ("POST", ["scale-sets", sub, rg, name, "evict"]) => evict(state, sub, rg, name, body)?,
         ("POST", ["scale-sets", sub, rg, name, "instances", id, "provisioning-state"]) => {
             instance_state(state, (sub, rg, name), id, body)?
+        }
+        ("GET", ["scale-sets", sub, rg, name, "node-registration"]) => {
+            if state.scale_set(sub, rg, name).is_none() {
+                return Err(from_error(EmulatorError::NotFound {
+                    resource: format!("{sub}/{rg}/{name}"),
+                }));
+            }
+            registration_reply(&state.node_registration(sub, rg, name))
+        }
+        ("POST", ["scale-sets", sub, rg, name, "node-registration"]) => {
+            let b: NodeRegistration = parse(body)?;
+            state
+                .set_node_registration(sub, rg, name, b)
+                .map_err(from_error)?;
+            registration_reply(&state.node_registration(sub, rg, name))
         }
         ("GET", ["quota", sub, location]) => quota_reply(state, sub, location),
         ("POST", ["quota", sub, location]) => set_quota(state, sub, location, body)?,

@@ -35,6 +35,9 @@ pub struct ScaleSetInventory {
     pub deallocated: std::collections::BTreeSet<u64>,
     /// Instances a failed operation created (`lroFailed`): they never boot, so they get no Node.
     pub failed: std::collections::BTreeSet<u64>,
+    /// The labels and taints its new Nodes register with beyond its tags (a kubelet's
+    /// `--node-labels`, `--register-with-taints`).
+    pub registration: super::registration::NodeRegistration,
 }
 
 /// What an agent pool tells its nodes.
@@ -85,6 +88,11 @@ impl EmulatorState {
                     .filter(|(_, i)| i.failed)
                     .map(|(id, _)| *id)
                     .collect(),
+                registration: d
+                    .node_registrations
+                    .get(&vmss_key(&ss.sub, &ss.rg, &ss.name))
+                    .cloned()
+                    .unwrap_or_default(),
             })
             .collect();
         out.sort_by(|a, b| a.name.cmp(&b.name));

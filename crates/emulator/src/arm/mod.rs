@@ -10,6 +10,7 @@
 //! | `aks` | managed clusters, agent pools and the scale sets behind them |
 //! | `identity` | the token endpoint, OpenID discovery, IMDS |
 //! | [`inventory`] | a read-only view of instances, for the cluster simulation |
+//! | [`registration`] | the labels and taints a scale set's new Nodes register with beyond its tags |
 //! | [`throttle`] | token buckets and rate-limit headers |
 //! | [`faults`] | scriptable faults |
 //! | `control` | the `/_emulator/` API |
@@ -21,6 +22,7 @@ pub mod faults;
 mod identity;
 pub mod inventory;
 pub mod quota;
+pub mod registration;
 pub(crate) mod retail_prices;
 mod scale_sets;
 pub mod state;

@@ -514,6 +514,8 @@ pub(crate) struct Data {
     pub quota: super::quota::QuotaTable,
     /// The retail prices API's meters and page size.
     pub retail_prices: super::retail_prices::Catalogue,
+    /// How each scale set's new Nodes register beyond its tags, by [`vmss_key`].
+    pub node_registrations: HashMap<String, super::registration::NodeRegistration>,
 }
 
 /// Lowercased ARM id of a scale set: the key of the maps and of version tracking.

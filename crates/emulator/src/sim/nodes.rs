@@ -247,6 +247,20 @@ fn node_object(ss: &ScaleSetInventory, id: u64, ready: bool) -> Value {
         taints.extend(p.node_taints.iter().filter_map(|t| pool_taint(t)));
         max_pods = p.max_pods;
     }
+    // What its kubelet registers with beyond the tags (`--node-labels`,
+    // `--register-with-taints`): over the tags' and the pool's.
+    for (key, value) in &ss.registration.labels {
+        match value {
+            Some(v) => labels.insert(key.clone(), v.clone()),
+            None => labels.remove(key),
+        };
+    }
+    for text in &ss.registration.taints {
+        if let Ok((key, value, effect)) = crate::arm::registration::parse_taint(text) {
+            taints.retain(|t| !(t["key"] == key.as_str() && t["effect"] == effect.as_str()));
+            taints.push(json!({"key": key, "value": value, "effect": effect}));
+        }
+    }
     if ss.spot {
         labels.insert(SPOT_KEY.into(), "spot".into());
         if !taints.iter().any(|t| t["key"] == SPOT_KEY) {
