@@ -561,7 +561,7 @@ fn replaces(base: &Sim, set: &[Cand], opt: &ReplaceOption) -> Result<(), String>
 /// Consolidation's replace (Karpenter's multi-node and single-node replace, one search): the
 /// candidates of [`consolidate`], budgeted as `Replace`, searched by prefix (binary search, the
 /// largest valid prefix, the time limit keeping the last valid answer) for a set that one new
-/// node of a cheaper group in `options` (cheapest first) replaces ([`replaces`]). When none is
+/// node of a cheaper group in `options` (cheapest first) replaces (see `replaces`). When none is
 /// found every candidate's reason says why.
 pub fn replace(
     input: &ConsolidationInput,
