@@ -1741,6 +1741,7 @@ mod tests {
         w.settings.budgets = vec![Budget {
             nodes: BudgetNodes::Count(0),
             reasons: Some(vec![DisruptionReason::Replace]),
+            schedule: None,
         }];
         let c = w.with(|i| decide(i, &opts, &mut || false));
         assert!(c.command.is_none(), "{c:?}");
@@ -1765,6 +1766,7 @@ mod tests {
         w.settings.budgets = vec![Budget {
             nodes: BudgetNodes::Count(0),
             reasons: Some(vec![DisruptionReason::Underutilized]),
+            schedule: None,
         }];
         let c = w.with(|i| decide(i, &opts, &mut || false));
         assert_eq!(c.command.map(|c| c.nodes.len()), Some(2));
@@ -1777,6 +1779,7 @@ mod tests {
         w2.settings.budgets = vec![Budget {
             nodes: BudgetNodes::Count(1),
             reasons: Some(vec![DisruptionReason::Replace]),
+            schedule: None,
         }];
         let (_, why) = w2
             .with(|i| revalidate_launch(&command, i, &opts[0]))

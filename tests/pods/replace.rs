@@ -38,6 +38,7 @@ fn replacing(s: &mut Settings) {
     s.consolidation.budgets = vec![Budget {
         nodes: BudgetNodes::Percent(100),
         reasons: None,
+        schedule: None,
     }];
     s.prices.overrides.insert("dear".into(), 1.0);
     s.prices.overrides.insert("cheap".into(), 0.3);
@@ -254,6 +255,7 @@ async fn a_replacement_azure_refuses_abandons_the_replace_with_nothing_tainted_o
         path_contains: Some(format!("virtualMachineScaleSets/{cheap}")),
         kind: FaultKind::LroFailed {
             code: Some("AllocationFailed".into()),
+            zone: None,
         },
         count: Some(1),
         probability: None,

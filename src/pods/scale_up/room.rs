@@ -124,11 +124,13 @@ pub(super) fn asking(input: &ScaleUpInput, out: &mut ScaleUpPlan) -> Vec<Arc<Pod
 }
 
 /// Each group's template, from the census's live nodes ([`group_templates`]).
-pub(super) fn templates(
-    input: &ScaleUpInput,
-    census: &Census,
-) -> Vec<Result<NodeState, WhyNot>> {
-    group_templates(&input.groups, &census.live, &input.daemonsets, &input.volumes)
+pub(super) fn templates(input: &ScaleUpInput, census: &Census) -> Vec<Result<NodeState, WhyNot>> {
+    group_templates(
+        &input.groups,
+        &census.live,
+        &input.daemonsets,
+        &input.volumes,
+    )
 }
 
 /// Each group's template: what a new node of it would offer, DaemonSets' pods taken off, from
