@@ -11,9 +11,18 @@
 //! `vmssCacheTTL`) and their instances (one LIST per scale set per `instanceCacheTTL`, and after
 //! each write), and polls its operations, so reads spend from the subscription too.
 //!
-//! Side by side in one run, on tokio's paused clock (virtual time, 100 ms per ARM call): pacing
-//! on (`armBudgetReservePercentage` 20, the default) against pacing off (0: a controller that only
-//! reacts to 429s and `Retry-After`), in four loads: the fleet's demand fits the write budget;
+//! The fleet as it would run (issue 42, item 4): each controller has its own wall clock (an
+//! offset drawn from the seed, within +-50 ms, one in ten within +-500 ms, read through the
+//! reconciler's injected `WallClock`) and its own ARM latency (a base per controller, each request
+//! jittered: 10 to 80 ms a round trip, the emulator's latency faults with `max_ms`); ARM's write
+//! bucket (10/s) is there beside Compute's per-minute ones, every bucket refills continuously, and
+//! `Retry-After` is whole seconds.
+//!
+//! Side by side in one run, on tokio's paused clock (virtual time): three designs of a throttled
+//! scale-up's retry with pacing on (`armBudgetReservePercentage` 20, the default): the
+//! controller's (`AgeOrdered`), Azure's SDKs' full jitter, the retry slots it replaced
+//! (`common/designs.rs`); and pacing off (reserve 0, asking again the moment `Retry-After`
+//! passes: no reserve and no turn of any design), in four loads: the fleet's demand fits the write budget;
 //! its scale-ups fit and the falls back do not; its scale-ups alone exceed it (until the capacity
 //! held back from falls back absorbs later bursts, a few minutes in); and a growing fleet whose
 //! bursts never fall back, so that its scale-ups exceed the budget all along.
@@ -28,6 +37,8 @@
 //! loads against the bucket at another token rate (above 1 the GET and LIST buckets too, since
 //! every write is followed by reads); `FLEET_DEBUG=1` prints each cluster's waits and the requests
 //! of the longest.
+//!
+//! The goals are judged on the controller's design; the others' are printed beside it.
 //!
 //! For the growing fleet it also prints what an ideal queue across the fleet gives on the same
 //! bursts ([`ideal_queue`]): the order the controllers approach with no channel between them.
