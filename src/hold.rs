@@ -61,10 +61,10 @@ pub enum HoldReason {
     /// `--dry-run`: decided and logged, never sent.
     DryRun,
     /// A scale-up throttled by the subscription's bucket (Azure's 429, or the gate one closed)
-    /// waits its turn: `Retry-After`, then a slot in the second set by how long its process's
-    /// oldest scale-up has waited, so the fleet's oldest scale-ups ask first
-    /// ([`crate::reconciler::turn_at`]). A delete scale-down would start while that gate is
-    /// closed waits for it too (the node is not drained meanwhile).
+    /// waits its turn: `Retry-After`, a delay that shrinks as it ages and a random part of up to
+    /// a second, so the fleet's older scale-ups ask first and no place in the second keeps
+    /// winning ([`crate::reconciler::retry`]). A delete scale-down would start while that gate
+    /// is closed waits for it too (the node is not drained meanwhile).
     RetryTurn,
 }
 

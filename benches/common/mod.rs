@@ -1,6 +1,8 @@
 //! Helpers shared by the benchmarks: quick mode, a demand knob, request-log classification.
 #![allow(dead_code)] // each bench uses a different subset
 
+pub mod designs;
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -29,7 +31,7 @@ pub fn latency_fault(ms: u64) -> FaultSpec {
     FaultSpec {
         method: None,
         path_contains: Some("/subscriptions/".into()),
-        kind: FaultKind::Latency { ms },
+        kind: FaultKind::Latency { ms, max_ms: None },
         count: None,
         probability: None,
         seed: None,

@@ -17,9 +17,10 @@
 //! - ambiguous outcome (the answer was lost after the PUT was sent) → mark stale and GET before
 //!   any further write; never resend blindly;
 //! - 429 closes the `Retry-After` gate of that call class (in [`crate::azure::ArmClient`]); a
-//!   scale-up refused by it (or held by the gate) then waits its turn: `Retry-After`, then a
-//!   slot in the second set by how long the process's oldest scale-up has waited ([`turn`]), so
-//!   across a fleet sharing the subscription's bucket the scale-ups that waited longest ask first;
+//!   scale-up refused by it (or held by the gate) then waits its turn: `Retry-After`, a delay
+//!   that shrinks as the scale-up ages, and a random part of up to a second ([`retry`]), so
+//!   across a fleet sharing the subscription's bucket no place in the second keeps winning and
+//!   the scale-ups that waited longer ask first;
 //!   409 `OperationNotAllowed` cools the node group down; 5xx and transport errors back it off
 //!   exponentially with jitter; a per-scale-set token bucket keeps writes within Azure's limits.
 
@@ -51,13 +52,13 @@ use tracing::{debug, info, warn};
 
 mod delete;
 mod operation;
+pub mod retry;
 mod send;
-pub mod turn;
 
 pub use delete::{BulkEnd, DeleteEnd, DeleteKind, DeleteRefusal, LastLook, NoLastLook};
 use operation::OperationEnd;
+pub use retry::{age_delay, AgeOrdered, RetryTurn, Throttled, AGE_HORIZON};
 use send::{Sent, WriteKind};
-pub use turn::{retry_offset, turn_at, RETRY_ORDER_HORIZON};
 
 #[cfg(test)]
 mod tests;
@@ -66,6 +67,9 @@ mod tests;
 const BACKOFF_BASE: Duration = Duration::from_secs(2);
 /// Longest backoff.
 const BACKOFF_CAP: Duration = Duration::from_secs(300);
+/// How long before a throttled scale-up's turn its pass starts: its reads go first, and the
+/// write itself waits for the turn ([`Inner::await_turn`]).
+const TURN_LEAD: Duration = Duration::from_secs(1);
 /// How long a long-running operation is tracked before giving up on it.
 const LRO_DEADLINE: Duration = Duration::from_secs(30 * 60);
 /// Shortest interval between two polls of one operation.
@@ -142,7 +146,7 @@ struct GroupState {
     /// Why the last planned write was not sent; cleared when a write is sent or none is planned.
     held: Option<HoldReason>,
     /// When the plan first asked this group for more capacity than it has, while that is still
-    /// unmet: the age that orders retries after a 429 (see [`turn`]).
+    /// unmet: the age that orders retries after a 429 (see [`retry`]).
     wanting_since: Option<Instant>,
     /// After a 429 (or the gate it closed) held this group's scale-up: when its turn comes.
     turn_at: Option<Instant>,
@@ -197,6 +201,7 @@ pub struct ReconcilerBuilder {
     fence: Arc<dyn WriteFence>,
     events: Arc<dyn EventSink>,
     resources: Option<Resources>,
+    retry_turn: Arc<dyn RetryTurn>,
 }
 
 impl ReconcilerBuilder {
@@ -238,6 +243,13 @@ impl ReconcilerBuilder {
         self
     }
 
+    /// Replaces how a throttled scale-up picks when it asks again (default: [`AgeOrdered`];
+    /// the fleet benchmark sets the designs it measures beside it).
+    pub fn retry_turn(mut self, retry_turn: Arc<dyn RetryTurn>) -> Self {
+        self.retry_turn = retry_turn;
+        self
+    }
+
     /// The reconciler.
     pub fn build(self) -> Reconciler {
         let settings = self.settings;
@@ -268,6 +280,7 @@ impl ReconcilerBuilder {
                 dry_run: self.dry_run,
                 fence: self.fence,
                 events: self.events,
+                retry_turn: self.retry_turn,
                 started: Instant::now(),
                 arm: self.arm,
                 settings,
@@ -298,6 +311,7 @@ struct Inner {
     dry_run: bool,
     fence: Arc<dyn WriteFence>,
     events: Arc<dyn EventSink>,
+    retry_turn: Arc<dyn RetryTurn>,
     started: Instant,
     health: Health,
     /// Ends the pause between passes early (a closed batch of pending pods).
@@ -351,6 +365,7 @@ impl Reconciler {
             fence: Arc::new(Unfenced),
             events: Arc::new(NoEvents),
             resources: None,
+            retry_turn: Arc::new(AgeOrdered::new()),
         }
     }
 
@@ -840,7 +855,8 @@ impl Inner {
     }
 
     /// How long until the pass of the first scale-up waiting its turn after a 429 starts
-    /// ([`turn::SLOT_LEAD`] before its slot): it is woken then rather than at the next scan.
+    /// ([`TURN_LEAD`] before its turn, or at its turn when that lead has passed: a pass for
+    /// another group's turn may have held it): it is woken then rather than at the next scan.
     /// `None` when none waits.
     fn retry_wait(&self, now: Instant) -> Option<Duration> {
         self.state
@@ -848,14 +864,14 @@ impl Inner {
             .values()
             .filter(|s| s.wanting_since.is_some())
             .filter_map(|s| s.turn_at)
-            .map(turn::wake_at)
             .filter(|t| *t > now)
+            .map(|t| t.checked_sub(TURN_LEAD).filter(|w| *w > now).unwrap_or(t))
             .min()
             .map(|t| t - now)
     }
 
     /// A scale-up of `name` ended in `e`: when that is a throttle (Azure's 429, or the gate one
-    /// closed), its turn comes after `Retry-After`, at its process's slot ([`turn::turn_at`]).
+    /// closed), its turn comes after `Retry-After`, as [`RetryTurn`] picks it.
     fn wait_turn(&self, name: &str, e: &ArmError) {
         let ArmError::Throttled { retry_after, .. } = e else {
             return;
@@ -873,7 +889,6 @@ impl Inner {
         // A scale-up the plan asked for is wanted from now on, if `note_wants` had not seen it
         // yet, so `retry_wait` wakes the pass for its turn.
         let since = *s.wanting_since.get_or_insert(now);
-        // The process asks in the slot of its oldest unmet scale-up, oldest first.
         let wanting = || {
             state
                 .iter()
@@ -883,7 +898,16 @@ impl Inner {
         let rank = wanting()
             .filter(|&(w, n)| (w, n.as_str()) < (since, name))
             .count();
-        let turn = turn::turn_at(now, retry_after, oldest, rank, scan);
+        let turn = self.retry_turn.turn(&Throttled {
+            now,
+            retry_after,
+            since,
+            oldest,
+            rank,
+            scan_interval: scan,
+        });
+        // Never before Retry-After, whatever the design.
+        let turn = turn.max(now + retry_after);
         if let Some(s) = state.get_mut(name) {
             s.turn_at = Some(turn);
         }
@@ -891,24 +915,25 @@ impl Inner {
         info!(
             scale_set = name,
             turn_in_secs = (turn - now).as_secs_f64(),
-            "scale-up throttled: waiting its turn (Retry-After, then its slot: the scale-ups that waited longer ask first)"
+            "scale-up throttled: waiting its turn (Retry-After, less of a delay the longer it has waited, and a random part)"
         );
     }
 
-    /// A throttled scale-up's write, let through [`turn::SLOT_LEAD`] before its turn, leaves
-    /// at its slot: the place in the second that orders the fleet ([`turn`]).
+    /// A throttled scale-up's write, let through [`TURN_LEAD`] before its turn, leaves at its
+    /// turn (no longer than the lead: a turn set meanwhile can only be later, and holds the next
+    /// write).
     async fn await_turn(&self, name: &str) {
         let now = Instant::now();
         if let Some(t) = self.with_state(name, |s| s.turn_at) {
-            tokio::time::sleep(turn::until_turn(t, now)).await;
+            tokio::time::sleep(t.saturating_duration_since(now).min(TURN_LEAD)).await;
         }
     }
 
     /// `Some(RetryTurn)` while a scale-up of `name` waits its turn after a 429, until
-    /// [`turn::SLOT_LEAD`] before it (the write then waits for its slot, [`Inner::await_turn`]).
+    /// [`TURN_LEAD`] before it (the write then waits for its turn, [`Inner::await_turn`]).
     fn turn_hold(&self, name: &str) -> Option<HoldReason> {
         let now = Instant::now();
-        self.with_state(name, |s| s.turn_at.is_some_and(|t| turn::holds(t, now)))
+        self.with_state(name, |s| s.turn_at.is_some_and(|t| t > now + TURN_LEAD))
             .then_some(HoldReason::RetryTurn)
     }
 

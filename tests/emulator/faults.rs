@@ -99,9 +99,14 @@ async fn status_faults_answer_arm_errors_for_the_next_n_matching_requests() {
 #[tokio::test]
 async fn latency_faults_delay_the_answer() {
     let (env, _) = seeded().await;
-    env.handle
-        .state()
-        .inject_fault(fault(None, FaultKind::Latency { ms: 150 }, Some(1)));
+    env.handle.state().inject_fault(fault(
+        None,
+        FaultKind::Latency {
+            ms: 150,
+            max_ms: None,
+        },
+        Some(1),
+    ));
     let t = std::time::Instant::now();
     assert_eq!(env.get(&vmss_path("v")).await.status, 200);
     assert!(t.elapsed() >= Duration::from_millis(150));
@@ -112,7 +117,10 @@ async fn a_slow_answer_shows_the_state_as_it_was_when_the_request_was_handled() 
     let (env, _) = seeded().await;
     env.handle.state().inject_fault(fault(
         Some("GET"),
-        FaultKind::SlowAnswer { ms: 400 },
+        FaultKind::SlowAnswer {
+            ms: 400,
+            max_ms: None,
+        },
         Some(1),
     ));
     let t = std::time::Instant::now();

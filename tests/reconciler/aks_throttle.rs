@@ -124,7 +124,10 @@ async fn a_write_that_waited_for_a_write_slot_carries_the_demand_as_it_is_when_s
     h.state.inject_fault(fault(
         Some("PUT"),
         Some("/agentPools/"),
-        FaultKind::Latency { ms: 5_000 },
+        FaultKind::Latency {
+            ms: 5_000,
+            max_ms: None,
+        },
         Some(1),
     ));
     knob.set("pool-a", 4);

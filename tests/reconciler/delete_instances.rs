@@ -390,7 +390,10 @@ async fn a_delete_that_waited_behind_another_looks_at_its_node_once_its_turn_cam
     h.state.inject_fault(fault(
         Some("POST"),
         Some("/alpha/delete"),
-        vmss_capacity_controller::emulator::FaultKind::Latency { ms: 1500 },
+        vmss_capacity_controller::emulator::FaultKind::Latency {
+            ms: 1500,
+            max_ms: None,
+        },
         Some(1),
     ));
     let reconciler = Arc::new(h.reconciler);

@@ -32,16 +32,24 @@ pub struct FaultSpec {
 #[serde(tag = "type", rename_all = "camelCase")]
 pub enum FaultKind {
     /// Delay the answer by `ms` milliseconds (tokio clock), then handle the request normally.
+    /// With `max_ms`, each request hit waits a uniform random time from `ms` to `max_ms`
+    /// instead, drawn from the fault's generator (`seed`): a network whose latency jitters.
     Latency {
-        /// Added delay in milliseconds.
+        /// Added delay in milliseconds (the shortest, with `max_ms`).
         ms: u64,
+        /// The longest delay in milliseconds; `None`: always `ms`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_ms: Option<u64>,
     },
     /// Handle the request at once, then hold its answer back `ms` milliseconds (tokio clock):
     /// the answer shows the state as it was when it was handled, as a real answer does after a
     /// slow way back, so a client can receive a list older than its own later write.
     SlowAnswer {
-        /// How long the answer travels, in milliseconds.
+        /// How long the answer travels, in milliseconds (the shortest, with `max_ms`).
         ms: u64,
+        /// The longest it travels in milliseconds, drawn as for [`FaultKind::Latency`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_ms: Option<u64>,
     },
     /// Answer with this status and an ARM error body, without handling the request.
     Status {
@@ -160,13 +168,25 @@ pub(crate) fn take(faults: &mut Vec<ActiveFault>, method: &str, path: &str) -> F
             *n = n.saturating_sub(1);
         }
         match &fault.spec.kind {
-            FaultKind::Latency { ms } => plan.latency_ms += ms,
-            FaultKind::SlowAnswer { ms } => plan.answer_delay_ms += ms,
+            FaultKind::Latency { ms, max_ms } => {
+                plan.latency_ms += draw(&mut fault.rng, *ms, *max_ms);
+            }
+            FaultKind::SlowAnswer { ms, max_ms } => {
+                plan.answer_delay_ms += draw(&mut fault.rng, *ms, *max_ms);
+            }
             other => plan.action = Some(other.clone()),
         }
     }
     faults.retain(|f| f.remaining != Some(0));
     plan
+}
+
+/// A delay from `ms` to `max_ms` (uniform, both included), or `ms` without a `max_ms` above it.
+fn draw(rng: &mut StdRng, ms: u64, max_ms: Option<u64>) -> u64 {
+    match max_ms {
+        Some(max) if max > ms => rng.gen_range(ms..=max),
+        _ => ms,
+    }
 }
 
 /// Azure's message for an allocation failure code, if it is one the emulator knows.
@@ -205,4 +225,69 @@ pub(crate) fn status_error(code: u16, code_name: Option<&str>) -> (String, Strin
         code_name.unwrap_or(default_code).to_string(),
         format!("{message} (injected fault)"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn latency(ms: u64, max_ms: Option<u64>, seed: u64) -> Vec<ActiveFault> {
+        vec![ActiveFault::new(FaultSpec {
+            method: None,
+            path_contains: Some("/resourceGroups/rg-a/".into()),
+            kind: FaultKind::Latency { ms, max_ms },
+            count: None,
+            probability: None,
+            seed: Some(seed),
+        })]
+    }
+
+    #[test]
+    fn a_latency_with_a_maximum_draws_each_delay_between_the_two_from_its_seed() {
+        let path = "/subscriptions/s/resourceGroups/rg-a/providers/x";
+        let draws = |seed| {
+            let mut f = latency(10, Some(80), seed);
+            (0..200)
+                .map(|_| take(&mut f, "GET", path).latency_ms)
+                .collect::<Vec<_>>()
+        };
+        let a = draws(3);
+        assert!(a.iter().all(|ms| (10..=80).contains(ms)), "{a:?}");
+        assert!(
+            a.iter().any(|ms| *ms < 20) && a.iter().any(|ms| *ms > 70),
+            "{a:?}"
+        );
+        assert_eq!(a, draws(3), "the same seed, the same delays");
+        assert_ne!(a, draws(4));
+        // Another resource group's requests are not hit; without a maximum the delay is fixed.
+        let mut f = latency(10, Some(80), 3);
+        assert_eq!(
+            take(&mut f, "GET", "/subscriptions/s/resourceGroups/rg-b/x").latency_ms,
+            0
+        );
+        let mut f = latency(25, None, 3);
+        assert_eq!(take(&mut f, "GET", path).latency_ms, 25);
+    }
+
+    #[test]
+    fn a_latencys_maximum_is_read_from_json_and_may_be_left_out() {
+        let k: FaultKind =
+            serde_json::from_str(r#"{"type":"latency","ms":10,"max_ms":80}"#).expect("parses");
+        assert!(matches!(
+            k,
+            FaultKind::Latency {
+                ms: 10,
+                max_ms: Some(80)
+            }
+        ));
+        let k: FaultKind =
+            serde_json::from_str(r#"{"type":"slowAnswer","ms":10}"#).expect("parses");
+        assert!(matches!(
+            k,
+            FaultKind::SlowAnswer {
+                ms: 10,
+                max_ms: None
+            }
+        ));
+    }
 }
