@@ -136,7 +136,10 @@ async fn two_dear_nodes_are_replaced_by_one_cheaper_node_whose_write_meets_a_riv
     c.state.inject_fault(FaultSpec {
         method: Some("PUT".into()),
         path_contains: Some(format!("virtualMachineScaleSets/{cheap}")),
-        kind: FaultKind::Latency { ms: 1500 },
+        kind: FaultKind::Latency {
+            ms: 1500,
+            max_ms: None,
+        },
         count: Some(1),
         probability: None,
         seed: None,
