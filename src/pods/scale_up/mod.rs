@@ -69,11 +69,11 @@ pub struct GroupInput<'a> {
     pub quota: Vec<usize>,
     /// vCPUs of one node (the VM size's), when the size is known.
     pub vcpus: Option<u32>,
-    /// Workloads ([`PodRecord::workload`]) the group is passed over for, with why: an earlier
+    /// Workloads ([`PodRecord::workload`](crate::pods::record::PodRecord::workload)) the group is passed over for, with why: an earlier
     /// scale-up of the group for their pods did not help.
     pub passed_over: Arc<BTreeMap<String, String>>,
     /// A node of the group that registered unlike its generated template predicted: the
-    /// template when no node of the group is Ready (see [`template_for`]).
+    /// template when no node of the group is Ready (see [`template_for`](crate::pods::template::template_for)).
     pub learned: Option<Arc<NodeRecord>>,
 }
 
