@@ -576,7 +576,6 @@ async fn run_arm(trace: &Trace, consolidation: bool, quiet: bool) -> anyhow::Res
     let kube = emulator
         .kube()
         .context("the emulator's Kubernetes side is off")?;
-    let base = emulator.base_url();
     let mut groups = Vec::new();
     for (name, size, zone) in GROUPS {
         let mut seed = ScaleSetSeed::new(SUBSCRIPTION, RESOURCE_GROUP, name, 0);
@@ -594,18 +593,7 @@ async fn run_arm(trace: &Trace, consolidation: bool, quiet: bool) -> anyhow::Res
             max_scale_down_step: None,
         });
     }
-    let stage = Stage {
-        pools: PoolRival {
-            http: http_client(Duration::from_secs(10), None)?,
-            token: state.issue_token(RIVAL),
-            base: base.clone(),
-        },
-        _emulator: emulator,
-        state: state.clone(),
-        base,
-        groups: groups.clone(),
-        dir: tempfile_dir()?,
-    };
+    let stage = Stage::around(emulator, groups.clone())?;
     let kubeconfig = write_kubeconfig(&stage, stage._emulator.kubeconfig())?;
     let secret = stage.register(CLIENT_ID)?;
     let args = DemoArgs {

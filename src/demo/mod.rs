@@ -158,16 +158,12 @@ impl Stage {
             .start()
             .await
             .context("starting the built-in emulator")?;
-        let state = emulator.state();
-        let base = emulator.base_url();
-        let dir = tempfile_dir()?;
-        let groups = node_groups(args.scale_sets, args.duration, args.aks);
+        let stage = Self::around(
+            emulator,
+            node_groups(args.scale_sets, args.duration, args.aks),
+        )?;
+        let (state, groups) = (&stage.state, &stage.groups);
         let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
-        let pools = PoolRival {
-            http: http_client(Duration::from_secs(10), None)?,
-            token: state.issue_token(RIVAL),
-            base: base.clone(),
-        };
         if args.aks {
             let profiles: Vec<serde_json::Value> = groups
                 .iter()
@@ -180,27 +176,42 @@ impl Stage {
                 .collect();
             let seeder = PoolRival {
                 token: state.issue_token("seeder"),
-                ..pools.clone()
+                ..stage.pools.clone()
             };
             seeder
                 .create_cluster(profiles)
                 .await
                 .context("creating the demo's managed cluster")?;
         } else {
-            for g in &groups {
+            for g in groups {
                 let mut seed =
                     ScaleSetSeed::new(SUBSCRIPTION, RESOURCE_GROUP, &g.name, rng.gen_range(1..=8));
                 seed.tags = BTreeMap::from([("team".to_string(), "platform".to_string())]);
                 state.seed_scale_set(seed);
             }
         }
+        Ok(stage)
+    }
+
+    /// A stage around an emulator its caller started (and seeds itself), for `groups`: the
+    /// rival's client and the directory for the secrets and the kubeconfig.
+    fn around(
+        emulator: crate::emulator::EmulatorHandle,
+        groups: Vec<NodeGroupSpec>,
+    ) -> anyhow::Result<Self> {
+        let state = emulator.state();
+        let base = emulator.base_url();
         Ok(Self {
+            pools: PoolRival {
+                http: http_client(Duration::from_secs(10), None)?,
+                token: state.issue_token(RIVAL),
+                base: base.clone(),
+            },
             _emulator: emulator,
             state,
             base,
             groups,
-            pools,
-            dir,
+            dir: tempfile_dir()?,
         })
     }
 

@@ -229,7 +229,6 @@ async fn scenario(args: &DemoArgs, title: &str) -> anyhow::Result<(PodsReport, r
     let kube = emulator
         .kube()
         .context("the emulator's Kubernetes side is off")?;
-    let base = emulator.base_url();
     let groups = groups();
     for (name, size, capacity, tags, zone) in [
         ("general", "Standard_D4s_v5", 1, vec![], None),
@@ -279,18 +278,7 @@ async fn scenario(args: &DemoArgs, title: &str) -> anyhow::Result<(PodsReport, r
             .collect();
         state.seed_scale_set(seed);
     }
-    let stage = Stage {
-        pools: PoolRival {
-            http: http_client(Duration::from_secs(10), None)?,
-            token: state.issue_token(RIVAL),
-            base: base.clone(),
-        },
-        _emulator: emulator,
-        state: state.clone(),
-        base,
-        groups: groups.clone(),
-        dir: tempfile_dir()?,
-    };
+    let stage = Stage::around(emulator, groups.clone())?;
     let kubeconfig = write_kubeconfig(&stage, stage._emulator.kubeconfig())?;
     let secret = stage.register(CLIENT_ID)?;
     let mut settings = stage.settings(
