@@ -1,0 +1,141 @@
+//! The re-check of a node scale-down tainted, pure: after `nodeDeleteDelayAfterTaint`, no pod
+//! landed that the decision did not see (cluster-autoscaler #3886), and the node is still
+//! removable against the cluster as it is now. It judges by the rules [`super::unneeded`]
+//! decided by, and both call the ones here: which pods still count on a node
+//! ([`counts`]), which nodes take pods ([`takes_pods`]), which utilisation keeps a node
+//! ([`threshold_for`]); the node itself is judged by [`super::scale_down::removable`].
+
+use super::fit::NodeState;
+use super::record::{NodeRecord, PodRecord};
+use super::scale_down::{moves, removable};
+use super::topology::{Cluster, NamespaceLabels};
+use super::volumes::Volumes;
+use crate::node_groups::{is_ready, schedulable};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// Whether `pod` still counts on its node for scale-down: a pod deleted long ago that no
+/// kubelet confirms ([`PodRecord::long_terminating`]) neither moves, nor blocks, nor counts in
+/// utilisation.
+pub fn counts(pod: &PodRecord, now: k8s_openapi::jiff::Timestamp) -> bool {
+    !pod.long_terminating(now)
+}
+
+/// Whether `node` takes the pods of a node that goes: Ready, schedulable and not being removed
+/// (`busy`). The others still count for spread and affinity.
+pub fn takes_pods(node: &NodeRecord, busy: &HashSet<String>) -> bool {
+    !busy.contains(&node.name) && is_ready(node) && schedulable(node)
+}
+
+/// The utilisation at or above which a node stays: `configured`
+/// (`scaleDown.utilizationThreshold`), but none for a node whose pods nobody serves (not Ready
+/// past its startup window) or one consolidation chose (its decision has no threshold).
+pub fn threshold_for(configured: f64, no_threshold: bool) -> f64 {
+    if no_threshold {
+        f64::INFINITY
+    } else {
+        configured
+    }
+}
+
+/// What [`recheck`] looks at: the cluster as it is after the taint.
+#[derive(Debug, Clone, Copy)]
+pub struct Recheck<'a> {
+    /// The tainted node.
+    pub node: &'a NodeRecord,
+    /// Uids (or `namespace/name` keys) of the pods that were to move when it was decided.
+    pub planned: &'a [String],
+    /// Every node (the tainted one among them or not).
+    pub nodes: &'a [Arc<NodeRecord>],
+    /// Every pod, wherever it is.
+    pub pods: &'a [Arc<PodRecord>],
+    /// PodDisruptionBudgets, with the status the disruption controller wrote.
+    pub pdbs: &'a [Arc<PodDisruptionBudget>],
+    /// Nodes being removed now (the tainted one among them): never destinations.
+    pub busy: &'a HashSet<String>,
+    /// What the tainted node's pods' claims ask of a destination.
+    pub volumes: &'a Volumes,
+    /// Namespaces' labels, for affinity terms that select namespaces by them.
+    pub namespaces: &'a NamespaceLabels,
+    /// `scaleDown.utilizationThreshold`.
+    pub threshold: f64,
+    /// Chosen as not Ready past its startup window: its utilisation does not keep it.
+    pub unready: bool,
+    /// Chosen by consolidation: its utilisation does not keep it.
+    pub consolidation: bool,
+    /// The wall clock, as the decisions read it.
+    pub now: k8s_openapi::jiff::Timestamp,
+}
+
+/// `Ok` when the tainted node may still go: no pod on it that was not planned, and every pod
+/// that moves still fits on the nodes that take pods, no budget nor annotation forbidding it;
+/// else why not, for the node's `ScaleDownFailed` Event.
+pub fn recheck(input: &Recheck) -> Result<(), String> {
+    let name = input.node.name.as_str();
+    let mut by_node: HashMap<&str, Vec<&Arc<PodRecord>>> = HashMap::new();
+    for p in input.pods.iter().filter(|p| counts(p, input.now)) {
+        if let Some(n) = p.node_name.as_deref() {
+            by_node.entry(n).or_default().push(p);
+        }
+    }
+    let on = |n: &str| by_node.get(n).into_iter().flatten().copied();
+    let planned: HashSet<&str> = input.planned.iter().map(String::as_str).collect();
+    let now_on: Vec<&Arc<PodRecord>> = on(name).filter(|p| moves(p)).collect();
+    if let Some(p) = now_on
+        .iter()
+        .find(|p| !planned.contains(uid_or_key(p).as_str()))
+    {
+        return Err(format!(
+            "pod {} landed on the node after it was chosen",
+            p.key()
+        ));
+    }
+    if now_on.is_empty() {
+        return Ok(());
+    }
+    let state = NodeState::from_node(input.node, on(name));
+    // Destinations: the nodes that take pods. The rest (but this node, whose pods are the
+    // ones moving) still count for spread and affinity.
+    let (others, rest): (Vec<_>, Vec<_>) = input
+        .nodes
+        .iter()
+        .filter(|n| n.name != name)
+        .map(|n| {
+            let mut state = NodeState::from_node(n, on(&n.name));
+            state.set_volume_limits(input.volumes.limits(&n.name));
+            (takes_pods(n, input.busy), state)
+        })
+        .partition(|(room, _)| *room);
+    let others: Vec<NodeState> = others.into_iter().map(|(_, n)| n).collect();
+    let rest: Vec<NodeState> = rest.into_iter().map(|(_, n)| n).collect();
+    let cross_node = state.pods().iter().any(|p| {
+        p.facts().has_cross_node_rules()
+            || (!input.volumes.is_empty() && super::volumes::has_claims(p.spec()))
+    }) || others
+        .iter()
+        .chain(&rest)
+        .flat_map(|n| n.pods())
+        .any(|p| p.facts().has_remote_anti_affinity());
+    let topology = cross_node.then(|| {
+        Cluster::new(others.iter().chain(&rest))
+            .with_volumes(input.volumes)
+            .with_namespaces(input.namespaces)
+    });
+    removable(
+        &state,
+        &input.node.annotations,
+        &others,
+        |_| false,
+        input.pdbs,
+        threshold_for(input.threshold, input.unready || input.consolidation),
+        topology.as_ref(),
+    )
+    .map(|_| ())
+    .map_err(|b| format!("no longer removable: {b}"))
+}
+
+/// How a planned pod is named in a removal: its uid, else `namespace/name`.
+pub fn uid_or_key(p: &PodRecord) -> String {
+    p.uid.clone().unwrap_or_else(|| p.key())
+}
