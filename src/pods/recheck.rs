@@ -139,3 +139,163 @@ pub fn recheck(input: &Recheck) -> Result<(), String> {
 pub fn uid_or_key(p: &PodRecord) -> String {
     p.uid.clone().unwrap_or_else(|| p.key())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(name: &str, cpu: &str) -> Arc<NodeRecord> {
+        Arc::new(NodeRecord::of(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "resourceVersion": "7", "labels": {"kubernetes.io/hostname": name}},
+                "status": {
+                    "allocatable": {"cpu": cpu, "memory": "16Gi", "pods": "110"},
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
+            }))
+            .unwrap(),
+        ))
+    }
+
+    /// A ReplicaSet's pod (movable) of `cpu` on `node`.
+    fn pod(name: &str, node: &str, cpu: &str) -> Arc<PodRecord> {
+        owned(
+            name,
+            node,
+            cpu,
+            json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": true}),
+        )
+    }
+
+    fn owned(name: &str, node: &str, cpu: &str, owner: serde_json::Value) -> Arc<PodRecord> {
+        let owners = if owner.is_null() {
+            json!([])
+        } else {
+            json!([owner])
+        };
+        Arc::new(PodRecord::of(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"), "labels": {"app": "web"},
+                    "ownerReferences": owners},
+                "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
+            }))
+            .unwrap(),
+        ))
+    }
+
+    fn pdb(allowed: i32) -> Arc<PodDisruptionBudget> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": "web", "namespace": "default"},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+                "status": {"disruptionsAllowed": allowed, "currentHealthy": 2, "desiredHealthy": 1, "expectedPods": 2},
+            }))
+            .unwrap(),
+        )
+    }
+
+    struct World {
+        nodes: Vec<Arc<NodeRecord>>,
+        pods: Vec<Arc<PodRecord>>,
+        pdbs: Vec<Arc<PodDisruptionBudget>>,
+        busy: HashSet<String>,
+    }
+
+    impl World {
+        /// `n1` (tainted, being removed) with `a` (0.2 cpu) planned to move; `n2` with room.
+        fn new() -> Self {
+            Self {
+                nodes: vec![node("n1", "4"), node("n2", "4")],
+                pods: vec![pod("a", "n1", "200m")],
+                pdbs: Vec::new(),
+                busy: HashSet::from(["n1".to_string()]),
+            }
+        }
+
+        fn check(&self, planned: &[&str], threshold: f64, unready: bool) -> Result<(), String> {
+            let planned: Vec<String> = planned.iter().map(|p| format!("uid-{p}")).collect();
+            recheck(&Recheck {
+                node: &self.nodes[0],
+                planned: &planned,
+                nodes: &self.nodes,
+                pods: &self.pods,
+                pdbs: &self.pdbs,
+                busy: &self.busy,
+                volumes: Volumes::none(),
+                namespaces: NamespaceLabels::none(),
+                threshold,
+                unready,
+                consolidation: false,
+                now: k8s_openapi::jiff::Timestamp::now(),
+            })
+        }
+    }
+
+    #[test]
+    fn a_node_whose_planned_pods_still_fit_elsewhere_passes_its_recheck() {
+        assert_eq!(World::new().check(&["a"], 0.5, false), Ok(()));
+    }
+
+    #[test]
+    fn a_recheck_rejects_a_node_that_gained_a_pod_the_decision_did_not_see() {
+        let mut w = World::new();
+        // A bare pod (no controller): it could not move at all, and the decision never saw it.
+        w.pods
+            .push(owned("late", "n1", "100m", serde_json::Value::Null));
+        let why = w.check(&["a"], 0.5, false).unwrap_err();
+        assert!(why.contains("pod default/late landed"), "{why}");
+        // DaemonSet pods come and go with every node: one landing changes nothing.
+        let mut w = World::new();
+        w.pods.push(owned(
+            "ds",
+            "n1",
+            "100m",
+            json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "d", "controller": true}),
+        ));
+        assert_eq!(w.check(&["a"], 0.5, false), Ok(()));
+    }
+
+    #[test]
+    fn a_recheck_rejects_a_node_whose_pods_budget_no_longer_allows_a_disruption() {
+        let mut w = World::new();
+        w.pdbs.push(pdb(0));
+        let why = w.check(&["a"], 0.5, false).unwrap_err();
+        assert!(why.starts_with("no longer removable"), "{why}");
+        w.pdbs = vec![pdb(1)];
+        assert_eq!(w.check(&["a"], 0.5, false), Ok(()));
+    }
+
+    #[test]
+    fn a_recheck_never_moves_pods_to_a_node_being_removed_or_cordoned() {
+        let mut w = World::new();
+        w.busy.insert("n2".into());
+        assert!(w.check(&["a"], 0.5, false).is_err(), "n2 is being removed");
+        let mut w = World::new();
+        let mut cordoned = (*w.nodes[1]).clone();
+        cordoned.unschedulable = true;
+        w.nodes[1] = Arc::new(cordoned);
+        assert!(w.check(&["a"], 0.5, false).is_err(), "n2 is cordoned");
+    }
+
+    #[test]
+    fn a_node_filled_up_since_it_was_chosen_stays_unless_it_is_unready() {
+        let mut w = World::new();
+        w.pods.push(pod("b", "n1", "2"));
+        // b was planned too: the node is now above the threshold (2.2 of 4 cpu).
+        let why = w.check(&["a", "b"], 0.5, false).unwrap_err();
+        assert!(why.starts_with("no longer removable"), "{why}");
+        // An unready node's pods are served by no one: its utilisation keeps it nowhere.
+        assert_eq!(w.check(&["a", "b"], 0.5, true), Ok(()));
+        assert_eq!(threshold_for(0.5, true), f64::INFINITY);
+        assert_eq!(threshold_for(0.5, false), 0.5);
+    }
+
+    #[test]
+    fn an_empty_node_passes_its_recheck_without_a_destination() {
+        let mut w = World::new();
+        w.pods.clear();
+        w.nodes.truncate(1);
+        assert_eq!(w.check(&[], 0.5, false), Ok(()));
+    }
+}

@@ -339,3 +339,93 @@ impl LastLook for NodeLook {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reconciler::DeleteRefusal;
+
+    fn shape(b: Batches<()>) -> Vec<Vec<String>> {
+        b.into_batches()
+            .into_iter()
+            .map(|(rs, _)| rs.into_iter().map(|r| r.node).collect())
+            .collect()
+    }
+
+    #[test]
+    fn a_batch_delete_groups_empty_nodes_by_scale_set_and_honours_max_empty_bulk_delete() {
+        let mut b = Batches::new(2);
+        for (node, group) in [
+            ("a1", "a"),
+            ("b1", "b"),
+            ("a2", "a"),
+            ("a3", "a"),
+            ("b2", "b"),
+        ] {
+            b.add(Removal::of(node, node, group, &[]), ());
+        }
+        assert_eq!(
+            shape(b),
+            vec![vec!["a1", "a2"], vec!["b1", "b2"], vec!["a3"]],
+            "one request per scale set, never more than maxEmptyBulkDelete nodes in one"
+        );
+    }
+
+    #[test]
+    fn a_node_with_pods_goes_alone_and_a_consolidations_nodes_of_one_scale_set_go_together() {
+        let mut b = Batches::new(1);
+        b.add(Removal::of("p1", "1", "a", &["uid-x"]), ());
+        b.add(Removal::of("p2", "2", "a", &["uid-y"]), ());
+        b.add(Removal::of("e1", "3", "a", &[]), ());
+        for node in ["c1", "c2", "c3"] {
+            let mut r = Removal::of(node, node, "a", &["uid-z"]);
+            r.consolidation = true;
+            b.add(r, ());
+        }
+        assert_eq!(
+            shape(b),
+            vec![vec!["p1"], vec!["p2"], vec!["e1"], vec!["c1", "c2", "c3"]]
+        );
+    }
+
+    #[test]
+    fn a_delete_that_did_not_happen_untaints_the_node_and_one_of_unknown_outcome_keeps_it() {
+        assert_eq!(ending(&DeleteEnd::Deleted), Ending::Removed);
+        let stopped = |end: DeleteEnd| match ending(&end) {
+            Ending::Stopped { label, .. } => label,
+            other => panic!("{end:?} ended {other:?}"),
+        };
+        assert_eq!(
+            stopped(DeleteEnd::Refused(DeleteRefusal::BelowFloor)),
+            "refused"
+        );
+        assert_eq!(stopped(DeleteEnd::Stopped("pod on it".into())), "aborted");
+        assert_eq!(stopped(DeleteEnd::Failed("500".into())), "delete_failed");
+        assert_eq!(
+            ending(&DeleteEnd::Unknown("lost".into())),
+            Ending::Unknown("lost".into())
+        );
+        // Only a request that reached Azure (or may have) keeps its budget probe.
+        assert!(sent(&DeleteEnd::Deleted) && sent(&DeleteEnd::Failed(String::new())));
+        assert!(sent(&DeleteEnd::Unknown(String::new())));
+        assert!(!sent(&DeleteEnd::Refused(DeleteRefusal::InstanceGone)));
+        assert!(!sent(&DeleteEnd::Stopped(String::new())));
+    }
+
+    #[test]
+    fn after_a_failed_operation_each_node_is_judged_by_its_vm_in_a_fresh_list() {
+        assert_eq!(outcome_after_failed(None, "x"), DeleteEnd::Deleted);
+        assert_eq!(
+            outcome_after_failed(Some("Succeeded"), "x"),
+            DeleteEnd::Failed("x".into())
+        );
+        for state in ["Failed", "Deleting"] {
+            assert_eq!(
+                outcome_after_failed(Some(state), "x"),
+                DeleteEnd::Unknown(format!(
+                    "the delete failed (x) and the VM is listed {state}"
+                ))
+            );
+        }
+    }
+}

@@ -247,3 +247,165 @@ impl Drain<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::nodes::{FreshNode, NodeWriteError};
+    use crate::notify::NoEvents;
+    use crate::pods::record::NodeRecord;
+    use parking_lot::Mutex;
+    use serde_json::json;
+    use std::collections::{HashMap, HashSet};
+
+    fn pod(name: &str) -> Arc<PodRecord> {
+        Arc::new(PodRecord::of(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}")},
+                "spec": {"nodeName": "n1", "containers": [{"name": "c"}]},
+            }))
+            .unwrap(),
+        ))
+    }
+
+    /// The Eviction API in memory: pods a budget protects are refused (429) until released;
+    /// an evicted pod leaves the node at once unless `lingering`.
+    #[derive(Default)]
+    struct Cluster {
+        on_node: Mutex<Vec<Arc<PodRecord>>>,
+        protected: Mutex<HashSet<String>>,
+        lingering: bool,
+        evictions: Mutex<HashMap<String, u32>>,
+    }
+
+    #[async_trait::async_trait]
+    impl NodeActions for Cluster {
+        async fn taint(&self, _: &str, _: &str) -> Result<(), NodeWriteError> {
+            Ok(())
+        }
+        async fn untaint(&self, _: &str) -> Result<(), NodeWriteError> {
+            Ok(())
+        }
+        async fn evict(&self, _: &str, pod: &str, _: Option<&str>) -> EvictOutcome {
+            *self.evictions.lock().entry(pod.to_string()).or_default() += 1;
+            if self.protected.lock().contains(pod) {
+                return EvictOutcome::Blocked(
+                    "Cannot evict pod as it would violate the pod's disruption budget.".into(),
+                );
+            }
+            if !self.lingering {
+                self.on_node.lock().retain(|p| p.name != pod);
+            }
+            EvictOutcome::Evicted
+        }
+        async fn tainted_nodes(&self) -> Result<Vec<String>, NodeWriteError> {
+            Ok(Vec::new())
+        }
+        async fn fresh(&self, _: &str) -> Result<FreshNode, NodeWriteError> {
+            Ok(FreshNode {
+                node: None,
+                pods: Vec::new(),
+            })
+        }
+        async fn list_nodes(&self) -> Result<Vec<NodeRecord>, NodeWriteError> {
+            Ok(Vec::new())
+        }
+    }
+
+    impl Cluster {
+        fn with(pods: &[&str], protected: &[&str]) -> Self {
+            Self {
+                on_node: Mutex::new(pods.iter().map(|p| pod(p)).collect()),
+                protected: Mutex::new(protected.iter().map(|p| p.to_string()).collect()),
+                ..Self::default()
+            }
+        }
+
+        async fn drain(&self, metrics: &Metrics, leading: bool) -> Result<(), String> {
+            Drain {
+                actions: self,
+                metrics,
+                events: &NoEvents,
+                limit: Duration::from_secs(60),
+                leading: &|| leading,
+                pods_on: &|| self.on_node.lock().clone(),
+            }
+            .run("n1", &CancellationToken::new())
+            .await
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drain_evicts_every_pod_and_ends_once_they_are_gone() {
+        let c = Cluster::with(&["a", "b"], &[]);
+        let metrics = Metrics::new();
+        assert_eq!(c.drain(&metrics, true).await, Ok(()));
+        assert!(c.on_node.lock().is_empty());
+        let evicted = metrics.evicted_pods_total.with_label_values(&["evicted"]);
+        assert_eq!(evicted.get(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_node_whose_budget_forbids_eviction_is_not_drained_past_max_pod_eviction_time() {
+        let c = Cluster::with(&["a", "guarded"], &["guarded"]);
+        let metrics = Metrics::new();
+        let started = Instant::now();
+        let why = c.drain(&metrics, true).await.unwrap_err();
+        assert!(
+            why.contains("1 pod(s) could not be evicted within maxPodEvictionTime (60s)")
+                && why.contains("default/guarded"),
+            "{why}"
+        );
+        // Retried every EVICTION_RETRY until the limit, never past it.
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_secs(60) && waited < Duration::from_secs(66));
+        assert_eq!(c.evictions.lock()["guarded"], 13);
+        assert_eq!(
+            c.evictions.lock()["a"],
+            1,
+            "an evicted pod is not evicted again"
+        );
+        let blocked = metrics.evicted_pods_total.with_label_values(&["blocked"]);
+        assert_eq!(blocked.get(), 13);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_budget_that_allows_the_eviction_again_lets_the_drain_finish() {
+        let c = Arc::new(Cluster::with(&["guarded"], &["guarded"]));
+        let release = {
+            let c = c.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(12)).await;
+                c.protected.lock().clear();
+            })
+        };
+        assert_eq!(c.drain(&Metrics::new(), true).await, Ok(()));
+        release.await.unwrap();
+        assert_eq!(
+            c.evictions.lock()["guarded"],
+            4,
+            "0 s, 5 s, 10 s refused; 15 s evicted"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn evicted_pods_that_never_leave_the_node_fail_the_drain() {
+        let c = Cluster {
+            lingering: true,
+            ..Cluster::with(&["a"], &[])
+        };
+        let why = c.drain(&Metrics::new(), true).await.unwrap_err();
+        assert!(
+            why.contains("evicted pods still on the node after 60s (first: default/a)"),
+            "{why}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_replica_that_no_longer_leads_evicts_nothing() {
+        let c = Cluster::with(&["a"], &[]);
+        let why = c.drain(&Metrics::new(), false).await.unwrap_err();
+        assert_eq!(why, "this replica stopped leading");
+        assert!(c.evictions.lock().is_empty());
+    }
+}

@@ -241,3 +241,59 @@ impl Shared {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pods::unneeded::Unneeded;
+
+    fn candidates() -> (Candidates, Vec<NodeGroupSpec>) {
+        let spec = |name: &str| Removal::of("x", "0", name, &[]).group;
+        let unneeded = |node: &str, group: usize, pods: &[&str], unready: bool| Unneeded {
+            node: node.into(),
+            group,
+            instance_id: format!("{node}-id"),
+            resource_version: format!("{node}-rv"),
+            pods: pods.iter().map(|p| p.to_string()).collect(),
+            utilization: 0.1,
+            unready,
+        };
+        let c = Candidates {
+            unneeded: vec![
+                unneeded("a1", 0, &[], false),
+                unneeded("b1", 1, &["uid-p"], false),
+                unneeded("a2", 0, &["uid-q"], true),
+            ],
+            blocked: Default::default(),
+        };
+        (c, vec![spec("a"), spec("b")])
+    }
+
+    #[test]
+    fn only_the_chosen_candidates_go_each_as_the_decision_read_it() {
+        let (c, groups) = candidates();
+        let none = |_: &NodeGroupSpec| None::<String>;
+        let rs = removals_now(&c, &[2, 0], &groups, none);
+        let nodes: Vec<&str> = rs.iter().map(|r| r.node.as_str()).collect();
+        assert_eq!(nodes, ["a2", "a1"], "in the order chosen, b1 not chosen");
+        let a2 = &rs[0];
+        assert_eq!(a2.group.name, "a");
+        assert_eq!(a2.victim.instance_id, "a2-id");
+        assert_eq!(
+            a2.resource_version, "a2-rv",
+            "the taint is written under it"
+        );
+        assert_eq!(a2.pods, ["uid-q"]);
+        assert_eq!((a2.reason(), rs[1].reason()), ("unready", "empty"));
+    }
+
+    #[test]
+    fn a_node_whose_groups_delete_would_be_held_is_not_tainted_and_the_others_go() {
+        let (c, groups) = candidates();
+        let held = |g: &NodeGroupSpec| (g.name == "a").then_some("backoff");
+        let rs = removals_now(&c, &[0, 1, 2], &groups, held);
+        let nodes: Vec<&str> = rs.iter().map(|r| r.node.as_str()).collect();
+        assert_eq!(nodes, ["b1"]);
+        assert_eq!(rs[0].reason(), "underutilized");
+    }
+}

@@ -603,3 +603,31 @@ impl Shared {
         }
     }
 }
+
+#[cfg(test)]
+impl Removal {
+    /// A removal of `node` (instance `id`) in scale set `group`, its `pods` to move (uids).
+    fn of(node: &str, id: &str, group: &str, pods: &[&str]) -> Self {
+        Self {
+            group: NodeGroupSpec {
+                name: group.into(),
+                kind: crate::config::NodeGroupKind::Vmss,
+                resource_group: None,
+                min_size: 0,
+                max_size: 10,
+                desired_capacity: None,
+                schedules: Vec::new(),
+                max_scale_down_step: None,
+            },
+            node: node.into(),
+            victim: Victim {
+                instance_id: id.into(),
+                node_name: node.into(),
+            },
+            resource_version: "7".into(),
+            pods: pods.iter().map(|p| p.to_string()).collect(),
+            unready: false,
+            consolidation: false,
+        }
+    }
+}
