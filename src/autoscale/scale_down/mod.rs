@@ -30,14 +30,14 @@
 //! Nothing is decided while a watch of the cluster is failing ([`ClusterView::failing`]): the
 //! view may miss new pods or new nodes, so scale-down and the deletion of unregistered instances
 //! halt (`scale_down_halted{reason="watch_failing"}`) until every watch has listed afresh.
-
+//!
 //! The actuation is split into units a person can hold (`docs/architecture.md`): this file
-//! keeps the types and the loop (a pass reads as its list of steps); [`eligibility`] decides which
+//! keeps the types and the loop (a pass reads as its list of steps); `eligibility.rs` decides which
 //! candidates may go now and re-checks a tainted node against [`crate::pods::recheck`];
-//! [`drain`] taints, waits, evicts and untaints; [`batch`] groups removals into delete requests
-//! and settles each request's outcome; [`replace`] is consolidation (a replace launches its new
-//! node before any node is tainted); [`instances`] deletes instances with nothing to drain
-//! (never registered, evicted spot VMs); [`unknown`] settles deletes of unknown outcome and the
+//! `drain.rs` taints, waits, evicts and untaints; `batch.rs` groups removals into delete requests
+//! and settles each request's outcome; `replace.rs` is consolidation (a replace launches its new
+//! node before any node is tainted); `instances.rs` deletes instances with nothing to drain
+//! (never registered, evicted spot VMs); `unknown.rs` settles deletes of unknown outcome and the
 //! taints a previous run left behind.
 
 mod batch;
