@@ -13,12 +13,13 @@
 
 use super::fit::NodeState;
 use super::index::PodIndex;
+use super::recheck::{counts, takes_pods, threshold_for, uid_or_key};
 use super::record::NodeRecord;
 use super::scale_down::{moves, pods_to_move, removable_hinted, utilization, Blocker, Hints};
 use super::topology::{Cluster, NamespaceLabels};
 use super::volumes::Volumes;
 use crate::cache::Instance;
-use crate::node_groups::{is_ready, schedulable, Backing, GroupIndex};
+use crate::node_groups::{schedulable, Backing, GroupIndex};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -146,11 +147,7 @@ pub fn unneeded(input: &DownInput) -> Candidates {
         // As it is now: pods of nodes looked at before may have been placed on it.
         let u = utilization(state);
         // An unready node's pods are served by no one: its utilisation keeps it nowhere.
-        let threshold = if c.unready {
-            f64::INFINITY
-        } else {
-            input.threshold
-        };
+        let threshold = threshold_for(input.threshold, c.unready);
         // Cheap first: a non-empty node at or above the threshold needs no simulation.
         if moves_any && u >= threshold {
             out.blocked
@@ -175,10 +172,7 @@ pub fn unneeded(input: &DownInput) -> Candidates {
                     group: c.group,
                     instance_id: c.instance_id,
                     resource_version: c.node.resource_version.clone().unwrap_or_default(),
-                    pods: moving
-                        .iter()
-                        .map(|p| p.uid.clone().unwrap_or_else(|| p.key()))
-                        .collect(),
+                    pods: moving.iter().map(|p| uid_or_key(p)).collect(),
                     utilization: u,
                     unready: c.unready,
                 });
@@ -215,14 +209,8 @@ pub(super) fn listed<'a>(input: &DownInput<'a>) -> Listed<'a> {
             let placed = input.pods.bound(&node.name).cloned().unwrap_or_default();
             // Pods deleted long ago that nobody confirms (a dead kubelet) are gone for
             // scale-down: they neither move, nor block, nor count in utilisation.
-            let mut state = if placed.pods().iter().any(|p| p.long_terminating(input.now)) {
-                NodeState::from_node(
-                    node,
-                    placed
-                        .pods()
-                        .iter()
-                        .filter(|p| !p.long_terminating(input.now)),
-                )
+            let mut state = if placed.pods().iter().any(|p| !counts(p, input.now)) {
+                NodeState::from_node(node, placed.pods().iter().filter(|p| counts(p, input.now)))
             } else {
                 NodeState::with_placed(node, placed)
             };
@@ -239,7 +227,13 @@ pub(super) fn listed<'a>(input: &DownInput<'a>) -> Listed<'a> {
     for (node, state) in input.nodes.iter().zip(states) {
         let n = node.name.as_str();
         let unready = input.unready.contains(n);
-        if input.busy.contains(n) || !(is_ready(node) || unready) || !schedulable(node) {
+        // An unready node is room for its own simulation only (never a destination: see
+        // `not_room`); any other must take pods.
+        let room = match unready {
+            true => !input.busy.contains(n) && schedulable(node),
+            false => takes_pods(node, input.busy),
+        };
+        if !room {
             out.elsewhere.push(state);
             continue;
         }

@@ -4,6 +4,7 @@
 //! and run on the node that stays; every delete carries `If-Match` and no update is lost. A pod
 //! nominated to a candidate while the decision waits for its re-validation abandons it.
 
+use crate::consolidating::{annotate, consolidating, running_web};
 use crate::support;
 
 use k8s_openapi::api::core::v1::Node;
@@ -11,50 +12,11 @@ use serde_json::json;
 use std::time::Duration;
 use support::pod_cluster::Cluster;
 use support::*;
-use vmss_capacity_controller::config::{Budget, BudgetNodes, Settings};
 use vmss_capacity_controller::emulator::sim::PodTemplate;
 use vmss_capacity_controller::kube::nodes::has_our_taint;
 
 const DEAR: &str = "Standard_D8s_v3";
 // (The simulation gives every node about 2 cpu whatever its size; the price is the size's.)
-
-fn consolidating(s: &mut Settings, validation: Duration) {
-    s.scan_interval = Duration::from_millis(300);
-    s.pod_demand.batch_idle = Duration::from_millis(800);
-    s.pod_demand.batch_max = Duration::from_secs(5);
-    s.scale_down.enabled = true;
-    // cluster-autoscaler's policy alone would keep every node: each is above 5%.
-    s.scale_down.utilization_threshold = 0.05;
-    s.scale_down.unneeded_time = Duration::from_secs(1);
-    s.scale_down.delay_after_add = Duration::ZERO;
-    s.scale_down.node_delete_delay_after_taint = Duration::from_millis(300);
-    s.scale_down.max_pod_eviction_time = Duration::from_secs(30);
-    s.consolidation.enabled = true;
-    s.consolidation.validation_delay = validation;
-    s.consolidation.budgets = vec![Budget {
-        nodes: BudgetNodes::Percent(100),
-        reasons: None,
-        schedule: None,
-    }];
-    for g in &mut s.node_groups {
-        g.min_size = 0;
-    }
-}
-
-fn running_web(c: &Cluster) -> Vec<String> {
-    c.kube
-        .list_all("v1", "pods", Some("default"))
-        .into_iter()
-        .filter(|p| p.pointer("/metadata/labels/app").and_then(|v| v.as_str()) == Some("web"))
-        .filter(|p| p.pointer("/status/phase").and_then(|v| v.as_str()) == Some("Running"))
-        .filter(|p| p.pointer("/metadata/deletionTimestamp").is_none())
-        .filter_map(|p| {
-            p.pointer("/spec/nodeName")
-                .and_then(|v| v.as_str())
-                .map(str::to_string)
-        })
-        .collect()
-}
 
 /// Three Ready nodes with one `web` pod each (the simulation's scheduler spreads them), under a
 /// budget that lets one go at a time.
@@ -96,19 +58,6 @@ async fn three_underused_nodes(c: &Cluster) -> Vec<String> {
         annotate(c, n, None).await;
     }
     nodes
-}
-
-async fn annotate(c: &Cluster, node: &str, disabled: Option<&str>) {
-    let api: kube::Api<Node> = kube::Api::all(c.client.clone());
-    let patch = json!({"metadata": {"annotations": {
-        "cluster-autoscaler.kubernetes.io/scale-down-disabled": disabled}}});
-    api.patch(
-        node,
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(&patch),
-    )
-    .await
-    .expect("node annotated");
 }
 
 /// Whether the Events of `reason` come to satisfy `cond` within `patience`.

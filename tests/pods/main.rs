@@ -7,6 +7,7 @@
 mod support;
 
 mod capacity_buffers;
+mod consolidating;
 mod consolidation;
 mod crd;
 mod explain;

@@ -5,14 +5,14 @@
 //! set meanwhile makes that write a 412, re-read and re-planned, and the rival's change stays.
 //! A replacement Azure refuses abandons the replace: nothing tainted, evicted or deleted.
 
+use crate::consolidating::{annotate, consolidating, running_web};
 use crate::support;
 
 use k8s_openapi::api::core::v1::Node;
-use serde_json::json;
 use std::time::Duration;
 use support::pod_cluster::Cluster;
 use support::*;
-use vmss_capacity_controller::config::{Budget, BudgetNodes, Settings};
+use vmss_capacity_controller::config::Settings;
 use vmss_capacity_controller::emulator::sim::PodTemplate;
 use vmss_capacity_controller::emulator::{FaultKind, FaultSpec};
 use vmss_capacity_controller::kube::nodes::has_our_taint;
@@ -23,56 +23,10 @@ const DEAR: &str = "Standard_D2s_v5";
 const CHEAP: &str = "Standard_D4s_v5";
 
 fn replacing(s: &mut Settings) {
-    s.scan_interval = Duration::from_millis(300);
-    s.pod_demand.batch_idle = Duration::from_millis(800);
-    s.pod_demand.batch_max = Duration::from_secs(5);
+    consolidating(s, Duration::from_secs(1));
     s.pod_demand.max_node_provision_time = Duration::from_secs(60);
-    s.scale_down.enabled = true;
-    s.scale_down.utilization_threshold = 0.05;
-    s.scale_down.unneeded_time = Duration::from_secs(1);
-    s.scale_down.delay_after_add = Duration::ZERO;
-    s.scale_down.node_delete_delay_after_taint = Duration::from_millis(300);
-    s.scale_down.max_pod_eviction_time = Duration::from_secs(30);
-    s.consolidation.enabled = true;
-    s.consolidation.validation_delay = Duration::from_secs(1);
-    s.consolidation.budgets = vec![Budget {
-        nodes: BudgetNodes::Percent(100),
-        reasons: None,
-        schedule: None,
-    }];
     s.prices.overrides.insert("dear".into(), 1.0);
     s.prices.overrides.insert("cheap".into(), 0.3);
-    for g in &mut s.node_groups {
-        g.min_size = 0;
-    }
-}
-
-fn running_web(c: &Cluster) -> Vec<String> {
-    c.kube
-        .list_all("v1", "pods", Some("default"))
-        .into_iter()
-        .filter(|p| p.pointer("/metadata/labels/app").and_then(|v| v.as_str()) == Some("web"))
-        .filter(|p| p.pointer("/status/phase").and_then(|v| v.as_str()) == Some("Running"))
-        .filter(|p| p.pointer("/metadata/deletionTimestamp").is_none())
-        .filter_map(|p| {
-            p.pointer("/spec/nodeName")
-                .and_then(|v| v.as_str())
-                .map(str::to_string)
-        })
-        .collect()
-}
-
-async fn annotate(c: &Cluster, node: &str, disabled: Option<&str>) {
-    let api: kube::Api<Node> = kube::Api::all(c.client.clone());
-    let patch = json!({"metadata": {"annotations": {
-        "cluster-autoscaler.kubernetes.io/scale-down-disabled": disabled}}});
-    api.patch(
-        node,
-        &kube::api::PatchParams::default(),
-        &kube::api::Patch::Merge(&patch),
-    )
-    .await
-    .expect("node annotated");
 }
 
 /// Two Ready dear nodes with one 1.2-cpu `web` pod each (neither fits beside the other).

@@ -1,0 +1,301 @@
+//! The re-check of a node scale-down tainted, pure: after `nodeDeleteDelayAfterTaint`, no pod
+//! landed that the decision did not see (cluster-autoscaler #3886), and the node is still
+//! removable against the cluster as it is now. It judges by the rules [`super::unneeded`]
+//! decided by, and both call the ones here: which pods still count on a node
+//! ([`counts`]), which nodes take pods ([`takes_pods`]), which utilisation keeps a node
+//! ([`threshold_for`]); the node itself is judged by [`super::scale_down::removable`].
+
+use super::fit::NodeState;
+use super::record::{NodeRecord, PodRecord};
+use super::scale_down::{moves, removable};
+use super::topology::{Cluster, NamespaceLabels};
+use super::volumes::Volumes;
+use crate::node_groups::{is_ready, schedulable};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// Whether `pod` still counts on its node for scale-down: a pod deleted long ago that no
+/// kubelet confirms ([`PodRecord::long_terminating`]) neither moves, nor blocks, nor counts in
+/// utilisation.
+pub fn counts(pod: &PodRecord, now: k8s_openapi::jiff::Timestamp) -> bool {
+    !pod.long_terminating(now)
+}
+
+/// Whether `node` takes the pods of a node that goes: Ready, schedulable and not being removed
+/// (`busy`). The others still count for spread and affinity.
+pub fn takes_pods(node: &NodeRecord, busy: &HashSet<String>) -> bool {
+    !busy.contains(&node.name) && is_ready(node) && schedulable(node)
+}
+
+/// The utilisation at or above which a node stays: `configured`
+/// (`scaleDown.utilizationThreshold`), but none for a node whose pods nobody serves (not Ready
+/// past its startup window) or one consolidation chose (its decision has no threshold).
+pub fn threshold_for(configured: f64, no_threshold: bool) -> f64 {
+    if no_threshold {
+        f64::INFINITY
+    } else {
+        configured
+    }
+}
+
+/// What [`recheck`] looks at: the cluster as it is after the taint.
+#[derive(Debug, Clone, Copy)]
+pub struct Recheck<'a> {
+    /// The tainted node.
+    pub node: &'a NodeRecord,
+    /// Uids (or `namespace/name` keys) of the pods that were to move when it was decided.
+    pub planned: &'a [String],
+    /// Every node (the tainted one among them or not).
+    pub nodes: &'a [Arc<NodeRecord>],
+    /// Every pod, wherever it is.
+    pub pods: &'a [Arc<PodRecord>],
+    /// PodDisruptionBudgets, with the status the disruption controller wrote.
+    pub pdbs: &'a [Arc<PodDisruptionBudget>],
+    /// Nodes being removed now (the tainted one among them): never destinations.
+    pub busy: &'a HashSet<String>,
+    /// What the tainted node's pods' claims ask of a destination.
+    pub volumes: &'a Volumes,
+    /// Namespaces' labels, for affinity terms that select namespaces by them.
+    pub namespaces: &'a NamespaceLabels,
+    /// `scaleDown.utilizationThreshold`.
+    pub threshold: f64,
+    /// Chosen as not Ready past its startup window: its utilisation does not keep it.
+    pub unready: bool,
+    /// Chosen by consolidation: its utilisation does not keep it.
+    pub consolidation: bool,
+    /// The wall clock, as the decisions read it.
+    pub now: k8s_openapi::jiff::Timestamp,
+}
+
+/// `Ok` when the tainted node may still go: no pod on it that was not planned, and every pod
+/// that moves still fits on the nodes that take pods, no budget nor annotation forbidding it;
+/// else why not, for the node's `ScaleDownFailed` Event.
+pub fn recheck(input: &Recheck) -> Result<(), String> {
+    let name = input.node.name.as_str();
+    let mut by_node: HashMap<&str, Vec<&Arc<PodRecord>>> = HashMap::new();
+    for p in input.pods.iter().filter(|p| counts(p, input.now)) {
+        if let Some(n) = p.node_name.as_deref() {
+            by_node.entry(n).or_default().push(p);
+        }
+    }
+    let on = |n: &str| by_node.get(n).into_iter().flatten().copied();
+    let planned: HashSet<&str> = input.planned.iter().map(String::as_str).collect();
+    let now_on: Vec<&Arc<PodRecord>> = on(name).filter(|p| moves(p)).collect();
+    if let Some(p) = now_on
+        .iter()
+        .find(|p| !planned.contains(uid_or_key(p).as_str()))
+    {
+        return Err(format!(
+            "pod {} landed on the node after it was chosen",
+            p.key()
+        ));
+    }
+    if now_on.is_empty() {
+        return Ok(());
+    }
+    let state = NodeState::from_node(input.node, on(name));
+    // Destinations: the nodes that take pods. The rest (but this node, whose pods are the
+    // ones moving) still count for spread and affinity.
+    let (others, rest): (Vec<_>, Vec<_>) = input
+        .nodes
+        .iter()
+        .filter(|n| n.name != name)
+        .map(|n| {
+            let mut state = NodeState::from_node(n, on(&n.name));
+            state.set_volume_limits(input.volumes.limits(&n.name));
+            (takes_pods(n, input.busy), state)
+        })
+        .partition(|(room, _)| *room);
+    let others: Vec<NodeState> = others.into_iter().map(|(_, n)| n).collect();
+    let rest: Vec<NodeState> = rest.into_iter().map(|(_, n)| n).collect();
+    let cross_node = state.pods().iter().any(|p| {
+        p.facts().has_cross_node_rules()
+            || (!input.volumes.is_empty() && super::volumes::has_claims(p.spec()))
+    }) || others
+        .iter()
+        .chain(&rest)
+        .flat_map(|n| n.pods())
+        .any(|p| p.facts().has_remote_anti_affinity());
+    let topology = cross_node.then(|| {
+        Cluster::new(others.iter().chain(&rest))
+            .with_volumes(input.volumes)
+            .with_namespaces(input.namespaces)
+    });
+    removable(
+        &state,
+        &input.node.annotations,
+        &others,
+        |_| false,
+        input.pdbs,
+        threshold_for(input.threshold, input.unready || input.consolidation),
+        topology.as_ref(),
+    )
+    .map(|_| ())
+    .map_err(|b| format!("no longer removable: {b}"))
+}
+
+/// How a planned pod is named in a removal: its uid, else `namespace/name`.
+pub fn uid_or_key(p: &PodRecord) -> String {
+    p.uid.clone().unwrap_or_else(|| p.key())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(name: &str, cpu: &str) -> Arc<NodeRecord> {
+        Arc::new(NodeRecord::of(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "resourceVersion": "7", "labels": {"kubernetes.io/hostname": name}},
+                "status": {
+                    "allocatable": {"cpu": cpu, "memory": "16Gi", "pods": "110"},
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
+            }))
+            .unwrap(),
+        ))
+    }
+
+    /// A ReplicaSet's pod (movable) of `cpu` on `node`.
+    fn pod(name: &str, node: &str, cpu: &str) -> Arc<PodRecord> {
+        owned(
+            name,
+            node,
+            cpu,
+            json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": true}),
+        )
+    }
+
+    fn owned(name: &str, node: &str, cpu: &str, owner: serde_json::Value) -> Arc<PodRecord> {
+        let owners = if owner.is_null() {
+            json!([])
+        } else {
+            json!([owner])
+        };
+        Arc::new(PodRecord::of(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"), "labels": {"app": "web"},
+                    "ownerReferences": owners},
+                "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
+            }))
+            .unwrap(),
+        ))
+    }
+
+    fn pdb(allowed: i32) -> Arc<PodDisruptionBudget> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": "web", "namespace": "default"},
+                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
+                "status": {"disruptionsAllowed": allowed, "currentHealthy": 2, "desiredHealthy": 1, "expectedPods": 2},
+            }))
+            .unwrap(),
+        )
+    }
+
+    struct World {
+        nodes: Vec<Arc<NodeRecord>>,
+        pods: Vec<Arc<PodRecord>>,
+        pdbs: Vec<Arc<PodDisruptionBudget>>,
+        busy: HashSet<String>,
+    }
+
+    impl World {
+        /// `n1` (tainted, being removed) with `a` (0.2 cpu) planned to move; `n2` with room.
+        fn new() -> Self {
+            Self {
+                nodes: vec![node("n1", "4"), node("n2", "4")],
+                pods: vec![pod("a", "n1", "200m")],
+                pdbs: Vec::new(),
+                busy: HashSet::from(["n1".to_string()]),
+            }
+        }
+
+        fn check(&self, planned: &[&str], threshold: f64, unready: bool) -> Result<(), String> {
+            let planned: Vec<String> = planned.iter().map(|p| format!("uid-{p}")).collect();
+            recheck(&Recheck {
+                node: &self.nodes[0],
+                planned: &planned,
+                nodes: &self.nodes,
+                pods: &self.pods,
+                pdbs: &self.pdbs,
+                busy: &self.busy,
+                volumes: Volumes::none(),
+                namespaces: NamespaceLabels::none(),
+                threshold,
+                unready,
+                consolidation: false,
+                now: k8s_openapi::jiff::Timestamp::now(),
+            })
+        }
+    }
+
+    #[test]
+    fn a_node_whose_planned_pods_still_fit_elsewhere_passes_its_recheck() {
+        assert_eq!(World::new().check(&["a"], 0.5, false), Ok(()));
+    }
+
+    #[test]
+    fn a_recheck_rejects_a_node_that_gained_a_pod_the_decision_did_not_see() {
+        let mut w = World::new();
+        // A bare pod (no controller): it could not move at all, and the decision never saw it.
+        w.pods
+            .push(owned("late", "n1", "100m", serde_json::Value::Null));
+        let why = w.check(&["a"], 0.5, false).unwrap_err();
+        assert!(why.contains("pod default/late landed"), "{why}");
+        // DaemonSet pods come and go with every node: one landing changes nothing.
+        let mut w = World::new();
+        w.pods.push(owned(
+            "ds",
+            "n1",
+            "100m",
+            json!({"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "d", "controller": true}),
+        ));
+        assert_eq!(w.check(&["a"], 0.5, false), Ok(()));
+    }
+
+    #[test]
+    fn a_recheck_rejects_a_node_whose_pods_budget_no_longer_allows_a_disruption() {
+        let mut w = World::new();
+        w.pdbs.push(pdb(0));
+        let why = w.check(&["a"], 0.5, false).unwrap_err();
+        assert!(why.starts_with("no longer removable"), "{why}");
+        w.pdbs = vec![pdb(1)];
+        assert_eq!(w.check(&["a"], 0.5, false), Ok(()));
+    }
+
+    #[test]
+    fn a_recheck_never_moves_pods_to_a_node_being_removed_or_cordoned() {
+        let mut w = World::new();
+        w.busy.insert("n2".into());
+        assert!(w.check(&["a"], 0.5, false).is_err(), "n2 is being removed");
+        let mut w = World::new();
+        let mut cordoned = (*w.nodes[1]).clone();
+        cordoned.unschedulable = true;
+        w.nodes[1] = Arc::new(cordoned);
+        assert!(w.check(&["a"], 0.5, false).is_err(), "n2 is cordoned");
+    }
+
+    #[test]
+    fn a_node_filled_up_since_it_was_chosen_stays_unless_it_is_unready() {
+        let mut w = World::new();
+        w.pods.push(pod("b", "n1", "2"));
+        // b was planned too: the node is now above the threshold (2.2 of 4 cpu).
+        let why = w.check(&["a", "b"], 0.5, false).unwrap_err();
+        assert!(why.starts_with("no longer removable"), "{why}");
+        // An unready node's pods are served by no one: its utilisation keeps it nowhere.
+        assert_eq!(w.check(&["a", "b"], 0.5, true), Ok(()));
+        assert_eq!(threshold_for(0.5, true), f64::INFINITY);
+        assert_eq!(threshold_for(0.5, false), 0.5);
+    }
+
+    #[test]
+    fn an_empty_node_passes_its_recheck_without_a_destination() {
+        let mut w = World::new();
+        w.pods.clear();
+        w.nodes.truncate(1);
+        assert_eq!(w.check(&[], 0.5, false), Ok(()));
+    }
+}
