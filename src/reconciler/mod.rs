@@ -123,28 +123,18 @@ struct TokenBucket {
     last: Instant,
 }
 
+/// What only writing needs of a group. What was observed of it (the ETag known, staleness,
+/// foreign writes, the last write and 412, the target, the held reason, the backoff's end) is
+/// reported to [`NodeGroups`] and read back from there.
 #[derive(Debug)]
 struct GroupState {
-    /// The last ETag we saw or produced: a different one on a read means another writer.
-    known_etag: Option<String>,
-    /// An ambiguous write or a failed operation: GET before the next write.
-    stale: bool,
     in_flight: bool,
-    backoff_until: Option<Instant>,
+    /// Failed writes in a row: how long the next backoff lasts (its end is reported to
+    /// [`NodeGroups::set_write_backoff`]).
     backoff_attempts: u32,
     budget: TokenBucket,
     /// The refusal last logged (logged again only when it changes).
     refusal: Option<WriteRefusal>,
-    /// What the last plan wanted for the group (the status snapshot).
-    target: Option<i64>,
-    /// The last write sent and its result (the status snapshot).
-    last_write: Option<WriteRecord>,
-    /// The last 412 and how it ended (the status snapshot).
-    last_conflict: Option<ConflictRecord>,
-    /// Foreign writes seen (the status snapshot).
-    foreign_writes: u64,
-    /// Why the last planned write was not sent; cleared when a write is sent or none is planned.
-    held: Option<HoldReason>,
     /// When the plan first asked this group for more capacity than it has, while that is still
     /// unmet: the age that orders retries after a 429 (see [`retry`]).
     wanting_since: Option<Instant>,
@@ -272,7 +262,6 @@ impl ReconcilerBuilder {
                 deletes: tokio::sync::Mutex::new(()),
                 scale_down_halted: Mutex::new(None),
                 unneeded: Mutex::new(BTreeMap::new()),
-                provision_backoff: Mutex::new(BTreeMap::new()),
                 demand: self.demand,
                 clock: self.clock,
                 state: Mutex::new(HashMap::new()),
@@ -325,9 +314,6 @@ struct Inner {
     /// The wall-clock time is fixed when a node is first reported, so the status shows the
     /// same instant on every write.
     unneeded: Mutex<BTreeMap<String, Vec<UnneededSince>>>,
-    /// Groups the scale-up loop passes over because requested nodes did not register within
-    /// `maxNodeProvisionTime`, and until when (for the status).
-    provision_backoff: Mutex<BTreeMap<String, Instant>>,
 }
 
 /// An unneeded node: since when on the monotonic clock, and as wall-clock time.
@@ -392,20 +378,6 @@ impl Reconciler {
         self.inner.wake.notify_one();
     }
 
-    /// Why capacity writes to `name` wait now for a reason of the group's own (its offering
-    /// unavailable, a backoff after errors), if they do: scale-up passes over such a group.
-    pub fn group_hold(&self, name: &str) -> Option<HoldReason> {
-        if let Some(u) = self.inner.node_groups.unavailable(name) {
-            return Some(HoldReason::Unavailable(u.failure));
-        }
-        let now = Instant::now();
-        let state = self.inner.state.lock();
-        let s = state.get(name)?;
-        s.backoff_until
-            .is_some_and(|t| t > now)
-            .then_some(HoldReason::Backoff)
-    }
-
     /// Records why scale-down is halted (`None`: it is not), shown in [`Reconciler::status`].
     pub fn set_scale_down_halted(&self, why: Option<String>) {
         *self.inner.scale_down_halted.lock() = why;
@@ -449,18 +421,12 @@ impl Reconciler {
             .collect()
     }
 
-    /// Records the groups the scale-up loop passes over after a `maxNodeProvisionTime`
-    /// timeout, and until when (the status shows them).
-    pub fn set_provision_backoff(&self, per_group: BTreeMap<String, Instant>) {
-        *self.inner.provision_backoff.lock() = per_group;
-    }
-
     /// Forgets `group`'s size and instances (a delete was seen to have happened after its
     /// outcome was unknown): the next read is fresh, and the entry is re-read before a write.
     pub fn invalidate_size(&self, group: &str) {
         self.inner.node_groups.sizes().invalidate(group);
         self.inner.node_groups.instances().invalidate(group);
-        self.inner.with_state(group, |s| s.stale = true);
+        self.inner.node_groups.set_stale(group, true);
     }
 
     /// Reads `name`'s resource afresh now (one GET) and forgets its instances: a node of the
@@ -605,28 +571,28 @@ impl Inner {
         };
         let snapshot = self.node_groups.scale_sets().snapshot();
         let halted = self.scale_down_halted.lock().clone();
-        let provision = self.provision_backoff.lock().clone();
         let unneeded = self.unneeded.lock().clone();
-        let state = self.state.lock();
         self.groups()
             .iter()
             .map(|g| {
                 let entry = snapshot.get(&g.name).map(|e| &e.scale_set);
-                let s = state.get(&g.name);
+                let o = self.node_groups.observed(&g.name);
+                let health = self.node_groups.health(&g.name);
                 GroupStatus {
                     name: g.name.clone(),
                     kind: g.kind.as_str().to_string(),
                     min_size: g.min_size,
                     max_size: g.max_size,
-                    target: s.and_then(|s| s.target),
+                    target: o.target,
                     capacity: entry.and_then(|e| e.capacity),
-                    etag: s
-                        .and_then(|s| s.known_etag.clone())
+                    etag: o
+                        .known_etag
+                        .clone()
                         .or_else(|| entry.and_then(|e| e.etag.clone())),
-                    last_write: s.and_then(|s| s.last_write.clone()),
-                    last_conflict: s.and_then(|s| s.last_conflict.clone()),
-                    foreign_writes: s.map_or(0, |s| s.foreign_writes),
-                    backoff_until: until(s.and_then(|s| s.backoff_until)),
+                    last_write: o.last_write.clone(),
+                    last_conflict: o.last_conflict.clone(),
+                    foreign_writes: o.foreign_writes,
+                    backoff_until: until(o.backoff_until),
                     unavailable: self.node_groups.unavailable(&g.name).map(|u| {
                         crate::notify::UnavailableStatus {
                             reason: u.failure.label().to_string(),
@@ -634,11 +600,9 @@ impl Inner {
                             message: u.message,
                         }
                     }),
-                    held: s
-                        .and_then(|s| s.held.or(s.refusal.map(HoldReason::Refused)))
-                        .map(|r| r.metric_label().to_string()),
+                    held: health.held().map(|r| r.metric_label().to_string()),
                     scale_down_halted: halted.clone(),
-                    provision_backoff_until: until(provision.get(&g.name).copied()),
+                    provision_backoff_until: until(o.provision_backoff_until),
                     unneeded: unneeded
                         .get(&g.name)
                         .map(|nodes| {
@@ -669,10 +633,7 @@ impl Inner {
             to,
             result: result.to_string(),
         };
-        self.with_state(name, |s| {
-            s.last_write = Some(record);
-            s.held = None;
-        });
+        self.node_groups.wrote(name, record);
     }
 
     async fn run_once(self: Arc<Self>) -> Result<PassReport, ReconcileError> {
@@ -968,17 +929,9 @@ impl Inner {
 
     fn new_group_state(&self, name: &str) -> GroupState {
         GroupState {
-            known_etag: None,
-            stale: false,
             in_flight: false,
-            backoff_until: None,
             backoff_attempts: 0,
             refusal: None,
-            target: None,
-            last_write: None,
-            last_conflict: None,
-            foreign_writes: 0,
-            held: None,
             wanting_since: None,
             turn_at: None,
             probe_granted: None,
@@ -1004,13 +957,8 @@ impl Inner {
             return;
         };
         let managed = self.groups().iter().any(|g| g.name == fresh.name);
-        let foreign = self.with_state(&fresh.name, |s| {
-            let foreign = s.known_etag.as_ref().is_some_and(|k| *k != etag);
-            s.known_etag = Some(etag.clone());
-            foreign
-        });
+        let foreign = self.node_groups.saw_etag(&fresh.name, &etag, managed);
         if foreign && managed {
-            self.with_state(&fresh.name, |s| s.foreign_writes += 1);
             self.metrics
                 .foreign_writes_total
                 .with_label_values(&[&fresh.name])
@@ -1077,13 +1025,8 @@ impl Inner {
                 .set(i64::from(g.max_size));
             let target = desired.get(name).copied().flatten();
             let planned = changes.iter().any(|c| c.scale_set == name);
-            self.with_state(name, |s| {
-                s.target = target.or(s.target);
-                if !planned {
-                    // Nothing to write this pass: nothing is held.
-                    s.held = None;
-                }
-            });
+            // Nothing to write this pass: nothing is held.
+            self.node_groups.planned(name, target, planned);
             if let Some(Some(d)) = desired.get(name) {
                 self.metrics
                     .scale_set_desired_capacity
@@ -1170,7 +1113,7 @@ impl Inner {
             return (WriteEnd::Held, false);
         }
         let etag_on = self.settings.enable_vmss_etag;
-        let stale = self.with_state(name, |s| s.stale);
+        let stale = self.node_groups.stale(name);
         let mut current = cached;
         let mut target = change.to;
         let needs_get = stale
@@ -1180,7 +1123,7 @@ impl Inner {
             let why = if stale { "stale" } else { "no_etag" };
             match self.fresh_read(group, resource.as_ref(), why).await {
                 Ok(Some(fresh)) => {
-                    self.with_state(name, |s| s.stale = false);
+                    self.node_groups.set_stale(name, false);
                     match fresh.capacity.and_then(|c| {
                         planner::target_for(group, c, self.demand.as_ref(), (self.clock)())
                     }) {
@@ -1336,7 +1279,7 @@ impl Inner {
             .cache_invalidations_total
             .with_label_values(&["instance", "own_write"])
             .inc();
-        self.with_state(name, |s| s.known_etag = etag.clone());
+        self.node_groups.adopt_etag(name, etag.clone());
         self.clear_backoff(name);
         self.metrics
             .capacity_writes_total
@@ -1393,7 +1336,7 @@ impl Inner {
                 at: rfc3339(OffsetDateTime::now_utc()),
                 outcome: o.to_string(),
             };
-            self.with_state(name, |s| s.last_conflict = Some(record));
+            self.node_groups.conflicted(name, record);
             self.metrics
                 .etag_conflicts_total
                 .with_label_values(&[name, o])
@@ -1425,7 +1368,7 @@ impl Inner {
             }
             Err(e) => {
                 outcome("gave_up");
-                self.with_state(name, |s| s.stale = true);
+                self.node_groups.set_stale(name, true);
                 return self.write_error(name, &e);
             }
         };
@@ -1496,7 +1439,8 @@ impl Inner {
                 self.invalidate_after_conflict(name);
                 outcome("gave_up");
                 if let ConflictStrategy::RetryOnceThenBackoff { backoff } = strategy {
-                    self.with_state(name, |s| s.backoff_until = Some(Instant::now() + backoff));
+                    self.node_groups
+                        .set_write_backoff(name, Some(Instant::now() + backoff));
                     warn!(
                         scale_set = name,
                         backoff_secs = backoff.as_secs(),
@@ -1532,7 +1476,7 @@ impl Inner {
             .cache_invalidations_total
             .with_label_values(&["scale_set", "gone"])
             .inc();
-        self.with_state(name, |s| s.known_etag = None);
+        self.node_groups.adopt_etag(name, None);
         WriteEnd::Failed
     }
 
@@ -1566,7 +1510,7 @@ impl Inner {
                 WriteEnd::Failed
             }
             ArmError::Ambiguous { .. } => {
-                self.with_state(name, |s| s.stale = true);
+                self.node_groups.set_stale(name, true);
                 self.node_groups.sizes().invalidate(name);
                 self.metrics
                     .cache_invalidations_total
@@ -1588,19 +1532,18 @@ impl Inner {
 
     /// A write to `name` succeeded: its backoff ends and starts from the base again.
     fn clear_backoff(&self, name: &str) {
-        self.with_state(name, |s| {
-            s.backoff_attempts = 0;
-            s.backoff_until = None;
-        });
+        self.with_state(name, |s| s.backoff_attempts = 0);
+        self.node_groups.set_write_backoff(name, None);
     }
 
     fn backoff(&self, name: &str) {
-        self.with_state(name, |s| {
+        let until = self.with_state(name, |s| {
             s.backoff_attempts = s.backoff_attempts.saturating_add(1);
             let exp =
                 BACKOFF_BASE.saturating_mul(1 << s.backoff_attempts.min(10).saturating_sub(1));
-            s.backoff_until = Some(Instant::now() + jittered(exp.min(BACKOFF_CAP), 0.2));
+            Instant::now() + jittered(exp.min(BACKOFF_CAP), 0.2)
         });
+        self.node_groups.set_write_backoff(name, Some(until));
     }
 
     /// Follows the write's `Azure-AsyncOperation` in the background; adopts the final ETag on
@@ -1641,10 +1584,10 @@ impl Inner {
                 let Ok(Some(fresh)) = resource.get(name).await else {
                     return;
                 };
-                let ours = self.with_state(name, |s| s.known_etag == adopted)
-                    && fresh.capacity == Some(written);
+                let ours =
+                    self.node_groups.known_etag(name) == adopted && fresh.capacity == Some(written);
                 if ours {
-                    self.with_state(name, |s| s.known_etag = fresh.etag.clone());
+                    self.node_groups.adopt_etag(name, fresh.etag.clone());
                 } else {
                     self.observe(&fresh);
                 }
@@ -1677,7 +1620,7 @@ impl Inner {
             .cache_invalidations_total
             .with_label_values(&["instance", "operation_failed"])
             .inc();
-        self.with_state(name, |s| s.stale = true);
+        self.node_groups.set_stale(name, true);
     }
 }
 
