@@ -13,7 +13,8 @@
 
 use crate::capacity::AllocationFailure;
 use crate::hold::{HoldReason, WriteRefusal};
-use crate::notify::{ConflictRecord, WriteRecord};
+use crate::notify::{ConflictRecord, GroupStatus, WriteRecord};
+use k8s_openapi::jiff::Timestamp;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -173,6 +174,44 @@ impl Health {
                     _ => None,
                 })
             })
+    }
+}
+
+impl Health {
+    /// The causes a running controller's status (`status`, as written to its ConfigMap) shows
+    /// at `now`, in the same precedence: what `explain` asks in the loops' stead. An
+    /// unavailable offering, a write backoff, a provisioning timeout (`limit`:
+    /// `maxNodeProvisionTime`), "did not help"; marks that ran out by `now` are over. The write
+    /// refusal is not in a status (`explain` reads the resource itself) and a held write's
+    /// reason is shown as written.
+    pub fn from_status(status: &GroupStatus, now: Timestamp, limit: Duration) -> Self {
+        let left = |until: Option<&String>| -> Option<Duration> {
+            let until: Timestamp = until?.parse().ok()?;
+            (until > now).then(|| Duration::try_from(until.duration_since(now)).unwrap_or_default())
+        };
+        let mut causes = Vec::new();
+        if let Some(u) = &status.unavailable {
+            if let (Some(failure), Some(left)) = (
+                AllocationFailure::from_label(&u.reason),
+                left(Some(&u.until)),
+            ) {
+                causes.push(Unhealthy::Unavailable { failure, left });
+            }
+        }
+        if left(status.backoff_until.as_ref()).is_some() {
+            causes.push(Unhealthy::WriteBackoff);
+        }
+        if let Some(left) = left(status.provision_backoff_until.as_ref()) {
+            causes.push(Unhealthy::ProvisionTimeout { limit, left });
+        }
+        if let Some(left) = status
+            .not_helped
+            .as_ref()
+            .and_then(|n| left(Some(&n.until)))
+        {
+            causes.push(Unhealthy::NotHelped { left });
+        }
+        Self::of(causes)
     }
 }
 

@@ -12,10 +12,13 @@
 //! [`NodeGroups::set_write_backoff`], ...); what only writing needs (in flight, the write
 //! budget's token bucket, the backoff's attempts, a 429's turn) stays with the reconciler.
 
+pub mod ca_status;
 mod health;
 mod matching;
+mod status;
 
 pub use health::{Health, Observed, Unhealthy};
+pub use status::rfc3339;
 
 pub use matching::{
     backing, is_ready, is_starting, parse_provider_id, registered_per_group, scale_set_key,
@@ -88,6 +91,8 @@ pub struct NodeGroups {
     learned: Mutex<BTreeMap<String, Learned>>,
     /// What the writer and the loops reported of each group ([`Observed`]).
     observed: Mutex<HashMap<String, Observed>>,
+    /// What the scale-down loop reported for the status (unneeded nodes, its halt).
+    status: status::Reported,
 }
 
 /// What registered nodes taught about a group (see [`crate::autoscale::follow_up`]).
@@ -137,6 +142,7 @@ impl NodeGroups {
             stopped: tokio::sync::watch::Sender::new(0),
             learned: Mutex::new(BTreeMap::new()),
             observed: Mutex::new(HashMap::new()),
+            status: status::Reported::default(),
             settings,
             resources,
             metrics,

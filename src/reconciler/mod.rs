@@ -32,14 +32,14 @@ use crate::config::{ConflictStrategy, NodeGroupSpec, Settings, WriteBudget};
 use crate::fence::{Unfenced, WriteFence};
 use crate::hold::{HoldReason, WriteRefusal};
 use crate::metrics::Metrics;
-use crate::node_groups::NodeGroups;
+use crate::node_groups::{rfc3339, NodeGroups};
 use crate::notify::{
     ConflictRecord, ControllerEvent, EventSink, GroupStatus, NoEvents, WriteRecord,
 };
 use crate::planner::{self, CapacityChange, ConfiguredDemand, DemandSource, Hold};
 use crate::resource::{CapacityResource, Resources};
 use parking_lot::Mutex;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -260,8 +260,6 @@ impl ReconcilerBuilder {
                 health: Health::new(settings.scan_interval),
                 wake: tokio::sync::Notify::new(),
                 deletes: tokio::sync::Mutex::new(()),
-                scale_down_halted: Mutex::new(None),
-                unneeded: Mutex::new(BTreeMap::new()),
                 demand: self.demand,
                 clock: self.clock,
                 state: Mutex::new(HashMap::new()),
@@ -307,17 +305,7 @@ struct Inner {
     wake: tokio::sync::Notify,
     /// One instance deletion at a time: its fresh read, checks and delete are one step.
     deletes: tokio::sync::Mutex<()>,
-    /// Why scale-down is halted, as the scale-down loop last said (for the status).
-    scale_down_halted: Mutex<Option<String>>,
-    /// Unneeded nodes per group at the last scale-down pass, with since when (for both
-    /// status ConfigMaps).
-    /// The wall-clock time is fixed when a node is first reported, so the status shows the
-    /// same instant on every write.
-    unneeded: Mutex<BTreeMap<String, Vec<UnneededSince>>>,
 }
-
-/// An unneeded node: since when on the monotonic clock, and as wall-clock time.
-type UnneededSince = (String, Instant, OffsetDateTime);
 
 impl std::fmt::Debug for Reconciler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -376,49 +364,6 @@ impl Reconciler {
     /// pending: wakes while a pass runs start the next one as soon as it ends).
     pub fn wake(&self) {
         self.inner.wake.notify_one();
-    }
-
-    /// Records why scale-down is halted (`None`: it is not), shown in [`Reconciler::status`].
-    pub fn set_scale_down_halted(&self, why: Option<String>) {
-        *self.inner.scale_down_halted.lock() = why;
-    }
-
-    /// Records the unneeded nodes per group the last scale-down pass found, each with since
-    /// when it has been unneeded.
-    pub fn set_unneeded(&self, per_group: BTreeMap<String, Vec<(String, Instant)>>) {
-        let (now, wall) = (Instant::now(), OffsetDateTime::now_utc());
-        let mut current = self.inner.unneeded.lock();
-        let known: HashMap<(String, Instant), OffsetDateTime> = current
-            .values()
-            .flatten()
-            .map(|(n, since, at)| ((n.clone(), *since), *at))
-            .collect();
-        *current = per_group
-            .into_iter()
-            .map(|(g, nodes)| {
-                let nodes = nodes
-                    .into_iter()
-                    .map(|(n, since)| {
-                        let at = known
-                            .get(&(n.clone(), since))
-                            .copied()
-                            .unwrap_or_else(|| wall - now.saturating_duration_since(since));
-                        (n, since, at)
-                    })
-                    .collect();
-                (g, nodes)
-            })
-            .collect();
-    }
-
-    /// Unneeded nodes per group at the last scale-down pass (empty without scale-down).
-    pub fn unneeded(&self) -> BTreeMap<String, u32> {
-        self.inner
-            .unneeded
-            .lock()
-            .iter()
-            .map(|(g, nodes)| (g.clone(), u32::try_from(nodes.len()).unwrap_or(u32::MAX)))
-            .collect()
     }
 
     /// Forgets `group`'s size and instances (a delete was seen to have happened after its
@@ -498,7 +443,7 @@ impl Reconciler {
     /// ConfigMap): bounds, the planned target, capacity and ETag, the last write and the last
     /// 412 with their outcomes, foreign writes, backoff, an unavailable offering, and why writes are held.
     pub fn status(&self) -> Vec<GroupStatus> {
-        self.inner.status()
+        self.inner.node_groups.status()
     }
 
     /// Runs passes every `scanInterval` (jittered) until `shutdown` is cancelled; a pass under
@@ -559,70 +504,6 @@ impl Reconciler {
 impl Inner {
     fn groups(&self) -> Arc<Vec<NodeGroupSpec>> {
         self.node_groups.groups()
-    }
-
-    fn status(&self) -> Vec<GroupStatus> {
-        let now = Instant::now();
-        let wall = OffsetDateTime::now_utc();
-        // A monotonic deadline as wall-clock time, for people reading the ConfigMap.
-        let until = |t: Option<Instant>| {
-            t.filter(|t| *t > now)
-                .map(|t| rfc3339(wall + t.saturating_duration_since(now)))
-        };
-        let snapshot = self.node_groups.scale_sets().snapshot();
-        let halted = self.scale_down_halted.lock().clone();
-        let unneeded = self.unneeded.lock().clone();
-        self.groups()
-            .iter()
-            .map(|g| {
-                let entry = snapshot.get(&g.name).map(|e| &e.scale_set);
-                let o = self.node_groups.observed(&g.name);
-                let health = self.node_groups.health(&g.name);
-                GroupStatus {
-                    name: g.name.clone(),
-                    kind: g.kind.as_str().to_string(),
-                    min_size: g.min_size,
-                    max_size: g.max_size,
-                    target: o.target,
-                    capacity: entry.and_then(|e| e.capacity),
-                    etag: o
-                        .known_etag
-                        .clone()
-                        .or_else(|| entry.and_then(|e| e.etag.clone())),
-                    last_write: o.last_write.clone(),
-                    last_conflict: o.last_conflict.clone(),
-                    foreign_writes: o.foreign_writes,
-                    backoff_until: until(o.backoff_until),
-                    unavailable: self.node_groups.unavailable(&g.name).map(|u| {
-                        crate::notify::UnavailableStatus {
-                            reason: u.failure.label().to_string(),
-                            until: rfc3339(wall + u.left),
-                            message: u.message,
-                        }
-                    }),
-                    held: health.held().map(|r| r.metric_label().to_string()),
-                    scale_down_halted: halted.clone(),
-                    provision_backoff_until: until(o.provision_backoff_until),
-                    unneeded: unneeded
-                        .get(&g.name)
-                        .map(|nodes| {
-                            let mut nodes = nodes.clone();
-                            nodes.sort_by_key(|(n, since, _)| (*since, n.clone()));
-                            nodes
-                                .into_iter()
-                                .take(crate::notify::UNNEEDED_LISTED)
-                                .map(|(node, _, at)| crate::notify::UnneededNode {
-                                    node,
-                                    since: rfc3339(at),
-                                })
-                                .collect()
-                        })
-                        .unwrap_or_default(),
-                    template_mismatch: self.node_groups.template_mismatch(&g.name),
-                    not_helped: self.node_groups.not_helped(&g.name),
-                }
-            })
-            .collect()
     }
 
     /// Records a write that was sent and its `capacity_writes_total` result (status snapshot).
@@ -711,7 +592,8 @@ impl Inner {
             .collect();
         let wall = (self.clock)();
         let plan = planner::plan(&groups, &observed, &in_flight, self.demand.as_ref(), wall);
-        self.publish_gauges(&groups, &plan.held, &plan.changes, now);
+        self.node_groups
+            .publish_plan(&groups, &plan.held, &plan.changes, now);
         for (name, hold, _) in &plan.held {
             if *hold == Hold::UnknownSize {
                 debug!(scale_set = %name, "size unknown (scale set not found or no capacity): no write");
@@ -994,61 +876,6 @@ impl Inner {
             );
         }
         Ok(())
-    }
-
-    fn publish_gauges(
-        &self,
-        groups: &[NodeGroupSpec],
-        held: &[(String, Hold, Option<i64>)],
-        changes: &[CapacityChange],
-        now: Instant,
-    ) {
-        let desired: HashMap<&str, Option<i64>> = held
-            .iter()
-            .map(|(n, _, d)| (n.as_str(), *d))
-            .chain(changes.iter().map(|c| (c.scale_set.as_str(), Some(c.to))))
-            .collect();
-        let snapshot = self.node_groups.scale_sets().snapshot();
-        for g in groups {
-            let name = g.name.as_str();
-            self.metrics
-                .node_group_info
-                .with_label_values(&[name, g.kind.as_str()])
-                .set(1);
-            self.metrics
-                .scale_set_min_size
-                .with_label_values(&[name])
-                .set(i64::from(g.min_size));
-            self.metrics
-                .scale_set_max_size
-                .with_label_values(&[name])
-                .set(i64::from(g.max_size));
-            let target = desired.get(name).copied().flatten();
-            let planned = changes.iter().any(|c| c.scale_set == name);
-            // Nothing to write this pass: nothing is held.
-            self.node_groups.planned(name, target, planned);
-            if let Some(Some(d)) = desired.get(name) {
-                self.metrics
-                    .scale_set_desired_capacity
-                    .with_label_values(&[name])
-                    .set(*d);
-            }
-            if let Some(entry) = snapshot.get(name) {
-                if let Some(c) = entry.scale_set.capacity {
-                    self.metrics
-                        .scale_set_capacity
-                        .with_label_values(&[name])
-                        .set(c);
-                }
-                let age = now
-                    .saturating_duration_since(entry.fetched_at)
-                    .as_secs_f64();
-                self.metrics
-                    .cache_age_seconds
-                    .with_label_values(&[name])
-                    .set(age);
-            }
-        }
     }
 
     /// Whether the resource, as read, refuses our write (an agent pool under AKS's own
@@ -1630,12 +1457,6 @@ fn write_result(result: &Result<PutAccepted, ArmError>) -> &'static str {
         Ok(_) => "ok",
         Err(e) => e.metric_label(),
     }
-}
-
-/// RFC 3339 in UTC, as the status ConfigMap shows times.
-fn rfc3339(t: OffsetDateTime) -> String {
-    t.format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
 }
 
 /// `d` plus or minus `fraction` of it, at random.
