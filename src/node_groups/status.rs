@@ -80,7 +80,7 @@ impl NodeGroups {
     /// ([`super::ca_status::build`], with [`NodeGroups::unneeded`]), and what `explain`
     /// reads back. Bounds, the planned target, capacity and ETag, the last write and the last
     /// 412 with their outcomes, foreign writes, backoffs, an unavailable offering, why writes
-    /// are held ([`Health::held`]), scale-down's halt and unneeded nodes, the learned template's
+    /// are held ([`super::Health::held`]), scale-down's halt and unneeded nodes, the learned template's
     /// mismatch, "did not help".
     pub fn status(&self) -> Vec<GroupStatus> {
         let now = Instant::now();
