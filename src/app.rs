@@ -462,8 +462,8 @@ async fn write_ca_status(
     fence: Arc<dyn crate::fence::WriteFence>,
     shutdown: CancellationToken,
 ) {
-    use crate::kube::ca_status::{build, CaInput, Transitions};
     use crate::kube::status::StatusError;
+    use crate::node_groups::ca_status::{build, CaInput, Transitions};
     let mut transitions = Transitions::default();
     let CaStatusWriters { primary, fallback } = writers;
     // The writer in use; `None` once both names turned out to be another program's.
@@ -480,9 +480,10 @@ async fn write_ca_status(
                 .iter()
                 .map(|g| (g.clone(), crate::node_groups::backing(&settings, g)))
                 .collect();
-            let status = reconciler.status();
+            // The one status model, ours and cluster-autoscaler's format alike.
+            let status = reconciler.node_groups().status();
             let nodes: Vec<_> = view.nodes.snapshot().values().cloned().collect();
-            let unneeded = reconciler.unneeded();
+            let unneeded = reconciler.node_groups().unneeded();
             let doc = build(
                 &CaInput {
                     groups: &groups,

@@ -14,7 +14,6 @@
 use super::follow_up::{Finding, FollowUp};
 use crate::capacity::prices::{PriceBook, PriceSource, RetailPricesClient};
 use crate::config::{DemandKind, NodeGroupSpec, Settings};
-use crate::hold::HoldReason;
 use crate::kube::reflect::ClusterView;
 use crate::metrics::Metrics;
 use crate::node_groups::Unhealthy;
@@ -591,22 +590,8 @@ impl ScaleUpLoop {
         let mut inputs = Vec::with_capacity(groups.len());
         for ((g, cached), pools) in groups.iter().zip(&cached).zip(group_pools.iter_mut()) {
             let capacity = self.groups.target_size(&g.name);
-            let unhealthy = self
-                .groups
-                .write_refusal(g)
-                .map(Unhealthy::Refused)
-                .or_else(|| {
-                    let u = self.groups.unavailable(&g.name)?;
-                    Some(Unhealthy::Unavailable {
-                        failure: u.failure,
-                        left: u.left,
-                    })
-                })
-                .or_else(|| match self.reconciler.group_hold(&g.name)? {
-                    HoldReason::Backoff => Some(Unhealthy::WriteBackoff),
-                    _ => None,
-                })
-                .map(why_not);
+            // Asked once the provisioning watch below has reported its timeouts.
+            let unhealthy = None;
             let (failed, stopped) = self
                 .groups
                 .instances()
@@ -656,14 +641,13 @@ impl ScaleUpLoop {
                     .with_label_values(&[&g.name, "provision_timeout"])
                     .inc();
             }
-            if g.unhealthy.is_none() {
-                g.unhealthy = Some(why_not(Unhealthy::ProvisionTimeout {
-                    limit,
-                    left: backoff,
-                }));
-            }
         }
-        self.reconciler.set_provision_backoff(backed_off);
+        self.groups.set_provision_backoff(&backed_off);
+        // Each group's health, in its one precedence: a refusal, an unavailable offering, a
+        // write backoff, a provisioning timeout keep it out of this decision.
+        for g in &mut inputs {
+            g.unhealthy = self.groups.health(&g.name).out_of_scale_up().map(why_not);
+        }
         self.decisions += 1;
         let volumes = self.cluster.storage.volumes_if(pods.any_claims());
         // Each group's nodes now: what registered since a scale-up is compared with its plan.

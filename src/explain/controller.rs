@@ -3,9 +3,8 @@
 //! unneeded. `explain` reads the ConfigMap (live, or from a snapshot's files) and feeds these into
 //! the same pure decisions the loops make, as the loops feed their own memory.
 
-use crate::capacity::AllocationFailure;
 use crate::kube::status::StatusDocument;
-use crate::node_groups::Unhealthy;
+use crate::node_groups::{Health, Unhealthy};
 use crate::notify::GroupStatus;
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::jiff::Timestamp;
@@ -74,20 +73,7 @@ impl ControllerStatus {
     /// refused, writes backed off after errors, nodes that did not register within
     /// `maxNodeProvisionTime` (`limit`). Marks that ran out by `now` are over.
     pub fn unhealthy(&self, group: &str, now: Timestamp, limit: Duration) -> Option<Unhealthy> {
-        let g = self.group(group)?;
-        if let Some(u) = &g.unavailable {
-            if let (Some(failure), Some(left)) = (
-                AllocationFailure::from_label(&u.reason),
-                left(Some(&u.until), now),
-            ) {
-                return Some(Unhealthy::Unavailable { failure, left });
-            }
-        }
-        if left(g.backoff_until.as_ref(), now).is_some() {
-            return Some(Unhealthy::WriteBackoff);
-        }
-        left(g.provision_backoff_until.as_ref(), now)
-            .map(|left| Unhealthy::ProvisionTimeout { limit, left })
+        Health::from_status(self.group(group)?, now, limit).out_of_scale_up()
     }
 
     /// What holds `group` now, in words, each with until when (empty: nothing).
@@ -161,6 +147,7 @@ impl ControllerStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::capacity::AllocationFailure;
     use crate::notify::{UnavailableStatus, UnneededNode};
     use std::collections::BTreeMap;
 

@@ -1,15 +1,24 @@
 //! Node groups as the read side: which groups there are (configured and discovered), what
 //! Azure last said of each (the scale-set cache, sizes, instances), their floors, the refusal a
 //! read carries, Azure's capacity (the vCPU quota as read, the offerings it refused lately:
-//! [`crate::capacity`]), why a group is out of scale-up ([`Unhealthy`]), and which nodes are
-//! whose ([`GroupIndex`]).
+//! [`crate::capacity`]), what was observed of each group ([`Observed`]: the ETag known, foreign
+//! writes, the last write and 412, the target, the held reason, the write backoff), its one
+//! [`Health`] every decision asks ([`NodeGroups::health`]), and which nodes are whose
+//! ([`GroupIndex`]).
 //!
-//! Both loops and the reconciler read node groups here; nothing here writes to Azure. What only
-//! writing needs (in flight, the write budget, backoff, the last ETag this replica
-//! produced) stays with the reconciler, which updates these caches from its own reads and
-//! writes.
+//! Both loops and the reconciler read node groups here; nothing here writes to Azure. The
+//! writer reports the outcomes of its writes here ([`NodeGroups::saw_etag`],
+//! [`NodeGroups::wrote`], [`NodeGroups::conflicted`], [`NodeGroups::write_held`],
+//! [`NodeGroups::set_write_backoff`], ...); what only writing needs (in flight, the write
+//! budget's token bucket, the backoff's attempts, a 429's turn) stays with the reconciler.
 
+pub mod ca_status;
+mod health;
 mod matching;
+mod status;
+
+pub use health::{Health, Observed, Unhealthy};
+pub use status::rfc3339;
 
 pub use matching::{
     backing, is_ready, is_starting, parse_provider_id, registered_per_group, scale_set_key,
@@ -22,8 +31,9 @@ use crate::capacity::{
     AllocationFailure, Offering, QuotaCache, Unavailable, UnavailableOfferings, Usages,
 };
 use crate::config::{NodeGroupKind, NodeGroupSpec, Settings};
-use crate::hold::WriteRefusal;
+use crate::hold::{HoldReason, WriteRefusal};
 use crate::metrics::Metrics;
+use crate::notify::{ConflictRecord, WriteRecord};
 use crate::planner::{Demand, DemandSource};
 use crate::resource::{CapacityResource, Resources};
 use parking_lot::Mutex;
@@ -39,67 +49,6 @@ const INSTANCE_LISTS_PER_PASS: usize = 32;
 
 /// Wall clock for the planner (schedules). Replaceable in tests.
 pub type WallClock = Arc<dyn Fn() -> OffsetDateTime + Send + Sync>;
-
-/// Why a node group is out of scale-up now: its health, one closed set. The scale-up decision
-/// passes over such a group and tells pending pods why.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unhealthy {
-    /// This controller must not write the group (an agent pool AKS's own autoscaler scales).
-    Refused(WriteRefusal),
-    /// Azure refused its offering lately (quota, size not available, no capacity): out until
-    /// the mark runs out (`left`).
-    Unavailable {
-        /// Why Azure refused.
-        failure: AllocationFailure,
-        /// How long the group stays out.
-        left: std::time::Duration,
-    },
-    /// Backing off after write errors (5xx, transport).
-    WriteBackoff,
-    /// Requested nodes did not register within `maxNodeProvisionTime` (`limit`): backed off
-    /// for `left` more.
-    ProvisionTimeout {
-        /// `maxNodeProvisionTime`.
-        limit: std::time::Duration,
-        /// How long the group stays out.
-        left: std::time::Duration,
-    },
-}
-
-impl Unhealthy {
-    /// The `reason` label (metrics, the pods' Events).
-    pub fn label(&self) -> &'static str {
-        match self {
-            Unhealthy::Refused(_) => "refused",
-            Unhealthy::Unavailable { failure, .. } => failure.label(),
-            Unhealthy::WriteBackoff => "backoff",
-            Unhealthy::ProvisionTimeout { .. } => "provision_timeout",
-        }
-    }
-}
-
-impl std::fmt::Display for Unhealthy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Unhealthy::Refused(why) => write!(
-                f,
-                "not written by this controller ({why}: AKS's own autoscaler scales this pool)"
-            ),
-            Unhealthy::Unavailable { failure, left } => write!(
-                f,
-                "offering unavailable: {failure}; passed over for {}s more",
-                left.as_secs()
-            ),
-            Unhealthy::WriteBackoff => f.write_str("backed off after errors"),
-            Unhealthy::ProvisionTimeout { limit, left } => write!(
-                f,
-                "requested nodes did not register within maxNodeProvisionTime ({}s): backed off for {}s more",
-                limit.as_secs(),
-                left.as_secs()
-            ),
-        }
-    }
-}
 
 /// What one full LIST of every source returned.
 #[derive(Debug)]
@@ -140,6 +89,10 @@ pub struct NodeGroups {
     stopped: tokio::sync::watch::Sender<u64>,
     /// What the scale-up loop learned of each group from the nodes that registered.
     learned: Mutex<BTreeMap<String, Learned>>,
+    /// What the writer and the loops reported of each group ([`Observed`]).
+    observed: Mutex<HashMap<String, Observed>>,
+    /// What the scale-down loop reported for the status (unneeded nodes, its halt).
+    status: status::Reported,
 }
 
 /// What registered nodes taught about a group (see [`crate::autoscale::follow_up`]).
@@ -188,6 +141,8 @@ impl NodeGroups {
             zonal_refusals: Mutex::new(HashMap::new()),
             stopped: tokio::sync::watch::Sender::new(0),
             learned: Mutex::new(BTreeMap::new()),
+            observed: Mutex::new(HashMap::new()),
+            status: status::Reported::default(),
             settings,
             resources,
             metrics,
@@ -428,6 +383,145 @@ impl NodeGroups {
         let learned = self.learned.lock();
         let (until, status) = learned.get(group)?.not_helped.as_ref()?;
         (*until > Instant::now()).then(|| status.clone())
+    }
+
+    /// The health of group `name` now: every cause that holds it, in the one precedence
+    /// ([`Unhealthy`]). The scale-up decision, scale-down's replacement options and its wait for
+    /// a new node, and the writer's own holds all ask this; the status's `held` is
+    /// [`Health::held`].
+    pub fn health(&self, name: &str) -> Health {
+        let now = Instant::now();
+        let mut causes = Vec::new();
+        let spec = self.groups().iter().find(|g| g.name == name).cloned();
+        if let Some(why) = spec.as_ref().and_then(|g| self.write_refusal(g)) {
+            causes.push(Unhealthy::Refused(why));
+        }
+        if let Some(u) = self.unavailable(name) {
+            causes.push(Unhealthy::Unavailable {
+                failure: u.failure,
+                left: u.left,
+            });
+        }
+        let not_helped = self
+            .learned
+            .lock()
+            .get(name)
+            .and_then(|l| l.not_helped.as_ref().map(|(until, _)| *until))
+            .filter(|until| *until > now);
+        if let Some(o) = self.observed.lock().get(name) {
+            if o.backoff_until.is_some_and(|t| t > now) {
+                causes.push(Unhealthy::WriteBackoff);
+            }
+            if let Some(until) = o.provision_backoff_until.filter(|t| *t > now) {
+                causes.push(Unhealthy::ProvisionTimeout {
+                    limit: self.settings.pod_demand.max_node_provision_time,
+                    left: until.saturating_duration_since(now),
+                });
+            }
+            if let Some(reason) = o.held {
+                causes.push(Unhealthy::Held(reason));
+            }
+        }
+        if let Some(until) = not_helped {
+            causes.push(Unhealthy::NotHelped {
+                left: until.saturating_duration_since(now),
+            });
+        }
+        Health::of(causes)
+    }
+
+    /// What was observed of group `name` (the status is drawn from it).
+    pub fn observed(&self, name: &str) -> Observed {
+        self.observed.lock().get(name).cloned().unwrap_or_default()
+    }
+
+    fn with_observed<R>(&self, name: &str, f: impl FnOnce(&mut Observed) -> R) -> R {
+        f(self.observed.lock().entry(name.to_string()).or_default())
+    }
+
+    /// The writer read `name` carrying `etag`: it becomes the known ETag. Returns whether it
+    /// differs from the one known before (another writer changed the resource); for a managed
+    /// group (`managed`) that counts as a foreign write.
+    pub fn saw_etag(&self, name: &str, etag: &str, managed: bool) -> bool {
+        self.with_observed(name, |o| {
+            let foreign = o.known_etag.as_ref().is_some_and(|k| k != etag);
+            o.known_etag = Some(etag.to_string());
+            if foreign && managed {
+                o.foreign_writes += 1;
+            }
+            foreign
+        })
+    }
+
+    /// The writer produced (or adopted) `etag` for `name`; `None`: the resource is gone.
+    pub fn adopt_etag(&self, name: &str, etag: Option<String>) {
+        self.with_observed(name, |o| o.known_etag = etag);
+    }
+
+    /// The ETag last seen or produced for `name`, if any.
+    pub fn known_etag(&self, name: &str) -> Option<String> {
+        self.observed.lock().get(name)?.known_etag.clone()
+    }
+
+    /// The writer no longer knows what `name` holds (an ambiguous write, a failed operation, a
+    /// delete whose outcome is unknown), or, with `false`, read it afresh.
+    pub fn set_stale(&self, name: &str, stale: bool) {
+        self.with_observed(name, |o| o.stale = stale);
+    }
+
+    /// Whether `name` must be read before its next write.
+    pub fn stale(&self, name: &str) -> bool {
+        self.observed.lock().get(name).is_some_and(|o| o.stale)
+    }
+
+    /// The writer sent a capacity write to `name` (`record`): nothing is held any more.
+    pub fn wrote(&self, name: &str, record: WriteRecord) {
+        self.with_observed(name, |o| {
+            o.last_write = Some(record);
+            o.held = None;
+        });
+    }
+
+    /// A write to `name` met a 412, which ended as `record` says.
+    pub fn conflicted(&self, name: &str, record: ConflictRecord) {
+        self.with_observed(name, |o| o.last_conflict = Some(record));
+    }
+
+    /// The writer held a planned capacity write to `name` for `reason` (counted in
+    /// `writes_held_total` under the same label).
+    pub fn write_held(&self, name: &str, reason: HoldReason) {
+        self.with_observed(name, |o| o.held = Some(reason));
+    }
+
+    /// A pass planned `name`: `target` is what it wants (kept when unknown), `write` whether a
+    /// write is planned (none: nothing is held).
+    pub fn planned(&self, name: &str, target: Option<i64>, write: bool) {
+        self.with_observed(name, |o| {
+            o.target = target.or(o.target);
+            if !write {
+                o.held = None;
+            }
+        });
+    }
+
+    /// The writer backs `name` off until `until` (`None`: the backoff ends).
+    pub fn set_write_backoff(&self, name: &str, until: Option<Instant>) {
+        self.with_observed(name, |o| o.backoff_until = until);
+    }
+
+    /// The groups the scale-up loop passes over after a `maxNodeProvisionTime` timeout, and
+    /// until when; every other group is not.
+    pub fn set_provision_backoff(&self, per_group: &BTreeMap<String, Instant>) {
+        let mut observed = self.observed.lock();
+        for (name, o) in observed.iter_mut() {
+            o.provision_backoff_until = per_group.get(name).copied();
+        }
+        for (name, until) in per_group {
+            observed
+                .entry(name.clone())
+                .or_default()
+                .provision_backoff_until = Some(*until);
+        }
     }
 
     /// cluster-autoscaler's `TargetSize`: the size the planner would use now, `None` if unknown.

@@ -512,7 +512,7 @@ impl Inner {
         match resource.get(name).await {
             Ok(Some(fresh)) => {
                 if fresh.capacity == Some(expected) {
-                    self.with_state(name, |s| s.known_etag = fresh.etag.clone());
+                    self.node_groups.adopt_etag(name, fresh.etag.clone());
                 } else {
                     self.observe(&fresh);
                 }
@@ -523,7 +523,7 @@ impl Inner {
                 self.node_groups.scale_sets().upsert(fresh, now);
                 debug!(scale_set = name, "instance deleted; size re-read");
             }
-            _ => self.with_state(name, |s| s.stale = true),
+            _ => self.node_groups.set_stale(name, true),
         }
     }
 }

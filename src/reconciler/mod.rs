@@ -32,14 +32,14 @@ use crate::config::{ConflictStrategy, NodeGroupSpec, Settings, WriteBudget};
 use crate::fence::{Unfenced, WriteFence};
 use crate::hold::{HoldReason, WriteRefusal};
 use crate::metrics::Metrics;
-use crate::node_groups::NodeGroups;
+use crate::node_groups::{rfc3339, NodeGroups};
 use crate::notify::{
     ConflictRecord, ControllerEvent, EventSink, GroupStatus, NoEvents, WriteRecord,
 };
 use crate::planner::{self, CapacityChange, ConfiguredDemand, DemandSource, Hold};
 use crate::resource::{CapacityResource, Resources};
 use parking_lot::Mutex;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -123,28 +123,18 @@ struct TokenBucket {
     last: Instant,
 }
 
+/// What only writing needs of a group. What was observed of it (the ETag known, staleness,
+/// foreign writes, the last write and 412, the target, the held reason, the backoff's end) is
+/// reported to [`NodeGroups`] and read back from there.
 #[derive(Debug)]
 struct GroupState {
-    /// The last ETag we saw or produced: a different one on a read means another writer.
-    known_etag: Option<String>,
-    /// An ambiguous write or a failed operation: GET before the next write.
-    stale: bool,
     in_flight: bool,
-    backoff_until: Option<Instant>,
+    /// Failed writes in a row: how long the next backoff lasts (its end is reported to
+    /// [`NodeGroups::set_write_backoff`]).
     backoff_attempts: u32,
     budget: TokenBucket,
     /// The refusal last logged (logged again only when it changes).
     refusal: Option<WriteRefusal>,
-    /// What the last plan wanted for the group (the status snapshot).
-    target: Option<i64>,
-    /// The last write sent and its result (the status snapshot).
-    last_write: Option<WriteRecord>,
-    /// The last 412 and how it ended (the status snapshot).
-    last_conflict: Option<ConflictRecord>,
-    /// Foreign writes seen (the status snapshot).
-    foreign_writes: u64,
-    /// Why the last planned write was not sent; cleared when a write is sent or none is planned.
-    held: Option<HoldReason>,
     /// When the plan first asked this group for more capacity than it has, while that is still
     /// unmet: the age that orders retries after a 429 (see [`retry`]).
     wanting_since: Option<Instant>,
@@ -270,9 +260,6 @@ impl ReconcilerBuilder {
                 health: Health::new(settings.scan_interval),
                 wake: tokio::sync::Notify::new(),
                 deletes: tokio::sync::Mutex::new(()),
-                scale_down_halted: Mutex::new(None),
-                unneeded: Mutex::new(BTreeMap::new()),
-                provision_backoff: Mutex::new(BTreeMap::new()),
                 demand: self.demand,
                 clock: self.clock,
                 state: Mutex::new(HashMap::new()),
@@ -318,20 +305,7 @@ struct Inner {
     wake: tokio::sync::Notify,
     /// One instance deletion at a time: its fresh read, checks and delete are one step.
     deletes: tokio::sync::Mutex<()>,
-    /// Why scale-down is halted, as the scale-down loop last said (for the status).
-    scale_down_halted: Mutex<Option<String>>,
-    /// Unneeded nodes per group at the last scale-down pass, with since when (for both
-    /// status ConfigMaps).
-    /// The wall-clock time is fixed when a node is first reported, so the status shows the
-    /// same instant on every write.
-    unneeded: Mutex<BTreeMap<String, Vec<UnneededSince>>>,
-    /// Groups the scale-up loop passes over because requested nodes did not register within
-    /// `maxNodeProvisionTime`, and until when (for the status).
-    provision_backoff: Mutex<BTreeMap<String, Instant>>,
 }
-
-/// An unneeded node: since when on the monotonic clock, and as wall-clock time.
-type UnneededSince = (String, Instant, OffsetDateTime);
 
 impl std::fmt::Debug for Reconciler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -392,75 +366,12 @@ impl Reconciler {
         self.inner.wake.notify_one();
     }
 
-    /// Why capacity writes to `name` wait now for a reason of the group's own (its offering
-    /// unavailable, a backoff after errors), if they do: scale-up passes over such a group.
-    pub fn group_hold(&self, name: &str) -> Option<HoldReason> {
-        if let Some(u) = self.inner.node_groups.unavailable(name) {
-            return Some(HoldReason::Unavailable(u.failure));
-        }
-        let now = Instant::now();
-        let state = self.inner.state.lock();
-        let s = state.get(name)?;
-        s.backoff_until
-            .is_some_and(|t| t > now)
-            .then_some(HoldReason::Backoff)
-    }
-
-    /// Records why scale-down is halted (`None`: it is not), shown in [`Reconciler::status`].
-    pub fn set_scale_down_halted(&self, why: Option<String>) {
-        *self.inner.scale_down_halted.lock() = why;
-    }
-
-    /// Records the unneeded nodes per group the last scale-down pass found, each with since
-    /// when it has been unneeded.
-    pub fn set_unneeded(&self, per_group: BTreeMap<String, Vec<(String, Instant)>>) {
-        let (now, wall) = (Instant::now(), OffsetDateTime::now_utc());
-        let mut current = self.inner.unneeded.lock();
-        let known: HashMap<(String, Instant), OffsetDateTime> = current
-            .values()
-            .flatten()
-            .map(|(n, since, at)| ((n.clone(), *since), *at))
-            .collect();
-        *current = per_group
-            .into_iter()
-            .map(|(g, nodes)| {
-                let nodes = nodes
-                    .into_iter()
-                    .map(|(n, since)| {
-                        let at = known
-                            .get(&(n.clone(), since))
-                            .copied()
-                            .unwrap_or_else(|| wall - now.saturating_duration_since(since));
-                        (n, since, at)
-                    })
-                    .collect();
-                (g, nodes)
-            })
-            .collect();
-    }
-
-    /// Unneeded nodes per group at the last scale-down pass (empty without scale-down).
-    pub fn unneeded(&self) -> BTreeMap<String, u32> {
-        self.inner
-            .unneeded
-            .lock()
-            .iter()
-            .map(|(g, nodes)| (g.clone(), u32::try_from(nodes.len()).unwrap_or(u32::MAX)))
-            .collect()
-    }
-
-    /// Records the groups the scale-up loop passes over after a `maxNodeProvisionTime`
-    /// timeout, and until when (the status shows them).
-    pub fn set_provision_backoff(&self, per_group: BTreeMap<String, Instant>) {
-        *self.inner.provision_backoff.lock() = per_group;
-    }
-
     /// Forgets `group`'s size and instances (a delete was seen to have happened after its
     /// outcome was unknown): the next read is fresh, and the entry is re-read before a write.
     pub fn invalidate_size(&self, group: &str) {
         self.inner.node_groups.sizes().invalidate(group);
         self.inner.node_groups.instances().invalidate(group);
-        self.inner.with_state(group, |s| s.stale = true);
+        self.inner.node_groups.set_stale(group, true);
     }
 
     /// Reads `name`'s resource afresh now (one GET) and forgets its instances: a node of the
@@ -532,7 +443,7 @@ impl Reconciler {
     /// ConfigMap): bounds, the planned target, capacity and ETag, the last write and the last
     /// 412 with their outcomes, foreign writes, backoff, an unavailable offering, and why writes are held.
     pub fn status(&self) -> Vec<GroupStatus> {
-        self.inner.status()
+        self.inner.node_groups.status()
     }
 
     /// Runs passes every `scanInterval` (jittered) until `shutdown` is cancelled; a pass under
@@ -595,72 +506,6 @@ impl Inner {
         self.node_groups.groups()
     }
 
-    fn status(&self) -> Vec<GroupStatus> {
-        let now = Instant::now();
-        let wall = OffsetDateTime::now_utc();
-        // A monotonic deadline as wall-clock time, for people reading the ConfigMap.
-        let until = |t: Option<Instant>| {
-            t.filter(|t| *t > now)
-                .map(|t| rfc3339(wall + t.saturating_duration_since(now)))
-        };
-        let snapshot = self.node_groups.scale_sets().snapshot();
-        let halted = self.scale_down_halted.lock().clone();
-        let provision = self.provision_backoff.lock().clone();
-        let unneeded = self.unneeded.lock().clone();
-        let state = self.state.lock();
-        self.groups()
-            .iter()
-            .map(|g| {
-                let entry = snapshot.get(&g.name).map(|e| &e.scale_set);
-                let s = state.get(&g.name);
-                GroupStatus {
-                    name: g.name.clone(),
-                    kind: g.kind.as_str().to_string(),
-                    min_size: g.min_size,
-                    max_size: g.max_size,
-                    target: s.and_then(|s| s.target),
-                    capacity: entry.and_then(|e| e.capacity),
-                    etag: s
-                        .and_then(|s| s.known_etag.clone())
-                        .or_else(|| entry.and_then(|e| e.etag.clone())),
-                    last_write: s.and_then(|s| s.last_write.clone()),
-                    last_conflict: s.and_then(|s| s.last_conflict.clone()),
-                    foreign_writes: s.map_or(0, |s| s.foreign_writes),
-                    backoff_until: until(s.and_then(|s| s.backoff_until)),
-                    unavailable: self.node_groups.unavailable(&g.name).map(|u| {
-                        crate::notify::UnavailableStatus {
-                            reason: u.failure.label().to_string(),
-                            until: rfc3339(wall + u.left),
-                            message: u.message,
-                        }
-                    }),
-                    held: s
-                        .and_then(|s| s.held.or(s.refusal.map(HoldReason::Refused)))
-                        .map(|r| r.metric_label().to_string()),
-                    scale_down_halted: halted.clone(),
-                    provision_backoff_until: until(provision.get(&g.name).copied()),
-                    unneeded: unneeded
-                        .get(&g.name)
-                        .map(|nodes| {
-                            let mut nodes = nodes.clone();
-                            nodes.sort_by_key(|(n, since, _)| (*since, n.clone()));
-                            nodes
-                                .into_iter()
-                                .take(crate::notify::UNNEEDED_LISTED)
-                                .map(|(node, _, at)| crate::notify::UnneededNode {
-                                    node,
-                                    since: rfc3339(at),
-                                })
-                                .collect()
-                        })
-                        .unwrap_or_default(),
-                    template_mismatch: self.node_groups.template_mismatch(&g.name),
-                    not_helped: self.node_groups.not_helped(&g.name),
-                }
-            })
-            .collect()
-    }
-
     /// Records a write that was sent and its `capacity_writes_total` result (status snapshot).
     fn record_write(&self, name: &str, from: Option<i64>, to: i64, result: &str) {
         let record = WriteRecord {
@@ -669,10 +514,7 @@ impl Inner {
             to,
             result: result.to_string(),
         };
-        self.with_state(name, |s| {
-            s.last_write = Some(record);
-            s.held = None;
-        });
+        self.node_groups.wrote(name, record);
     }
 
     async fn run_once(self: Arc<Self>) -> Result<PassReport, ReconcileError> {
@@ -750,7 +592,8 @@ impl Inner {
             .collect();
         let wall = (self.clock)();
         let plan = planner::plan(&groups, &observed, &in_flight, self.demand.as_ref(), wall);
-        self.publish_gauges(&groups, &plan.held, &plan.changes, now);
+        self.node_groups
+            .publish_plan(&groups, &plan.held, &plan.changes, now);
         for (name, hold, _) in &plan.held {
             if *hold == Hold::UnknownSize {
                 debug!(scale_set = %name, "size unknown (scale set not found or no capacity): no write");
@@ -968,17 +811,9 @@ impl Inner {
 
     fn new_group_state(&self, name: &str) -> GroupState {
         GroupState {
-            known_etag: None,
-            stale: false,
             in_flight: false,
-            backoff_until: None,
             backoff_attempts: 0,
             refusal: None,
-            target: None,
-            last_write: None,
-            last_conflict: None,
-            foreign_writes: 0,
-            held: None,
             wanting_since: None,
             turn_at: None,
             probe_granted: None,
@@ -1004,13 +839,8 @@ impl Inner {
             return;
         };
         let managed = self.groups().iter().any(|g| g.name == fresh.name);
-        let foreign = self.with_state(&fresh.name, |s| {
-            let foreign = s.known_etag.as_ref().is_some_and(|k| *k != etag);
-            s.known_etag = Some(etag.clone());
-            foreign
-        });
+        let foreign = self.node_groups.saw_etag(&fresh.name, &etag, managed);
         if foreign && managed {
-            self.with_state(&fresh.name, |s| s.foreign_writes += 1);
             self.metrics
                 .foreign_writes_total
                 .with_label_values(&[&fresh.name])
@@ -1046,66 +876,6 @@ impl Inner {
             );
         }
         Ok(())
-    }
-
-    fn publish_gauges(
-        &self,
-        groups: &[NodeGroupSpec],
-        held: &[(String, Hold, Option<i64>)],
-        changes: &[CapacityChange],
-        now: Instant,
-    ) {
-        let desired: HashMap<&str, Option<i64>> = held
-            .iter()
-            .map(|(n, _, d)| (n.as_str(), *d))
-            .chain(changes.iter().map(|c| (c.scale_set.as_str(), Some(c.to))))
-            .collect();
-        let snapshot = self.node_groups.scale_sets().snapshot();
-        for g in groups {
-            let name = g.name.as_str();
-            self.metrics
-                .node_group_info
-                .with_label_values(&[name, g.kind.as_str()])
-                .set(1);
-            self.metrics
-                .scale_set_min_size
-                .with_label_values(&[name])
-                .set(i64::from(g.min_size));
-            self.metrics
-                .scale_set_max_size
-                .with_label_values(&[name])
-                .set(i64::from(g.max_size));
-            let target = desired.get(name).copied().flatten();
-            let planned = changes.iter().any(|c| c.scale_set == name);
-            self.with_state(name, |s| {
-                s.target = target.or(s.target);
-                if !planned {
-                    // Nothing to write this pass: nothing is held.
-                    s.held = None;
-                }
-            });
-            if let Some(Some(d)) = desired.get(name) {
-                self.metrics
-                    .scale_set_desired_capacity
-                    .with_label_values(&[name])
-                    .set(*d);
-            }
-            if let Some(entry) = snapshot.get(name) {
-                if let Some(c) = entry.scale_set.capacity {
-                    self.metrics
-                        .scale_set_capacity
-                        .with_label_values(&[name])
-                        .set(c);
-                }
-                let age = now
-                    .saturating_duration_since(entry.fetched_at)
-                    .as_secs_f64();
-                self.metrics
-                    .cache_age_seconds
-                    .with_label_values(&[name])
-                    .set(age);
-            }
-        }
     }
 
     /// Whether the resource, as read, refuses our write (an agent pool under AKS's own
@@ -1170,7 +940,7 @@ impl Inner {
             return (WriteEnd::Held, false);
         }
         let etag_on = self.settings.enable_vmss_etag;
-        let stale = self.with_state(name, |s| s.stale);
+        let stale = self.node_groups.stale(name);
         let mut current = cached;
         let mut target = change.to;
         let needs_get = stale
@@ -1180,7 +950,7 @@ impl Inner {
             let why = if stale { "stale" } else { "no_etag" };
             match self.fresh_read(group, resource.as_ref(), why).await {
                 Ok(Some(fresh)) => {
-                    self.with_state(name, |s| s.stale = false);
+                    self.node_groups.set_stale(name, false);
                     match fresh.capacity.and_then(|c| {
                         planner::target_for(group, c, self.demand.as_ref(), (self.clock)())
                     }) {
@@ -1336,7 +1106,7 @@ impl Inner {
             .cache_invalidations_total
             .with_label_values(&["instance", "own_write"])
             .inc();
-        self.with_state(name, |s| s.known_etag = etag.clone());
+        self.node_groups.adopt_etag(name, etag.clone());
         self.clear_backoff(name);
         self.metrics
             .capacity_writes_total
@@ -1393,7 +1163,7 @@ impl Inner {
                 at: rfc3339(OffsetDateTime::now_utc()),
                 outcome: o.to_string(),
             };
-            self.with_state(name, |s| s.last_conflict = Some(record));
+            self.node_groups.conflicted(name, record);
             self.metrics
                 .etag_conflicts_total
                 .with_label_values(&[name, o])
@@ -1425,7 +1195,7 @@ impl Inner {
             }
             Err(e) => {
                 outcome("gave_up");
-                self.with_state(name, |s| s.stale = true);
+                self.node_groups.set_stale(name, true);
                 return self.write_error(name, &e);
             }
         };
@@ -1496,7 +1266,8 @@ impl Inner {
                 self.invalidate_after_conflict(name);
                 outcome("gave_up");
                 if let ConflictStrategy::RetryOnceThenBackoff { backoff } = strategy {
-                    self.with_state(name, |s| s.backoff_until = Some(Instant::now() + backoff));
+                    self.node_groups
+                        .set_write_backoff(name, Some(Instant::now() + backoff));
                     warn!(
                         scale_set = name,
                         backoff_secs = backoff.as_secs(),
@@ -1532,7 +1303,7 @@ impl Inner {
             .cache_invalidations_total
             .with_label_values(&["scale_set", "gone"])
             .inc();
-        self.with_state(name, |s| s.known_etag = None);
+        self.node_groups.adopt_etag(name, None);
         WriteEnd::Failed
     }
 
@@ -1566,7 +1337,7 @@ impl Inner {
                 WriteEnd::Failed
             }
             ArmError::Ambiguous { .. } => {
-                self.with_state(name, |s| s.stale = true);
+                self.node_groups.set_stale(name, true);
                 self.node_groups.sizes().invalidate(name);
                 self.metrics
                     .cache_invalidations_total
@@ -1588,19 +1359,18 @@ impl Inner {
 
     /// A write to `name` succeeded: its backoff ends and starts from the base again.
     fn clear_backoff(&self, name: &str) {
-        self.with_state(name, |s| {
-            s.backoff_attempts = 0;
-            s.backoff_until = None;
-        });
+        self.with_state(name, |s| s.backoff_attempts = 0);
+        self.node_groups.set_write_backoff(name, None);
     }
 
     fn backoff(&self, name: &str) {
-        self.with_state(name, |s| {
+        let until = self.with_state(name, |s| {
             s.backoff_attempts = s.backoff_attempts.saturating_add(1);
             let exp =
                 BACKOFF_BASE.saturating_mul(1 << s.backoff_attempts.min(10).saturating_sub(1));
-            s.backoff_until = Some(Instant::now() + jittered(exp.min(BACKOFF_CAP), 0.2));
+            Instant::now() + jittered(exp.min(BACKOFF_CAP), 0.2)
         });
+        self.node_groups.set_write_backoff(name, Some(until));
     }
 
     /// Follows the write's `Azure-AsyncOperation` in the background; adopts the final ETag on
@@ -1641,10 +1411,10 @@ impl Inner {
                 let Ok(Some(fresh)) = resource.get(name).await else {
                     return;
                 };
-                let ours = self.with_state(name, |s| s.known_etag == adopted)
-                    && fresh.capacity == Some(written);
+                let ours =
+                    self.node_groups.known_etag(name) == adopted && fresh.capacity == Some(written);
                 if ours {
-                    self.with_state(name, |s| s.known_etag = fresh.etag.clone());
+                    self.node_groups.adopt_etag(name, fresh.etag.clone());
                 } else {
                     self.observe(&fresh);
                 }
@@ -1677,7 +1447,7 @@ impl Inner {
             .cache_invalidations_total
             .with_label_values(&["instance", "operation_failed"])
             .inc();
-        self.with_state(name, |s| s.stale = true);
+        self.node_groups.set_stale(name, true);
     }
 }
 
@@ -1687,12 +1457,6 @@ fn write_result(result: &Result<PutAccepted, ArmError>) -> &'static str {
         Ok(_) => "ok",
         Err(e) => e.metric_label(),
     }
-}
-
-/// RFC 3339 in UTC, as the status ConfigMap shows times.
-fn rfc3339(t: OffsetDateTime) -> String {
-    t.format(&time::format_description::well_known::Rfc3339)
-        .unwrap_or_default()
 }
 
 /// `d` plus or minus `fraction` of it, at random.

@@ -175,17 +175,17 @@ impl Inner {
         if let Err(hold) = self.fence.check() {
             return Some(HoldReason::Fenced(hold));
         }
-        if kind == WriteKind::Capacity {
-            if let Some(u) = self.node_groups.unavailable(name) {
-                return Some(HoldReason::Unavailable(u.failure));
-            }
+        // The group's own causes (an unavailable offering, a write backoff), as its health says.
+        if let Some(hold) = self
+            .node_groups
+            .health(name)
+            .write_hold(kind == WriteKind::Capacity)
+        {
+            return Some(hold);
         }
         let now = Instant::now();
         let budget = self.write_budget_of(name);
         self.with_state(name, |s| {
-            if s.backoff_until.is_some_and(|t| t > now) {
-                return Some(HoldReason::Backoff);
-            }
             let elapsed = now.saturating_duration_since(s.budget.last).as_secs_f64();
             s.budget.tokens =
                 (s.budget.tokens + elapsed * budget.per_minute / 60.0).min(f64::from(budget.burst));
@@ -289,7 +289,7 @@ impl Inner {
             .with_label_values(&[name, reason.metric_label()])
             .inc();
         if kind == WriteKind::Capacity {
-            self.with_state(name, |s| s.held = Some(reason));
+            self.node_groups.write_held(name, reason);
             self.events.record(ControllerEvent::WriteHeld {
                 group: name.to_string(),
                 reason,

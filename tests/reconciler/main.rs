@@ -14,4 +14,5 @@ mod errors;
 mod etag;
 mod fence;
 mod fence_deadline;
+mod health;
 mod status;

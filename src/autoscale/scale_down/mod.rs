@@ -461,7 +461,7 @@ impl ScaleDownLoop {
         if !hiccup {
             self.since.clear();
             self.started.clear();
-            s.reconciler.set_unneeded(BTreeMap::new());
+            s.groups.set_unneeded(BTreeMap::new());
             self.cleaned = false;
         }
     }
@@ -505,11 +505,11 @@ impl ScaleDownLoop {
         }
         match why {
             Some((_, why)) => {
-                s.reconciler.set_scale_down_halted(Some(why.clone()));
+                s.groups.set_scale_down_halted(Some(why.clone()));
                 self.halted = Some(why);
                 self.since.clear();
                 self.started.clear();
-                s.reconciler.set_unneeded(BTreeMap::new());
+                s.groups.set_unneeded(BTreeMap::new());
                 false
             }
             None => {
@@ -517,7 +517,7 @@ impl ScaleDownLoop {
                     info!(
                         "scale-down resumed: every watch of the cluster healthy, few nodes unready"
                     );
-                    s.reconciler.set_scale_down_halted(None);
+                    s.groups.set_scale_down_halted(None);
                 }
                 true
             }
@@ -548,7 +548,7 @@ impl ScaleDownLoop {
                 .with_label_values(&[g])
                 .set(i64::try_from(nodes.len()).unwrap_or(i64::MAX));
         }
-        self.shared.reconciler.set_unneeded(
+        self.shared.groups.set_unneeded(
             per_group
                 .into_iter()
                 .map(|(g, nodes)| (g.to_string(), nodes))

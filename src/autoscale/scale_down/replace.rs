@@ -7,7 +7,7 @@
 use super::{node_ref, PassView, Removal, ScaleDownLoop};
 use crate::config::NodeGroupSpec;
 use crate::kube::nodes::has_our_taint_record;
-use crate::node_groups::{is_ready, schedulable, GroupIndex};
+use crate::node_groups::{is_ready, schedulable, GroupIndex, Unhealthy};
 use crate::notify::ControllerEvent;
 use crate::pods::consolidate::{
     self, Action, Command, ConsolidationInput, ReplaceOption, Unconsolidatable,
@@ -393,13 +393,8 @@ impl ScaleDownLoop {
         for (i, (g, t)) in v.groups.iter().zip(templates).enumerate() {
             let Ok(template) = t else { continue };
             let grows = v.down[i].size.is_some_and(|n| n < i64::from(g.max_size));
-            let held = v.down[i].refused.is_some()
-                || s.groups.write_refusal(g).is_some()
-                || s.groups.unavailable(&g.name).is_some()
-                || matches!(
-                    s.reconciler.group_hold(&g.name),
-                    Some(crate::hold::HoldReason::Backoff)
-                );
+            let held =
+                v.down[i].refused.is_some() || s.groups.health(&g.name).out_of_scale_up().is_some();
             if grows && !held {
                 out.push(ReplaceOption {
                     group: i,
@@ -493,22 +488,19 @@ impl ScaleDownLoop {
             .filter(|n| is_ready(n) && schedulable(n))
             .map(|n| n.name.as_str())
             .collect();
-        let refused = s
-            .groups
-            .write_refusal(g)
-            .map(|w| w.to_string())
-            .or_else(|| {
-                s.groups
-                    .unavailable(&g.name)
-                    .map(|u| format!("Azure refused its allocation: {u}"))
-            })
-            .or_else(|| {
-                matches!(
-                    s.reconciler.group_hold(&g.name),
-                    Some(crate::hold::HoldReason::Backoff)
-                )
-                .then(|| "its writes are backed off after an error".to_string())
-            });
+        // Why the group's new node does not come, as its health says (a provisioning timeout
+        // is this wait's own, below).
+        let refused = match s.groups.health(&g.name).out_of_scale_up() {
+            Some(Unhealthy::Refused(w)) => Some(w.to_string()),
+            Some(Unhealthy::Unavailable { .. }) => s
+                .groups
+                .unavailable(&g.name)
+                .map(|u| format!("Azure refused its allocation: {u}")),
+            Some(Unhealthy::WriteBackoff) => {
+                Some("its writes are backed off after an error".to_string())
+            }
+            _ => None,
+        };
         let limit = s.settings.pod_demand.max_node_provision_time;
         let why = if !ready.is_empty() {
             None
