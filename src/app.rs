@@ -494,7 +494,7 @@ async fn write_ca_status(
                     startup: settings.pod_demand.max_node_provision_time,
                     ok_unready: settings.scale_down.ok_total_unready_count,
                     max_unready_percent: settings.scale_down.max_total_unready_percentage,
-                    now: k8s_openapi::jiff::Timestamp::now(),
+                    now: reconciler.node_groups().timestamp(),
                 },
                 &mut transitions,
             );

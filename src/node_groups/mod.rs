@@ -156,6 +156,13 @@ impl NodeGroups {
         (self.clock)()
     }
 
+    /// [`NodeGroups::now`] as the Kubernetes types carry time (nodes' creation times are
+    /// compared with it).
+    pub fn timestamp(&self) -> k8s_openapi::jiff::Timestamp {
+        k8s_openapi::jiff::Timestamp::from_nanosecond(self.now().unix_timestamp_nanos())
+            .unwrap_or_default()
+    }
+
     /// The node groups under management (configured plus discovered).
     pub fn groups(&self) -> Arc<Vec<NodeGroupSpec>> {
         self.groups.lock().clone()

@@ -40,7 +40,7 @@ impl NodeGroups {
     /// Records the unneeded nodes per group the last scale-down pass found, each with since
     /// when it has been unneeded.
     pub fn set_unneeded(&self, per_group: BTreeMap<String, Vec<(String, Instant)>>) {
-        let (now, wall) = (Instant::now(), OffsetDateTime::now_utc());
+        let (now, wall) = (Instant::now(), self.now());
         let mut current = self.status.unneeded.lock();
         let known: HashMap<(String, Instant), OffsetDateTime> = current
             .values()
@@ -84,7 +84,7 @@ impl NodeGroups {
     /// mismatch, "did not help".
     pub fn status(&self) -> Vec<GroupStatus> {
         let now = Instant::now();
-        let wall = OffsetDateTime::now_utc();
+        let wall = self.now();
         // A monotonic deadline as wall-clock time, for people reading the ConfigMap.
         let until = |t: Option<Instant>| {
             t.filter(|t| *t > now)

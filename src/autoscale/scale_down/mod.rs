@@ -581,8 +581,7 @@ impl Shared {
 
     /// The wall clock, as the decisions read it.
     fn wall(&self) -> k8s_openapi::jiff::Timestamp {
-        k8s_openapi::jiff::Timestamp::from_nanosecond(self.groups.now().unix_timestamp_nanos())
-            .unwrap_or_default()
+        self.groups.timestamp()
     }
 
     /// Takes a removal's place in [`Flight`]: its node busy, one more delete in flight in its
