@@ -18,10 +18,12 @@
 //! bucket (10/s) is there beside Compute's per-minute ones, every bucket refills continuously, and
 //! `Retry-After` is whole seconds.
 //!
-//! Side by side in one run, on tokio's paused clock (virtual time): three designs of a throttled
+//! Side by side in one run, on tokio's paused clock (virtual time): designs of a throttled
 //! scale-up's retry with pacing on (`armBudgetReservePercentage` 20, the default): the
-//! controller's (`AgeOrdered`), Azure's SDKs' full jitter, the retry slots it replaced
-//! (`common/designs.rs`); and pacing off (reserve 0, asking again the moment `Retry-After`
+//! controller's (`AgeOrdered`: over three minutes, nothing random), the random second it had
+//! before and each half of that (a one-minute horizon without it; three minutes with it), a
+//! refusal-weighted jitter, Azure's SDKs' full jitter, the retry slots (`common/designs.rs`); and
+//! pacing off (reserve 0, asking again the moment `Retry-After`
 //! passes: no reserve and no turn of any design), in four loads: the fleet's demand fits the write budget;
 //! its scale-ups fit and the falls back do not; its scale-ups alone exceed it (until the capacity
 //! held back from falls back absorbs later bursts, a few minutes in); and a growing fleet whose
