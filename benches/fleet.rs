@@ -18,10 +18,12 @@
 //! bucket (10/s) is there beside Compute's per-minute ones, every bucket refills continuously, and
 //! `Retry-After` is whole seconds.
 //!
-//! Side by side in one run, on tokio's paused clock (virtual time): three designs of a throttled
+//! Side by side in one run, on tokio's paused clock (virtual time): designs of a throttled
 //! scale-up's retry with pacing on (`armBudgetReservePercentage` 20, the default): the
-//! controller's (`AgeOrdered`), Azure's SDKs' full jitter, the retry slots it replaced
-//! (`common/designs.rs`); and pacing off (reserve 0, asking again the moment `Retry-After`
+//! controller's (`AgeOrdered`: over three minutes, nothing random), the random second it had
+//! before and each half of that (a one-minute horizon without it; three minutes with it), a
+//! refusal-weighted jitter, Azure's SDKs' full jitter, the retry slots (`common/designs.rs`); and
+//! pacing off (reserve 0, asking again the moment `Retry-After`
 //! passes: no reserve and no turn of any design), in four loads: the fleet's demand fits the write budget;
 //! its scale-ups fit and the falls back do not; its scale-ups alone exceed it (until the capacity
 //! held back from falls back absorbs later bursts, a few minutes in); and a growing fleet whose
@@ -32,7 +34,9 @@
 //! slowest cluster's p99 against the fastest's.
 //!
 //! `cargo bench --bench fleet`; `BENCH_QUICK=1` for the CI-sized run; `BENCH_SEED` (default 7);
-//! `FLEET_ONLY=<load>` (fits, urgentfits, exceeds, grows) runs one load; `FLEET_RATE=<f>`
+//! `FLEET_ONLY=<load>` (fits, urgentfits, exceeds, grows) runs one load; `FLEET_DESIGNS=<keys>`
+//! (comma-separated: age, age60j, age60, age180j, refusals, jitter, slots) runs those
+//! rows only, beside the baseline; `FLEET_MINUTES=<n>` sets the virtual length (8 quick, 40 full); `FLEET_RATE=<f>`
 //! (default 1) multiplies the update and delete buckets and every load's bursts by `f`, the same
 //! loads against the bucket at another token rate (above 1 the GET and LIST buckets too, since
 //! every write is followed by reads); `FLEET_DEBUG=1` prints each cluster's waits and the requests
@@ -49,7 +53,7 @@ mod support;
 #[path = "common/mod.rs"]
 mod common;
 
-use common::designs::{AtRetryAfter, FullJitter, Slots};
+use common::designs::{AtRetryAfter, FullJitter, RefusalWeighted, Slots, WithJitter};
 use common::{quick, verdict};
 use parking_lot::Mutex;
 use rand::rngs::StdRng;
@@ -223,8 +227,12 @@ struct Outcome {
 /// How a throttled scale-up asks again, in one row of the table.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Design {
-    /// The controller's: `Retry-After`, a delay shrinking with age, a random second.
+    /// The controller's (`AgeOrdered::new()`).
     AgeOrdered,
+    /// `AgeOrdered` with another horizon (s), plus a uniform random part below `jitter_ms`.
+    Age { horizon_s: u64, jitter_ms: u64 },
+    /// Full jitter over the scan interval, narrowed by the refusals the scale-up already had.
+    RefusalWeighted,
     /// Azure's SDKs: `Retry-After`, then a uniform random extra below a second.
     FullJitter,
     /// The retry slots on each controller's own wall clock (the controller's until issue 42).
@@ -366,7 +374,15 @@ async fn run(load: Load, reserve: f64, design: Design, length: Duration, seed: u
         });
         let turn_seed = seed.wrapping_mul(7919) + c as u64;
         let retry: Arc<dyn RetryTurn> = match design {
-            Design::AgeOrdered => Arc::new(AgeOrdered::seeded(turn_seed)),
+            Design::AgeOrdered => Arc::new(AgeOrdered::new()),
+            Design::Age {
+                horizon_s,
+                jitter_ms,
+            } => Arc::new(WithJitter {
+                inner: AgeOrdered::with_horizon(Duration::from_secs(horizon_s)),
+                jitter: FullJitter::new(Duration::from_millis(jitter_ms), turn_seed),
+            }),
+            Design::RefusalWeighted => Arc::new(RefusalWeighted::new(turn_seed)),
             Design::FullJitter => Arc::new(FullJitter::new(Duration::from_secs(1), turn_seed)),
             Design::Slots => Arc::new(Slots { wall: wall.clone() }),
             Design::AtRetryAfter => Arc::new(AtRetryAfter),
@@ -683,7 +699,14 @@ fn figures(waits: &[Vec<f64>]) -> Figures {
 
 fn main() {
     let quick = quick();
-    let length = Duration::from_secs(if quick { 8 * 60 } else { 40 * 60 });
+    // `FLEET_MINUTES=<n>`: another length of virtual time.
+    let minutes = std::env::var("FLEET_MINUTES").map_or(if quick { 8 } else { 40 }, |v| {
+        v.parse::<u64>()
+            .ok()
+            .filter(|m| *m > 0)
+            .unwrap_or_else(|| panic!("FLEET_MINUTES must be a whole number above 0, not {v:?}"))
+    });
+    let length = Duration::from_secs(minutes * 60);
     let seed: u64 = std::env::var("BENCH_SEED")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -738,6 +761,11 @@ fn main() {
     ];
     let mut ok = true;
     let only = std::env::var("FLEET_ONLY").ok();
+    // `FLEET_DESIGNS=age,jitter,...`: only these rows (and the baseline).
+    let picked_env = std::env::var("FLEET_DESIGNS").ok();
+    let picked: Option<Vec<&str>> = picked_env
+        .as_deref()
+        .map(|v| v.split(',').map(str::trim).collect());
     for load in loads {
         if only
             .as_deref()
@@ -773,23 +801,68 @@ fn main() {
         let designs = [
             (
                 "age-ordered (the controller's)",
+                "age",
                 DEFAULT_ARM_BUDGET_RESERVE,
                 Design::AgeOrdered,
             ),
             (
+                "age 1 min + random 1 s (before)",
+                "age60j",
+                DEFAULT_ARM_BUDGET_RESERVE,
+                Design::Age {
+                    horizon_s: 60,
+                    jitter_ms: 1000,
+                },
+            ),
+            (
+                "age 1 min, no random",
+                "age60",
+                DEFAULT_ARM_BUDGET_RESERVE,
+                Design::Age {
+                    horizon_s: 60,
+                    jitter_ms: 0,
+                },
+            ),
+            (
+                "age 3 min + random 1 s",
+                "age180j",
+                DEFAULT_ARM_BUDGET_RESERVE,
+                Design::Age {
+                    horizon_s: 180,
+                    jitter_ms: 1000,
+                },
+            ),
+            (
+                "refusal-weighted jitter",
+                "refusals",
+                DEFAULT_ARM_BUDGET_RESERVE,
+                Design::RefusalWeighted,
+            ),
+            (
                 "full jitter (Azure's SDKs)",
+                "jitter",
                 DEFAULT_ARM_BUDGET_RESERVE,
                 Design::FullJitter,
             ),
             (
                 "retry slots (wall clock)",
+                "slots",
                 DEFAULT_ARM_BUDGET_RESERVE,
                 Design::Slots,
             ),
-            ("pacing off (at Retry-After)", 0.0, Design::AtRetryAfter),
+            (
+                "pacing off (at Retry-After)",
+                "off",
+                0.0,
+                Design::AtRetryAfter,
+            ),
         ];
         let mut rows = Vec::new();
-        for (label, reserve, design) in designs {
+        for (label, key, reserve, design) in designs {
+            // The baseline always runs: the goals are judged against it.
+            if !picked.as_ref().is_none_or(|p| p.contains(&key)) && key != "off" {
+                continue;
+            }
             let o = rt.block_on(run(load, reserve, design, length, seed));
             let f = figures(&o.waits);
             if std::env::var("FLEET_DEBUG").is_ok() {

@@ -125,3 +125,55 @@ impl RetryTurn for FullJitter {
         t.now + t.retry_after + self.cap.mul_f64(self.rng.lock().gen::<f64>())
     }
 }
+
+/// Refusal-weighted full jitter: `Retry-After`, then a uniform random extra below the scan
+/// interval divided by one more than the times this scale-up was already refused. A scale-up
+/// refused often asks early in the window, a new one anywhere in it: the turn weighs what each
+/// has already lost (a deficit), with no cap and no clock.
+pub struct RefusalWeighted {
+    rng: parking_lot::Mutex<rand::rngs::StdRng>,
+    /// Refusals per scale-up, by when it began to want capacity (its identity here).
+    refused: parking_lot::Mutex<std::collections::HashMap<Instant, u32>>,
+}
+
+impl RefusalWeighted {
+    pub fn new(seed: u64) -> Self {
+        use rand::SeedableRng;
+        RefusalWeighted {
+            rng: parking_lot::Mutex::new(rand::rngs::StdRng::seed_from_u64(seed)),
+            refused: Default::default(),
+        }
+    }
+}
+
+impl RetryTurn for RefusalWeighted {
+    fn turn(&self, t: &Throttled) -> Instant {
+        use rand::Rng;
+        let n = {
+            let mut refused = self.refused.lock();
+            // Forget the scale-ups that stopped wanting long ago (served or gone).
+            if let Some(long_ago) = t.now.checked_sub(Duration::from_secs(3600)) {
+                refused.retain(|since, _| *since >= long_ago);
+            }
+            let n = refused.entry(t.since).or_insert(0);
+            *n += 1;
+            *n - 1
+        };
+        let window = t.scan_interval.div_f64(f64::from(n) + 1.0);
+        t.now + t.retry_after + window.mul_f64(self.rng.lock().gen::<f64>())
+    }
+}
+
+/// Another design's turn plus a uniform random extra below `cap` (the controller's age order
+/// with the random second it had until issue 42 item 4).
+pub struct WithJitter<T> {
+    pub inner: T,
+    pub jitter: FullJitter,
+}
+
+impl<T: RetryTurn> RetryTurn for WithJitter<T> {
+    fn turn(&self, t: &Throttled) -> Instant {
+        let extra = self.jitter.turn(t) - (t.now + t.retry_after);
+        self.inner.turn(t) + extra
+    }
+}
