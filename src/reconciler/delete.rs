@@ -24,6 +24,7 @@
 
 use super::operation::OperationEnd;
 use super::send::{Sent, WriteKind};
+use super::write::FreshRead;
 use super::{Inner, Reconciler};
 use crate::azure::budget::Urgency;
 use crate::azure::ArmError;
@@ -307,9 +308,9 @@ impl Inner {
                 .fresh_read(group, resource.as_ref(), "scale_down")
                 .await
             {
-                Ok(Some(f)) => f,
-                Ok(None) => return DeleteEnd::Refused(DeleteRefusal::Gone),
-                Err(e) => {
+                FreshRead::Read(f) => f,
+                FreshRead::Gone => return DeleteEnd::Refused(DeleteRefusal::Gone),
+                FreshRead::Failed(e) => {
                     warn!(scale_set = name, error = %e, "scale-down: the size could not be read; nothing deleted");
                     return DeleteEnd::Refused(DeleteRefusal::UnknownSize);
                 }
