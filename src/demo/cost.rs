@@ -594,7 +594,6 @@ async fn run_arm(trace: &Trace, consolidation: bool, quiet: bool) -> anyhow::Res
         });
     }
     let stage = Stage::around(emulator, groups.clone())?;
-    let kubeconfig = write_kubeconfig(&stage, stage._emulator.kubeconfig())?;
     let secret = stage.register(CLIENT_ID)?;
     let args = DemoArgs {
         duration: trace.length,
@@ -611,22 +610,7 @@ async fn run_arm(trace: &Trace, consolidation: bool, quiet: bool) -> anyhow::Res
         report: None,
         report_defaulted: false,
     };
-    let mut settings = stage.settings(
-        &args,
-        CLIENT_ID,
-        secret,
-        KubernetesSettings {
-            enabled: true,
-            kubeconfig: Some(kubeconfig),
-            namespace: NAMESPACE.into(),
-            leader_election: crate::config::LeaderElectionSettings {
-                enabled: false,
-                ..Default::default()
-            },
-            status_config_map: crate::config::DEFAULT_STATUS_CONFIG_MAP.into(),
-            ..KubernetesSettings::default()
-        },
-    )?;
+    let mut settings = stage.settings(&args, CLIENT_ID, secret, stage.one_replica_kubernetes()?)?;
     // cluster-autoscaler's defaults: a 10 s scan, its scale-down waits and threshold.
     settings.scan_interval = Duration::from_secs(10);
     settings.write_budget = WriteBudget {

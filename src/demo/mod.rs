@@ -215,6 +215,22 @@ impl Stage {
         })
     }
 
+    /// The Kubernetes settings of a demo with one replica: the emulator's cluster through a
+    /// kubeconfig written here, no leader election, the status ConfigMap under its default name.
+    fn one_replica_kubernetes(&self) -> anyhow::Result<KubernetesSettings> {
+        Ok(KubernetesSettings {
+            enabled: true,
+            kubeconfig: Some(write_kubeconfig(self, self._emulator.kubeconfig())?),
+            namespace: NAMESPACE.into(),
+            leader_election: crate::config::LeaderElectionSettings {
+                enabled: false,
+                ..Default::default()
+            },
+            status_config_map: crate::config::DEFAULT_STATUS_CONFIG_MAP.into(),
+            ..KubernetesSettings::default()
+        })
+    }
+
     /// Registers service principal `client_id` with a fresh secret, written to a file the
     /// controller reads (the real credential path).
     fn register(&self, client_id: &str) -> anyhow::Result<std::path::PathBuf> {

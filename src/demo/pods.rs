@@ -279,24 +279,8 @@ async fn scenario(args: &DemoArgs, title: &str) -> anyhow::Result<(PodsReport, r
         state.seed_scale_set(seed);
     }
     let stage = Stage::around(emulator, groups.clone())?;
-    let kubeconfig = write_kubeconfig(&stage, stage._emulator.kubeconfig())?;
     let secret = stage.register(CLIENT_ID)?;
-    let mut settings = stage.settings(
-        args,
-        CLIENT_ID,
-        secret,
-        KubernetesSettings {
-            enabled: true,
-            kubeconfig: Some(kubeconfig),
-            namespace: NAMESPACE.into(),
-            leader_election: crate::config::LeaderElectionSettings {
-                enabled: false,
-                ..Default::default()
-            },
-            status_config_map: crate::config::DEFAULT_STATUS_CONFIG_MAP.into(),
-            ..KubernetesSettings::default()
-        },
-    )?;
+    let mut settings = stage.settings(args, CLIENT_ID, secret, stage.one_replica_kubernetes()?)?;
     settings.pod_demand.kind = crate::config::DemandKind::Pods;
     // The three zonal groups are alike: grown evenly, as cluster-autoscaler's flag does.
     settings.pod_demand.balance_similar_node_groups = true;

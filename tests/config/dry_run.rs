@@ -9,8 +9,6 @@ use crate::support;
 use std::sync::Arc;
 use std::time::Duration;
 use support::*;
-use tokio_util::sync::CancellationToken;
-use vmss_capacity_controller::app::{Replica, ReplicaOptions};
 use vmss_capacity_controller::config::{
     AuthSettings, DemandKind, KubernetesSettings, SecretSource,
 };
@@ -87,18 +85,7 @@ async fn a_dry_run_decides_a_scale_up_and_a_removal_and_writes_nothing_anywhere(
     s.scale_down.delay_after_add = Duration::ZERO;
     s.scale_down.node_delete_delay_after_taint = Duration::from_millis(100);
     let metrics = Arc::new(Metrics::new());
-    let replica = Replica::build(
-        Arc::new(s),
-        metrics.clone(),
-        ReplicaOptions {
-            dry_run: true,
-            identity: Some("dry".into()),
-        },
-    )
-    .await
-    .expect("the replica builds");
-    let stop = CancellationToken::new();
-    let task = tokio::spawn(replica.serve(stop.clone(), std::future::pending()));
+    let (stop, task) = support::serve_replica(s, metrics.clone(), true, "dry").await;
 
     // It decided both: the scale-up was held as a dry run, the empty node is unneeded.
     let held = || {

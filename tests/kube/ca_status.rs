@@ -10,8 +10,6 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::Duration;
 use support::*;
-use tokio_util::sync::CancellationToken;
-use vmss_capacity_controller::app::{Replica, ReplicaOptions};
 use vmss_capacity_controller::config::{
     AuthSettings, DemandKind, KubernetesSettings, SecretSource,
 };
@@ -97,18 +95,7 @@ async fn the_leader_writes_cluster_autoscalers_status_in_its_layout_and_keeps_ot
     // `spare` stays a candidate the whole test.
     s.scale_down.unneeded_time = Duration::from_secs(3600);
     let metrics = Arc::new(Metrics::new());
-    let replica = Replica::build(
-        Arc::new(s),
-        metrics.clone(),
-        ReplicaOptions {
-            dry_run: false,
-            identity: Some("ca-status".into()),
-        },
-    )
-    .await
-    .expect("the replica builds");
-    let stop = CancellationToken::new();
-    let task = tokio::spawn(replica.serve(stop.clone(), std::future::pending()));
+    let (stop, task) = support::serve_replica(s, metrics.clone(), false, "ca-status").await;
 
     let read = || {
         kube.list_all("v1", "configmaps", Some("kube-system"))
@@ -253,18 +240,7 @@ async fn another_autoscalers_status_config_map_is_left_alone_and_ours_goes_under
     s.pod_demand.kind = DemandKind::Pods;
     s.scan_interval = Duration::from_millis(300);
     let metrics = Arc::new(Metrics::new());
-    let replica = Replica::build(
-        Arc::new(s),
-        metrics.clone(),
-        ReplicaOptions {
-            dry_run: false,
-            identity: Some("ca-status".into()),
-        },
-    )
-    .await
-    .expect("the replica builds");
-    let stop = CancellationToken::new();
-    let task = tokio::spawn(replica.serve(stop.clone(), std::future::pending()));
+    let (stop, task) = support::serve_replica(s, metrics.clone(), false, "ca-status").await;
     let read = |name: &str| {
         kube.list_all("v1", "configmaps", Some("kube-system"))
             .into_iter()

@@ -467,7 +467,6 @@ async fn running_controller(
     tokio::task::JoinHandle<anyhow::Result<()>>,
     tokio_util::sync::CancellationToken,
 ) {
-    use vmss_capacity_controller::app::{Replica, ReplicaOptions};
     use vmss_capacity_controller::config::{
         AuthSettings, DemandKind, KubernetesSettings, LeaderElectionSettings, SecretSource,
     };
@@ -505,18 +504,8 @@ async fn running_controller(
     s.pod_demand.batch_max = Duration::from_secs(2);
     s.scale_down.enabled = true;
     s.scale_down.unneeded_time = Duration::from_secs(3600);
-    let replica = Replica::build(
-        std::sync::Arc::new(s),
-        std::sync::Arc::new(vmss_capacity_controller::metrics::Metrics::new()),
-        ReplicaOptions {
-            dry_run: false,
-            identity: Some("controller-0".into()),
-        },
-    )
-    .await
-    .expect("the controller is wired");
-    let stop = tokio_util::sync::CancellationToken::new();
-    let task = tokio::spawn(replica.serve(stop.clone(), std::future::pending()));
+    let metrics = std::sync::Arc::new(vmss_capacity_controller::metrics::Metrics::new());
+    let (stop, task) = crate::support::serve_replica(s, metrics, false, "controller-0").await;
     (task, stop)
 }
 

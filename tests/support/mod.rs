@@ -732,3 +732,29 @@ macro_rules! for_each_kind {
         }
     };
 }
+
+/// A whole replica (the daemon's wiring, `Replica::build` then `serve`) running in a task until
+/// the returned token is cancelled.
+pub async fn serve_replica(
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    dry_run: bool,
+    identity: &str,
+) -> (
+    tokio_util::sync::CancellationToken,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    let replica = vmss_capacity_controller::app::Replica::build(
+        Arc::new(settings),
+        metrics,
+        vmss_capacity_controller::app::ReplicaOptions {
+            dry_run,
+            identity: Some(identity.into()),
+        },
+    )
+    .await
+    .expect("the replica builds");
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(replica.serve(stop.clone(), std::future::pending()));
+    (stop, task)
+}
