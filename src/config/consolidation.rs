@@ -22,7 +22,15 @@ pub enum ConsolidationPolicy {
     WhenEmptyOrUnderutilized,
     /// Empty nodes only.
     WhenEmpty,
+    /// Karpenter's `Balanced`: as `WhenEmptyOrUnderutilized`, but a move is made only when its
+    /// share of its groups' cost saved is at least half its share of their disruption
+    /// ([`BALANCED_K`]): a move that saves a little and evicts a lot is not made.
+    Balanced,
 }
+
+/// Karpenter's `BalancedK`: a move's score (savings fraction over disruption fraction) must be
+/// at least `1 / BALANCED_K`.
+pub const BALANCED_K: f64 = 2.0;
 
 /// Why a node is disrupted: what a budget's `reasons` name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -317,10 +325,13 @@ pub(super) fn consolidation_settings(
         None => d.policy,
         Some("WhenEmptyOrUnderutilized") => ConsolidationPolicy::WhenEmptyOrUnderutilized,
         Some("WhenEmpty") => ConsolidationPolicy::WhenEmpty,
+        Some("Balanced") => ConsolidationPolicy::Balanced,
         Some(other) => {
             problems.push(
                 "consolidation.policy",
-                format!("unknown policy {other:?}; use WhenEmptyOrUnderutilized or WhenEmpty"),
+                format!(
+                    "unknown policy {other:?}; use WhenEmptyOrUnderutilized, WhenEmpty or Balanced"
+                ),
             );
             d.policy
         }
@@ -391,6 +402,11 @@ mod tests {
         assert!(found.is_empty(), "{found:?}");
         assert!(s.enabled);
         assert_eq!(s.consolidate_after, Duration::from_secs(120));
+        assert_eq!(s.policy, ConsolidationPolicy::WhenEmptyOrUnderutilized);
+        assert_eq!(
+            parse("enabled: true\npolicy: Balanced", true).0.policy,
+            ConsolidationPolicy::Balanced
+        );
         assert_eq!(s.budgets_of("dear")[0].nodes, BudgetNodes::Percent(50));
         assert_eq!(s.budgets_of("other"), default_budgets().as_slice());
         assert_eq!(

@@ -29,7 +29,7 @@ mod validate;
 
 pub use consolidation::{
     default_budgets, parse_budget_nodes, Budget, BudgetNodes, BudgetSchedule, ConsolidationPolicy,
-    ConsolidationSettings, DisruptionReason, DEFAULT_CONSOLIDATION_TIMEOUT,
+    ConsolidationSettings, DisruptionReason, BALANCED_K, DEFAULT_CONSOLIDATION_TIMEOUT,
     DEFAULT_VALIDATION_DELAY, MAX_CONSOLIDATION_CANDIDATES,
 };
 pub use cron::{parse_budget_duration, CronSchedule};

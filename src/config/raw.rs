@@ -436,6 +436,7 @@ pub(super) struct RawScaleDown {
     pub(super) utilization_threshold: Option<f64>,
     pub(super) unneeded_time: Option<HumanDuration>,
     pub(super) delay_after_add: Option<HumanDuration>,
+    pub(super) delay_type_local: Option<bool>,
     pub(super) max_empty_bulk_delete: Option<u32>,
     pub(super) node_delete_delay_after_taint: Option<HumanDuration>,
     pub(super) max_pod_eviction_time: Option<HumanDuration>,

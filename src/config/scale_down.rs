@@ -17,8 +17,13 @@ pub struct ScaleDownSettings {
     pub utilization_threshold: f64,
     /// `unneededTime` (10 min): how long a node must stay unneeded before it goes.
     pub unneeded_time: Duration,
-    /// `delayAfterAdd` (10 min): no scale-down in a group this soon after it grew.
+    /// `delayAfterAdd` (10 min): no scale-down this soon after a scale-up (anywhere, or in the
+    /// same group with `delayTypeLocal`).
     pub delay_after_add: Duration,
+    /// `delayTypeLocal` (false, as `--scale-down-delay-type-local`): whether `delayAfterAdd`
+    /// holds only the group that grew. Off, as in cluster-autoscaler, a scale-up of any group
+    /// holds scale-down (and consolidation) in every group.
+    pub delay_type_local: bool,
     /// `maxEmptyBulkDelete` (10): empty nodes removed at once per pass.
     pub max_empty_bulk_delete: u32,
     /// `nodeDeleteDelayAfterTaint` (5 s): between the taint and the re-check that a node is still
@@ -69,6 +74,7 @@ impl Default for ScaleDownSettings {
             utilization_threshold: UTILIZATION_THRESHOLD,
             unneeded_time: DEFAULT_UNNEEDED_TIME,
             delay_after_add: DEFAULT_DELAY_AFTER_ADD,
+            delay_type_local: false,
             max_empty_bulk_delete: 10,
             node_delete_delay_after_taint: DEFAULT_DELAY_AFTER_TAINT,
             max_pod_eviction_time: DEFAULT_MAX_POD_EVICTION_TIME,
@@ -133,6 +139,7 @@ pub(super) fn scale_down_settings(
         utilization_threshold,
         unneeded_time: non_negative(raw.unneeded_time, d.unneeded_time),
         delay_after_add: non_negative(raw.delay_after_add, d.delay_after_add),
+        delay_type_local: raw.delay_type_local.unwrap_or(d.delay_type_local),
         max_empty_bulk_delete: at_least_one(
             raw.max_empty_bulk_delete,
             d.max_empty_bulk_delete,

@@ -18,8 +18,9 @@
 //!
 //! The same trace runs twice: cluster-autoscaler's policy (consolidation off, the
 //! `least-waste` expander, cluster-autoscaler's scale-down defaults: 10 min unneeded, 50 %
-//! threshold) and consolidation on (`WhenEmptyOrUnderutilized`, the default 10 % budget, the
-//! `price` expander), side by side. Beside both, the lower bound ([`lower_bound_rate`]): per
+//! threshold, 10 min after any scale-up) and the controller's cost features (consolidation on
+//! with Karpenter's `Balanced` policy and the default 10 % budget, the `least-cost` expander
+//! chained with `least-waste`), side by side. Beside both, the lower bound ([`lower_bound_rate`]): per
 //! minute, the cheapest fractional mix of the groups' sizes whose allocatable cpu and memory
 //! (less the DaemonSet's pod on each node) cover every pod that exists that minute.
 
@@ -624,8 +625,15 @@ async fn run_arm(trace: &Trace, consolidation: bool, quiet: bool) -> anyhow::Res
         ..Default::default()
     };
     if consolidation {
-        settings.pod_demand.expander = crate::config::Expander::Price;
+        // The controller's cost features: prices in the scale-up's choice (the fewest dollars
+        // per hour for the pods, then the least waste among equally cheap options) and
+        // consolidation under Karpenter's `Balanced` policy.
+        settings.pod_demand.expander = crate::config::Expander::Chain(vec![
+            crate::config::Expander::LeastCost,
+            crate::config::Expander::LeastWaste,
+        ]);
         settings.consolidation.enabled = true;
+        settings.consolidation.policy = crate::config::ConsolidationPolicy::Balanced;
     }
     let metrics = Arc::new(Metrics::new());
     let replica = Replica::build(

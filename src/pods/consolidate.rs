@@ -21,7 +21,8 @@ use super::record::{NodeRecord, PodRecord, DO_NOT_DISRUPT, POD_DELETION_COST};
 use super::scale_down::{moves, pod_blocker, Hints, SCALE_DOWN_DISABLED};
 use super::unneeded::{bare_nodes, listed, Candidate, DownInput, Sim};
 use crate::config::{
-    ConsolidationPolicy, ConsolidationSettings, DisruptionReason, MAX_CONSOLIDATION_CANDIDATES,
+    ConsolidationPolicy, ConsolidationSettings, DisruptionReason, BALANCED_K,
+    MAX_CONSOLIDATION_CANDIDATES,
 };
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -61,6 +62,8 @@ pub enum Unconsolidatable {
     Budget(String),
     /// Its pods do not fit on the nodes that stay, with the other candidates ahead of it.
     Simulation(String),
+    /// `policy: Balanced`: what the move would save is too small for what it would disrupt.
+    NotWorthIt(String),
 }
 
 impl std::fmt::Display for Unconsolidatable {
@@ -75,6 +78,9 @@ impl std::fmt::Display for Unconsolidatable {
             Unconsolidatable::Group(why) => f.write_str(why),
             Unconsolidatable::Budget(why) => write!(f, "disruption budget: {why}"),
             Unconsolidatable::Simulation(why) => f.write_str(why),
+            Unconsolidatable::NotWorthIt(why) => {
+                write!(f, "consolidation.policy Balanced: {why}")
+            }
         }
     }
 }
@@ -88,6 +94,7 @@ impl Unconsolidatable {
             Unconsolidatable::PendingFits(_) | Unconsolidatable::Simulation(_) => "scheduling",
             Unconsolidatable::Group(_) => "group",
             Unconsolidatable::Budget(_) => "budget",
+            Unconsolidatable::NotWorthIt(_) => "balanced",
         }
     }
 }
@@ -189,6 +196,36 @@ pub fn node_cost<'a>(pods: impl IntoIterator<Item = &'a Arc<PodRecord>>) -> f64 
         .filter(|p| moves(p))
         .map(|p| eviction_cost(p).max(0.0))
         .sum::<f64>()
+}
+
+/// One node group's totals for `policy: Balanced` (Karpenter's `NodePoolTotals`): the price per
+/// hour of its nodes and the sum of their disruption costs ([`node_cost`]), taken once per
+/// decision.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct GroupTotals {
+    /// USD per hour of its nodes.
+    pub cost: f64,
+    /// Σ of its nodes' disruption costs.
+    pub disruption: f64,
+}
+
+/// Karpenter's `ScoreMove`: the share of `totals.cost` a move saves over the share of
+/// `totals.disruption` it disrupts. A move that disrupts nothing and saves something scores
+/// `+inf`; one that saves nothing, or whose groups cost nothing, scores 0.
+pub fn score_move(savings: f64, disruption: f64, totals: GroupTotals) -> f64 {
+    if savings <= 0.0 || totals.cost <= 0.0 {
+        return 0.0;
+    }
+    if disruption <= 0.0 || totals.disruption <= 0.0 {
+        return f64::INFINITY;
+    }
+    (savings / totals.cost) / (disruption / totals.disruption)
+}
+
+/// Whether `policy: Balanced` makes a move of this score ([`score_move`] at least
+/// `1 / BALANCED_K`).
+pub fn balanced_approves(score: f64) -> bool {
+    score >= 1.0 / BALANCED_K
 }
 
 /// Whether `pod` keeps its node from consolidation by `karpenter.sh/do-not-disrupt`: `"true"`,
@@ -295,7 +332,7 @@ fn node_check(
     }
     if g.recently_grown {
         return Err(Unconsolidatable::Group(format!(
-            "node group {} grew within scaleDown.delayAfterAdd",
+            "scale-down is held after a scale-up (scaleDown.delayAfterAdd): node group {} grew, or (without scaleDown.delayTypeLocal) another group did",
             g.name
         )));
     }
@@ -307,8 +344,16 @@ fn node_check(
 fn survey<'a>(
     input: &ConsolidationInput<'a>,
     out: &mut BTreeMap<String, Unconsolidatable>,
-) -> (Vec<Cand<'a>>, super::unneeded::Listed<'a>) {
+) -> (Vec<Cand<'a>>, super::unneeded::Listed<'a>, Vec<GroupTotals>) {
     let mut l = listed(&input.down);
+    // Every node of each group as listed (candidate or not): the totals `Balanced` scores by.
+    let mut totals = vec![GroupTotals::default(); input.down.groups.len()];
+    for c in &l.candidates {
+        if let Some(t) = totals.get_mut(c.group) {
+            t.cost += input.prices.get(c.group).copied().unwrap_or(0.0);
+            t.disruption += node_cost(l.room[c.at].pods());
+        }
+    }
     let pending: Vec<&Arc<PodRecord>> = input
         .down
         .pods
@@ -349,7 +394,40 @@ fn survey<'a>(
             .total_cmp(&a.ratio())
             .then_with(|| a.c.node.name.cmp(&b.c.node.name))
     });
-    (cands, l)
+    (cands, l, totals)
+}
+
+/// `policy: Balanced`: whether removing `set` to save `savings` per hour is worth its
+/// disruption, scored against the totals of the groups the set's nodes come from (Karpenter
+/// scores a move against its source NodePool). Any other policy: always. `Err`: why not.
+fn worth_it(
+    input: &ConsolidationInput,
+    totals: &[GroupTotals],
+    set: &[Cand],
+    savings: f64,
+) -> Result<(), String> {
+    if input.settings.policy != ConsolidationPolicy::Balanced {
+        return Ok(());
+    }
+    let mut groups: Vec<usize> = set.iter().map(|c| c.c.group).collect();
+    groups.sort_unstable();
+    groups.dedup();
+    let sum = groups
+        .iter()
+        .filter_map(|g| totals.get(*g))
+        .fold(GroupTotals::default(), |a, t| GroupTotals {
+            cost: a.cost + t.cost,
+            disruption: a.disruption + t.disruption,
+        });
+    let disruption: f64 = set.iter().map(|c| c.cost).sum();
+    let score = score_move(savings, disruption, sum);
+    if balanced_approves(score) {
+        return Ok(());
+    }
+    Err(format!(
+        "it would save ${savings:.3}/h of its groups' ${:.3}/h for {disruption:.1} of their disruption cost {:.1}: a score of {score:.2}, under 1/{BALANCED_K}",
+        sum.cost, sum.disruption
+    ))
 }
 
 /// Keeps, in order, the candidates every limit still allows (the group's floor, its budgets,
@@ -569,7 +647,7 @@ pub fn replace(
     timed_out: &mut dyn FnMut() -> bool,
 ) -> Consolidation {
     let mut out = Consolidation::default();
-    let (mut cands, l) = survey(input, &mut out.unconsolidatable);
+    let (mut cands, l, totals) = survey(input, &mut out.unconsolidatable);
     for c in &mut cands {
         c.reason = DisruptionReason::Replace;
     }
@@ -626,7 +704,11 @@ pub fn replace(
         |n| {
             let mut why = Vec::new();
             for (o, opt) in order.iter().enumerate() {
-                match replaces(&bases[o], &cands[..n], opt) {
+                let set = &cands[..n];
+                let savings = set.iter().map(|c| c.price).sum::<f64>() - opt.price;
+                match replaces(&bases[o], set, opt)
+                    .and_then(|()| worth_it(input, &totals, set, savings))
+                {
                     Ok(()) => {
                         chosen.insert(n, o);
                         return true;
@@ -760,7 +842,7 @@ pub fn consolidate(
     timed_out: &mut dyn FnMut() -> bool,
 ) -> Consolidation {
     let mut out = Consolidation::default();
-    let (cands, l) = survey(input, &mut out.unconsolidatable);
+    let (cands, l, totals) = survey(input, &mut out.unconsolidatable);
     let mut cands = within_limits(input, cands, &mut out.unconsolidatable);
     for c in cands.iter().skip(MAX_CONSOLIDATION_CANDIDATES) {
         out.unconsolidatable.insert(
@@ -784,13 +866,26 @@ pub fn consolidate(
         }
     }
     let mut first_failure: Option<(String, String)> = None;
+    // `Balanced`'s refusal of the smallest prefix it refused.
+    let mut not_worth: Option<(usize, String)> = None;
     let (best, timed, trials) = prefix_search(
         cands.len(),
-        |n| match holds(&base, &cands[..n]) {
-            Ok(()) => true,
-            Err(e) => {
-                first_failure.get_or_insert(e);
-                false
+        |n| {
+            let set = &cands[..n];
+            match holds(&base, set) {
+                Ok(()) => match worth_it(input, &totals, set, set.iter().map(|c| c.price).sum()) {
+                    Ok(()) => true,
+                    Err(why) => {
+                        if not_worth.as_ref().is_none_or(|(m, _)| n < *m) {
+                            not_worth = Some((n, why));
+                        }
+                        false
+                    }
+                },
+                Err(e) => {
+                    first_failure.get_or_insert(e);
+                    false
+                }
             }
         },
         timed_out,
@@ -798,7 +893,63 @@ pub fn consolidate(
     out.timed_out = timed;
     out.trials = trials;
     let n = best.unwrap_or(0);
-    for c in &cands[n..] {
+    // Karpenter's single-node consolidation: when no prefix holds, each other candidate alone,
+    // in order, until one holds (a first candidate whose pods cannot move hides no other).
+    let mut single = None;
+    let mut alone: BTreeMap<usize, Unconsolidatable> = BTreeMap::new();
+    if n == 0 && !timed {
+        for i in 1..cands.len() {
+            if timed_out() {
+                out.timed_out = true;
+                break;
+            }
+            out.trials += 1;
+            let set = &cands[i..=i];
+            match holds(&base, set) {
+                Err((_, why)) => {
+                    alone.insert(
+                        i,
+                        Unconsolidatable::Simulation(format!(
+                            "its pods do not all fit on the nodes that stay: {why}"
+                        )),
+                    );
+                }
+                Ok(()) => match worth_it(input, &totals, set, set[0].price) {
+                    Err(why) => {
+                        alone.insert(
+                            i,
+                            Unconsolidatable::NotWorthIt(format!("removing it: {why}")),
+                        );
+                    }
+                    Ok(()) => {
+                        single = Some(i);
+                        break;
+                    }
+                },
+            }
+        }
+    }
+    for (i, c) in cands.iter().enumerate().skip(n) {
+        if single == Some(i) {
+            continue;
+        }
+        if let Some(why) = alone.remove(&i) {
+            out.unconsolidatable.insert(c.c.node.name.clone(), why);
+            continue;
+        }
+        if let Some((m, why)) = &not_worth {
+            if *m == n + 1 {
+                out.unconsolidatable.insert(
+                    c.c.node.name.clone(),
+                    Unconsolidatable::NotWorthIt(if n == 0 {
+                        format!("removing it: {why}")
+                    } else {
+                        format!("removing it with the {n} candidate(s) ahead of it: {why}")
+                    }),
+                );
+                continue;
+            }
+        }
         let why = match &first_failure {
             Some((node, why)) if *node == c.c.node.name => format!("its pods do not all fit on the nodes that stay: {why}"),
             _ if n == 0 => "its pods do not all fit on the nodes that stay".to_string(),
@@ -814,8 +965,12 @@ pub fn consolidate(
         out.unconsolidatable
             .insert(c.c.node.name.clone(), Unconsolidatable::Simulation(why));
     }
-    if n > 0 {
-        let nodes: Vec<Consolidated> = cands[..n].iter().map(Cand::consolidated).collect();
+    let set = match single {
+        Some(i) => &cands[i..=i],
+        None => &cands[..n],
+    };
+    if !set.is_empty() {
+        let nodes: Vec<Consolidated> = set.iter().map(Cand::consolidated).collect();
         out.command = Some(Command {
             action: Action::Delete,
             savings_per_hour: nodes.iter().map(|c| c.price).sum(),
@@ -858,7 +1013,7 @@ fn revalidate_with(
     option: Option<&ReplaceOption>,
 ) -> Result<(), (String, Unconsolidatable)> {
     let mut why = BTreeMap::new();
-    let (cands, l) = survey(input, &mut why);
+    let (cands, l, totals) = survey(input, &mut why);
     let replacing = matches!(command.action, Action::Replace { .. });
     let mut set = Vec::new();
     let mut cands: Vec<Option<Cand>> = cands.into_iter().map(Some).collect();
@@ -896,6 +1051,20 @@ fn revalidate_with(
     let kept = within_limits(input, set, &mut refused);
     if let Some((node, why)) = refused.into_iter().next() {
         return Err((node, why));
+    }
+    // `Balanced` scores the move again on today's totals: before a launch (what the new node
+    // would save) and for a delete; once a replace's new node is up, removing the nodes it
+    // replaces is what saves, so that is not scored again.
+    let savings = kept.iter().map(|c| c.price).sum::<f64>() - option.map_or(0.0, |o| o.price);
+    if option.is_some() || !replacing {
+        if let Err(why) = worth_it(input, &totals, &kept, savings) {
+            let first = command
+                .nodes
+                .first()
+                .map(|n| n.node.clone())
+                .unwrap_or_default();
+            return Err((first, Unconsolidatable::NotWorthIt(why)));
+        }
     }
     if let Some(opt) = option {
         let name = input
@@ -1218,6 +1387,90 @@ mod tests {
         let w = World::new(vec![group("dear", 4)], vec![1.0], nodes, &pods);
         let c = w.run();
         assert_eq!(gone(&c).len(), 2, "{c:?}");
+    }
+
+    #[test]
+    fn balanced_scores_a_move_as_karpenter_does_and_approves_at_one_half() {
+        // Karpenter's RFC pool: $58.08 a day, disruption 90 (10 nodes, 80 pods).
+        let t = GroupTotals {
+            cost: 58.08,
+            disruption: 90.0,
+        };
+        // An oversized node: 7.26 saved for 4 of disruption.
+        let s = score_move(7.26, 4.0, t);
+        assert!((s - (7.26 / 58.08) / (4.0 / 90.0)).abs() < 1e-9, "{s}");
+        assert!(balanced_approves(s));
+        // A marginal move: 2.42 saved for 9 (0.42): refused; a well-packed node saving nothing too.
+        assert!(!balanced_approves(score_move(2.42, 9.0, t)));
+        assert_eq!(score_move(0.0, 11.0, t), 0.0);
+        // Disrupting nothing while saving something always goes; a group that costs nothing never.
+        assert!(score_move(4.84, 0.0, t).is_infinite());
+        assert!(!balanced_approves(score_move(
+            4.84,
+            5.0,
+            GroupTotals {
+                cost: 0.0,
+                disruption: 90.0
+            }
+        )));
+        // Scale-free: ten times the pool, the same score.
+        let ten = GroupTotals {
+            cost: 580.8,
+            disruption: 900.0,
+        };
+        assert!((score_move(72.6, 40.0, ten) - s).abs() < 1e-9);
+    }
+
+    /// n0: ten small pods (1.5 cpu, disruption 11); n1 and n2 nearly full with one pod each
+    /// (disruption 2 each); all 8 cpu at $1/h: only n0's pods can move (onto n1 and n2 together).
+    fn one_busy_underused_node() -> (Vec<Arc<NodeRecord>>, Vec<Arc<PodRecord>>) {
+        let nodes: Vec<_> = (0..3)
+            .map(|i| node(&format!("n{i}"), "g", i, "8"))
+            .collect();
+        let mut pods: Vec<_> = (0..10)
+            .map(|i| pod(&format!("small{i}"), "n0", "150m"))
+            .collect();
+        pods.push(pod("big1", "n1", "7"));
+        pods.push(pod("big2", "n2", "6600m"));
+        (nodes, pods)
+    }
+
+    #[test]
+    fn a_node_whose_pods_can_move_goes_alone_though_the_first_candidate_cannot() {
+        let (nodes, pods) = one_busy_underused_node();
+        let w = World::new(vec![group("g", 3)], vec![1.0], nodes, &pods);
+        let c = w.run();
+        // n1 and n2 come first (most saved per disruption) and cannot go; n0 is tried alone.
+        assert_eq!(gone(&c), vec!["n0"], "{c:?}");
+        assert!(matches!(
+            c.unconsolidatable.get("n1"),
+            Some(Unconsolidatable::Simulation(_))
+        ));
+    }
+
+    #[test]
+    fn balanced_keeps_a_node_whose_removal_saves_too_little_for_its_disruption_and_takes_an_empty_one(
+    ) {
+        let (nodes, pods) = one_busy_underused_node();
+        let mut w = World::new(vec![group("g", 3)], vec![1.0], nodes.clone(), &pods);
+        w.settings.policy = ConsolidationPolicy::Balanced;
+        let c = w.run();
+        // n0 saves 1/3 of the group's cost for 11/15 of its disruption: 0.45, under one half.
+        assert!(c.command.is_none(), "{c:?}");
+        match c.unconsolidatable.get("n0") {
+            Some(why @ Unconsolidatable::NotWorthIt(text)) => {
+                assert!(text.contains("a score of 0.45"), "{text}");
+                assert_eq!(why.label(), "balanced");
+            }
+            other => panic!("{other:?}"),
+        }
+        // An empty fourth node (disruption 1) saves 1/4 for 1/16: it goes.
+        let mut nodes = nodes;
+        nodes.push(node("n3", "g", 3, "8"));
+        let mut w = World::new(vec![group("g", 4)], vec![1.0], nodes, &pods);
+        w.settings.policy = ConsolidationPolicy::Balanced;
+        let c = w.run();
+        assert_eq!(gone(&c), vec!["n3"], "{c:?}");
     }
 
     #[test]

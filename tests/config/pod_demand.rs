@@ -206,6 +206,8 @@ fn scale_down_is_on_with_demand_pods_and_takes_cluster_autoscalers_defaults() {
     assert_eq!(d.utilization_threshold, 0.5);
     assert_eq!(d.unneeded_time, Duration::from_secs(600));
     assert_eq!(d.delay_after_add, Duration::from_secs(600));
+    // `--scale-down-delay-type-local=false`: a scale-up anywhere holds every group.
+    assert!(!d.delay_type_local);
     assert_eq!(d.max_empty_bulk_delete, 10);
     assert_eq!(d.node_delete_delay_after_taint, Duration::from_secs(5));
     assert_eq!(d.max_pod_eviction_time, Duration::from_secs(120));
@@ -224,6 +226,7 @@ scaleDown:
   utilizationThreshold: 0.3
   unneededTime: 0s
   delayAfterAdd: 1m
+  delayTypeLocal: true
   maxEmptyBulkDelete: 3
   nodeDeleteDelayAfterTaint: 0s
   maxPodEvictionTime: 30s
@@ -237,6 +240,7 @@ scaleDown:
     assert_eq!(d.utilization_threshold, 0.3);
     assert_eq!(d.unneeded_time, Duration::ZERO);
     assert_eq!(d.delay_after_add, Duration::from_secs(60));
+    assert!(d.delay_type_local);
     assert_eq!(d.max_empty_bulk_delete, 3);
     assert_eq!(d.node_delete_delay_after_taint, Duration::ZERO);
     assert_eq!(d.max_pod_eviction_time, Duration::from_secs(30));

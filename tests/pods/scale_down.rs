@@ -563,3 +563,74 @@ async fn too_many_unready_nodes_halt_scale_down_while_scale_up_goes_on() {
     assert!(c._emulator.pods_lost_with_nodes().is_empty());
     c.stop().await;
 }
+
+/// Group `idle` (two `Standard_D2s_v5`, floor 1: one empty node it may lose) and group `big`
+/// (`Standard_D8s_v5`, none yet); a pod of 4 cpu only `big` can take grows `big`. Returns when
+/// `idle`'s empty node went, from the moment `big` grew (`None`: not within 15 minutes).
+async fn idle_node_goes_after_big_grows(delay_type_local: bool) -> Option<Duration> {
+    use vmss_capacity_controller::emulator::sim::SimSettings;
+    let sim = SimSettings {
+        boot_delay: Duration::from_secs(60),
+        tick: Duration::from_secs(1),
+    };
+    let c = Cluster::start_simulated_on_tokio_clock(
+        &[
+            ("idle", "Standard_D2s_v5", 2, &[]),
+            ("big", "Standard_D8s_v5", 0, &[]),
+        ],
+        5,
+        sim,
+        |s| {
+            s.scan_interval = Duration::from_secs(10);
+            s.scale_down.enabled = true;
+            s.scale_down.unneeded_time = Duration::from_secs(60);
+            s.scale_down.delay_type_local = delay_type_local;
+            for g in &mut s.node_groups {
+                g.min_size = u32::from(g.name == "idle");
+            }
+        },
+    )
+    .await;
+    assert!(
+        eventually(Duration::from_secs(120), || c.kube.ready_nodes().len() == 2).await,
+        "idle's two nodes never turned Ready"
+    );
+    c.kube
+        .create_replica_set("default", "wide", 1, &PodTemplate::new("4", "1Gi"))
+        .expect("replica set");
+    assert!(
+        eventually(Duration::from_secs(120), || c.capacity("big") == 1).await,
+        "big never grew for the 4-cpu pod"
+    );
+    let grew = tokio::time::Instant::now();
+    let went = eventually(Duration::from_secs(15 * 60), || c.capacity("idle") == 1).await;
+    let after = went.then(|| grew.elapsed());
+    assert!(c._emulator.pods_lost_with_nodes().is_empty());
+    c.stop().await;
+    after
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_scale_up_of_one_group_holds_scale_down_in_every_group_for_delay_after_add() {
+    let after = idle_node_goes_after_big_grows(false)
+        .await
+        .expect("idle's empty node never went");
+    // cluster-autoscaler's default (`--scale-down-delay-type-local=false`): `big` grew, so no
+    // group scales down for `delayAfterAdd` (10 min), though `idle`'s node was unneeded long
+    // before.
+    assert!(
+        after >= Duration::from_secs(9 * 60 + 30),
+        "idle's empty node went {after:?} after big grew, within delayAfterAdd"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_delay_type_local_a_scale_up_holds_scale_down_only_in_the_group_that_grew() {
+    let after = idle_node_goes_after_big_grows(true)
+        .await
+        .expect("idle's empty node never went");
+    assert!(
+        after < Duration::from_secs(4 * 60),
+        "idle's empty node went only {after:?} after big grew: held by another group's growth"
+    );
+}

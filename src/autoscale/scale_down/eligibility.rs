@@ -79,6 +79,13 @@ impl ScaleDownLoop {
                 refused: s.groups.write_refusal(g),
             });
         }
+        // cluster-autoscaler's default (`--scale-down-delay-type-local=false`): a scale-up of
+        // any group holds scale-down in all of them.
+        if !s.settings.scale_down.delay_type_local && down.iter().any(|g| g.recently_grown) {
+            for g in &mut down {
+                g.recently_grown = true;
+            }
+        }
         down
     }
 
