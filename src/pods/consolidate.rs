@@ -807,6 +807,10 @@ pub fn decide(
     out
 }
 
+/// How many candidates single-node consolidation tries alone after the prefix search found
+/// nothing (the prefix search's own trials are about `log2(100) = 7`).
+pub const SINGLE_NODE_TRIALS: usize = 10;
+
 /// The largest `n` in `1..=len` for which `valid(n)` holds, by binary search over prefixes
 /// (Karpenter's multi-node search: valid moves up, invalid down), asking `timed_out` before each
 /// trial: when it says so, the last valid `n` found stands. Returns the answer, whether time ran
@@ -893,12 +897,14 @@ pub fn consolidate(
     out.timed_out = timed;
     out.trials = trials;
     let n = best.unwrap_or(0);
-    // Karpenter's single-node consolidation: when no prefix holds, each other candidate alone,
-    // in order, until one holds (a first candidate whose pods cannot move hides no other).
+    // Karpenter's single-node consolidation: when no prefix holds, the next candidates alone,
+    // in order, until one holds (a first candidate whose pods cannot move hides no other). At
+    // most [`SINGLE_NODE_TRIALS`] of them: each trial simulates on a copy of the whole cluster,
+    // and the decision must stay well under a second at 5,000 nodes.
     let mut single = None;
     let mut alone: BTreeMap<usize, Unconsolidatable> = BTreeMap::new();
     if n == 0 && !timed {
-        for i in 1..cands.len() {
+        for i in 1..cands.len().min(1 + SINGLE_NODE_TRIALS) {
             if timed_out() {
                 out.timed_out = true;
                 break;
