@@ -13,8 +13,11 @@
 //! over the disruption (Karpenter's `SavingsRatio`: the group's price per hour over
 //! `1 + Σ max(0, evictionCost)`), the first [`MAX_CONSOLIDATION_CANDIDATES`] are searched by
 //! prefix (binary search: the largest prefix whose pods all fit elsewhere), and when the time
-//! limit runs out the last valid answer stands. [`revalidate`] checks a command again before it
-//! is acted on. No I/O, no clock: the time and the time limit come from the caller.
+//! limit runs out the last valid answer stands. When no prefix holds, the next
+//! [`SINGLE_NODE_TRIALS`] candidates are tried alone (Karpenter's single-node consolidation).
+//! With `policy: Balanced` a set is made only when [`score_move`] approves it against the totals
+//! of its source groups. [`revalidate`] checks a command again before it is acted on. No I/O, no
+//! clock: the time and the time limit come from the caller.
 
 use super::fit::NodeState;
 use super::record::{NodeRecord, PodRecord, DO_NOT_DISRUPT, POD_DELETION_COST};
@@ -963,7 +966,7 @@ pub fn consolidate(
                 "its pods do not fit on the nodes that stay once the {n} candidate(s) with more savings over disruption go"
             ),
         };
-        let why = if timed && n < cands.len() {
+        let why = if out.timed_out && n < cands.len() {
             format!("{why} (or the search's time limit, consolidation.timeout, ran out first)")
         } else {
             why
@@ -1452,6 +1455,30 @@ mod tests {
             c.unconsolidatable.get("n1"),
             Some(Unconsolidatable::Simulation(_))
         ));
+    }
+
+    #[test]
+    fn when_the_time_limit_runs_out_before_the_single_node_trials_nothing_goes_and_the_reason_says_so(
+    ) {
+        let (nodes, pods) = one_busy_underused_node();
+        let w = World::new(vec![group("g", 3)], vec![1.0], nodes, &pods);
+        // The prefix search asks twice (three candidates); the limit runs out at the third ask,
+        // before the first node is tried alone.
+        let mut asked = 0;
+        let c = w.with(|i| {
+            consolidate(i, &mut || {
+                asked += 1;
+                asked > 2
+            })
+        });
+        assert!(c.command.is_none(), "{c:?}");
+        assert!(c.timed_out);
+        let why = c.unconsolidatable.get("n0").map(ToString::to_string);
+        assert!(
+            why.as_deref()
+                .is_some_and(|w| w.contains("consolidation.timeout")),
+            "{why:?}"
+        );
     }
 
     #[test]
