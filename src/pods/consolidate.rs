@@ -1061,17 +1061,18 @@ fn revalidate_with(
     if let Some((node, why)) = refused.into_iter().next() {
         return Err((node, why));
     }
+    // A failure of the set as a whole is told on its first node.
+    let first = command
+        .nodes
+        .first()
+        .map(|n| n.node.clone())
+        .unwrap_or_default();
     // `Balanced` scores the move again on today's totals: before a launch (what the new node
     // would save) and for a delete; once a replace's new node is up, removing the nodes it
     // replaces is what saves, so that is not scored again.
     let savings = kept.iter().map(|c| c.price).sum::<f64>() - option.map_or(0.0, |o| o.price);
     if option.is_some() || !replacing {
         if let Err(why) = worth_it(input, &totals, &kept, savings) {
-            let first = command
-                .nodes
-                .first()
-                .map(|n| n.node.clone())
-                .unwrap_or_default();
             return Err((first, Unconsolidatable::NotWorthIt(why)));
         }
     }
@@ -1084,11 +1085,6 @@ fn revalidate_with(
         let room = room_with(&l, Some(&opt.template), name);
         let bare = bare_nodes(&room, &l.elsewhere, &input.down);
         let base = base_sim(room, &l, &bare, input);
-        let first = command
-            .nodes
-            .first()
-            .map(|n| n.node.clone())
-            .unwrap_or_default();
         return replaces(&base, &kept, opt).map_err(|why| {
             (
                 first,

@@ -143,6 +143,7 @@ pub fn uid_or_key(p: &PodRecord) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pods::scale_down::tests::pdb;
     use serde_json::json;
 
     fn node(name: &str, cpu: &str) -> Arc<NodeRecord> {
@@ -182,17 +183,6 @@ mod tests {
             }))
             .unwrap(),
         ))
-    }
-
-    fn pdb(allowed: i32) -> Arc<PodDisruptionBudget> {
-        Arc::new(
-            serde_json::from_value(json!({
-                "metadata": {"name": "web", "namespace": "default"},
-                "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "web"}}},
-                "status": {"disruptionsAllowed": allowed, "currentHealthy": 2, "desiredHealthy": 1, "expectedPods": 2},
-            }))
-            .unwrap(),
-        )
     }
 
     struct World {

@@ -289,7 +289,7 @@ pub fn removable_hinted(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::pods::fit::Resources;
     use serde_json::json;
@@ -334,7 +334,8 @@ mod tests {
         n
     }
 
-    fn pdb(allowed: i32) -> Arc<PodDisruptionBudget> {
+    /// A budget over `app: web` pods with `allowed` disruptions left (also `recheck`'s tests').
+    pub(in crate::pods) fn pdb(allowed: i32) -> Arc<PodDisruptionBudget> {
         Arc::new(
             serde_json::from_value(json!({
                 "metadata": {"name": "web", "namespace": "default"},
