@@ -42,6 +42,13 @@ pub struct Mismatch {
     pub real: String,
 }
 
+impl Mismatch {
+    /// Whether what differs is a label (not a taint or an allocatable resource).
+    pub fn is_label(&self) -> bool {
+        !self.key.starts_with("taint/") && !self.key.starts_with("allocatable/")
+    }
+}
+
 impl std::fmt::Display for Mismatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
