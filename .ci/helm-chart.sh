@@ -143,6 +143,30 @@ else
   fail "autoDiscovery.clusterName alone:"$'\n'"$out"
 fi
 
+# Deletion-cost hints: `patch` on pods only with config.consolidation.deletionCostHints above 0,
+# as the kustomize component deploy/components/deletion-cost-hints adds it.
+printf 'config:\n  consolidation:\n    enabled: true\n    deletionCostHints: 3\n' > "$WORK/hints.yaml"
+pods_verbs() { grep -A1 'resources: \["pods"\]' | grep -o 'verbs: .*'; }
+off="$(render "$CHART/ci/workload-identity-values.yaml" 2>&1 | pods_verbs)"
+on="$(render "$CHART/ci/workload-identity-values.yaml" "$WORK/hints.yaml" 2>&1 | pods_verbs)"
+mkdir -p "$WORK/hinted/overlays/hinted"
+cp -r deploy/. "$WORK/hinted/"
+printf 'resources: [../workload-identity]\ncomponents: [../../components/deletion-cost-hints]\n' \
+  > "$WORK/hinted/overlays/hinted/kustomization.yaml"
+kz="$("$KUBECTL" kustomize "$WORK/hinted/overlays/hinted" 2>&1 | "$PY" -c '
+import sys, yaml
+for d in yaml.safe_load_all(sys.stdin):
+    if d and d.get("kind") == "ClusterRole":
+        for r in d["rules"]:
+            if r.get("resources") == ["pods"]:
+                print(",".join(r["verbs"]))')"
+if [ "$off" = 'verbs: ["get", "list", "watch"]' ] && [ "$on" = 'verbs: ["get", "list", "watch", "patch"]' ] \
+   && [ "$kz" = "get,list,watch,patch" ]; then
+  pass "deletion-cost hints: patch on pods only with deletionCostHints (chart) or the component (kustomize)"
+else
+  fail "deletion-cost hints' RBAC: chart off: $off; chart on: $on; kustomize component: $kz"
+fi
+
 # --- 5. the generated values documentation is current ---------------------------------------------
 if out="$("$PY" .ci/lib/helm_values_doc.py --check 2>&1)"; then
   pass "$out"

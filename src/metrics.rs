@@ -150,6 +150,10 @@ pub struct Metrics {
     /// Pod evictions by result (`evicted`, `blocked`: a PodDisruptionBudget's 429, `gone`,
     /// `failed`).
     pub evicted_pods_total: IntCounterVec,
+    /// Deletion-cost hints written to pods (`consolidation.deletionCostHints`), by action (`set`,
+    /// `clear`) and result (`ok`, `conflict`: the pod changed since it was read, `gone`,
+    /// `error`).
+    pub deletion_cost_hints_total: IntCounterVec,
 }
 
 impl Metrics {
@@ -448,6 +452,12 @@ impl Metrics {
                 "evicted_pods_total",
                 "Pod evictions by result.",
                 &["result"],
+            ),
+            deletion_cost_hints_total: counter(
+                &registry,
+                "deletion_cost_hints_total",
+                "Deletion-cost hints written to pods, by action and result.",
+                &["action", "result"],
             ),
             registry,
         };

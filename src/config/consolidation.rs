@@ -132,6 +132,8 @@ pub fn default_budgets() -> Vec<Budget> {
 pub const DEFAULT_VALIDATION_DELAY: Duration = Duration::from_secs(15);
 /// Karpenter's `MultiNodeConsolidationTimeoutDuration`.
 pub const DEFAULT_CONSOLIDATION_TIMEOUT: Duration = Duration::from_secs(60);
+/// The most nodes `consolidation.deletionCostHints` may name.
+pub const MAX_DELETION_COST_HINTS: u32 = 100;
 /// Karpenter's cap on the candidates one multi-node search looks at.
 pub const MAX_CONSOLIDATION_CANDIDATES: usize = 100;
 
@@ -157,6 +159,10 @@ pub struct ConsolidationSettings {
     pub group_budgets: BTreeMap<String, Vec<Budget>>,
     /// `consolidation.clusterBudgets` (none): budgets over every managed node together.
     pub cluster_budgets: Vec<Budget>,
+    /// `consolidation.deletionCostHints` (0: off): the pods of this many of the best
+    /// candidates get a `controller.kubernetes.io/pod-deletion-cost` below zero, so a
+    /// Deployment's scale-in empties those nodes first ([`crate::pods::deletion_cost`]).
+    pub deletion_cost_hints: u32,
 }
 
 impl Default for ConsolidationSettings {
@@ -170,6 +176,7 @@ impl Default for ConsolidationSettings {
             budgets: default_budgets(),
             group_budgets: BTreeMap::new(),
             cluster_budgets: Vec::new(),
+            deletion_cost_hints: 0,
         }
     }
 }
@@ -372,6 +379,17 @@ pub(super) fn consolidation_settings(
             .cluster_budgets
             .map(|b| budgets(b, "consolidation.clusterBudgets", problems))
             .unwrap_or_default(),
+        deletion_cost_hints: match raw.deletion_cost_hints {
+            Some(n) if n > MAX_DELETION_COST_HINTS => {
+                problems.push(
+                    "consolidation.deletionCostHints",
+                    format!("{n} nodes: at most {MAX_DELETION_COST_HINTS} (each hinted node's pods are written)"),
+                );
+                d.deletion_cost_hints
+            }
+            Some(n) => n,
+            None => d.deletion_cost_hints,
+        },
     }
 }
 
@@ -433,6 +451,25 @@ mod tests {
         assert!(found[5].1.contains("never fires"), "{found:?}");
         assert!(found[0].1.contains("scaleDown.enabled"), "{found:?}");
         assert!(found[3].1.contains("110%"), "{found:?}");
+    }
+
+    #[test]
+    fn deletion_cost_hints_are_off_by_default_and_at_most_a_hundred_nodes() {
+        assert_eq!(ConsolidationSettings::default().deletion_cost_hints, 0);
+        let (s, found) = parse("enabled: true
+deletionCostHints: 3", true);
+        assert!(found.is_empty(), "{found:?}");
+        assert_eq!(s.deletion_cost_hints, 3);
+        let (s, found) = parse("enabled: true
+deletionCostHints: 500", true);
+        assert_eq!(s.deletion_cost_hints, 0);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].0, "consolidation.deletionCostHints");
+        assert!(found[0].1.contains("500 nodes"), "{found:?}");
+        assert!(
+            serde_yaml::from_str::<RawConsolidation>("deletionCostHints: -1").is_err(),
+            "a negative count does not parse"
+        );
     }
 
     #[test]

@@ -406,6 +406,7 @@ pub(super) struct RawConsolidation {
     pub(super) budgets: Option<Vec<RawBudget>>,
     pub(super) group_budgets: Option<std::collections::BTreeMap<String, Vec<RawBudget>>>,
     pub(super) cluster_budgets: Option<Vec<RawBudget>>,
+    pub(super) deletion_cost_hints: Option<u32>,
 }
 
 /// One budget of `consolidation:`.

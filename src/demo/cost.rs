@@ -19,7 +19,8 @@
 //! The same trace runs twice: cluster-autoscaler's policy (consolidation off, the
 //! `least-waste` expander, cluster-autoscaler's scale-down defaults: 10 min unneeded, 50 %
 //! threshold, 10 min after any scale-up) and the controller's cost features (consolidation on
-//! with Karpenter's `Balanced` policy and the default 10 % budget, the `least-cost` expander
+//! with Karpenter's `Balanced` policy, the default 10 % budget and deletion-cost hints on its
+//! three best candidates, the `least-cost` expander
 //! chained with `least-waste`), side by side. Beside both, the lower bound ([`lower_bound_rate`]): per
 //! minute, the cheapest fractional mix of the groups' sizes whose allocatable cpu and memory
 //! (less the DaemonSet's pod on each node) cover every pod that exists that minute.
@@ -627,13 +628,15 @@ async fn run_arm(trace: &Trace, consolidation: bool, quiet: bool) -> anyhow::Res
     if consolidation {
         // The controller's cost features: prices in the scale-up's choice (the fewest dollars
         // per hour for the pods, then the least waste among equally cheap options) and
-        // consolidation under Karpenter's `Balanced` policy.
+        // consolidation under Karpenter's `Balanced` policy, with deletion-cost hints.
         settings.pod_demand.expander = crate::config::Expander::Chain(vec![
             crate::config::Expander::LeastCost,
             crate::config::Expander::LeastWaste,
         ]);
         settings.consolidation.enabled = true;
         settings.consolidation.policy = crate::config::ConsolidationPolicy::Balanced;
+        // Its three best candidates' pods go first when a Deployment scales in.
+        settings.consolidation.deletion_cost_hints = 3;
     }
     let metrics = Arc::new(Metrics::new());
     let replica = Replica::build(
@@ -793,8 +796,18 @@ async fn run_arm(trace: &Trace, consolidation: bool, quiet: bool) -> anyhow::Res
 /// What the runs see of the pods, every [`SAMPLE`].
 #[derive(Default)]
 struct Look {
-    /// Pod uid → first seen pending, first seen bound, replaced an evicted pod.
-    pods: HashMap<String, (tokio::time::Instant, Option<tokio::time::Instant>, bool)>,
+    /// Pod uid → first seen pending, first seen bound, replaced an evicted pod, last seen (a
+    /// pod deleted while pending, as a scale-in deletes unbound pods first, waited only until
+    /// then).
+    pods: HashMap<
+        String,
+        (
+            tokio::time::Instant,
+            Option<tokio::time::Instant>,
+            bool,
+            tokio::time::Instant,
+        ),
+    >,
     /// Bound pods at the last look: uid → workload.
     bound: HashMap<String, String>,
     pending_seconds: f64,
@@ -838,7 +851,7 @@ impl Look {
             match self.pods.get_mut(uid) {
                 None => {
                     self.pods
-                        .insert(uid.to_string(), (now, is_bound.then_some(now), false));
+                        .insert(uid.to_string(), (now, is_bound.then_some(now), false, now));
                     if !is_bound {
                         pending_new.push((uid.to_string(), w.clone()));
                     }
@@ -847,6 +860,7 @@ impl Look {
                     if is_bound && e.1.is_none() {
                         e.1 = Some(now);
                     }
+                    e.3 = now;
                 }
             }
             if is_bound {
@@ -881,7 +895,7 @@ impl Look {
         let mut waits: Vec<f64> = self
             .pods
             .values()
-            .filter_map(|(a, b, _)| b.map(|b| b.duration_since(*a).as_secs_f64()))
+            .filter_map(|(a, b, _, _)| b.map(|b| b.duration_since(*a).as_secs_f64()))
             .collect();
         waits.sort_by(f64::total_cmp);
         let pct = |q: f64| {
@@ -894,8 +908,10 @@ impl Look {
         let replaced_pending_over_goal = self
             .pods
             .values()
-            .filter(|(a, b, replaced)| {
-                *replaced && b.is_none_or(|b| b.duration_since(*a) > PENDING_GOAL)
+            .filter(|(a, b, replaced, last)| {
+                // Never bound: pending from first to last seen (still pending at the end, or
+                // deleted unbound by a scale-in).
+                *replaced && b.unwrap_or(*last).duration_since(*a) > PENDING_GOAL
             })
             .count();
         ArmReport {

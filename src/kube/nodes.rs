@@ -13,6 +13,7 @@
 //!
 //! The loop codes against [`NodeActions`]; [`KubeNodeActions`] implements it on the API server.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -92,6 +93,32 @@ pub enum EvictOutcome {
     Failed(String),
 }
 
+/// How a pod's annotation write went ([`NodeActions::annotate_pod`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnnotateOutcome {
+    /// Written.
+    Written,
+    /// 409: the pod changed since it was read; nothing written (looked at again from a fresh
+    /// read).
+    Conflict,
+    /// 404: the pod is gone.
+    Gone,
+    /// Anything else; the message names the pod.
+    Failed(String),
+}
+
+impl AnnotateOutcome {
+    /// A label for metrics (`ok`, `conflict`, `gone`, `error`).
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Self::Written => "ok",
+            Self::Conflict => "conflict",
+            Self::Gone => "gone",
+            Self::Failed(_) => "error",
+        }
+    }
+}
+
 /// What the API server says of a node right now (never a cache): the last look before its
 /// instance is deleted.
 #[derive(Debug, Clone, Default)]
@@ -128,6 +155,16 @@ pub trait NodeActions: Send + Sync {
     /// A LIST of every node from the API server (paged): whether an instance that seems never to
     /// have registered really has no Node.
     async fn list_nodes(&self) -> Result<Vec<NodeRecord>, NodeWriteError>;
+    /// Sets (`Some`) or removes (`None`) annotations of a pod by a merge patch carrying
+    /// `metadata.resourceVersion` = `resource_version`: a pod changed since it was read is an
+    /// [`AnnotateOutcome::Conflict`], never overwritten (the deletion-cost hints).
+    async fn annotate_pod(
+        &self,
+        namespace: &str,
+        pod: &str,
+        resource_version: &str,
+        annotations: &BTreeMap<String, Option<String>>,
+    ) -> AnnotateOutcome;
 }
 
 /// Whether `node` carries [`TO_BE_DELETED_TAINT`] (with any effect).
@@ -484,6 +521,33 @@ impl NodeActions for KubeNodeActions {
             node: found,
             pods: out,
         })
+    }
+
+    async fn annotate_pod(
+        &self,
+        namespace: &str,
+        pod: &str,
+        resource_version: &str,
+        annotations: &BTreeMap<String, Option<String>>,
+    ) -> AnnotateOutcome {
+        if resource_version.is_empty() {
+            return AnnotateOutcome::Failed(format!(
+                "refusing to annotate pod {namespace}/{pod} without a resourceVersion"
+            ));
+        }
+        let patch = json!({
+            "metadata": {"resourceVersion": resource_version, "annotations": annotations},
+        });
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        match pods
+            .patch(pod, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => AnnotateOutcome::Written,
+            Err(kube::Error::Api(s)) if s.code == 409 => AnnotateOutcome::Conflict,
+            Err(kube::Error::Api(s)) if s.code == 404 => AnnotateOutcome::Gone,
+            Err(e) => AnnotateOutcome::Failed(format!("annotating pod {namespace}/{pod}: {e}")),
+        }
     }
 
     async fn list_nodes(&self) -> Result<Vec<NodeRecord>, NodeWriteError> {

@@ -176,14 +176,19 @@ pub struct Consolidation {
     pub searched: usize,
     /// Sets simulated.
     pub trials: u32,
+    /// The candidates whose pods could all move, the most saved per unit of disruption first
+    /// (the order [`super::deletion_cost`] hints by).
+    pub drain_order: Vec<String>,
 }
 
 /// Karpenter's eviction cost of one pod: `1 + pod-deletion-cost/2^27 + priority/2^25`, clamped
-/// to [-10, 10].
+/// to [-10, 10]. The controller's own deletion-cost hint ([`super::deletion_cost`]) counts as no
+/// cost: it orders a scale-in, it does not make the pod cheaper to evict.
 pub fn eviction_cost(pod: &PodRecord) -> f64 {
     let mut cost = 1.0;
     if let Some(c) = pod
         .annotation(POD_DELETION_COST)
+        .filter(|_| super::deletion_cost::own_hint(pod).is_none())
         .and_then(|v| v.trim().parse::<f64>().ok())
     {
         cost += c / 2f64.powi(27);
@@ -850,6 +855,7 @@ pub fn consolidate(
 ) -> Consolidation {
     let mut out = Consolidation::default();
     let (cands, l, totals) = survey(input, &mut out.unconsolidatable);
+    out.drain_order = cands.iter().map(|c| c.c.node.name.clone()).collect();
     let mut cands = within_limits(input, cands, &mut out.unconsolidatable);
     for c in cands.iter().skip(MAX_CONSOLIDATION_CANDIDATES) {
         out.unconsolidatable.insert(

@@ -19,11 +19,13 @@
 //! | [`scale_up`] | one decision: which groups grow by how much for the pods pending now |
 //! | [`scale_down`] | whether one node can go, and what blocks removing it |
 //! | [`consolidate`] | multi-node consolidation: candidates by savings over disruption, the prefix search, budgets, re-validation |
+//! | [`deletion_cost`] | deletion-cost hints: the best consolidation candidates' pods deleted first when a Deployment scales in |
 //! | [`recheck`] | the re-check of a tainted node before its drain, by the rules [`unneeded`] decides by (which pods count, which nodes take pods, which utilisation keeps a node) |
 //! | [`unneeded`] | one scale-down pass: unneeded nodes, since when, which go now; instances no Node stands for |
 
 pub mod buffer;
 pub mod consolidate;
+pub mod deletion_cost;
 pub mod demand;
 pub mod estimate;
 pub mod expander;

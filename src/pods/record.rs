@@ -359,6 +359,7 @@ fn kept_annotation(key: &str) -> bool {
         || key == MIRROR_ANNOTATION
         || key == DO_NOT_DISRUPT
         || key == POD_DELETION_COST
+        || key == super::deletion_cost::HINT_ANNOTATION
         || key == CONSUME_PROVISIONING_REQUEST
         || key == PROVISIONING_CLASS_NAME
 }

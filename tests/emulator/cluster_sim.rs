@@ -595,6 +595,43 @@ async fn scaling_a_replica_set_through_its_scale_subresource_deletes_the_pending
     .await;
 }
 
+/// The ReplicaSet controller's order (1.22 on): a lower `controller.kubernetes.io/pod-deletion-cost`
+/// goes before a pod doubled up on a node with more of the set's pods.
+#[tokio::test]
+async fn a_replica_set_scaling_in_deletes_the_pod_of_the_lowest_deletion_cost_before_a_doubled_up_one(
+) {
+    let (handle, kube) = start().await;
+    seed(&handle, "pool", "Standard_D2s_v5", 2);
+    ready_nodes(&kube, 2).await;
+    kube.create_replica_set("default", "web", 3, &PodTemplate::new("800m", "1Gi"))
+        .expect("rs created");
+    let bound = bound_pods(&kube, "web", 3).await;
+    let mut per_node: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (pod, node) in &bound {
+        per_node.entry(node).or_default().push(pod);
+    }
+    let alone = per_node
+        .values()
+        .find(|pods| pods.len() == 1)
+        .expect("two pods on one node, one on the other")[0]
+        .to_string();
+    let mut pod = kube.get("v1", "pods", "default", &alone).expect("the pod");
+    pod["metadata"]["annotations"] = json!({"controller.kubernetes.io/pod-deletion-cost": "-1"});
+    kube.update("v1", "pods", "default", pod)
+        .expect("annotated");
+    kube.scale_replica_set("default", "web", 2)
+        .expect("scaled in");
+    let left = eventually("two pods left", || {
+        let pods = pods_of(&kube, "web");
+        (pods.len() == 2).then(|| pods.iter().map(name).collect::<Vec<_>>())
+    })
+    .await;
+    assert!(
+        !left.contains(&alone),
+        "the pod of cost -1 went, not one of the doubled-up pair: {left:?}"
+    );
+}
+
 #[tokio::test]
 async fn without_the_simulation_instances_make_no_nodes() {
     let handle = EmulatorBuilder::new()

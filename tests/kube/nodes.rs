@@ -479,6 +479,15 @@ impl NodeActions for Scripted {
     async fn list_nodes(&self) -> Result<Vec<NodeRecord>, NodeWriteError> {
         unreachable!("the cleanup never lists nodes")
     }
+    async fn annotate_pod(
+        &self,
+        _: &str,
+        _: &str,
+        _: &str,
+        _: &std::collections::BTreeMap<String, Option<String>>,
+    ) -> vmss_capacity_controller::kube::nodes::AnnotateOutcome {
+        unreachable!("the cleanup never annotates a pod")
+    }
 }
 
 #[tokio::test]
@@ -567,4 +576,66 @@ async fn the_emulator_refuses_a_stale_node_patch_and_a_wrong_uid_eviction_as_the
     );
     assert_eq!(body["details"], json!({"name": "p2", "kind": "Pod"}));
     assert!(pod_exists(&kube, "p2"));
+}
+
+/// The deletion-cost hints' write: a merge patch of the pod's annotations carrying the version
+/// read, so a pod changed since is a 409 and keeps the change; `None` removes an annotation.
+#[tokio::test]
+async fn a_pod_annotation_write_from_a_stale_read_is_a_conflict_and_changes_nothing() {
+    use std::collections::BTreeMap;
+    use vmss_capacity_controller::kube::nodes::AnnotateOutcome;
+    let (_h, kube, actions) = actions().await;
+    let read = kube
+        .create(
+            "v1",
+            "pods",
+            NS,
+            json!({"metadata": {"name": "web-1", "annotations": {"team": "a"}},
+                "spec": {"containers": [{"name": "c", "image": "nginx"}]}}),
+        )
+        .expect("pod created");
+    let cost = |v: Option<&str>| {
+        BTreeMap::from([(
+            "controller.kubernetes.io/pod-deletion-cost".to_string(),
+            v.map(str::to_string),
+        )])
+    };
+    assert_eq!(
+        actions
+            .annotate_pod(NS, "web-1", &rv(&read), &cost(Some("-2")))
+            .await,
+        AnnotateOutcome::Written
+    );
+    let now = kube.get("v1", "pods", NS, "web-1").expect("the pod");
+    assert_eq!(
+        now["metadata"]["annotations"],
+        json!({"team": "a", "controller.kubernetes.io/pod-deletion-cost": "-2"}),
+        "merged with what was there"
+    );
+    // The version read before that write is stale now.
+    assert_eq!(
+        actions
+            .annotate_pod(NS, "web-1", &rv(&read), &cost(None))
+            .await,
+        AnnotateOutcome::Conflict
+    );
+    assert_eq!(
+        kube.get("v1", "pods", NS, "web-1").expect("the pod"),
+        now,
+        "a conflict writes nothing"
+    );
+    assert_eq!(
+        actions
+            .annotate_pod(NS, "web-1", &rv(&now), &cost(None))
+            .await,
+        AnnotateOutcome::Written
+    );
+    assert_eq!(
+        kube.get("v1", "pods", NS, "web-1").expect("the pod")["metadata"]["annotations"],
+        json!({"team": "a"})
+    );
+    assert_eq!(
+        actions.annotate_pod(NS, "gone", "1", &cost(None)).await,
+        AnnotateOutcome::Gone
+    );
 }

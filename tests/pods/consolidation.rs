@@ -257,3 +257,108 @@ async fn a_pod_nominated_to_a_candidate_during_re_validation_abandons_the_consol
     assert!(c.state.lost_updates().is_empty());
     c.stop().await;
 }
+
+/// The web pods (Running, not being deleted) carrying a deletion-cost hint: (pod, node, cost).
+fn hinted_web(c: &Cluster) -> Vec<(String, String, String)> {
+    c.kube
+        .list_all("v1", "pods", Some("default"))
+        .into_iter()
+        .filter(|p| p.pointer("/metadata/labels/app").and_then(|v| v.as_str()) == Some("web"))
+        .filter(|p| p.pointer("/metadata/deletionTimestamp").is_none())
+        .filter_map(|p| {
+            let a = &p["metadata"]["annotations"];
+            let cost = a["controller.kubernetes.io/pod-deletion-cost"].as_str()?;
+            (a["vmss-capacity-controller/pod-deletion-cost"].as_str() == Some(cost)).then(|| {
+                (
+                    p["metadata"]["name"].as_str().unwrap_or("").to_string(),
+                    p["spec"]["nodeName"].as_str().unwrap_or("").to_string(),
+                    cost.to_string(),
+                )
+            })
+        })
+        .collect()
+}
+
+/// `consolidation.deletionCostHints`: with a budget that lets consolidation remove nothing, the
+/// best candidate's pods get the lowest deletion cost, and a Deployment's scale-in then takes
+/// exactly those pods (the emulator's ReplicaSet controller ranks by the cost as
+/// kube-controller-manager does): the node is emptied without one eviction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scale_in_empties_the_node_the_deletion_cost_hints_name_without_an_eviction() {
+    let c = Cluster::start_simulated(&[("dear", DEAR, 3, &[])], 5, |s| {
+        consolidating(s, Duration::from_secs(1));
+        s.consolidation.budgets = vec![vmss_capacity_controller::config::Budget {
+            nodes: vmss_capacity_controller::config::BudgetNodes::Count(0),
+            reasons: None,
+            schedule: None,
+        }];
+        s.consolidation.deletion_cost_hints = 1;
+    })
+    .await;
+    assert!(
+        eventually(Duration::from_secs(10), || c.kube.ready_nodes().len() == 3).await,
+        "never 3 Ready nodes"
+    );
+    let nodes = c.kube.ready_nodes();
+    for n in &nodes {
+        annotate(&c, n, Some("true")).await;
+    }
+    c.kube
+        .create_replica_set("default", "web", 6, &PodTemplate::new("300m", "256Mi"))
+        .expect("replica set");
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let on = running_web(&c);
+            on.len() == 6
+                && nodes
+                    .iter()
+                    .all(|n| on.iter().filter(|o| *o == n).count() == 2)
+        })
+        .await,
+        "web never ran two pods per node: {:?}",
+        running_web(&c)
+    );
+    for n in &nodes {
+        annotate(&c, n, None).await;
+    }
+    // The best candidate's two pods, and only they, carry the hint (-1: one node hinted).
+    let mut hinted = Vec::new();
+    assert!(
+        eventually(Duration::from_secs(15), || {
+            hinted = hinted_web(&c);
+            hinted.len() == 2 && hinted[0].1 == hinted[1].1
+        })
+        .await,
+        "no node's pods were hinted: {hinted:?}"
+    );
+    assert!(hinted.iter().all(|h| h.2 == "-1"), "{hinted:?}");
+    let node = hinted[0].1.clone();
+    c.kube
+        .scale_replica_set("default", "web", 4)
+        .expect("scaled in");
+    assert!(
+        eventually(Duration::from_secs(10), || running_web(&c).len() == 4).await,
+        "{:?}",
+        running_web(&c)
+    );
+    let on = running_web(&c);
+    assert!(
+        !on.contains(&node),
+        "the scale-in took the hinted node's pods: {node} still runs web: {on:?}"
+    );
+    assert_eq!(
+        vmss_capacity_controller::metrics::Metrics::counter_sum(
+            &c.metrics.evicted_pods_total,
+            &[("result", "evicted")],
+        ),
+        0,
+        "nothing was evicted"
+    );
+    assert!(
+        vmss_capacity_controller::metrics::Metrics::counter_sum(
+            &c.metrics.deletion_cost_hints_total,
+            &[("action", "set"), ("result", "ok")],
+        ) >= 2
+    );
+    c.stop().await;
+}

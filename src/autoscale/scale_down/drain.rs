@@ -310,6 +310,15 @@ mod tests {
         async fn list_nodes(&self) -> Result<Vec<NodeRecord>, NodeWriteError> {
             Ok(Vec::new())
         }
+        async fn annotate_pod(
+            &self,
+            _: &str,
+            _: &str,
+            _: &str,
+            _: &std::collections::BTreeMap<String, Option<String>>,
+        ) -> crate::kube::nodes::AnnotateOutcome {
+            unreachable!("a drain annotates no pod")
+        }
     }
 
     impl Cluster {

@@ -49,7 +49,7 @@ mod unknown;
 
 use crate::capacity::PriceBook;
 use crate::config::{NodeGroupSpec, Settings};
-use crate::kube::nodes::NodeActions;
+use crate::kube::nodes::{AnnotateOutcome, NodeActions};
 use crate::kube::reflect::ClusterView;
 use crate::metrics::Metrics;
 use crate::node_groups::NodeGroups;
@@ -71,7 +71,7 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 pub use drain::EVICTION_RETRY;
 
@@ -163,6 +163,9 @@ pub struct ScaleDownLoop {
     replacing: Option<Replacing>,
     /// A replace's new nodes, kept from scale-down until the nodes they replace are removed.
     protected: Option<Protected>,
+    /// Deletion-cost hints the last consolidation decision asked for, written at the end of
+    /// the pass ([`crate::pods::deletion_cost`]).
+    hints: Vec<crate::pods::deletion_cost::HintWrite>,
 }
 
 /// One node's removal, as decided.
@@ -307,6 +310,7 @@ impl ScaleDownLoop {
             told: HashMap::new(),
             demand: None,
             replacing: None,
+            hints: Vec::new(),
             protected: None,
         }
     }
@@ -437,6 +441,42 @@ impl ScaleDownLoop {
                 let _slots = slots;
                 task.remove(removals, &stop).await;
             });
+        }
+        self.write_hints().await;
+    }
+
+    /// Writes the deletion-cost hints the last decision asked for, each guarded by the pod's
+    /// `resourceVersion` (a pod changed since it was read is left to the next decision).
+    async fn write_hints(&mut self) {
+        let hints = std::mem::take(&mut self.hints);
+        if hints.is_empty() {
+            return;
+        }
+        let s = self.shared.clone();
+        let (mut set, mut cleared) = (0usize, 0usize);
+        for h in hints {
+            let action = if h.sets() { "set" } else { "clear" };
+            let outcome = s
+                .actions
+                .annotate_pod(&h.namespace, &h.pod, &h.resource_version, &h.annotations)
+                .await;
+            s.metrics
+                .deletion_cost_hints_total
+                .with_label_values(&[action, outcome.metric_label()])
+                .inc();
+            match outcome {
+                AnnotateOutcome::Written if action == "set" => set += 1,
+                AnnotateOutcome::Written => cleared += 1,
+                AnnotateOutcome::Conflict | AnnotateOutcome::Gone => {
+                    debug!(namespace = %h.namespace, pod = %h.pod, result = outcome.metric_label(), "deletion-cost hint not written: looked at again at the next decision");
+                }
+                AnnotateOutcome::Failed(why) => {
+                    warn!(namespace = %h.namespace, pod = %h.pod, error = %why, "deletion-cost hint not written");
+                }
+            }
+        }
+        if set + cleared > 0 {
+            debug!(set, cleared, "deletion-cost hints written");
         }
     }
 

@@ -262,6 +262,15 @@ impl ScaleDownLoop {
             "consolidation decided"
         );
         self.tell(&found.unconsolidatable);
+        if !self.dry_run {
+            let order: Vec<&str> = found.drain_order.iter().map(String::as_str).collect();
+            self.hints = crate::pods::deletion_cost::plan(
+                &order,
+                input.down.pods,
+                cfg.deletion_cost_hints as usize,
+                crate::pods::deletion_cost::MAX_HINT_WRITES,
+            );
+        }
         let Some(command) = found.command else {
             return Vec::new();
         };

@@ -56,6 +56,25 @@ fn pod_ready(pod: &Value) -> bool {
         })
 }
 
+/// `status.phase` as the ReplicaSet controller orders a scale-in: Pending, Unknown, Running
+/// (anything else as Pending).
+fn phase_ordinal(pod: &Value) -> u8 {
+    match pod.pointer("/status/phase").and_then(Value::as_str) {
+        Some("Unknown") => 1,
+        Some("Running") => 2,
+        _ => 0,
+    }
+}
+
+/// `controller.kubernetes.io/pod-deletion-cost`: an int32; missing or invalid, 0 (the
+/// controller ignores the parse error).
+fn deletion_cost(pod: &Value) -> i32 {
+    pod.pointer("/metadata/annotations/controller.kubernetes.io~1pod-deletion-cost")
+        .and_then(Value::as_str)
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
 /// A pod from `owner`'s template, owned by it, named `<owner>-<5 random chars>`.
 fn pod_from_template(owner: &Value, kind: &str) -> Value {
     let name = name_of(owner).unwrap_or("pod");
@@ -436,9 +455,11 @@ pub(crate) fn reconcile_replica_sets(store: &mut Store) {
             }
             live.extend(created.iter());
         } else if live.len() > want {
-            // As the ReplicaSet controller ranks them: pending pods go first, then pods doubled
-            // up on a node with more of this set's pods (it spreads what stays), then the
-            // newest.
+            // As the ReplicaSet controller ranks them (`controller.ActivePodsWithRanks`, 1.22
+            // on): unbound first; then by phase (Pending, Unknown, Running); not Ready before
+            // Ready; the lower `controller.kubernetes.io/pod-deletion-cost` first (an invalid
+            // one is 0); pods doubled up on a node with more of this set's pods (it spreads
+            // what stays); then the newest.
             let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
             for p in &live {
                 if let Some(n) = p.pointer("/spec/nodeName").and_then(Value::as_str) {
@@ -456,6 +477,9 @@ pub(crate) fn reconcile_replica_sets(store: &mut Store) {
                 let key = |p: &Value| {
                     (
                         !is_pending(p),
+                        phase_ordinal(p),
+                        pod_ready(p),
+                        deletion_cost(p),
                         std::cmp::Reverse(doubled(p)),
                         std::cmp::Reverse(
                             p.pointer("/metadata/creationTimestamp")
