@@ -456,12 +456,18 @@ mod tests {
     #[test]
     fn deletion_cost_hints_are_off_by_default_and_at_most_a_hundred_nodes() {
         assert_eq!(ConsolidationSettings::default().deletion_cost_hints, 0);
-        let (s, found) = parse("enabled: true
-deletionCostHints: 3", true);
+        let (s, found) = parse(
+            "enabled: true
+deletionCostHints: 3",
+            true,
+        );
         assert!(found.is_empty(), "{found:?}");
         assert_eq!(s.deletion_cost_hints, 3);
-        let (s, found) = parse("enabled: true
-deletionCostHints: 500", true);
+        let (s, found) = parse(
+            "enabled: true
+deletionCostHints: 500",
+            true,
+        );
         assert_eq!(s.deletion_cost_hints, 0);
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].0, "consolidation.deletionCostHints");

@@ -279,3 +279,37 @@ async fn a_replacement_azure_refuses_abandons_the_replace_with_nothing_tainted_o
     assert_eq!(puts_to(&c, &cheap).len(), 1, "{:?}", puts_to(&c, &cheap));
     c.stop().await;
 }
+
+/// With cluster-autoscaler's `delayAfterAdd` (10 min, held in every group): the replace's own
+/// growth of the cheaper group is no scale-up, so it does not hold the replace it launched
+/// (before, every replace was abandoned on re-validation, its new node left for scale-down).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replace_is_not_held_by_delay_after_add_for_the_growth_it_launched_itself() {
+    let c = Cluster::start_simulated(
+        &[("dear", DEAR, 2, &[]), ("cheap", CHEAP, 0, &[])],
+        5,
+        |s| {
+            replacing(s);
+            s.scale_down.delay_after_add = Duration::from_secs(600);
+        },
+    )
+    .await;
+    two_dear_nodes(&c).await;
+    assert!(
+        eventually(Duration::from_secs(40), || c.capacity("dear") == 0
+            && c.capacity("cheap") == 1)
+        .await,
+        "not replaced: dear {} cheap {}; {:?}",
+        c.capacity("dear"),
+        c.capacity("cheap"),
+        c.events("Unconsolidatable").await
+    );
+    assert_eq!(
+        Metrics::counter_sum(
+            &c.metrics.failed_scale_downs_total,
+            &[("reason", "consolidation_invalid")]
+        ),
+        0
+    );
+    c.stop().await;
+}

@@ -59,7 +59,13 @@ impl ScaleDownLoop {
         for g in groups.iter() {
             let size = s.groups.target_size(&g.name);
             if let (Some(now_size), Some(prev)) = (size, self.sizes_seen.get(&g.name)) {
-                if now_size > *prev {
+                // A replace's own launch (its cheaper group grown to the size it asked for) is
+                // not a scale-up: held by it, the replace would abandon itself on re-validation.
+                let launch = self
+                    .replacing
+                    .as_ref()
+                    .is_some_and(|r| r.group.name == g.name && now_size <= r.target);
+                if now_size > *prev && !launch {
                     self.grew_at.insert(g.name.clone(), now);
                 }
             }
