@@ -227,6 +227,25 @@ mod tests {
         assert_eq!(World::new().check(&["a"], 0.5, false), Ok(()));
     }
 
+    /// The loop a traced cost day showed: consolidation decided a node, the re-check after the
+    /// taint found a pod "fits on no other node", the node was untainted, and the same decision
+    /// came again, five times: the two read the same pods in different orders (a decision from
+    /// the pods' index, the re-check from the reflector's map), and first-fit in two orders can
+    /// disagree. The pods now go the largest first, then by name, whatever order they come in.
+    #[test]
+    fn a_recheck_places_the_pods_largest_first_whatever_order_they_are_listed_in() {
+        let mut w = World::new();
+        w.nodes = vec![node("n1", "4"), node("n2", "2100m"), node("n3", "1100m")];
+        for listed in [
+            vec![pod("b", "n1", "1"), pod("a", "n1", "2")],
+            vec![pod("a", "n1", "2"), pod("b", "n1", "1")],
+        ] {
+            w.pods = listed;
+            // b first would take n2's room and leave a nowhere.
+            assert_eq!(w.check(&["a", "b"], 1.0, false), Ok(()));
+        }
+    }
+
     #[test]
     fn a_recheck_rejects_a_node_that_gained_a_pod_the_decision_did_not_see() {
         let mut w = World::new();

@@ -207,7 +207,18 @@ pub fn removable_hinted(
     {
         return Err(Blocker::ScaleDownDisabled);
     }
-    let moving = pods_to_move(node);
+    let mut moving = pods_to_move(node);
+    // The largest first, then by name: the same order however the pods were listed (a decision
+    // and the re-check after its taint read them from different views, and first-fit in two
+    // orders can disagree), and the order first-fit packs best.
+    moving.sort_by_cached_key(|p| {
+        let r = &p.facts().requests;
+        (
+            std::cmp::Reverse(r.get("cpu").copied().unwrap_or(0)),
+            std::cmp::Reverse(r.get("memory").copied().unwrap_or(0)),
+            p.key(),
+        )
+    });
     for p in &moving {
         if let Some(b) = pod_blocker(p, pdbs) {
             return Err(b);

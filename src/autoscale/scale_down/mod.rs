@@ -365,7 +365,10 @@ impl ScaleDownLoop {
             self.stand_down();
             return;
         }
-        let nodes: Vec<Arc<NodeRecord>> = s.cluster.nodes.snapshot().values().cloned().collect();
+        // By name: the simulations' destinations in one order, the re-check's too.
+        let mut nodes: Vec<Arc<NodeRecord>> =
+            s.cluster.nodes.snapshot().values().cloned().collect();
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
         let wall = s.wall();
         let groups = s.groups.groups();
         // Spot VMs Azure evicted with `Deallocate` (the reconciler's last instance lists): their
