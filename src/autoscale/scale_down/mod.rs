@@ -489,6 +489,8 @@ impl ScaleDownLoop {
     fn stand_down(&mut self) {
         let s = self.shared.clone();
         self.command = None;
+        // Hints are planned again from a fresh decision once it may act.
+        self.hints.clear();
         if let Some(r) = self.replacing.take() {
             if let Some(d) = &self.demand {
                 d.set_replacement(&r.group.name, None);
