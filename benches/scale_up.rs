@@ -473,6 +473,7 @@ fn scenario(
         unsettled: &chosen,
         settings: &settings,
         max_nodes: 100,
+        demand_rising: false,
     };
     let decided = consolidate(&consolidation_input, &mut || false);
     let mut why: std::collections::BTreeMap<&str, usize> = Default::default();

@@ -132,6 +132,9 @@ pub fn default_budgets() -> Vec<Budget> {
 pub const DEFAULT_VALIDATION_DELAY: Duration = Duration::from_secs(15);
 /// Karpenter's `MultiNodeConsolidationTimeoutDuration`.
 pub const DEFAULT_CONSOLIDATION_TIMEOUT: Duration = Duration::from_secs(60);
+/// The longest `consolidation.stabilizationWindow`: a day (a longer one would hold moves for
+/// good in any cluster whose demand follows the day).
+pub const MAX_STABILIZATION_WINDOW: Duration = Duration::from_secs(24 * 3600);
 /// The most nodes `consolidation.deletionCostHints` may name.
 pub const MAX_DELETION_COST_HINTS: u32 = 100;
 /// Karpenter's cap on the candidates one multi-node search looks at.
@@ -163,6 +166,10 @@ pub struct ConsolidationSettings {
     /// candidates get a `controller.kubernetes.io/pod-deletion-cost` below zero, so a
     /// Deployment's scale-in empties those nodes first ([`crate::pods::deletion_cost`]).
     pub deletion_cost_hints: u32,
+    /// `consolidation.stabilizationWindow` (0 s: off): a node whose pods would have to move is
+    /// consolidated only when the pods' requests have not risen within this window
+    /// ([`crate::pods::stabilization`]); empty nodes are not held.
+    pub stabilization_window: Duration,
 }
 
 impl Default for ConsolidationSettings {
@@ -177,6 +184,7 @@ impl Default for ConsolidationSettings {
             group_budgets: BTreeMap::new(),
             cluster_budgets: Vec::new(),
             deletion_cost_hints: 0,
+            stabilization_window: Duration::ZERO,
         }
     }
 }
@@ -390,6 +398,17 @@ pub(super) fn consolidation_settings(
             Some(n) => n,
             None => d.deletion_cost_hints,
         },
+        stabilization_window: match raw.stabilization_window {
+            Some(HumanDuration(t)) if t > MAX_STABILIZATION_WINDOW => {
+                problems.push(
+                    "consolidation.stabilizationWindow",
+                    format!("{}: at most 24h", humantime::format_duration(t)),
+                );
+                d.stabilization_window
+            }
+            Some(HumanDuration(t)) => t,
+            None => d.stabilization_window,
+        },
     }
 }
 
@@ -476,6 +495,22 @@ deletionCostHints: 500",
             serde_yaml::from_str::<RawConsolidation>("deletionCostHints: -1").is_err(),
             "a negative count does not parse"
         );
+    }
+
+    #[test]
+    fn the_stabilization_window_is_off_by_default_and_at_most_a_day() {
+        assert_eq!(
+            ConsolidationSettings::default().stabilization_window,
+            Duration::ZERO
+        );
+        let (s, found) = parse("enabled: true\nstabilizationWindow: 15m", true);
+        assert!(found.is_empty(), "{found:?}");
+        assert_eq!(s.stabilization_window, Duration::from_secs(900));
+        let (s, found) = parse("enabled: true\nstabilizationWindow: 2days", true);
+        assert_eq!(s.stabilization_window, Duration::ZERO);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].0, "consolidation.stabilizationWindow");
+        assert!(found[0].1.contains("at most 24h"), "{found:?}");
     }
 
     #[test]

@@ -407,6 +407,7 @@ pub(super) struct RawConsolidation {
     pub(super) group_budgets: Option<std::collections::BTreeMap<String, Vec<RawBudget>>>,
     pub(super) cluster_budgets: Option<Vec<RawBudget>>,
     pub(super) deletion_cost_hints: Option<u32>,
+    pub(super) stabilization_window: Option<HumanDuration>,
 }
 
 /// One budget of `consolidation:`.

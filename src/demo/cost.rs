@@ -384,6 +384,8 @@ pub struct CostReport {
     pub quick: bool,
     /// Batch jobs the trace started.
     pub jobs: usize,
+    /// The consolidation run's `consolidation.stabilizationWindow` (zero: off).
+    pub stabilization_window: Duration,
     /// cluster-autoscaler's policy.
     pub ca: ArmReport,
     /// Consolidation on.
@@ -494,7 +496,12 @@ impl CostReport {
 
 /// `demo --cost` and the bench: the trace of `seed` (`quick`: its first [`QUICK`]) under both
 /// policies. Must run on a paused tokio clock ([`run_paused`]).
-pub async fn compare(seed: u64, quick: bool, quiet: bool) -> anyhow::Result<CostReport> {
+pub async fn compare(
+    seed: u64,
+    quick: bool,
+    quiet: bool,
+    window: Duration,
+) -> anyhow::Result<CostReport> {
     let length = if quick { quick_length()? } else { DAY };
     let trace = Trace::generate(seed, length);
     let sizes = size_options();
@@ -508,13 +515,14 @@ pub async fn compare(seed: u64, quick: bool, quiet: bool) -> anyhow::Result<Cost
         .chunks(60)
         .map(|c| c.iter().sum::<f64>() / 60.0)
         .collect();
-    let ca = run_arm(&trace, false, quiet).await?;
-    let consolidation = run_arm(&trace, true, quiet).await?;
+    let ca = run_arm(&trace, false, quiet, window).await?;
+    let consolidation = run_arm(&trace, true, quiet, window).await?;
     Ok(CostReport {
         seed,
         length,
         quick,
         jobs: trace.jobs(),
+        stabilization_window: window,
         ca,
         consolidation,
         lower_bound,
@@ -538,14 +546,19 @@ pub fn quick_length() -> anyhow::Result<Duration> {
 
 /// Runs `compare` on a runtime of its own whose clock is paused (time jumps to the next timer
 /// whenever every task waits), on a thread of its own.
-pub fn run_paused(seed: u64, quick: bool, quiet: bool) -> anyhow::Result<CostReport> {
+pub fn run_paused(
+    seed: u64,
+    quick: bool,
+    quiet: bool,
+    window: Duration,
+) -> anyhow::Result<CostReport> {
     std::thread::spawn(move || {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .start_paused(true)
             .build()
             .context("building the paused runtime")?
-            .block_on(compare(seed, quick, quiet))
+            .block_on(compare(seed, quick, quiet, window))
     })
     .join()
     .map_err(|_| anyhow::anyhow!("the cost trace's thread panicked"))?
@@ -561,7 +574,12 @@ fn policy_name(consolidation: bool) -> &'static str {
 
 /// One run of `trace`: the emulator, the simulated cluster, one controller wired as `run`
 /// wires it, the trace's steps, and what it cost.
-async fn run_arm(trace: &Trace, consolidation: bool, quiet: bool) -> anyhow::Result<ArmReport> {
+async fn run_arm(
+    trace: &Trace,
+    consolidation: bool,
+    quiet: bool,
+    window: Duration,
+) -> anyhow::Result<ArmReport> {
     let wall = std::time::Instant::now();
     let emulator = EmulatorBuilder::new()
         .lro_delay(LRO_DELAY)
@@ -609,6 +627,7 @@ async fn run_arm(trace: &Trace, consolidation: bool, quiet: bool) -> anyhow::Res
         kubernetes: false,
         pods: false,
         cost: true,
+        stabilization_window: None,
         report: None,
         report_defaulted: false,
     };
@@ -637,6 +656,8 @@ async fn run_arm(trace: &Trace, consolidation: bool, quiet: bool) -> anyhow::Res
         settings.consolidation.policy = crate::config::ConsolidationPolicy::Balanced;
         // Its three best candidates' pods go first when a Deployment scales in.
         settings.consolidation.deletion_cost_hints = 3;
+        // `--stabilization-window`: moves that evict wait while demand grows (off by default).
+        settings.consolidation.stabilization_window = window;
     }
     let metrics = Arc::new(Metrics::new());
     let replica = Replica::build(
@@ -952,6 +973,12 @@ pub fn print(r: &CostReport) {
         "lower bound".into(),
     ]];
     rows.extend(r.rows());
+    if !r.stabilization_window.is_zero() {
+        println!(
+            "consolidation with consolidation.stabilizationWindow: {} (moves that evict wait while the pods' requests rise)",
+            humantime::format_duration(r.stabilization_window)
+        );
+    }
     println!("{}", table(&rows));
     println!(
         "savings: consolidation costs {:.1} % less than cluster-autoscaler's policy; real time {:.1} s + {:.1} s",
@@ -992,7 +1019,8 @@ pub async fn demo(args: &DemoArgs) -> anyhow::Result<CostReport> {
     println!(
         "demo --cost: one seeded day on a simulated cluster in paused time, twice: cluster-autoscaler's policy, then consolidation (seed {seed})"
     );
-    let r = tokio::task::spawn_blocking(move || run_paused(seed, quick, quiet))
+    let window = args.stabilization_window.unwrap_or(Duration::ZERO);
+    let r = tokio::task::spawn_blocking(move || run_paused(seed, quick, quiet, window))
         .await
         .context("the cost trace's task")??;
     print(&r);

@@ -437,6 +437,10 @@ pub struct DemoArgs {
     /// lower bound. `BENCH_QUICK=1` runs the first 8 h only.
     #[arg(long, conflicts_with_all = ["aks", "kubernetes", "pods", "plan", "no_etag"])]
     pub cost: bool,
+    /// With `--cost`: the consolidation run's `consolidation.stabilizationWindow` (moves that
+    /// evict wait until the pods' requests have not risen for this long; default off).
+    #[arg(long, requires = "cost", value_name = "DURATION", value_parser = crate::config::parse_duration_arg)]
+    pub stabilization_window: Option<Duration>,
     /// Write a self-contained HTML report (timelines of capacity, Ready nodes and pending pods,
     /// the writes, 412s, rival writes and lost updates, the summary) to FILE. The default demo
     /// writes `demo-report.html` unless given another FILE.

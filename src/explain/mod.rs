@@ -657,6 +657,9 @@ impl World {
             unsettled: &none,
             settings: &active,
             max_nodes: self.scale_down.max_scale_down_per_pass,
+            // One snapshot has no history: neither `consolidateAfter` nor
+            // `stabilizationWindow` can be judged from it.
+            demand_rising: false,
         };
         // A replacement may come from a group that may grow now: a new node as the scale-up's
         // planner imagines it.

@@ -46,6 +46,9 @@ pub struct ConsolidationInput<'a> {
     pub settings: &'a ConsolidationSettings,
     /// Nodes this pass may still remove (`maxScaleDownPerPass` less what it chose).
     pub max_nodes: u32,
+    /// The pods' requests rose within `consolidation.stabilizationWindow`
+    /// ([`super::stabilization`]): no node whose pods would move is a candidate.
+    pub demand_rising: bool,
 }
 
 /// Why a node is not consolidated (shown in `Unconsolidatable` Events and `explain node`).
@@ -67,6 +70,8 @@ pub enum Unconsolidatable {
     Simulation(String),
     /// `policy: Balanced`: what the move would save is too small for what it would disrupt.
     NotWorthIt(String),
+    /// Its pods would move while the cluster's demand grows (`stabilizationWindow`).
+    DemandRising,
 }
 
 impl std::fmt::Display for Unconsolidatable {
@@ -84,6 +89,9 @@ impl std::fmt::Display for Unconsolidatable {
             Unconsolidatable::NotWorthIt(why) => {
                 write!(f, "consolidation.policy Balanced: {why}")
             }
+            Unconsolidatable::DemandRising => f.write_str(
+                "the pods' requests rose within consolidation.stabilizationWindow: its pods would move to make room that is needed again",
+            ),
         }
     }
 }
@@ -98,6 +106,7 @@ impl Unconsolidatable {
             Unconsolidatable::Group(_) => "group",
             Unconsolidatable::Budget(_) => "budget",
             Unconsolidatable::NotWorthIt(_) => "balanced",
+            Unconsolidatable::DemandRising => "stabilizing",
         }
     }
 }
@@ -317,6 +326,9 @@ fn node_check(
         return Err(Unconsolidatable::Blocked(
             "consolidation.policy is WhenEmpty and pods would have to move".into(),
         ));
+    }
+    if !pods.is_empty() && input.demand_rising {
+        return Err(Unconsolidatable::DemandRising);
     }
     if input.unsettled.contains(&node.name) {
         return Err(Unconsolidatable::Recent);
@@ -1218,6 +1230,7 @@ mod tests {
         prices: Vec<f64>,
         settings: ConsolidationSettings,
         unsettled: HashSet<String>,
+        demand_rising: bool,
         now: k8s_openapi::jiff::Timestamp,
     }
 
@@ -1236,6 +1249,7 @@ mod tests {
                 prices,
                 settings: on(),
                 unsettled: HashSet::new(),
+                demand_rising: false,
                 now: k8s_openapi::jiff::Timestamp::now(),
             }
         }
@@ -1262,6 +1276,7 @@ mod tests {
                 unsettled: &self.unsettled,
                 settings: &self.settings,
                 max_nodes: 10,
+                demand_rising: self.demand_rising,
             };
             f(&input)
         }
@@ -1630,6 +1645,39 @@ mod tests {
             c.unconsolidatable.get("n0"),
             Some(&Unconsolidatable::Recent)
         );
+    }
+
+    #[test]
+    fn while_demand_rises_a_node_whose_pods_would_move_waits_and_an_empty_node_still_goes() {
+        let nodes: Vec<_> = (0..3)
+            .map(|i| node(&format!("n{i}"), "dear", i, "4"))
+            .collect();
+        // n0 and n1 hold a pod each; n2 is empty.
+        let pods: Vec<_> = (0..2)
+            .map(|i| pod(&format!("p{i}"), &format!("n{i}"), "1"))
+            .collect();
+        let mut w = World::new(vec![group("dear", 3)], vec![1.0], nodes, &pods);
+        let command = w.run().command.expect("a command while demand is flat");
+        assert_eq!(
+            command.nodes.len(),
+            2,
+            "an empty node and one whose pod moves"
+        );
+        w.demand_rising = true;
+        let c = w.run();
+        assert_eq!(gone(&c), ["n2"], "only the empty node goes");
+        for n in ["n0", "n1"] {
+            assert_eq!(
+                c.unconsolidatable.get(n),
+                Some(&Unconsolidatable::DemandRising)
+            );
+        }
+        assert!(Unconsolidatable::DemandRising
+            .to_string()
+            .contains("stabilizationWindow"));
+        // A command decided while demand was flat does not survive a rise before it acts.
+        let (node, why) = w.with(|i| revalidate(&command, i)).unwrap_err();
+        assert_eq!(why, Unconsolidatable::DemandRising, "{node}");
     }
 
     #[test]

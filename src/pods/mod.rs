@@ -19,6 +19,7 @@
 //! | [`scale_up`] | one decision: which groups grow by how much for the pods pending now |
 //! | [`scale_down`] | whether one node can go, and what blocks removing it |
 //! | [`consolidate`] | multi-node consolidation: candidates by savings over disruption, the prefix search, budgets, re-validation |
+//! | [`stabilization`] | whether the pods' requests rose within `consolidation.stabilizationWindow` (moves wait while demand grows) |
 //! | [`deletion_cost`] | deletion-cost hints: the best consolidation candidates' pods deleted first when a Deployment scales in |
 //! | [`recheck`] | the re-check of a tainted node before its drain, by the rules [`unneeded`] decides by (which pods count, which nodes take pods, which utilisation keeps a node) |
 //! | [`unneeded`] | one scale-down pass: unneeded nodes, since when, which go now; instances no Node stands for |
@@ -40,6 +41,7 @@ pub mod record;
 pub mod resource_quota;
 pub mod scale_down;
 pub mod scale_up;
+pub mod stabilization;
 pub mod template;
 pub mod topology;
 pub mod unneeded;

@@ -20,6 +20,7 @@ async fn two_replicas_hand_the_lease_over_halfway_and_only_the_leader_writes_to_
         kubernetes: true,
         pods: false,
         cost: false,
+        stabilization_window: None,
         report: None,
         report_defaulted: false,
     };

@@ -19,6 +19,7 @@ fn args() -> DemoArgs {
         kubernetes: false,
         pods: false,
         cost: false,
+        stabilization_window: None,
         report: None,
         report_defaulted: false,
     }

@@ -79,6 +79,7 @@ async fn the_demo_report_renders_in_headless_chromium_with_its_charts_and_summar
         kubernetes: false,
         pods: true,
         cost: false,
+        stabilization_window: None,
         report: Some(page.clone()),
         report_defaulted: false,
     };

@@ -152,6 +152,8 @@ pub struct ScaleDownLoop {
     /// Per node, a fingerprint of the pods bound to it and since when it has been so
     /// (`consolidation.consolidateAfter` counts from the last change).
     pod_events: HashMap<String, (u64, Instant)>,
+    /// The pods' requests over `consolidation.stabilizationWindow`.
+    requests_seen: crate::pods::stabilization::DemandWindow,
     /// A consolidation decided and waiting for its re-validation, and when that is due.
     command: Option<(Command, Instant)>,
     /// What each node was last told by an `Unconsolidatable` Event (told once while it stays).
@@ -306,6 +308,7 @@ impl ScaleDownLoop {
             bookings: None,
             prices: Arc::new(PriceBook::offline(settings_prices)),
             pod_events: HashMap::new(),
+            requests_seen: Default::default(),
             command: None,
             told: HashMap::new(),
             demand: None,

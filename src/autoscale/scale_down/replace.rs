@@ -78,6 +78,12 @@ impl ScaleDownLoop {
             return Vec::new();
         }
         let unsettled = self.unsettled(v, now);
+        // Every pass is seen, so a rise is noticed however long consolidation waits.
+        let demand_rising = self.requests_seen.observe(
+            now,
+            crate::pods::stabilization::Demand::of(v.pods.all()),
+            cfg.stabilization_window,
+        );
         if !idle && self.replacing.is_none() {
             if let Some((c, _)) = self.command.take() {
                 debug!(
@@ -112,6 +118,7 @@ impl ScaleDownLoop {
             unsettled: &unsettled,
             settings: &active,
             max_nodes: u32::try_from(v.left).unwrap_or(u32::MAX),
+            demand_rising,
         };
         if let Some(r) = self.replacing.take() {
             return self.follow_replace(v, &input, r, now);
