@@ -94,6 +94,9 @@ pub enum ControllerEvent {
         object: ObjectRef,
         /// Why, in words.
         why: String,
+        /// The kind of reason (`churn`, `scheduling`, `budget`, `stabilizing`, ...): a node's
+        /// Events of one kind are one series, so a reason of another kind is a new Event.
+        kind: &'static str,
     },
     /// A new node of a group registered otherwise than the template its scale-up was planned
     /// with (a Warning: the group's template is that node from now on).

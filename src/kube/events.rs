@@ -400,12 +400,13 @@ fn shape(event: &ControllerEvent) -> Option<Shape> {
             note_key: String::new(),
             regards: Regards::Object(object.clone()),
         },
-        ControllerEvent::Unconsolidatable { object, why } => Shape {
+        ControllerEvent::Unconsolidatable { object, why, kind } => Shape {
             type_: NORMAL,
             reason: "Unconsolidatable",
             action: "Consolidate",
             note: why.clone(),
-            note_key: String::new(),
+            // By kind: a node kept first by an annotation and later by the budget shows both.
+            note_key: (*kind).to_string(),
             regards: Regards::Object(object.clone()),
         },
         ControllerEvent::PodNotTriggeredScaleUp { pod, why } => Shape {
@@ -810,6 +811,35 @@ mod tests {
             (s.type_, s.reason),
             (NORMAL, "WriteHeld"),
             "waiting a turn after a 429 is the bucket at work, not a fault"
+        );
+    }
+
+    #[test]
+    fn a_nodes_unconsolidatable_reasons_of_another_kind_are_another_event() {
+        let u = |why: &str, kind| ControllerEvent::Unconsolidatable {
+            object: ObjectRef {
+                api_version: "v1",
+                kind: "Node",
+                namespace: String::new(),
+                name: "n0".into(),
+                uid: None,
+            },
+            why: why.into(),
+            kind,
+        };
+        let key = |e| shape(&e).map(|s| (s.reason, s.action, s.note_key));
+        let annotated = key(u("node annotated ...=true", "churn"));
+        assert_eq!(
+            annotated,
+            key(u(
+                "its pods changed within consolidation.consolidateAfter",
+                "churn"
+            )),
+            "one kind, one series"
+        );
+        assert_ne!(
+            annotated,
+            key(u("the pods' requests rose within ...", "stabilizing"))
         );
     }
 

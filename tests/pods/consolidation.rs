@@ -230,9 +230,7 @@ async fn moves_wait_out_the_stabilization_window_after_the_pods_requests_rose_an
     .await;
     let started = started.into_inner().unwrap().expect("the rise");
     // Held: for most of the window, nothing evicted and every node kept. (Without the window
-    // the first eviction comes about 2 s after the release.) An Event would not show it: a
-    // node's Unconsolidatable Events are one series under its first note, "annotated", as
-    // client-go aggregates them.
+    // the first eviction comes about 2 s after the release.)
     while started.elapsed() < WINDOW * 2 / 3 {
         assert_eq!(
             vmss_capacity_controller::metrics::Metrics::counter_sum(
@@ -246,6 +244,18 @@ async fn moves_wait_out_the_stabilization_window_after_the_pods_requests_rose_an
         assert_eq!(c.capacity("dear"), 3);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // Told why, beside the annotation's Event (another kind of reason: another Event).
+    let notes: Vec<String> = c
+        .events("Unconsolidatable")
+        .await
+        .into_iter()
+        .filter_map(|e| e.note)
+        .collect();
+    assert!(
+        notes.iter().any(|n| n.contains("stabilizationWindow")),
+        "no node was told it waits for the window: {notes:?}"
+    );
+    assert!(notes.iter().any(|n| n.contains("annotated")), "{notes:?}");
     // Once the requests have stayed flat for the window, the underused nodes go.
     assert!(
         eventually(Duration::from_secs(60), || c.capacity("dear") == 1).await,

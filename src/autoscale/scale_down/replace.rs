@@ -313,6 +313,7 @@ impl ScaleDownLoop {
             s.events.record(ControllerEvent::Unconsolidatable {
                 object: node_ref(node, s.node(node).as_deref()),
                 why: text.clone(),
+                kind: w.label(),
             });
             self.told.insert(node.clone(), text);
         }
@@ -353,6 +354,7 @@ impl ScaleDownLoop {
             s.events.record(ControllerEvent::Unconsolidatable {
                 object: node_ref(&n.node, s.node(&n.node).as_deref()),
                 why: text.clone(),
+                kind: "abandoned",
             });
             self.told.insert(n.node.clone(), text);
         }
