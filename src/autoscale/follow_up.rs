@@ -454,16 +454,8 @@ mod tests {
             Duration::from_secs(900),
             Instant::now(),
         );
-        let mismatch = found.iter().find_map(|x| match x {
-            Finding::Mismatch { mismatches, .. } => Some(mismatches.clone()),
-            _ => None,
-        });
         assert_eq!(
-            mismatch
-                .expect("the zone differs")
-                .iter()
-                .map(|m| m.key.as_str())
-                .collect::<Vec<_>>(),
+            mismatch_keys(&found).expect("the zone differs"),
             [ZONE_LABEL]
         );
         let (pods_out, backoff) = found
@@ -532,6 +524,16 @@ mod tests {
             "{found:?}"
         );
         assert!(f.passed_over("r1", Instant::now()).is_empty());
+    }
+
+    /// The keys of the first template mismatch among `found`.
+    fn mismatch_keys(found: &[Finding]) -> Option<Vec<String>> {
+        found.iter().find_map(|x| match x {
+            Finding::Mismatch { mismatches, .. } => {
+                Some(mismatches.iter().map(|m| m.key.clone()).collect())
+            }
+            _ => None,
+        })
     }
 
     /// Group `z2` with `capacity` instances asked for (its nodes: `z2-0` only).
@@ -613,16 +615,8 @@ mod tests {
             Duration::from_secs(900),
             Instant::now(),
         );
-        let mismatch = found.iter().find_map(|x| match x {
-            Finding::Mismatch { mismatches, .. } => Some(mismatches.clone()),
-            _ => None,
-        });
         assert_eq!(
-            mismatch
-                .expect("the allocatable memory differs")
-                .iter()
-                .map(|m| m.key.as_str())
-                .collect::<Vec<_>>(),
+            mismatch_keys(&found).expect("the allocatable memory differs"),
             ["allocatable/memory"]
         );
         assert!(

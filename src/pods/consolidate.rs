@@ -9,7 +9,8 @@
 //! `scale-down-disabled`, floors, groups grown within `delayAfterAdd`, sizes unknown), less those
 //! a pod marks `karpenter.sh/do-not-disrupt` (`"true"`, or a duration from the pod's start),
 //! those whose pods changed within `consolidateAfter`, those a pod is nominated to or a pending
-//! pod could run on, and those no disruption budget allows. They are sorted by the price saved
+//! pod could run on, those no disruption budget allows, and, while the pods' requests rose
+//! within `stabilizationWindow` ([`super::stabilization`]), every node whose pods would move. They are sorted by the price saved
 //! over the disruption (Karpenter's `SavingsRatio`: the group's price per hour over
 //! `1 + Σ max(0, evictionCost)`), the first [`MAX_CONSOLIDATION_CANDIDATES`] are searched by
 //! prefix (binary search: the largest prefix whose pods all fit elsewhere), and when the time
