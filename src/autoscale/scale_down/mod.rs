@@ -36,25 +36,28 @@
 //! candidates may go now and re-checks a tainted node against [`crate::pods::recheck`];
 //! `drain.rs` taints, waits, evicts and untaints; `batch.rs` groups removals into delete requests
 //! and settles each request's outcome; `replace.rs` is consolidation (a replace launches its new
-//! node before any node is tainted); `instances.rs` deletes instances with nothing to drain
+//! node before any node is tainted); `hints.rs` writes its deletion-cost hints beside the
+//! passes; `instances.rs` deletes instances with nothing to drain
 //! (never registered, evicted spot VMs); `unknown.rs` settles deletes of unknown outcome and the
 //! taints a previous run left behind.
 
 mod batch;
 mod drain;
 mod eligibility;
+mod hints;
 mod instances;
 mod replace;
 mod unknown;
 
 use crate::capacity::PriceBook;
 use crate::config::{NodeGroupSpec, Settings};
-use crate::kube::nodes::{AnnotateOutcome, NodeActions};
+use crate::kube::nodes::NodeActions;
 use crate::kube::reflect::ClusterView;
 use crate::metrics::Metrics;
 use crate::node_groups::NodeGroups;
 use crate::notify::{EventSink, ObjectRef};
 use crate::pods::consolidate::Command;
+use crate::pods::deletion_cost::HintWrite;
 use crate::pods::index::PodIndex;
 use crate::pods::record::{NodeRecord, PodRecord};
 use crate::pods::topology::NamespaceLabels;
@@ -71,7 +74,7 @@ use std::time::Duration;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{info, warn};
 
 pub use drain::EVICTION_RETRY;
 
@@ -167,7 +170,9 @@ pub struct ScaleDownLoop {
     protected: Option<Protected>,
     /// Deletion-cost hints the last consolidation decision asked for, written at the end of
     /// the pass ([`crate::pods::deletion_cost`]).
-    hints: Vec<crate::pods::deletion_cost::HintWrite>,
+    hints: Vec<HintWrite>,
+    /// The hints being written beside the passes ([`hints::HintWriter`]).
+    hint_writer: hints::HintWriter,
 }
 
 /// One node's removal, as decided.
@@ -314,6 +319,7 @@ impl ScaleDownLoop {
             demand: None,
             replacing: None,
             hints: Vec::new(),
+            hint_writer: hints::HintWriter::default(),
             protected: None,
         }
     }
@@ -358,6 +364,7 @@ impl ScaleDownLoop {
         })
         .await;
         self.tasks.abort_all();
+        self.hint_writer.stop();
     }
 
     /// One pass: clean up, decide, start removals.
@@ -448,42 +455,24 @@ impl ScaleDownLoop {
                 task.remove(removals, &stop).await;
             });
         }
-        self.write_hints().await;
+        self.write_hints();
     }
 
-    /// Writes the deletion-cost hints the last decision asked for, each guarded by the pod's
-    /// `resourceVersion` (a pod changed since it was read is left to the next decision).
-    async fn write_hints(&mut self) {
+    /// Starts writing the deletion-cost hints the last decision asked for, each guarded by the
+    /// pod's `resourceVersion`, beside the passes ([`hints::HintWriter`]).
+    fn write_hints(&mut self) {
         let hints = std::mem::take(&mut self.hints);
-        if hints.is_empty() {
-            return;
-        }
         let s = self.shared.clone();
-        let (mut set, mut cleared) = (0usize, 0usize);
-        for h in hints {
-            let action = if h.sets() { "set" } else { "clear" };
-            let outcome = s
-                .actions
-                .annotate_pod(&h.namespace, &h.pod, &h.resource_version, &h.annotations)
-                .await;
-            s.metrics
-                .deletion_cost_hints_total
-                .with_label_values(&[action, outcome.metric_label()])
-                .inc();
-            match outcome {
-                AnnotateOutcome::Written if action == "set" => set += 1,
-                AnnotateOutcome::Written => cleared += 1,
-                AnnotateOutcome::Conflict | AnnotateOutcome::Gone => {
-                    debug!(namespace = %h.namespace, pod = %h.pod, result = outcome.metric_label(), "deletion-cost hint not written: looked at again at the next decision");
+        let actions = s.actions.clone();
+        self.hint_writer
+            .submit(hints, s.metrics.clone(), move |h: HintWrite| {
+                let actions = actions.clone();
+                async move {
+                    actions
+                        .annotate_pod(&h.namespace, &h.pod, &h.resource_version, &h.annotations)
+                        .await
                 }
-                AnnotateOutcome::Failed(why) => {
-                    warn!(namespace = %h.namespace, pod = %h.pod, error = %why, "deletion-cost hint not written");
-                }
-            }
-        }
-        if set + cleared > 0 {
-            debug!(set, cleared, "deletion-cost hints written");
-        }
+            });
     }
 
     /// What a replica that may not act now (not leading, or not seeing the cluster yet) keeps:
@@ -494,6 +483,7 @@ impl ScaleDownLoop {
         self.command = None;
         // Hints are planned again from a fresh decision once it may act.
         self.hints.clear();
+        self.hint_writer.stop();
         if let Some(r) = self.replacing.take() {
             if let Some(d) = &self.demand {
                 d.set_replacement(&r.group.name, None);
