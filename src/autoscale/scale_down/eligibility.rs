@@ -230,10 +230,7 @@ impl Shared {
         };
         let busy = self.flight.lock().busy.clone();
         let pods: Vec<_> = self.cluster.pods.snapshot().values().cloned().collect();
-        // By name, as the pass that decided lists them: first-fit tries destinations in the
-        // same order.
-        let mut nodes: Vec<_> = self.cluster.nodes.snapshot().values().cloned().collect();
-        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        let nodes = self.nodes_by_name();
         let pdbs: Vec<_> = self.cluster.pdbs.snapshot().values().cloned().collect();
         let now = self.wall();
         let volumes = self.cluster.storage.volumes_for(

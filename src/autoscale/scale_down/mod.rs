@@ -375,10 +375,7 @@ impl ScaleDownLoop {
             self.stand_down();
             return;
         }
-        // By name: the simulations' destinations in one order, the re-check's too.
-        let mut nodes: Vec<Arc<NodeRecord>> =
-            s.cluster.nodes.snapshot().values().cloned().collect();
-        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        let nodes = s.nodes_by_name();
         let wall = s.wall();
         let groups = s.groups.groups();
         // Spot VMs Azure evicted with `Deallocate` (the reconciler's last instance lists): their
@@ -611,6 +608,15 @@ impl Shared {
         if !sent {
             self.reconciler.give_back_probe(&group);
         }
+    }
+
+    /// Every node, by name: the pass and the re-check after the taint list them in one order,
+    /// so first-fit tries the destinations in the same order and they agree.
+    fn nodes_by_name(&self) -> Vec<Arc<NodeRecord>> {
+        let mut nodes: Vec<Arc<NodeRecord>> =
+            self.cluster.nodes.snapshot().values().cloned().collect();
+        nodes.sort_by(|a, b| a.name.cmp(&b.name));
+        nodes
     }
 
     fn node(&self, name: &str) -> Option<Arc<NodeRecord>> {

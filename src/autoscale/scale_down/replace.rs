@@ -78,12 +78,15 @@ impl ScaleDownLoop {
             return Vec::new();
         }
         let unsettled = self.unsettled(v, now);
-        // Every pass is seen, so a rise is noticed however long consolidation waits.
-        let demand_rising = self.requests_seen.observe(
-            now,
-            crate::pods::stabilization::Demand::of(v.pods.all()),
-            cfg.stabilization_window,
-        );
+        // Every pass is seen, so a rise is noticed however long consolidation waits. Off (the
+        // default), the pods are not summed.
+        let window = cfg.stabilization_window;
+        let demand_rising = !window.is_zero()
+            && self.requests_seen.observe(
+                now,
+                crate::pods::stabilization::Demand::of(v.pods.all()),
+                window,
+            );
         if !idle && self.replacing.is_none() {
             if let Some((c, _)) = self.command.take() {
                 debug!(
