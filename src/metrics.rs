@@ -154,6 +154,11 @@ pub struct Metrics {
     /// `clear`) and result (`ok`, `conflict`: the pod changed since it was read, `gone`,
     /// `error`).
     pub deletion_cost_hints_total: IntCounterVec,
+    /// Soft taints (`PreferNoSchedule`, on the nodes scale-down would remove) written, by action
+    /// (`add`, `remove`) and result (`ok`, `unchanged`: the node was already so, `conflict`:
+    /// still changed after the re-reads, `not_found`, `other`, `skipped`: past
+    /// `maxBulkSoftTaintTime`).
+    pub soft_taint_writes_total: IntCounterVec,
 }
 
 impl Metrics {
@@ -457,6 +462,12 @@ impl Metrics {
                 &registry,
                 "deletion_cost_hints_total",
                 "Deletion-cost hints written to pods, by action and result.",
+                &["action", "result"],
+            ),
+            soft_taint_writes_total: counter(
+                &registry,
+                "soft_taint_writes_total",
+                "Soft taints (PreferNoSchedule) added to or removed from nodes scale-down would remove, by action and result.",
                 &["action", "result"],
             ),
             registry,

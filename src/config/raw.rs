@@ -447,6 +447,8 @@ pub(super) struct RawScaleDown {
     pub(super) unready_time: Option<HumanDuration>,
     pub(super) ok_total_unready_count: Option<u32>,
     pub(super) max_total_unready_percentage: Option<f64>,
+    pub(super) max_bulk_soft_taint_count: Option<u32>,
+    pub(super) max_bulk_soft_taint_time: Option<HumanDuration>,
 }
 
 /// `kubernetes:`.

@@ -48,6 +48,13 @@ pub struct ScaleDownSettings {
     pub ok_total_unready_count: u32,
     /// See [`ScaleDownSettings::ok_total_unready_count`].
     pub max_total_unready_percentage: f64,
+    /// `maxBulkSoftTaintCount` (10, as `--max-bulk-soft-taint-count`; 0 switches soft taints
+    /// off): node writes per pass that add or remove the `PreferNoSchedule` taint marking the
+    /// nodes scale-down would remove, so new pods go elsewhere first.
+    pub max_bulk_soft_taint_count: u32,
+    /// `maxBulkSoftTaintTime` (3 s, as `--max-bulk-soft-taint-time`): how long one pass's soft
+    /// taint writes may take; those not started by then wait for a later pass.
+    pub max_bulk_soft_taint_time: Duration,
 }
 
 /// cluster-autoscaler's `--scale-down-unneeded-time`.
@@ -66,6 +73,10 @@ pub const DEFAULT_UNREADY_TIME: Duration = Duration::from_secs(20 * 60);
 pub const DEFAULT_OK_TOTAL_UNREADY_COUNT: u32 = 3;
 /// cluster-autoscaler's `--max-total-unready-percentage`.
 pub const DEFAULT_MAX_TOTAL_UNREADY_PERCENTAGE: f64 = 45.0;
+/// cluster-autoscaler's `--max-bulk-soft-taint-count`.
+pub const DEFAULT_MAX_BULK_SOFT_TAINT_COUNT: u32 = 10;
+/// cluster-autoscaler's `--max-bulk-soft-taint-time`.
+pub const DEFAULT_MAX_BULK_SOFT_TAINT_TIME: Duration = Duration::from_secs(3);
 
 impl Default for ScaleDownSettings {
     fn default() -> Self {
@@ -83,6 +94,8 @@ impl Default for ScaleDownSettings {
             unready_time: DEFAULT_UNREADY_TIME,
             ok_total_unready_count: DEFAULT_OK_TOTAL_UNREADY_COUNT,
             max_total_unready_percentage: DEFAULT_MAX_TOTAL_UNREADY_PERCENTAGE,
+            max_bulk_soft_taint_count: DEFAULT_MAX_BULK_SOFT_TAINT_COUNT,
+            max_bulk_soft_taint_time: DEFAULT_MAX_BULK_SOFT_TAINT_TIME,
         }
     }
 }
@@ -183,6 +196,15 @@ pub(super) fn scale_down_settings(
             Some(p) => p,
             None => d.max_total_unready_percentage,
         },
+        max_bulk_soft_taint_count: raw
+            .max_bulk_soft_taint_count
+            .unwrap_or(d.max_bulk_soft_taint_count),
+        max_bulk_soft_taint_time: positive(
+            raw.max_bulk_soft_taint_time,
+            d.max_bulk_soft_taint_time,
+            "scaleDown.maxBulkSoftTaintTime",
+            problems,
+        ),
     }
 }
 

@@ -28,6 +28,11 @@ use tracing::{debug, info, warn};
 /// `ToBeDeletedByClusterAutoscaler`; ours is our own so the two never clear each other's).
 pub const TO_BE_DELETED_TAINT: &str = "vmss-capacity-controller/to-be-deleted";
 
+/// The soft taint (`PreferNoSchedule`) this controller puts on nodes scale-down would remove,
+/// so kube-scheduler places new pods elsewhere first (cluster-autoscaler's
+/// `DeletionCandidateOfClusterAutoscaler`; ours is our own, as [`TO_BE_DELETED_TAINT`] is).
+pub const DELETION_CANDIDATE_TAINT: &str = "vmss-capacity-controller/deletion-candidate";
+
 /// Set by [`NodeActions::taint`] on a node somebody else had already cordoned: the untaint then
 /// leaves `spec.unschedulable` as that operator set it (and removes only this annotation).
 pub const WAS_CORDONED_ANNOTATION: &str = "vmss-capacity-controller/was-unschedulable";
@@ -144,6 +149,11 @@ pub trait NodeActions: Send + Sync {
     /// not written. Reads the node for its `resourceVersion`; on a 409 re-reads and retries,
     /// [`UNTAINT_ATTEMPTS`] times in all: an untaint must not be lost.
     async fn untaint(&self, node: &str) -> Result<(), NodeWriteError>;
+    /// Adds (`on`) or removes our soft taint [`DELETION_CANDIDATE_TAINT`] (`PreferNoSchedule`,
+    /// value = unix seconds now): reads the node and patches its taints with the read's
+    /// `resourceVersion`, reading again after a 409, [`UNTAINT_ATTEMPTS`] times in all. Returns
+    /// whether it wrote: a node already so, or (adding) one being removed, is not written.
+    async fn soft_taint(&self, node: &str, on: bool) -> Result<bool, NodeWriteError>;
     /// A `policy/v1` Eviction of one pod, with the pod's `uid` (when given) as a precondition
     /// in its `deleteOptions`, so a pod recreated under the same name is not evicted instead.
     async fn evict(&self, namespace: &str, pod: &str, uid: Option<&str>) -> EvictOutcome;
@@ -173,6 +183,21 @@ pub fn has_our_taint(node: &Node) -> bool {
         .as_ref()
         .and_then(|s| s.taints.as_ref())
         .is_some_and(|ts| ts.iter().any(|t| t.key == TO_BE_DELETED_TAINT))
+}
+
+/// Whether `node` carries [`DELETION_CANDIDATE_TAINT`].
+fn has_soft_taint(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| t.key == DELETION_CANDIDATE_TAINT))
+}
+
+/// Whether the node record carries [`DELETION_CANDIDATE_TAINT`].
+pub fn has_soft_taint_record(node: &NodeRecord) -> bool {
+    node.taints
+        .iter()
+        .any(|t| t.key == DELETION_CANDIDATE_TAINT)
 }
 
 /// Whether the node record carries [`TO_BE_DELETED_TAINT`] (with any effect).
@@ -290,6 +315,47 @@ impl KubeNodeActions {
             .map_err(|e| classify(node, e))
     }
 
+    /// Reads `node` and, when `change` asks for a write (a merge patch's body), sends it with
+    /// the read's `resourceVersion`: a node changed meanwhile is a 409, after which it reads
+    /// again and asks `change` again, [`UNTAINT_ATTEMPTS`] times in all (client-go's
+    /// `RetryOnConflict`, as cluster-autoscaler updates taints). Never a blind write. Returns
+    /// whether it wrote.
+    async fn read_modify_write(
+        &self,
+        node: &str,
+        change: impl Fn(&Node) -> Result<Option<Value>, serde_json::Error>,
+    ) -> Result<bool, NodeWriteError> {
+        for attempt in 1..=UNTAINT_ATTEMPTS {
+            let current = self.read(node).await?;
+            let Some(mut patch) = change(&current).map_err(|e| {
+                NodeWriteError::Other(format!("serialising node {node}'s taints: {e}"))
+            })?
+            else {
+                return Ok(false);
+            };
+            let Some(rv) = current
+                .metadata
+                .resource_version
+                .clone()
+                .filter(|v| !v.is_empty())
+            else {
+                return Err(NodeWriteError::Other(format!(
+                    "node {node} was read without a resourceVersion; refusing a blind write"
+                )));
+            };
+            patch["metadata"]["resourceVersion"] = json!(rv);
+            match self.merge_patch(node, &patch).await {
+                Ok(()) => return Ok(true),
+                Err(NodeWriteError::Conflict(_)) if attempt < UNTAINT_ATTEMPTS => {
+                    debug!(node, attempt, "409 writing the node: reading it again");
+                    tokio::time::sleep(UNTAINT_RETRY_DELAY).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(NodeWriteError::Conflict(node.to_string()))
+    }
+
     async fn post_eviction(
         &self,
         namespace: &str,
@@ -387,57 +453,58 @@ impl NodeActions for KubeNodeActions {
     }
 
     async fn untaint(&self, node: &str) -> Result<(), NodeWriteError> {
-        for attempt in 1..=UNTAINT_ATTEMPTS {
-            let current = self.read(node).await?;
-            if !has_our_taint(&current) {
-                return Ok(());
-            }
-            let Some(rv) = current
-                .metadata
-                .resource_version
-                .clone()
-                .filter(|v| !v.is_empty())
-            else {
-                return Err(NodeWriteError::Other(format!(
-                    "node {node} was read without a resourceVersion; refusing a blind write"
-                )));
-            };
-            let kept: Vec<Taint> = taints_of(&current)
-                .into_iter()
-                .filter(|t| t.key != TO_BE_DELETED_TAINT)
-                .collect();
-            let taints = taints_value(&kept).map_err(|e| {
-                NodeWriteError::Other(format!("serialising node {node}'s taints: {e}"))
-            })?;
-            let cordoned_before = current
-                .metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key(WAS_CORDONED_ANNOTATION));
-            let patch = if cordoned_before {
-                json!({
-                    "metadata": {"resourceVersion": rv, "annotations": {WAS_CORDONED_ANNOTATION: null}},
-                    "spec": {"taints": taints},
-                })
-            } else {
-                json!({
-                    "metadata": {"resourceVersion": rv},
-                    "spec": {"taints": taints, "unschedulable": null},
-                })
-            };
-            match self.merge_patch(node, &patch).await {
-                Ok(()) => {
-                    info!(node, attempt, "node untainted and uncordoned");
-                    return Ok(());
+        let wrote = self
+            .read_modify_write(node, |current| {
+                if !has_our_taint(current) {
+                    return Ok(None);
                 }
-                Err(NodeWriteError::Conflict(_)) if attempt < UNTAINT_ATTEMPTS => {
-                    debug!(node, attempt, "409 untainting: re-reading the node");
-                    tokio::time::sleep(UNTAINT_RETRY_DELAY).await;
-                }
-                Err(e) => return Err(e),
-            }
+                let kept: Vec<Taint> = taints_of(current)
+                    .into_iter()
+                    .filter(|t| t.key != TO_BE_DELETED_TAINT)
+                    .collect();
+                let taints = taints_value(&kept)?;
+                let cordoned_before = current
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(WAS_CORDONED_ANNOTATION));
+                Ok(Some(if cordoned_before {
+                    json!({
+                        "metadata": {"annotations": {WAS_CORDONED_ANNOTATION: null}},
+                        "spec": {"taints": taints},
+                    })
+                } else {
+                    json!({"spec": {"taints": taints, "unschedulable": null}})
+                }))
+            })
+            .await?;
+        if wrote {
+            info!(node, "node untainted and uncordoned");
         }
-        Err(NodeWriteError::Conflict(node.to_string()))
+        Ok(())
+    }
+
+    async fn soft_taint(&self, node: &str, on: bool) -> Result<bool, NodeWriteError> {
+        self.read_modify_write(node, |current| {
+            let has = has_soft_taint(current);
+            if has == on || (on && has_our_taint(current)) {
+                return Ok(None);
+            }
+            let mut taints: Vec<Taint> = taints_of(current)
+                .into_iter()
+                .filter(|t| t.key != DELETION_CANDIDATE_TAINT)
+                .collect();
+            if on {
+                taints.push(Taint {
+                    key: DELETION_CANDIDATE_TAINT.to_string(),
+                    value: Some(now_unix().to_string()),
+                    effect: "PreferNoSchedule".to_string(),
+                    time_added: None,
+                });
+            }
+            Ok(Some(json!({"spec": {"taints": taints_value(&taints)?}})))
+        })
+        .await
     }
 
     async fn evict(&self, namespace: &str, pod: &str, uid: Option<&str>) -> EvictOutcome {

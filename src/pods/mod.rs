@@ -41,6 +41,7 @@ pub mod record;
 pub mod resource_quota;
 pub mod scale_down;
 pub mod scale_up;
+pub mod soft_taint;
 pub mod stabilization;
 pub mod template;
 pub mod topology;

@@ -232,6 +232,8 @@ scaleDown:
   maxPodEvictionTime: 30s
   maxScaleDownPerPass: 2
   nonEmptyCandidatesCount: 5
+  maxBulkSoftTaintCount: 0
+  maxBulkSoftTaintTime: 1s
 "#,
     )
     .unwrap();
@@ -246,6 +248,8 @@ scaleDown:
     assert_eq!(d.max_pod_eviction_time, Duration::from_secs(30));
     assert_eq!(d.max_scale_down_per_pass, 2);
     assert_eq!(d.non_empty_candidates_count, 5);
+    assert_eq!(d.max_bulk_soft_taint_count, 0, "0 switches soft taints off");
+    assert_eq!(d.max_bulk_soft_taint_time, Duration::from_secs(1));
 }
 
 #[test]
@@ -259,6 +263,7 @@ scaleDown:
   maxPodEvictionTime: 0s
   maxScaleDownPerPass: 0
   nonEmptyCandidatesCount: 0
+  maxBulkSoftTaintTime: 0s
 "#,
     );
     assert!(
@@ -270,6 +275,7 @@ scaleDown:
     assert!(has(&ps, "scaleDown.maxPodEvictionTime", "greater than 0"));
     assert!(has(&ps, "scaleDown.maxScaleDownPerPass", "at least 1"));
     assert!(has(&ps, "scaleDown.nonEmptyCandidatesCount", "at least 1"));
+    assert!(has(&ps, "scaleDown.maxBulkSoftTaintTime", "greater than 0"));
     let ps = problems("scaleDown: {unneededTme: 1m}\n");
     assert!(
         ps.iter().any(|p| p.message.contains("unneededTme")),

@@ -633,6 +633,51 @@ async fn a_replica_set_scaling_in_deletes_the_pod_of_the_lowest_deletion_cost_be
 }
 
 #[tokio::test]
+async fn pods_avoid_a_node_soft_tainted_prefer_no_schedule_unless_they_tolerate_it_or_nothing_else_fits(
+) {
+    let (handle, kube) = start().await;
+    seed(&handle, "pool", "Standard_D4s_v5", 2);
+    ready_nodes(&kube, 2).await;
+    // One pod first: least-allocated scoring then prefers the other, empty, node.
+    kube.create_replica_set("default", "first", 1, &PodTemplate::new("500m", "1Gi"))
+        .expect("rs created");
+    let first = bound_pods(&kube, "first", 1).await[0].1.clone();
+    let nodes: Vec<String> = kube.ready_nodes();
+    let empty = nodes
+        .iter()
+        .find(|n| **n != first)
+        .expect("two nodes")
+        .clone();
+    let mut node = kube.get("v1", "nodes", "", &empty).expect("the node");
+    node["spec"]["taints"] =
+        json!([{"key": "candidate", "value": "1", "effect": "PreferNoSchedule"}]);
+    kube.update("v1", "nodes", "", node).expect("soft-tainted");
+    // kube-scheduler's TaintToleration (weight 3) outweighs LeastAllocated (weight 1).
+    kube.create_replica_set("default", "next", 2, &PodTemplate::new("500m", "1Gi"))
+        .expect("rs created");
+    for (pod, on) in bound_pods(&kube, "next", 2).await {
+        assert_eq!(on, first, "{pod} went to the soft-tainted node");
+    }
+    kube.create_replica_set(
+        "default",
+        "tolerant",
+        1,
+        &PodTemplate::new("500m", "1Gi").tolerate("candidate", "1", "PreferNoSchedule"),
+    )
+    .expect("rs created");
+    let tolerant = bound_pods(&kube, "tolerant", 1).await;
+    assert_eq!(
+        tolerant[0].1, empty,
+        "a pod tolerating the taint goes by room"
+    );
+    // Only the soft-tainted node has room: the taint filters nothing.
+    kube.create_replica_set("default", "big", 1, &PodTemplate::new("3", "1Gi"))
+        .expect("rs created");
+    let big = bound_pods(&kube, "big", 1).await;
+    assert_eq!(big[0].1, empty);
+}
+
+#[tokio::test]
 async fn without_the_simulation_instances_make_no_nodes() {
     let handle = EmulatorBuilder::new()
         .kubernetes(true)

@@ -15,7 +15,7 @@ use vmss_capacity_controller::emulator::kube::{KubeState, PodSeed};
 use vmss_capacity_controller::emulator::{EmulatorBuilder, EmulatorHandle};
 use vmss_capacity_controller::kube::nodes::{
     remove_leftover_taints, EvictOutcome, FreshNode, KubeNodeActions, NodeActions, NodeWriteError,
-    TO_BE_DELETED_TAINT, UNTAINT_ATTEMPTS, WAS_CORDONED_ANNOTATION,
+    DELETION_CANDIDATE_TAINT, TO_BE_DELETED_TAINT, UNTAINT_ATTEMPTS, WAS_CORDONED_ANNOTATION,
 };
 use vmss_capacity_controller::pods::record::NodeRecord;
 
@@ -313,6 +313,53 @@ async fn untaint_survives_a_concurrent_change_by_rereading_after_the_409() {
 }
 
 #[tokio::test]
+async fn the_soft_taint_goes_on_and_off_keeping_a_rivals_taint_written_between_the_read_and_the_patch(
+) {
+    let (_h, kube, config) = emulator().await;
+    add_node(&kube, "n1", json!([other_taint()]), false);
+    let rival: Rival = Arc::new(|k: &KubeState| {
+        let mut n = k.get("v1", "nodes", "", "n1").expect("rival reads");
+        n["spec"]["taints"]
+            .as_array_mut()
+            .expect("taints")
+            .push(json!({"key": "rival", "effect": "NoSchedule"}));
+        k.update("v1", "nodes", "", n).expect("rival writes");
+    });
+    let patches = Arc::new(AtomicUsize::new(0));
+    let actions = KubeNodeActions::new(client_with_rival(config, &kube, rival, 1, patches.clone()));
+    assert_eq!(actions.soft_taint("n1", true).await, Ok(true));
+    assert_eq!(patches.load(Ordering::SeqCst), 2, "a 409, then a patch");
+    let after = node(&kube, "n1");
+    assert_eq!(
+        taint_keys(&after),
+        ["sku", "rival", DELETION_CANDIDATE_TAINT],
+        "nothing of the rival's lost"
+    );
+    let soft = &after["spec"]["taints"][2];
+    assert_eq!(soft["effect"], "PreferNoSchedule");
+    assert!(!cordoned(&after), "a soft taint does not cordon");
+    let written = rv(&after);
+    assert_eq!(actions.soft_taint("n1", true).await, Ok(false));
+    assert_eq!(rv(&node(&kube, "n1")), written, "already on: not written");
+    assert_eq!(actions.soft_taint("n1", false).await, Ok(true));
+    assert_eq!(taint_keys(&node(&kube, "n1")), ["sku", "rival"]);
+    assert_eq!(actions.soft_taint("n1", false).await, Ok(false));
+    assert_eq!(
+        actions.soft_taint("gone", true).await,
+        Err(NodeWriteError::NotFound("gone".into()))
+    );
+}
+
+#[tokio::test]
+async fn a_node_being_removed_gets_no_soft_taint() {
+    let (_h, kube, actions) = actions().await;
+    add_node(&kube, "n1", json!([ours()]), true);
+    let before = rv(&node(&kube, "n1"));
+    assert_eq!(actions.soft_taint("n1", true).await, Ok(false));
+    assert_eq!(rv(&node(&kube, "n1")), before);
+}
+
+#[tokio::test]
 async fn untaint_gives_up_with_a_conflict_after_a_bounded_number_of_attempts() {
     let (_h, kube, config) = emulator().await;
     add_node(&kube, "n1", json!([ours()]), true);
@@ -466,6 +513,9 @@ impl NodeActions for Scripted {
             .find(|(n, _)| n == node)
             .map(|(_, r)| r.clone())
             .unwrap_or(Ok(()))
+    }
+    async fn soft_taint(&self, _: &str, _: bool) -> Result<bool, NodeWriteError> {
+        unreachable!("the cleanup never soft-taints")
     }
     async fn evict(&self, _: &str, _: &str, _: Option<&str>) -> EvictOutcome {
         unreachable!("the cleanup never evicts")

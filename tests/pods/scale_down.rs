@@ -13,7 +13,7 @@ use support::pod_cluster::Cluster;
 use support::*;
 use vmss_capacity_controller::config::Settings;
 use vmss_capacity_controller::emulator::sim::PodTemplate;
-use vmss_capacity_controller::kube::nodes::has_our_taint;
+use vmss_capacity_controller::kube::nodes::{has_our_taint, DELETION_CANDIDATE_TAINT};
 
 const SIZE: &str = "Standard_D2s_v3";
 
@@ -215,6 +215,94 @@ async fn an_underused_node_is_drained_through_evictions_and_only_its_instance_is
             .any(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(drain.as_str())),
         "no ScaleDown Event on the node: {events:?}"
     );
+    c.stop().await;
+}
+
+fn soft_tainted(c: &Cluster, node: &str) -> bool {
+    c.kube
+        .get("v1", "nodes", "", node)
+        .ok()
+        .and_then(|n| n.pointer("/spec/taints").cloned())
+        .and_then(|t| t.as_array().cloned())
+        .is_some_and(|ts| {
+            ts.iter()
+                .any(|t| t["key"] == DELETION_CANDIDATE_TAINT && t["effect"] == "PreferNoSchedule")
+        })
+}
+
+/// Two nodes, one holding a pod that uses most of it: the other is unneeded (and stays so for
+/// `unneededTime`, ten minutes here, so nothing is removed meanwhile).
+async fn one_busy_node_and_one_unneeded(soft_taints: u32) -> (Cluster, String, String) {
+    let c = Cluster::start_simulated(&[("pool", SIZE, 2, &[])], 5, |s| {
+        fast(s, 0);
+        s.scale_down.unneeded_time = Duration::from_secs(600);
+        s.scale_down.max_bulk_soft_taint_count = soft_taints;
+    })
+    .await;
+    let names = ready(&c, 2).await;
+    c.kube
+        .create_replica_set("default", "fill", 1, &PodTemplate::new("1500m", "256Mi"))
+        .expect("fill");
+    assert!(eventually(Duration::from_secs(10), || node_of(&c, "fill").len() == 1).await);
+    let busy = node_of(&c, "fill")[0].clone();
+    let idle = names.into_iter().find(|n| *n != busy).expect("two nodes");
+    (c, busy, idle)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unneeded_node_is_soft_tainted_so_new_pods_go_elsewhere_and_the_taint_comes_off_once_it_is_needed(
+) {
+    let (c, busy, idle) = one_busy_node_and_one_unneeded(10).await;
+    assert!(
+        eventually(Duration::from_secs(10), || soft_tainted(&c, &idle)).await,
+        "the unneeded node never got the soft taint"
+    );
+    assert!(!soft_tainted(&c, &busy));
+    // kube-scheduler's least-allocated score alone would pick the empty node.
+    c.kube
+        .create_replica_set("default", "web", 1, &PodTemplate::new("200m", "128Mi"))
+        .expect("web");
+    assert!(eventually(Duration::from_secs(10), || node_of(&c, "web").len() == 1).await);
+    assert_eq!(node_of(&c, "web"), [busy], "web refilled the unneeded node");
+    // A pod only the soft-tainted node holds still lands there (nothing is filtered), and the
+    // node, needed now, loses the taint.
+    c.kube
+        .create_replica_set("default", "big", 1, &PodTemplate::new("1500m", "256Mi"))
+        .expect("big");
+    assert!(
+        eventually(Duration::from_secs(10), || node_of(&c, "big")
+            == [idle.clone()])
+        .await
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || !soft_tainted(&c, &idle)).await,
+        "the taint stayed on a needed node"
+    );
+    let n = |action: &str| {
+        count(
+            &c,
+            &c.metrics.soft_taint_writes_total,
+            &[("action", action), ("result", "ok")],
+        )
+    };
+    // The counter moves once the patch's answer is back, a moment after the node changed.
+    assert!(
+        eventually(Duration::from_secs(5), || (n("add"), n("remove")) == (1, 1)).await,
+        "writes counted: add {}, remove {}",
+        n("add"),
+        n("remove")
+    );
+    assert_eq!(c.capacity("pool"), 2, "nothing removed");
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_max_bulk_soft_taint_count_zero_no_node_is_soft_tainted() {
+    let (c, _busy, idle) = one_busy_node_and_one_unneeded(0).await;
+    // Long enough for several passes (every 300 ms) to have seen the node unneeded.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!soft_tainted(&c, &idle));
+    assert_eq!(count(&c, &c.metrics.soft_taint_writes_total, &[]), 0);
     c.stop().await;
 }
 

@@ -286,6 +286,9 @@ mod tests {
         async fn untaint(&self, _: &str) -> Result<(), NodeWriteError> {
             Ok(())
         }
+        async fn soft_taint(&self, _: &str, _: bool) -> Result<bool, NodeWriteError> {
+            unreachable!("a drain soft-taints no node")
+        }
         async fn evict(&self, _: &str, pod: &str, _: Option<&str>) -> EvictOutcome {
             *self.evictions.lock().entry(pod.to_string()).or_default() += 1;
             if self.protected.lock().contains(pod) {

@@ -7,18 +7,18 @@
 //! could only meet 409s). A replica that stands down, or a loop that stops, aborts the batch in
 //! flight: a hint only orders a scale-in, and the next leader plans its own.
 
+use super::beside::Beside;
 use crate::kube::nodes::AnnotateOutcome;
 use crate::metrics::Metrics;
 use crate::pods::deletion_cost::HintWrite;
 use std::future::Future;
 use std::sync::Arc;
-use tokio::task::JoinHandle;
 use tracing::{debug, warn};
 
 /// The batch of hints being written, if any.
 #[derive(Debug, Default)]
 pub(super) struct HintWriter {
-    task: Option<JoinHandle<()>>,
+    task: Beside,
 }
 
 impl HintWriter {
@@ -46,7 +46,7 @@ impl HintWriter {
             );
             return false;
         }
-        self.task = Some(tokio::spawn(async move {
+        self.task.start(async move {
             let (mut set, mut cleared) = (0usize, 0usize);
             for h in hints {
                 let action = if h.sets() { "set" } else { "clear" };
@@ -70,20 +70,17 @@ impl HintWriter {
             if set + cleared > 0 {
                 debug!(set, cleared, "deletion-cost hints written");
             }
-        }));
-        true
+        })
     }
 
     /// Whether a batch is still being written.
     pub(super) fn busy(&self) -> bool {
-        self.task.as_ref().is_some_and(|t| !t.is_finished())
+        self.task.busy()
     }
 
     /// Aborts the batch in flight (its writes not yet sent are not sent).
     pub(super) fn stop(&mut self) {
-        if let Some(t) = self.task.take() {
-            t.abort();
-        }
+        self.task.stop();
     }
 }
 

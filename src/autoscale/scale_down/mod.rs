@@ -42,11 +42,13 @@
 //! taints a previous run left behind.
 
 mod batch;
+mod beside;
 mod drain;
 mod eligibility;
 mod hints;
 mod instances;
 mod replace;
+mod soft_taints;
 mod unknown;
 
 use crate::capacity::PriceBook;
@@ -173,6 +175,11 @@ pub struct ScaleDownLoop {
     hints: Vec<HintWrite>,
     /// The hints being written beside the passes ([`hints::HintWriter`]).
     hint_writer: hints::HintWriter,
+    /// The nodes consolidation's last search would empty first (those its deletion-cost hints
+    /// go to): soft-tainted with the unneeded nodes.
+    drain_first: Vec<String>,
+    /// The soft taints being written beside the passes ([`soft_taints::SoftTaintWriter`]).
+    soft_taint_writer: soft_taints::SoftTaintWriter,
 }
 
 /// One node's removal, as decided.
@@ -320,6 +327,8 @@ impl ScaleDownLoop {
             replacing: None,
             hints: Vec::new(),
             hint_writer: hints::HintWriter::default(),
+            drain_first: Vec::new(),
+            soft_taint_writer: soft_taints::SoftTaintWriter::default(),
             protected: None,
         }
     }
@@ -365,6 +374,7 @@ impl ScaleDownLoop {
         .await;
         self.tasks.abort_all();
         self.hint_writer.stop();
+        self.soft_taint_writer.stop();
     }
 
     /// One pass: clean up, decide, start removals.
@@ -444,6 +454,10 @@ impl ScaleDownLoop {
             // One batch per group: its nodes are drained in turn and deleted in one request.
             batches.add(removal, slot);
         }
+        // cluster-autoscaler keeps its soft taints in the passes that start no removal.
+        if batches.is_empty() {
+            self.write_soft_taints(&down, &nodes, &candidates);
+        }
         for (removals, slots) in batches.into_batches() {
             let task = s.clone();
             let stop = shutdown.clone();
@@ -472,6 +486,45 @@ impl ScaleDownLoop {
             });
     }
 
+    /// Starts writing this pass's soft taints ([`crate::pods::soft_taint::plan`]): on the
+    /// unneeded nodes and the nodes consolidation would empty first, off every other node of
+    /// the groups, at most `maxBulkSoftTaintCount` writes within `maxBulkSoftTaintTime`, beside
+    /// the passes. A dry run writes none.
+    fn write_soft_taints(
+        &mut self,
+        down: &[DownGroup],
+        nodes: &[Arc<NodeRecord>],
+        candidates: &Candidates,
+    ) {
+        let s = self.shared.clone();
+        let settings = &s.settings.scale_down;
+        if self.dry_run || settings.max_bulk_soft_taint_count == 0 {
+            return;
+        }
+        let taintable: HashSet<&str> = candidates
+            .unneeded
+            .iter()
+            .map(|u| u.node.as_str())
+            .chain(self.drain_first.iter().map(String::as_str))
+            .collect();
+        let writes = crate::pods::soft_taint::plan(
+            down,
+            nodes,
+            &taintable,
+            settings.max_bulk_soft_taint_count as usize,
+        );
+        let actions = s.actions.clone();
+        self.soft_taint_writer.submit(
+            writes,
+            settings.max_bulk_soft_taint_time,
+            s.metrics.clone(),
+            move |w| {
+                let actions = actions.clone();
+                async move { actions.soft_taint(&w.node, w.on).await }
+            },
+        );
+    }
+
     /// What a replica that may not act now (not leading, or not seeing the cluster yet) keeps:
     /// a consolidation decided before is decided again once it may act, and a replace under way
     /// is abandoned (nothing of it is tainted yet, and its new node is not asked for again).
@@ -481,6 +534,8 @@ impl ScaleDownLoop {
         // Hints are planned again from a fresh decision once it may act.
         self.hints.clear();
         self.hint_writer.stop();
+        self.drain_first.clear();
+        self.soft_taint_writer.stop();
         if let Some(r) = self.replacing.take() {
             if let Some(d) = &self.demand {
                 d.set_replacement(&r.group.name, None);

@@ -272,6 +272,12 @@ impl ScaleDownLoop {
             "consolidation decided"
         );
         self.tell(&found.unconsolidatable);
+        self.drain_first = found
+            .drain_order
+            .iter()
+            .take(cfg.deletion_cost_hints as usize)
+            .cloned()
+            .collect();
         if !self.dry_run {
             let order: Vec<&str> = found.drain_order.iter().map(String::as_str).collect();
             self.hints = crate::pods::deletion_cost::plan(

@@ -2,8 +2,9 @@
 //! itself): each pending pod goes to a `Ready`, schedulable Node whose free cpu, memory,
 //! `nvidia.com/gpu` and pod slots hold its requests, whose labels satisfy its `nodeSelector` and
 //! whose `NoSchedule`/`NoExecute` taints it tolerates; of those, the one kube-scheduler's default
-//! scoring prefers (least allocated: the most cpu and memory left free; the first in name order on
-//! a tie), so pods spread as on a real cluster. Topology spread, inter-pod affinity and volume
+//! scoring prefers (`TaintToleration`, weight 3: fewest untolerated `PreferNoSchedule` taints;
+//! then least allocated, weight 1: the most cpu and memory left free; the first in name order on
+//! a tie), so pods spread, and avoid soft-tainted nodes, as on a real cluster. Topology spread, inter-pod affinity and volume
 //! filters are [`super::placement`]'s. A pod that fits nowhere is marked
 //! `PodScheduled=False/Unschedulable` with the real scheduler's kind of message.
 
@@ -256,6 +257,8 @@ struct NodeRoom {
     labels: Option<Map<String, Value>>,
     /// `NoSchedule` and `NoExecute` taints, each with its reason text.
     taints: Vec<(Value, String)>,
+    /// `PreferNoSchedule` taints: they filter nothing, but the score avoids them.
+    soft_taints: Vec<Value>,
     ready: bool,
     unschedulable: bool,
     free: Amounts,
@@ -281,6 +284,15 @@ impl NodeRoom {
 }
 
 impl NodeRoom {
+    /// How many of the node's `PreferNoSchedule` taints `tolerations` do not tolerate
+    /// (kube-scheduler's `TaintToleration` score counts these).
+    fn soft_taints_untolerated(&self, tolerations: &[Value]) -> i128 {
+        self.soft_taints
+            .iter()
+            .filter(|t| !tolerates(tolerations, t))
+            .count() as i128
+    }
+
     fn of(node: &Value) -> NodeRoom {
         let taints = node
             .pointer("/spec/taints")
@@ -304,8 +316,19 @@ impl NodeRoom {
                     .collect()
             })
             .unwrap_or_default();
+        let soft_taints = node
+            .pointer("/spec/taints")
+            .and_then(Value::as_array)
+            .map(|ts| {
+                ts.iter()
+                    .filter(|t| t.get("effect").and_then(Value::as_str) == Some("PreferNoSchedule"))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
         NodeRoom {
             name: name_of(node).unwrap_or("").to_string(),
+            soft_taints,
             labels: node
                 .pointer("/metadata/labels")
                 .and_then(Value::as_object)
@@ -318,6 +341,32 @@ impl NodeRoom {
             allocatable: allocatable(node),
         }
     }
+}
+
+/// kube-scheduler's weights (its default profile, `kube-scheduler/config/v1`): `TaintToleration`
+/// 3, `NodeResourcesFit` (`LeastAllocated`) 1.
+const TAINT_TOLERATION_WEIGHT: i128 = 3;
+
+/// Of the `feasible` nodes (index, least-allocated score in thousandths, untolerated
+/// `PreferNoSchedule` taints), the one kube-scheduler's default scoring prefers: `TaintToleration`
+/// normalised as it does (the node with the most such taints scores 0, one with none the
+/// maximum; every node the maximum when none has any), weighted 3 against the least-allocated
+/// score's 1; the first in node order on a tie.
+fn best_scored(feasible: &[(usize, i128, i128)]) -> Option<usize> {
+    let most = feasible.iter().map(|f| f.2).max().unwrap_or(0);
+    let mut best: Option<(usize, i128)> = None;
+    for &(i, fit, soft) in feasible {
+        let taint = if most == 0 {
+            1000
+        } else {
+            1000 - soft * 1000 / most
+        };
+        let score = TAINT_TOLERATION_WEIGHT * taint + fit;
+        if best.is_none_or(|(_, b)| score > b) {
+            best = Some((i, score));
+        }
+    }
+    best.map(|(i, _)| i)
 }
 
 /// The reason for a Node that is not `Ready` (its not-ready taint, as the scheduler sees it).
@@ -622,25 +671,26 @@ pub(crate) fn schedule(store: &mut Store) {
                 })
                 .collect();
             let mut reasons: HashMap<&str, usize> = HashMap::new();
-            let mut best = i128::MIN;
+            // The nodes that pass every filter, each with its scores' inputs.
+            let mut feasible: Vec<(usize, i128, i128)> = Vec::new();
             for (i, room) in rooms.iter().enumerate() {
                 let mut why = misfits(room, &spec, selector, &tolerations, want);
                 if why.is_empty() {
                     why.extend(state.misfit(&pod, &views, i));
                 }
                 if why.is_empty() {
-                    // The first of the best-scored nodes.
-                    let score = room.least_allocated(want);
-                    if score > best {
-                        best = score;
-                        chosen = Some(i);
-                    }
+                    feasible.push((
+                        i,
+                        room.least_allocated(want),
+                        room.soft_taints_untolerated(&tolerations),
+                    ));
                     continue;
                 }
                 for r in why {
                     *reasons.entry(r).or_insert(0) += 1;
                 }
             }
+            chosen = best_scored(&feasible);
             if chosen.is_none() {
                 message = Some(fit_error(rooms.len(), &reasons));
             }
