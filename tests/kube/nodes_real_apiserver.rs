@@ -13,7 +13,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{json, Value};
 use vmss_capacity_controller::kube::nodes::{
     remove_leftover_taints, EvictOutcome, KubeNodeActions, NodeActions, NodeWriteError,
-    TO_BE_DELETED_TAINT,
+    DELETION_CANDIDATE_TAINT, TO_BE_DELETED_TAINT,
 };
 
 const NS: &str = "default";
@@ -154,6 +154,45 @@ async fn the_real_server_refuses_a_stale_taint_and_keeps_others_taints_through_a
     assert_eq!(keys(&after), ["sku"]);
     assert!(!cordoned(&after));
     delete_node(&client, &name).await;
+}
+
+#[tokio::test]
+#[ignore = "needs a real kube-apiserver (KUBECONFIG); run by .ci/real-apiserver.sh"]
+async fn the_real_server_takes_the_soft_taint_on_and_off_keeping_others_taints() {
+    let client = client().await;
+    let actions = KubeNodeActions::new(client.clone());
+    let name = unique("soft");
+    create_node(
+        &client,
+        &name,
+        json!([{"key": "sku", "value": "gpu", "effect": "NoSchedule"}]),
+    )
+    .await;
+    let nodes = Api::<Node>::all(client.clone());
+    assert_eq!(actions.soft_taint(&name, true).await, Ok(true));
+    let soft = nodes.get(&name).await.expect("node");
+    assert_eq!(keys(&soft), ["sku", DELETION_CANDIDATE_TAINT]);
+    let taint = soft
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .and_then(|ts| ts.iter().find(|t| t.key == DELETION_CANDIDATE_TAINT))
+        .expect("the soft taint")
+        .clone();
+    assert_eq!(taint.effect, "PreferNoSchedule");
+    assert!(!cordoned(&soft), "a soft taint does not cordon");
+    assert_eq!(
+        actions.soft_taint(&name, true).await,
+        Ok(false),
+        "already on"
+    );
+    assert_eq!(actions.soft_taint(&name, false).await, Ok(true));
+    assert_eq!(keys(&nodes.get(&name).await.expect("node")), ["sku"]);
+    delete_node(&client, &name).await;
+    assert_eq!(
+        actions.soft_taint(&name, true).await,
+        Err(NodeWriteError::NotFound(name.clone()))
+    );
 }
 
 #[tokio::test]
