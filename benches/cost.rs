@@ -51,7 +51,7 @@ fn main() {
     let mut summary = Vec::new();
     for seed in seeds {
         let started = std::time::Instant::now();
-        let r = match cost::run_paused(seed, quick, true, std::time::Duration::ZERO) {
+        let r = match cost::run_paused(seed, quick, true, cost::Dials::default()) {
             Ok(r) => r,
             Err(e) => {
                 eprintln!("cost: the trace of seed {seed} did not run: {e:#}");

@@ -474,6 +474,7 @@ fn scenario(
         settings: &settings,
         max_nodes: 100,
         demand_rising: false,
+        ripe: None,
     };
     let decided = consolidate(&consolidation_input, &mut || false);
     let mut why: std::collections::BTreeMap<&str, usize> = Default::default();

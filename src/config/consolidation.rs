@@ -170,6 +170,11 @@ pub struct ConsolidationSettings {
     /// consolidated only when the pods' requests have not risen within this window
     /// ([`crate::pods::stabilization`]); empty nodes are not held.
     pub stabilization_window: Duration,
+    /// `consolidation.emptyFirst` (0 s: off; needs `deletionCostHints`): a node whose pods
+    /// would have to move is consolidated only once it has been among the hinted nodes (its
+    /// pods' deletion cost lowered, the node soft-tainted) this long, so a scale-in or the
+    /// pods' own end can empty it without an eviction first.
+    pub empty_first: Duration,
 }
 
 impl Default for ConsolidationSettings {
@@ -185,6 +190,7 @@ impl Default for ConsolidationSettings {
             cluster_budgets: Vec::new(),
             deletion_cost_hints: 0,
             stabilization_window: Duration::ZERO,
+            empty_first: Duration::ZERO,
         }
     }
 }
@@ -409,6 +415,27 @@ pub(super) fn consolidation_settings(
             Some(HumanDuration(t)) => t,
             None => d.stabilization_window,
         },
+        empty_first: match raw.empty_first {
+            Some(HumanDuration(t)) if t > MAX_STABILIZATION_WINDOW => {
+                problems.push(
+                    "consolidation.emptyFirst",
+                    format!("{}: at most 24h", humantime::format_duration(t)),
+                );
+                d.empty_first
+            }
+            Some(HumanDuration(t))
+                if !t.is_zero()
+                    && raw.deletion_cost_hints.unwrap_or(d.deletion_cost_hints) == 0 =>
+            {
+                problems.push(
+                    "consolidation.emptyFirst",
+                    "needs consolidation.deletionCostHints of at least 1: the nodes given time to empty are the hinted ones, and without them no node whose pods would move is ever consolidated",
+                );
+                d.empty_first
+            }
+            Some(HumanDuration(t)) => t,
+            None => d.empty_first,
+        },
     }
 }
 
@@ -510,6 +537,24 @@ deletionCostHints: 500",
         assert_eq!(s.stabilization_window, Duration::ZERO);
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].0, "consolidation.stabilizationWindow");
+        assert!(found[0].1.contains("at most 24h"), "{found:?}");
+    }
+
+    #[test]
+    fn empty_first_is_off_by_default_at_most_a_day_and_needs_deletion_cost_hints() {
+        assert_eq!(ConsolidationSettings::default().empty_first, Duration::ZERO);
+        let (s, found) = parse("enabled: true\ndeletionCostHints: 3\nemptyFirst: 10m", true);
+        assert!(found.is_empty(), "{found:?}");
+        assert_eq!(s.empty_first, Duration::from_secs(600));
+        let (s, found) = parse("enabled: true\nemptyFirst: 10m", true);
+        assert_eq!(s.empty_first, Duration::ZERO);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].0, "consolidation.emptyFirst");
+        assert!(found[0].1.contains("deletionCostHints"), "{found:?}");
+        let (_, found) = parse(
+            "enabled: true\ndeletionCostHints: 3\nemptyFirst: 2days",
+            true,
+        );
         assert!(found[0].1.contains("at most 24h"), "{found:?}");
     }
 

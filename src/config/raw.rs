@@ -408,6 +408,7 @@ pub(super) struct RawConsolidation {
     pub(super) cluster_budgets: Option<Vec<RawBudget>>,
     pub(super) deletion_cost_hints: Option<u32>,
     pub(super) stabilization_window: Option<HumanDuration>,
+    pub(super) empty_first: Option<HumanDuration>,
 }
 
 /// One budget of `consolidation:`.

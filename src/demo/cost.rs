@@ -384,8 +384,8 @@ pub struct CostReport {
     pub quick: bool,
     /// Batch jobs the trace started.
     pub jobs: usize,
-    /// The consolidation run's `consolidation.stabilizationWindow` (zero: off).
-    pub stabilization_window: Duration,
+    /// What the reader turned ([`Dials`]).
+    pub dials: Dials,
     /// cluster-autoscaler's policy.
     pub ca: ArmReport,
     /// Consolidation on.
@@ -494,13 +494,36 @@ impl CostReport {
     }
 }
 
+/// The settings `demo --cost` lets a reader turn (everything else is the trace's).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Dials {
+    /// The consolidation run's `consolidation.stabilizationWindow` (zero: off, the default).
+    pub stabilization_window: Duration,
+    /// Both runs' `scaleDown.maxBulkSoftTaintCount` (cluster-autoscaler's 10 by default; 0:
+    /// no soft taints).
+    pub max_bulk_soft_taint_count: u32,
+    /// The consolidation run's `consolidation.emptyFirst` (zero: off, the default).
+    pub empty_first: Duration,
+}
+
+impl Default for Dials {
+    fn default() -> Self {
+        Self {
+            stabilization_window: Duration::ZERO,
+            max_bulk_soft_taint_count: crate::config::ScaleDownSettings::default()
+                .max_bulk_soft_taint_count,
+            empty_first: Duration::ZERO,
+        }
+    }
+}
+
 /// `demo --cost` and the bench: the trace of `seed` (`quick`: its first [`QUICK`]) under both
 /// policies. Must run on a paused tokio clock ([`run_paused`]).
 pub async fn compare(
     seed: u64,
     quick: bool,
     quiet: bool,
-    window: Duration,
+    dials: Dials,
 ) -> anyhow::Result<CostReport> {
     let length = if quick { quick_length()? } else { DAY };
     let trace = Trace::generate(seed, length);
@@ -515,14 +538,14 @@ pub async fn compare(
         .chunks(60)
         .map(|c| c.iter().sum::<f64>() / 60.0)
         .collect();
-    let ca = run_arm(&trace, false, quiet, window).await?;
-    let consolidation = run_arm(&trace, true, quiet, window).await?;
+    let ca = run_arm(&trace, false, quiet, dials).await?;
+    let consolidation = run_arm(&trace, true, quiet, dials).await?;
     Ok(CostReport {
         seed,
         length,
         quick,
         jobs: trace.jobs(),
-        stabilization_window: window,
+        dials,
         ca,
         consolidation,
         lower_bound,
@@ -546,19 +569,14 @@ pub fn quick_length() -> anyhow::Result<Duration> {
 
 /// Runs `compare` on a runtime of its own whose clock is paused (time jumps to the next timer
 /// whenever every task waits), on a thread of its own.
-pub fn run_paused(
-    seed: u64,
-    quick: bool,
-    quiet: bool,
-    window: Duration,
-) -> anyhow::Result<CostReport> {
+pub fn run_paused(seed: u64, quick: bool, quiet: bool, dials: Dials) -> anyhow::Result<CostReport> {
     std::thread::spawn(move || {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .start_paused(true)
             .build()
             .context("building the paused runtime")?
-            .block_on(compare(seed, quick, quiet, window))
+            .block_on(compare(seed, quick, quiet, dials))
     })
     .join()
     .map_err(|_| anyhow::anyhow!("the cost trace's thread panicked"))?
@@ -578,7 +596,7 @@ async fn run_arm(
     trace: &Trace,
     consolidation: bool,
     quiet: bool,
-    window: Duration,
+    dials: Dials,
 ) -> anyhow::Result<ArmReport> {
     let wall = std::time::Instant::now();
     let emulator = EmulatorBuilder::new()
@@ -628,6 +646,8 @@ async fn run_arm(
         pods: false,
         cost: true,
         stabilization_window: None,
+        max_bulk_soft_taint_count: None,
+        empty_first: None,
         report: None,
         report_defaulted: false,
     };
@@ -642,6 +662,7 @@ async fn run_arm(
     settings.pod_demand.balance_similar_node_groups = true;
     settings.scale_down = crate::config::ScaleDownSettings {
         enabled: true,
+        max_bulk_soft_taint_count: dials.max_bulk_soft_taint_count,
         ..Default::default()
     };
     if consolidation {
@@ -657,7 +678,9 @@ async fn run_arm(
         // Its three best candidates' pods go first when a Deployment scales in.
         settings.consolidation.deletion_cost_hints = 3;
         // `--stabilization-window`: moves that evict wait while demand grows (off by default).
-        settings.consolidation.stabilization_window = window;
+        settings.consolidation.stabilization_window = dials.stabilization_window;
+        // `--empty-first`: the hinted nodes get this long to empty before any eviction.
+        settings.consolidation.empty_first = dials.empty_first;
     }
     let metrics = Arc::new(Metrics::new());
     let replica = Replica::build(
@@ -973,10 +996,27 @@ pub fn print(r: &CostReport) {
         "lower bound".into(),
     ]];
     rows.extend(r.rows());
-    if !r.stabilization_window.is_zero() {
+    if !r.dials.stabilization_window.is_zero() {
         println!(
             "consolidation with consolidation.stabilizationWindow: {} (moves that evict wait while the pods' requests rise)",
-            humantime::format_duration(r.stabilization_window)
+            humantime::format_duration(r.dials.stabilization_window)
+        );
+    }
+    if !r.dials.empty_first.is_zero() {
+        println!(
+            "consolidation with consolidation.emptyFirst: {} (the hinted nodes get this long to empty before any eviction)",
+            humantime::format_duration(r.dials.empty_first)
+        );
+    }
+    if r.dials.max_bulk_soft_taint_count != Dials::default().max_bulk_soft_taint_count {
+        println!(
+            "both runs with scaleDown.maxBulkSoftTaintCount: {}{}",
+            r.dials.max_bulk_soft_taint_count,
+            if r.dials.max_bulk_soft_taint_count == 0 {
+                " (no soft taints)"
+            } else {
+                ""
+            }
         );
     }
     println!("{}", table(&rows));
@@ -1019,8 +1059,15 @@ pub async fn demo(args: &DemoArgs) -> anyhow::Result<CostReport> {
     println!(
         "demo --cost: one seeded day on a simulated cluster in paused time, twice: cluster-autoscaler's policy, then consolidation (seed {seed})"
     );
-    let window = args.stabilization_window.unwrap_or(Duration::ZERO);
-    let r = tokio::task::spawn_blocking(move || run_paused(seed, quick, quiet, window))
+    let d = Dials::default();
+    let dials = Dials {
+        stabilization_window: args.stabilization_window.unwrap_or(d.stabilization_window),
+        max_bulk_soft_taint_count: args
+            .max_bulk_soft_taint_count
+            .unwrap_or(d.max_bulk_soft_taint_count),
+        empty_first: args.empty_first.unwrap_or(d.empty_first),
+    };
+    let r = tokio::task::spawn_blocking(move || run_paused(seed, quick, quiet, dials))
         .await
         .context("the cost trace's task")??;
     print(&r);

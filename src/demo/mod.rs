@@ -441,6 +441,14 @@ pub struct DemoArgs {
     /// evict wait until the pods' requests have not risen for this long; default off).
     #[arg(long, requires = "cost", value_name = "DURATION", value_parser = crate::config::parse_duration_arg)]
     pub stabilization_window: Option<Duration>,
+    /// With `--cost`: both runs' `scaleDown.maxBulkSoftTaintCount` (default 10, as
+    /// cluster-autoscaler's `--max-bulk-soft-taint-count`; 0: no soft taints).
+    #[arg(long, requires = "cost", value_name = "COUNT")]
+    pub max_bulk_soft_taint_count: Option<u32>,
+    /// With `--cost`: the consolidation run's `consolidation.emptyFirst` (its three hinted
+    /// nodes get this long to empty before any of their pods is evicted; default off).
+    #[arg(long, requires = "cost", value_name = "DURATION", value_parser = crate::config::parse_duration_arg)]
+    pub empty_first: Option<Duration>,
     /// Write a self-contained HTML report (timelines of capacity, Ready nodes and pending pods,
     /// the writes, 412s, rival writes and lost updates, the summary) to FILE. The default demo
     /// writes `demo-report.html` unless given another FILE.

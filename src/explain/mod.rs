@@ -660,6 +660,7 @@ impl World {
             // One snapshot has no history: neither `consolidateAfter` nor
             // `stabilizationWindow` can be judged from it.
             demand_rising: false,
+            ripe: None,
         };
         // A replacement may come from a group that may grow now: a new node as the scale-up's
         // planner imagines it.

@@ -50,6 +50,11 @@ pub struct ConsolidationInput<'a> {
     /// The pods' requests rose within `consolidation.stabilizationWindow`
     /// ([`super::stabilization`]): no node whose pods would move is a candidate.
     pub demand_rising: bool,
+    /// With `consolidation.emptyFirst` on: the nodes that have been among those consolidation
+    /// empties first (deletion-cost hints, soft taint) for that long. A node whose pods would
+    /// move is a candidate only once it is here; until then it stays in the drain order, so it
+    /// gets there. `None`: off.
+    pub ripe: Option<&'a HashSet<String>>,
 }
 
 /// Why a node is not consolidated (shown in `Unconsolidatable` Events and `explain node`).
@@ -73,6 +78,8 @@ pub enum Unconsolidatable {
     NotWorthIt(String),
     /// Its pods would move while the cluster's demand grows (`stabilizationWindow`).
     DemandRising,
+    /// Its pods are being given `emptyFirst` to leave on their own.
+    Emptying,
 }
 
 impl std::fmt::Display for Unconsolidatable {
@@ -93,6 +100,9 @@ impl std::fmt::Display for Unconsolidatable {
             Unconsolidatable::DemandRising => f.write_str(
                 "the pods' requests rose within consolidation.stabilizationWindow: its pods would move to make room that is needed again",
             ),
+            Unconsolidatable::Emptying => f.write_str(
+                "its pods are given consolidation.emptyFirst to leave on their own (deletion-cost hints, soft taint) before any is evicted",
+            ),
         }
     }
 }
@@ -108,6 +118,7 @@ impl Unconsolidatable {
             Unconsolidatable::Budget(_) => "budget",
             Unconsolidatable::NotWorthIt(_) => "balanced",
             Unconsolidatable::DemandRising => "stabilizing",
+            Unconsolidatable::Emptying => "emptying",
         }
     }
 }
@@ -366,6 +377,21 @@ fn survey<'a>(
     input: &ConsolidationInput<'a>,
     out: &mut BTreeMap<String, Unconsolidatable>,
 ) -> (Vec<Cand<'a>>, super::unneeded::Listed<'a>, Vec<GroupTotals>) {
+    let (cands, l, totals, _) = survey_drain(input, out);
+    (cands, l, totals)
+}
+
+/// [`survey`], and the drain order: the candidates and the nodes kept only by `emptyFirst`,
+/// the most saved per unit of disruption first.
+fn survey_drain<'a>(
+    input: &ConsolidationInput<'a>,
+    out: &mut BTreeMap<String, Unconsolidatable>,
+) -> (
+    Vec<Cand<'a>>,
+    super::unneeded::Listed<'a>,
+    Vec<GroupTotals>,
+    Vec<String>,
+) {
     let mut l = listed(&input.down);
     // Every node of each group as listed (candidate or not): the totals `Balanced` scores by.
     let mut totals = vec![GroupTotals::default(); input.down.groups.len()];
@@ -415,7 +441,17 @@ fn survey<'a>(
             .total_cmp(&a.ratio())
             .then_with(|| a.c.node.name.cmp(&b.c.node.name))
     });
-    (cands, l, totals)
+    let drain = cands.iter().map(|c| c.c.node.name.clone()).collect();
+    if let Some(ripe) = input.ripe {
+        cands.retain(|c| {
+            let keep = c.pods.is_empty() || ripe.contains(&c.c.node.name);
+            if !keep {
+                out.insert(c.c.node.name.clone(), Unconsolidatable::Emptying);
+            }
+            keep
+        });
+    }
+    (cands, l, totals, drain)
 }
 
 /// `policy: Balanced`: whether removing `set` to save `savings` per hour is worth its
@@ -867,8 +903,8 @@ pub fn consolidate(
     timed_out: &mut dyn FnMut() -> bool,
 ) -> Consolidation {
     let mut out = Consolidation::default();
-    let (cands, l, totals) = survey(input, &mut out.unconsolidatable);
-    out.drain_order = cands.iter().map(|c| c.c.node.name.clone()).collect();
+    let (cands, l, totals, drain) = survey_drain(input, &mut out.unconsolidatable);
+    out.drain_order = drain;
     let mut cands = within_limits(input, cands, &mut out.unconsolidatable);
     for c in cands.iter().skip(MAX_CONSOLIDATION_CANDIDATES) {
         out.unconsolidatable.insert(
@@ -1232,6 +1268,7 @@ mod tests {
         settings: ConsolidationSettings,
         unsettled: HashSet<String>,
         demand_rising: bool,
+        ripe: Option<HashSet<String>>,
         now: k8s_openapi::jiff::Timestamp,
     }
 
@@ -1251,6 +1288,7 @@ mod tests {
                 settings: on(),
                 unsettled: HashSet::new(),
                 demand_rising: false,
+                ripe: None,
                 now: k8s_openapi::jiff::Timestamp::now(),
             }
         }
@@ -1275,6 +1313,7 @@ mod tests {
                 prices: &self.prices,
                 chosen: &none,
                 unsettled: &self.unsettled,
+                ripe: self.ripe.as_ref(),
                 settings: &self.settings,
                 max_nodes: 10,
                 demand_rising: self.demand_rising,
@@ -1679,6 +1718,32 @@ mod tests {
         // A command decided while demand was flat does not survive a rise before it acts.
         let (node, why) = w.with(|i| revalidate(&command, i)).unwrap_err();
         assert_eq!(why, Unconsolidatable::DemandRising, "{node}");
+    }
+
+    #[test]
+    fn with_empty_first_a_node_whose_pods_would_move_waits_until_it_is_ripe_and_stays_in_the_drain_order(
+    ) {
+        let nodes: Vec<_> = (0..3)
+            .map(|i| node(&format!("n{i}"), "dear", i, "4"))
+            .collect();
+        // n0 and n1 hold a pod each; n2 is empty.
+        let pods: Vec<_> = (0..2)
+            .map(|i| pod(&format!("p{i}"), &format!("n{i}"), "1"))
+            .collect();
+        let mut w = World::new(vec![group("dear", 3)], vec![1.0], nodes, &pods);
+        w.ripe = Some(HashSet::new());
+        let c = w.run();
+        assert_eq!(gone(&c), ["n2"], "only the empty node goes");
+        let mut order = c.drain_order.clone();
+        order.sort();
+        assert_eq!(order, ["n0", "n1", "n2"], "the unripe still lead the hints");
+        for n in ["n0", "n1"] {
+            assert_eq!(c.unconsolidatable.get(n), Some(&Unconsolidatable::Emptying));
+        }
+        assert_eq!(Unconsolidatable::Emptying.label(), "emptying");
+        w.ripe = Some(["n0".to_string(), "n1".to_string()].into());
+        let c = w.run();
+        assert_eq!(c.command.map(|c| c.nodes.len()), Some(2), "ripe: moved");
     }
 
     #[test]

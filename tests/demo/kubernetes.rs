@@ -21,6 +21,8 @@ async fn two_replicas_hand_the_lease_over_halfway_and_only_the_leader_writes_to_
         pods: false,
         cost: false,
         stabilization_window: None,
+        max_bulk_soft_taint_count: None,
+        empty_first: None,
         report: None,
         report_defaulted: false,
     };

@@ -20,6 +20,8 @@ fn args() -> DemoArgs {
         pods: false,
         cost: false,
         stabilization_window: None,
+        max_bulk_soft_taint_count: None,
+        empty_first: None,
         report: None,
         report_defaulted: false,
     }

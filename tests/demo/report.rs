@@ -80,6 +80,8 @@ async fn the_demo_report_renders_in_headless_chromium_with_its_charts_and_summar
         pods: true,
         cost: false,
         stabilization_window: None,
+        max_bulk_soft_taint_count: None,
+        empty_first: None,
         report: Some(page.clone()),
         report_defaulted: false,
     };

@@ -442,3 +442,87 @@ async fn a_scale_in_empties_the_node_the_deletion_cost_hints_name_without_an_evi
     );
     c.stop().await;
 }
+
+/// `consolidation.emptyFirst`: the hinted node's pods are not evicted before it has been hinted
+/// that long, so a scale-in meanwhile empties it and it goes with no eviction; past it, the next
+/// hinted node's pods are moved as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_empty_first_a_hinted_node_waits_for_a_scale_in_and_goes_without_an_eviction() {
+    const EMPTY_FIRST: Duration = Duration::from_secs(8);
+    let c = Cluster::start_simulated(&[("dear", DEAR, 3, &[])], 5, |s| {
+        consolidating(s, Duration::from_secs(1));
+        s.consolidation.deletion_cost_hints = 1;
+        s.consolidation.empty_first = EMPTY_FIRST;
+    })
+    .await;
+    assert!(
+        eventually(Duration::from_secs(10), || c.kube.ready_nodes().len() == 3).await,
+        "never 3 Ready nodes"
+    );
+    let nodes = c.kube.ready_nodes();
+    for n in &nodes {
+        annotate(&c, n, Some("true")).await;
+    }
+    c.kube
+        .create_replica_set("default", "web", 6, &PodTemplate::new("300m", "256Mi"))
+        .expect("replica set");
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let on = running_web(&c);
+            on.len() == 6
+                && nodes
+                    .iter()
+                    .all(|n| on.iter().filter(|o| *o == n).count() == 2)
+        })
+        .await,
+        "web never ran two pods per node: {:?}",
+        running_web(&c)
+    );
+    for n in &nodes {
+        annotate(&c, n, None).await;
+    }
+    let mut hinted = Vec::new();
+    assert!(
+        eventually(Duration::from_secs(15), || {
+            hinted = hinted_web(&c);
+            hinted.len() == 2 && hinted[0].1 == hinted[1].1
+        })
+        .await,
+        "no node's pods were hinted: {hinted:?}"
+    );
+    let node = hinted[0].1.clone();
+    let evicted = || {
+        vmss_capacity_controller::metrics::Metrics::counter_sum(
+            &c.metrics.evicted_pods_total,
+            &[("result", "evicted")],
+        )
+    };
+    // Every node's pods fit on the others, yet within emptyFirst none is evicted.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(evicted(), 0, "evicted within emptyFirst");
+    assert_eq!(c.capacity("dear"), 3);
+    c.kube
+        .scale_replica_set("default", "web", 4)
+        .expect("scaled in");
+    assert!(
+        eventually(Duration::from_secs(15), || !c
+            .kube
+            .ready_nodes()
+            .contains(&node))
+        .await,
+        "the emptied node stayed"
+    );
+    assert_eq!(evicted(), 0, "the hinted node went empty, with no eviction");
+    // Past emptyFirst the next hinted node's pods move as consolidation moves them.
+    assert!(
+        eventually(Duration::from_secs(30), || c.capacity("dear") == 1).await,
+        "the two nodes left were not consolidated"
+    );
+    assert!(evicted() >= 1);
+    assert!(
+        c._emulator.pods_lost_with_nodes().is_empty(),
+        "{:?}",
+        c._emulator.pods_lost_with_nodes()
+    );
+    c.stop().await;
+}

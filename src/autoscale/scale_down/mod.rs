@@ -176,8 +176,9 @@ pub struct ScaleDownLoop {
     /// The hints being written beside the passes ([`hints::HintWriter`]).
     hint_writer: hints::HintWriter,
     /// The nodes consolidation's last search would empty first (those its deletion-cost hints
-    /// go to): soft-tainted with the unneeded nodes.
-    drain_first: Vec<String>,
+    /// go to), and since when each has been so: soft-tainted with the unneeded nodes, and
+    /// given `consolidation.emptyFirst` to empty on their own.
+    drain_first: HashMap<String, Instant>,
     /// The soft taints being written beside the passes ([`soft_taints::SoftTaintWriter`]).
     soft_taint_writer: soft_taints::SoftTaintWriter,
 }
@@ -327,7 +328,7 @@ impl ScaleDownLoop {
             replacing: None,
             hints: Vec::new(),
             hint_writer: hints::HintWriter::default(),
-            drain_first: Vec::new(),
+            drain_first: HashMap::new(),
             soft_taint_writer: soft_taints::SoftTaintWriter::default(),
             protected: None,
         }
@@ -505,7 +506,7 @@ impl ScaleDownLoop {
             .unneeded
             .iter()
             .map(|u| u.node.as_str())
-            .chain(self.drain_first.iter().map(String::as_str))
+            .chain(self.drain_first.keys().map(String::as_str))
             .collect();
         let writes = crate::pods::soft_taint::plan(
             down,

@@ -97,6 +97,15 @@ impl ScaleDownLoop {
             return Vec::new();
         }
         let prices = self.group_prices(v);
+        // `emptyFirst`: the hinted nodes ripe for moves, by how long they have been hinted.
+        let empty_first = cfg.empty_first;
+        let ripe: Option<HashSet<String>> = (!empty_first.is_zero()).then(|| {
+            self.drain_first
+                .iter()
+                .filter(|(_, since)| now.duration_since(**since) >= empty_first)
+                .map(|(n, _)| n.clone())
+                .collect()
+        });
         let none = HashSet::new();
         let previously = HashSet::new();
         // The budgets active now, by the injected clock (schedules are UTC windows).
@@ -122,6 +131,7 @@ impl ScaleDownLoop {
             settings: &active,
             max_nodes: u32::try_from(v.left).unwrap_or(u32::MAX),
             demand_rising,
+            ripe: ripe.as_ref(),
         };
         if let Some(r) = self.replacing.take() {
             return self.follow_replace(v, &input, r, now);
@@ -272,12 +282,14 @@ impl ScaleDownLoop {
             "consolidation decided"
         );
         self.tell(&found.unconsolidatable);
-        self.drain_first = found
+        let first = &found.drain_order[..found
             .drain_order
-            .iter()
-            .take(cfg.deletion_cost_hints as usize)
-            .cloned()
-            .collect();
+            .len()
+            .min(cfg.deletion_cost_hints as usize)];
+        self.drain_first.retain(|n, _| first.contains(n));
+        for n in first {
+            self.drain_first.entry(n.clone()).or_insert(now);
+        }
         if !self.dry_run {
             let order: Vec<&str> = found.drain_order.iter().map(String::as_str).collect();
             self.hints = crate::pods::deletion_cost::plan(
