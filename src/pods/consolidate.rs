@@ -197,8 +197,9 @@ pub struct Consolidation {
     pub searched: usize,
     /// Sets simulated.
     pub trials: u32,
-    /// The candidates whose pods could all move, the most saved per unit of disruption first
-    /// (the order [`super::deletion_cost`] hints by).
+    /// The candidates with pods to move whose pods could all move, the most saved per unit of
+    /// disruption first (the order [`super::deletion_cost`] hints by; empty candidates need no
+    /// hint and are left out).
     pub drain_order: Vec<String>,
 }
 
@@ -381,8 +382,8 @@ fn survey<'a>(
     (cands, l, totals)
 }
 
-/// [`survey`], and the drain order: the candidates and the nodes kept only by `emptyFirst`,
-/// the most saved per unit of disruption first.
+/// [`survey`], and the drain order: the candidates with pods to move and the nodes kept only
+/// by `emptyFirst`, the most saved per unit of disruption first.
 fn survey_drain<'a>(
     input: &ConsolidationInput<'a>,
     out: &mut BTreeMap<String, Unconsolidatable>,
@@ -441,7 +442,12 @@ fn survey_drain<'a>(
             .total_cmp(&a.ratio())
             .then_with(|| a.c.node.name.cmp(&b.c.node.name))
     });
-    let drain = cands.iter().map(|c| c.c.node.name.clone()).collect();
+    // Empty candidates need no hint and no time to empty: they would only take places.
+    let drain = cands
+        .iter()
+        .filter(|c| !c.pods.is_empty())
+        .map(|c| c.c.node.name.clone())
+        .collect();
     if let Some(ripe) = input.ripe {
         cands.retain(|c| {
             let keep = c.pods.is_empty() || ripe.contains(&c.c.node.name);
@@ -1736,7 +1742,11 @@ mod tests {
         assert_eq!(gone(&c), ["n2"], "only the empty node goes");
         let mut order = c.drain_order.clone();
         order.sort();
-        assert_eq!(order, ["n0", "n1", "n2"], "the unripe still lead the hints");
+        assert_eq!(
+            order,
+            ["n0", "n1"],
+            "the unripe still lead the hints; the empty node needs none"
+        );
         for n in ["n0", "n1"] {
             assert_eq!(c.unconsolidatable.get(n), Some(&Unconsolidatable::Emptying));
         }
