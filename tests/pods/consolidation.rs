@@ -359,6 +359,48 @@ fn hinted_web(c: &Cluster) -> Vec<(String, String, String)> {
         .collect()
 }
 
+/// On three Ready nodes (scale-down held by annotations meanwhile), six `web` pods, two per
+/// node; once the nodes are released, waits until one node's two pods carry the hint and
+/// returns them (pod, node, cost).
+async fn web_two_per_node_until_one_node_is_hinted(c: &Cluster) -> Vec<(String, String, String)> {
+    assert!(
+        eventually(Duration::from_secs(10), || c.kube.ready_nodes().len() == 3).await,
+        "never 3 Ready nodes"
+    );
+    let nodes = c.kube.ready_nodes();
+    for n in &nodes {
+        annotate(c, n, Some("true")).await;
+    }
+    c.kube
+        .create_replica_set("default", "web", 6, &PodTemplate::new("300m", "256Mi"))
+        .expect("replica set");
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let on = running_web(c);
+            on.len() == 6
+                && nodes
+                    .iter()
+                    .all(|n| on.iter().filter(|o| *o == n).count() == 2)
+        })
+        .await,
+        "web never ran two pods per node: {:?}",
+        running_web(c)
+    );
+    for n in &nodes {
+        annotate(c, n, None).await;
+    }
+    let mut hinted = Vec::new();
+    assert!(
+        eventually(Duration::from_secs(15), || {
+            hinted = hinted_web(c);
+            hinted.len() == 2 && hinted[0].1 == hinted[1].1
+        })
+        .await,
+        "no node's pods were hinted: {hinted:?}"
+    );
+    hinted
+}
+
 /// `consolidation.deletionCostHints`: with a budget that lets consolidation remove nothing, the
 /// best candidate's pods get the lowest deletion cost, and a Deployment's scale-in then takes
 /// exactly those pods (the emulator's ReplicaSet controller ranks by the cost as
@@ -375,42 +417,8 @@ async fn a_scale_in_empties_the_node_the_deletion_cost_hints_name_without_an_evi
         s.consolidation.deletion_cost_hints = 1;
     })
     .await;
-    assert!(
-        eventually(Duration::from_secs(10), || c.kube.ready_nodes().len() == 3).await,
-        "never 3 Ready nodes"
-    );
-    let nodes = c.kube.ready_nodes();
-    for n in &nodes {
-        annotate(&c, n, Some("true")).await;
-    }
-    c.kube
-        .create_replica_set("default", "web", 6, &PodTemplate::new("300m", "256Mi"))
-        .expect("replica set");
-    assert!(
-        eventually(Duration::from_secs(10), || {
-            let on = running_web(&c);
-            on.len() == 6
-                && nodes
-                    .iter()
-                    .all(|n| on.iter().filter(|o| *o == n).count() == 2)
-        })
-        .await,
-        "web never ran two pods per node: {:?}",
-        running_web(&c)
-    );
-    for n in &nodes {
-        annotate(&c, n, None).await;
-    }
     // The best candidate's two pods, and only they, carry the hint (-1: one node hinted).
-    let mut hinted = Vec::new();
-    assert!(
-        eventually(Duration::from_secs(15), || {
-            hinted = hinted_web(&c);
-            hinted.len() == 2 && hinted[0].1 == hinted[1].1
-        })
-        .await,
-        "no node's pods were hinted: {hinted:?}"
-    );
+    let hinted = web_two_per_node_until_one_node_is_hinted(&c).await;
     assert!(hinted.iter().all(|h| h.2 == "-1"), "{hinted:?}");
     let node = hinted[0].1.clone();
     c.kube
@@ -455,41 +463,7 @@ async fn with_empty_first_a_hinted_node_waits_for_a_scale_in_and_goes_without_an
         s.consolidation.empty_first = EMPTY_FIRST;
     })
     .await;
-    assert!(
-        eventually(Duration::from_secs(10), || c.kube.ready_nodes().len() == 3).await,
-        "never 3 Ready nodes"
-    );
-    let nodes = c.kube.ready_nodes();
-    for n in &nodes {
-        annotate(&c, n, Some("true")).await;
-    }
-    c.kube
-        .create_replica_set("default", "web", 6, &PodTemplate::new("300m", "256Mi"))
-        .expect("replica set");
-    assert!(
-        eventually(Duration::from_secs(10), || {
-            let on = running_web(&c);
-            on.len() == 6
-                && nodes
-                    .iter()
-                    .all(|n| on.iter().filter(|o| *o == n).count() == 2)
-        })
-        .await,
-        "web never ran two pods per node: {:?}",
-        running_web(&c)
-    );
-    for n in &nodes {
-        annotate(&c, n, None).await;
-    }
-    let mut hinted = Vec::new();
-    assert!(
-        eventually(Duration::from_secs(15), || {
-            hinted = hinted_web(&c);
-            hinted.len() == 2 && hinted[0].1 == hinted[1].1
-        })
-        .await,
-        "no node's pods were hinted: {hinted:?}"
-    );
+    let hinted = web_two_per_node_until_one_node_is_hinted(&c).await;
     let node = hinted[0].1.clone();
     let evicted = || {
         vmss_capacity_controller::metrics::Metrics::counter_sum(
