@@ -206,7 +206,7 @@ PY
 )
   export K8S_TEST_DIR="$K8S_DIR" API_PORT ETCD_PORT
   export WITHOUT_CONTROLLER_MANAGER=1
-  bash "$KA/install.sh" >/dev/null || { fail "kube-apiserver kit: install.sh"; KA=""; }
+  with_apt_lock bash "$KA/install.sh" >/dev/null || { fail "kube-apiserver kit: install.sh"; KA=""; }
 fi
 ours_up() {  # our apiserver process is alive and wrote its certificate (not someone else's server)
   kill -0 "$(cat "$K8S_DIR/apiserver.pid" 2>/dev/null)" 2>/dev/null && [ -s "$K8S_DIR/certs/apiserver.crt" ]

@@ -12,6 +12,8 @@
 # Usage: .ci/real-apiserver.sh [BIN]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib/install-tools.sh
+. .ci/lib/install-tools.sh
 # Where the API server kit lives: KUBE_APISERVER_DIR, else ../shared/kube-apiserver beside the
 # clone, else the machine's /work/shared/kube-apiserver.
 KA=""
@@ -32,7 +34,7 @@ export K8S_TEST_DIR=${CI_K8S_TEST_DIR:-/tmp/k8stest-ci}
 export API_PORT=${CI_API_PORT:-16643}
 export ETCD_PORT=${CI_ETCD_PORT:-23990}
 export KUBECONFIG="$K8S_TEST_DIR/kubeconfig"
-bash "$KA/install.sh"
+with_apt_lock bash "$KA/install.sh"
 bash "$KA/stop.sh" >/dev/null 2>&1 || true
 rm -rf "$K8S_TEST_DIR"
 bash "$KA/start.sh"
@@ -47,8 +49,6 @@ ORACLE_KUBECONFIG="$KUBECONFIG" bash tests/interop/kube.sh "${1:-target/debug/vm
 # emulator's simulated cluster.
 ORACLE_KUBECONFIG="$KUBECONFIG" bash tests/interop/kube-shapes.sh "${1:-target/debug/vmss-capacity-controller}"
 
-# shellcheck source=lib/install-tools.sh
-. .ci/lib/install-tools.sh
 venv=$(mktemp -d)/venv
 trap 'stop; rm -rf "$(dirname "$venv")"' EXIT
 ensure_kubectl "$venv" >/dev/null

@@ -42,6 +42,22 @@ ensure_kubectl() {
   echo "kubectl: using $KUBECTL ($("$KUBECTL" version --client | tr '\n' ' '))"
 }
 
+# apt and dpkg let one run at a time, and fail another at once ("Could not get lock
+# /var/lib/apt/lists/lock"). On a fresh machine CI runs several installs at once: Prometheus for
+# the manifests check and for the scrape, Chromium in the foreground, etcd for the kube-apiserver
+# kit in the Helm check (a fresh-machine CI failed so on 2026-11-28). Every apt run of ours,
+# and the kit's install.sh, goes through one lock file (bounded wait: 15 minutes), and asks apt
+# to wait for a lock held by anyone else's apt (DPkg::Lock::Timeout).
+APT_LOCK_FILE="${APT_LOCK_FILE:-/tmp/vmss-ci-apt.lock}"
+APT_WAIT="-o DPkg::Lock::Timeout=300"
+with_apt_lock() {
+  flock -w 900 "$APT_LOCK_FILE" "$@"
+}
+apt_get() {
+  # shellcheck disable=SC2086
+  with_apt_lock env DEBIAN_FRONTEND=noninteractive apt-get $APT_WAIT "$@"
+}
+
 ensure_venv() {
   local venv="$1"
   [ -x "$venv/bin/pip" ] && return 0
@@ -62,6 +78,16 @@ ensure_prometheus() {
     return 1
   fi
   echo "prometheus: installing Debian package prometheus"
+  # Two checks may get here at once: the whole install (the policy-rc.d too) holds the apt lock,
+  # and the second finds the package installed once it has the lock.
+  local lock_fd
+  exec {lock_fd}>>"$APT_LOCK_FILE"
+  flock -w 900 "$lock_fd" || { echo "FAIL: prometheus: waited 15 minutes for $APT_LOCK_FILE" >&2; exec {lock_fd}>&-; return 1; }
+  if command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1; then
+    exec {lock_fd}>&-
+    echo "prometheus: installed meanwhile by another check: $(prometheus --version 2>&1 | head -1)"
+    return 0
+  fi
   local created_policy=0 was_running=0
   if [ ! -e /usr/sbin/policy-rc.d ]; then
     printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
@@ -69,10 +95,12 @@ ensure_prometheus() {
   fi
   pgrep -x prometheus >/dev/null 2>&1 && was_running=1
   # apt-get update first: on a fresh machine the package lists may be empty or stale.
-  DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  # shellcheck disable=SC2086
+  DEBIAN_FRONTEND=noninteractive apt-get $APT_WAIT update -qq >/dev/null \
+    && DEBIAN_FRONTEND=noninteractive apt-get $APT_WAIT install -y -qq --no-install-recommends prometheus >/dev/null
   local rc=$?
   [ "$created_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
+  exec {lock_fd}>&-
   if [ "$was_running" = 0 ] && pgrep -x prometheus >/dev/null 2>&1; then
     echo "prometheus: the package started a system service; stopping it"
     (invoke-rc.d prometheus stop || service prometheus stop || systemctl stop prometheus) >/dev/null 2>&1 || true
@@ -93,8 +121,8 @@ ensure_chromium() {
       return 1
     fi
     echo "chromium: installing Debian package chromium"
-    DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null \
-      && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
+    apt_get update -qq >/dev/null \
+      && apt_get install -y -qq chromium >/dev/null \
       || { echo "FAIL: apt-get install chromium" >&2; return 1; }
     CHROMIUM="$(command -v chromium)"
   fi
