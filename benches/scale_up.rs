@@ -411,6 +411,7 @@ fn scenario(
             size: Some(NODES_PER_GROUP as i64),
             deleting: 0,
             recently_grown: false,
+            grown_ago: None,
             refused: None,
         })
         .collect();

@@ -175,6 +175,12 @@ pub struct ConsolidationSettings {
     /// pods' deletion cost lowered, the node soft-tainted) this long, so a scale-in or the
     /// pods' own end can empty it without an eviction first.
     pub empty_first: Duration,
+    /// `consolidation.delayAfterAdd` (0 s: Karpenter's consolidation has no such hold): how
+    /// long after a scale-up consolidation leaves the nodes alone: of the group that grew, or of
+    /// every group unless `scaleDown.delayTypeLocal`, as `scaleDown.delayAfterAdd` holds
+    /// cluster-autoscaler's scale-down (10 min). The pending pods that a node could take hold it
+    /// without this.
+    pub delay_after_add: Duration,
 }
 
 impl Default for ConsolidationSettings {
@@ -191,6 +197,7 @@ impl Default for ConsolidationSettings {
             deletion_cost_hints: 0,
             stabilization_window: Duration::ZERO,
             empty_first: Duration::ZERO,
+            delay_after_add: Duration::ZERO,
         }
     }
 }
@@ -436,6 +443,17 @@ pub(super) fn consolidation_settings(
             Some(HumanDuration(t)) => t,
             None => d.empty_first,
         },
+        delay_after_add: match raw.delay_after_add {
+            Some(HumanDuration(t)) if t > MAX_STABILIZATION_WINDOW => {
+                problems.push(
+                    "consolidation.delayAfterAdd",
+                    format!("{}: at most 24h", humantime::format_duration(t)),
+                );
+                d.delay_after_add
+            }
+            Some(HumanDuration(t)) => t,
+            None => d.delay_after_add,
+        },
     }
 }
 
@@ -537,6 +555,22 @@ deletionCostHints: 500",
         assert_eq!(s.stabilization_window, Duration::ZERO);
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].0, "consolidation.stabilizationWindow");
+        assert!(found[0].1.contains("at most 24h"), "{found:?}");
+    }
+
+    #[test]
+    fn consolidation_is_not_held_after_a_scale_up_unless_delay_after_add_says_so() {
+        assert_eq!(
+            ConsolidationSettings::default().delay_after_add,
+            Duration::ZERO
+        );
+        let (s, found) = parse("enabled: true\ndelayAfterAdd: 10m", true);
+        assert!(found.is_empty(), "{found:?}");
+        assert_eq!(s.delay_after_add, Duration::from_secs(600));
+        let (s, found) = parse("enabled: true\ndelayAfterAdd: 3days", true);
+        assert_eq!(s.delay_after_add, Duration::ZERO);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].0, "consolidation.delayAfterAdd");
         assert!(found[0].1.contains("at most 24h"), "{found:?}");
     }
 

@@ -409,6 +409,7 @@ pub(super) struct RawConsolidation {
     pub(super) deletion_cost_hints: Option<u32>,
     pub(super) stabilization_window: Option<HumanDuration>,
     pub(super) empty_first: Option<HumanDuration>,
+    pub(super) delay_after_add: Option<HumanDuration>,
 }
 
 /// One budget of `consolidation:`.

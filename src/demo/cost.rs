@@ -115,6 +115,8 @@ const SERVICES: &[Service] = &[
 ];
 const JOB_CPU_MILLI: u32 = 2000;
 const JOB_MEMORY_MIB: u32 = 4096;
+/// The spread workload's `minDomains`.
+const SPREAD_MIN_DOMAINS: u32 = 3;
 
 /// What the trace does at one moment.
 #[derive(Debug, Clone, PartialEq)]
@@ -211,6 +213,15 @@ impl Trace {
 
     /// Per minute: the cpu (millicores) and memory (MiB) every pod that exists asks for.
     pub fn demand_per_minute(&self) -> Vec<(f64, f64)> {
+        self.needs_per_minute()
+            .iter()
+            .map(|n| (n.cpu_milli, n.memory_mib))
+            .collect()
+    }
+
+    /// Per minute: what every pod that exists asks for, and the zone domains the spread
+    /// workload needs to run whole.
+    pub fn needs_per_minute(&self) -> Vec<Need> {
         let minutes = self.length.as_secs() / 60;
         let mut replicas = vec![0u32; SERVICES.len()];
         let mut jobs: BTreeMap<usize, u32> = BTreeMap::new();
@@ -242,7 +253,36 @@ impl Trace {
             let job_pods: u32 = jobs.values().sum();
             cpu += f64::from(JOB_CPU_MILLI * job_pods);
             mem += f64::from(JOB_MEMORY_MIB * job_pods);
-            out.push((cpu, mem));
+            // `maxSkew: 1, minDomains: 3`: with fewer than three domains the global minimum
+            // counts as 0, so each domain holds one replica; n replicas need min(n, 3).
+            let domains = SERVICES
+                .iter()
+                .zip(&replicas)
+                .filter(|(s, _)| s.spread)
+                .map(|(_, n)| (*n).min(SPREAD_MIN_DOMAINS))
+                .max()
+                .unwrap_or(0);
+            let mut shapes: Vec<Shape> = SERVICES
+                .iter()
+                .zip(&replicas)
+                .map(|(s, n)| Shape {
+                    cpu_milli: f64::from(s.cpu_milli),
+                    memory_mib: f64::from(s.memory_mib),
+                    count: *n,
+                })
+                .collect();
+            shapes.push(Shape {
+                cpu_milli: f64::from(JOB_CPU_MILLI),
+                memory_mib: f64::from(JOB_MEMORY_MIB),
+                count: job_pods,
+            });
+            shapes.retain(|s| s.count > 0);
+            out.push(Need {
+                cpu_milli: cpu,
+                memory_mib: mem,
+                domains,
+                shapes,
+            });
         }
         out
     }
@@ -254,6 +294,192 @@ impl Trace {
             .filter(|(_, s)| matches!(s, Step::JobStart { .. }))
             .count()
     }
+}
+
+/// What the pods of one minute need: the requests of every pod that exists, how many pods of
+/// each shape there are, and the zone domains (`topology.kubernetes.io/zone` values) the spread
+/// workload needs to run whole.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Need {
+    /// Millicores.
+    pub cpu_milli: f64,
+    /// MiB.
+    pub memory_mib: f64,
+    /// Distinct zone domains the nodes must span.
+    pub domains: u32,
+    /// The pods by shape (each workload's requests).
+    pub shapes: Vec<Shape>,
+}
+
+/// Pods of one size: a node holds a whole number of them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Shape {
+    /// Millicores per pod.
+    pub cpu_milli: f64,
+    /// MiB per pod.
+    pub memory_mib: f64,
+    /// How many.
+    pub count: u32,
+}
+
+impl Shape {
+    /// How many of these pods one node of `size` holds with nothing else on it.
+    pub fn fit(&self, size: &SizeOption) -> u32 {
+        let by = |have: f64, each: f64| {
+            if each <= 0.0 {
+                u32::MAX
+            } else {
+                (have / each + 1e-9).floor().max(0.0) as u32
+            }
+        };
+        by(size.cpu_milli, self.cpu_milli).min(by(size.memory_mib, self.memory_mib))
+    }
+}
+
+/// A VM size as the whole-node floor sees it: the size, and how many zones its groups span
+/// (0: regional; every regional node is in the one domain `0`, as AKS labels it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FloorSize {
+    /// What one node gives and costs.
+    pub size: SizeOption,
+    /// Zones its groups span.
+    pub zones: u32,
+}
+
+/// The cheapest whole-node mix of `sizes` whose allocatable (less the DaemonSet's pod) covers
+/// `need`'s requests, holds each shape's pods whole (a node of a size holds at most so many of
+/// one shape: a 2-cpu pod leaves 1.8 of a `D4s`'s 3.8 cpu to smaller pods only), and whose
+/// nodes can span `need.domains` zone domains, in USD per hour: a lower bound tighter than
+/// [`lower_bound_rate`] that every policy serving every pod still pays at least (whole nodes,
+/// whole pods per shape, the spread's domains; still no packing of shapes together, no boot
+/// time). A zonal
+/// size adds one domain per node up to the zones its groups span (summed over the sizes: at
+/// least the domains a mix can reach, so the floor stays a lower bound); any regional node adds
+/// the one domain `0`. Solved by enumeration: every count of each size but the last up to what
+/// it would need alone, the last size's count computed.
+pub fn floor_rate(sizes: &[FloorSize], need: &Need) -> f64 {
+    if need.cpu_milli <= 0.0 && need.memory_mib <= 0.0 && need.domains == 0 {
+        return 0.0;
+    }
+    let usable: Vec<&FloorSize> = sizes
+        .iter()
+        .filter(|s| s.size.cpu_milli > 0.0 && s.size.memory_mib > 0.0 && s.size.price >= 0.0)
+        .collect();
+    let Some((last, rest)) = usable.split_last() else {
+        return f64::INFINITY;
+    };
+    // Each size alone meets every need it can meet with this many nodes; a mix never needs
+    // more of any one.
+    let alone = |s: &FloorSize| -> u32 {
+        let n = (need.cpu_milli / s.size.cpu_milli)
+            .max(need.memory_mib / s.size.memory_mib)
+            .max(0.0)
+            .ceil() as u32;
+        let by_shape = need
+            .shapes
+            .iter()
+            .filter_map(|shape| match shape.fit(&s.size) {
+                0 => None,
+                fit => Some(shape.count.div_ceil(fit)),
+            })
+            .max()
+            .unwrap_or(0);
+        n.max(need.domains).max(by_shape)
+    };
+    let mut counts = vec![0u32; rest.len()];
+    let mut best = f64::INFINITY;
+    loop {
+        let (mut cpu, mut mem, mut price) = (0.0, 0.0, 0.0);
+        for (s, n) in rest.iter().zip(&counts) {
+            let n = f64::from(*n);
+            cpu += n * s.size.cpu_milli;
+            mem += n * s.size.memory_mib;
+            price += n * s.size.price;
+        }
+        let needed = ((need.cpu_milli - cpu) / last.size.cpu_milli)
+            .max((need.memory_mib - mem) / last.size.memory_mib)
+            .max(0.0);
+        // Float noise must not add a node: 2.0000000001 is 2.
+        let mut n_last = (needed - 1e-9).ceil().max(0.0) as u32;
+        // Every shape's pods must find whole places: a node holds a whole number of them.
+        let mut placeable = true;
+        for shape in &need.shapes {
+            let held: u32 = rest
+                .iter()
+                .zip(&counts)
+                .map(|(s, n)| n * shape.fit(&s.size))
+                .sum();
+            let left = shape.count.saturating_sub(held);
+            match shape.fit(&last.size) {
+                _ if left == 0 => {}
+                0 => placeable = false,
+                fit => n_last = n_last.max(left.div_ceil(fit)),
+            }
+        }
+        let all = |n_last: u32| {
+            rest.iter()
+                .zip(&counts)
+                .map(|(s, n)| (*s, *n))
+                .chain(std::iter::once((*last, n_last)))
+        };
+        let domains = |n_last: u32| -> u32 {
+            let (mut zonal, mut regional) = (0u32, false);
+            for (s, n) in all(n_last) {
+                if s.zones == 0 {
+                    regional |= n > 0;
+                } else {
+                    zonal += n.min(s.zones);
+                }
+            }
+            zonal + u32::from(regional)
+        };
+        // More of the last size until the domains are there, if that can help at all.
+        let cap = alone(last).max(n_last) + need.domains;
+        while domains(n_last) < need.domains && n_last < cap {
+            n_last += 1;
+        }
+        if placeable && domains(n_last) >= need.domains {
+            best = best.min(price + f64::from(n_last) * last.size.price);
+        }
+        // The next combination of the other sizes' counts.
+        let mut i = 0;
+        loop {
+            if i == counts.len() {
+                return best;
+            }
+            if counts[i] < alone(rest[i]) {
+                counts[i] += 1;
+                break;
+            }
+            counts[i] = 0;
+            i += 1;
+        }
+    }
+}
+
+/// The trace's sizes as the whole-node floor sees them, with the zones their groups span.
+pub fn floor_sizes() -> Vec<FloorSize> {
+    let mut seen = HashSet::new();
+    let distinct: Vec<&str> = GROUPS
+        .iter()
+        .filter(|(_, size, _)| seen.insert(*size))
+        .map(|(_, size, _)| *size)
+        .collect();
+    distinct
+        .iter()
+        .zip(size_options())
+        .map(|(name, size)| {
+            let zones: HashSet<&str> = GROUPS
+                .iter()
+                .filter(|(_, s, _)| s == name)
+                .filter_map(|(_, _, z)| *z)
+                .collect();
+            FloorSize {
+                size,
+                zones: zones.len() as u32,
+            }
+        })
+        .collect()
 }
 
 /// A VM size as the lower bound sees it: what one node gives pods (less the DaemonSet's pod)
@@ -394,6 +620,10 @@ pub struct CostReport {
     pub lower_bound: f64,
     /// The lower bound per hour of the trace, USD.
     pub lower_bound_per_hour: Vec<f64>,
+    /// The whole-node floor ([`floor_rate`]), USD: no policy serving every pod pays less.
+    pub floor: f64,
+    /// The floor per hour of the trace, USD.
+    pub floor_per_hour: Vec<f64>,
 }
 
 impl CostReport {
@@ -448,6 +678,35 @@ impl CostReport {
         rows
     }
 
+    /// Where the dollars above the lower bound go: per quarter of the day (00-06, 06-12, ...
+    /// UTC), each policy's dollars and the floor against that quarter's lower bound.
+    pub fn quarters(&self) -> Vec<Vec<String>> {
+        let mut rows = vec![vec![
+            "hours (UTC)".to_string(),
+            "lower bound".into(),
+            "whole-node floor".into(),
+            "cluster-autoscaler's policy".into(),
+            "consolidation".into(),
+        ]];
+        let hours = self.lower_bound_per_hour.len();
+        let sum = |v: &[f64], from: usize, to: usize| -> f64 {
+            v.get(from..to.min(v.len())).map_or(0.0, |s| s.iter().sum())
+        };
+        for from in (0..hours).step_by(6) {
+            let to = (from + 6).min(hours);
+            let lb = sum(&self.lower_bound_per_hour, from, to);
+            let cell = |d: f64| format!("${d:.2} ({:.2}x)", d / lb.max(1e-9));
+            rows.push(vec![
+                format!("{from:02}-{to:02}"),
+                format!("${lb:.2}"),
+                cell(sum(&self.floor_per_hour, from, to)),
+                cell(sum(&self.ca.dollars_per_hour, from, to)),
+                cell(sum(&self.consolidation.dollars_per_hour, from, to)),
+            ]);
+        }
+        rows
+    }
+
     /// The verdicts against the goals, one line each.
     pub fn goals(&self) -> Vec<String> {
         let ratio = self.consolidation.dollars / self.lower_bound.max(1e-9);
@@ -465,9 +724,10 @@ impl CostReport {
         let mark = |ok: bool| if ok { "met" } else { "MISSED" };
         vec![
             format!(
-                "goal cost within 1.10x of the lower bound: consolidation {ratio:.2}x ({}; cluster-autoscaler's policy {:.2}x)",
+                "goal cost within 1.10x of the lower bound: consolidation {ratio:.2}x ({}; cluster-autoscaler's policy {:.2}x; the whole-node floor, under which no policy goes, {:.2}x)",
                 mark(ratio <= 1.10),
-                self.ca.dollars / self.lower_bound.max(1e-9)
+                self.ca.dollars / self.lower_bound.max(1e-9),
+                self.floor / self.lower_bound.max(1e-9)
             ),
             format!(
                 "goal at least 20 % cheaper than cluster-autoscaler's policy: {:.1} % cheaper ({})",
@@ -504,6 +764,8 @@ pub struct Dials {
     pub max_bulk_soft_taint_count: u32,
     /// The consolidation run's `consolidation.emptyFirst` (zero: off, the default).
     pub empty_first: Duration,
+    /// The consolidation run's `consolidation.delayAfterAdd` (zero: no hold, the default).
+    pub consolidation_delay_after_add: Duration,
 }
 
 impl Default for Dials {
@@ -513,6 +775,8 @@ impl Default for Dials {
             max_bulk_soft_taint_count: crate::config::ScaleDownSettings::default()
                 .max_bulk_soft_taint_count,
             empty_first: Duration::ZERO,
+            consolidation_delay_after_add: crate::config::ConsolidationSettings::default()
+                .delay_after_add,
         }
     }
 }
@@ -528,16 +792,19 @@ pub async fn compare(
     let length = if quick { quick_length()? } else { DAY };
     let trace = Trace::generate(seed, length);
     let sizes = size_options();
-    let demand = trace.demand_per_minute();
-    let per_minute: Vec<f64> = demand
+    let whole = floor_sizes();
+    let needs = trace.needs_per_minute();
+    let per_minute: Vec<f64> = needs
         .iter()
-        .map(|(c, m)| lower_bound_rate(&sizes, *c, *m))
+        .map(|n| lower_bound_rate(&sizes, n.cpu_milli, n.memory_mib))
         .collect();
+    let floor_per_minute: Vec<f64> = needs.iter().map(|n| floor_rate(&whole, n)).collect();
+    let hourly =
+        |v: &[f64]| -> Vec<f64> { v.chunks(60).map(|c| c.iter().sum::<f64>() / 60.0).collect() };
     let lower_bound = per_minute.iter().sum::<f64>() / 60.0;
-    let lower_bound_per_hour = per_minute
-        .chunks(60)
-        .map(|c| c.iter().sum::<f64>() / 60.0)
-        .collect();
+    let lower_bound_per_hour = hourly(&per_minute);
+    let floor = floor_per_minute.iter().sum::<f64>() / 60.0;
+    let floor_per_hour = hourly(&floor_per_minute);
     let ca = run_arm(&trace, false, quiet, dials).await?;
     let consolidation = run_arm(&trace, true, quiet, dials).await?;
     Ok(CostReport {
@@ -550,6 +817,8 @@ pub async fn compare(
         consolidation,
         lower_bound,
         lower_bound_per_hour,
+        floor,
+        floor_per_hour,
     })
 }
 
@@ -648,6 +917,7 @@ async fn run_arm(
         stabilization_window: None,
         max_bulk_soft_taint_count: None,
         empty_first: None,
+        consolidation_delay_after_add: None,
         report: None,
         report_defaulted: false,
     };
@@ -681,6 +951,9 @@ async fn run_arm(
         settings.consolidation.stabilization_window = dials.stabilization_window;
         // `--empty-first`: the hinted nodes get this long to empty before any eviction.
         settings.consolidation.empty_first = dials.empty_first;
+        // `--consolidation-delay-after-add`: consolidation held after a scale-up (0 s, no hold:
+        // Karpenter's behaviour and the default).
+        settings.consolidation.delay_after_add = dials.consolidation_delay_after_add;
     }
     let metrics = Arc::new(Metrics::new());
     let replica = Replica::build(
@@ -705,7 +978,7 @@ async fn run_arm(
         let t = PodTemplate::new(&format!("{}m", s.cpu_milli), &format!("{}Mi", s.memory_mib));
         if s.spread {
             t.spread_by("topology.kubernetes.io/zone", 1, s.name)
-                .min_domains(3)
+                .min_domains(SPREAD_MIN_DOMAINS)
         } else {
             t
         }
@@ -1008,6 +1281,12 @@ pub fn print(r: &CostReport) {
             humantime::format_duration(r.dials.empty_first)
         );
     }
+    if r.dials.consolidation_delay_after_add != Dials::default().consolidation_delay_after_add {
+        println!(
+            "consolidation with consolidation.delayAfterAdd: {} (consolidation held that long after a scale-up of any group)",
+            humantime::format_duration(r.dials.consolidation_delay_after_add)
+        );
+    }
     if r.dials.max_bulk_soft_taint_count != Dials::default().max_bulk_soft_taint_count {
         println!(
             "both runs with scaleDown.maxBulkSoftTaintCount: {}{}",
@@ -1020,6 +1299,10 @@ pub fn print(r: &CostReport) {
         );
     }
     println!("{}", table(&rows));
+    println!(
+        "by quarter of the day (the whole-node floor: whole nodes covering every pod's requests, each workload's pods whole on them, the spread's three zone domains; no packing of workloads together, no boot time):"
+    );
+    println!("{}", table(&r.quarters()));
     println!(
         "savings: consolidation costs {:.1} % less than cluster-autoscaler's policy; real time {:.1} s + {:.1} s",
         (1.0 - r.consolidation.dollars / r.ca.dollars.max(1e-9)) * 100.0,
@@ -1047,8 +1330,9 @@ pub fn chart(r: &CostReport) -> report::LineChart {
             ("cluster-autoscaler's policy".into(), series(&r.ca.dollars_per_hour)),
             ("consolidation".into(), series(&r.consolidation.dollars_per_hour)),
             ("lower bound".into(), series(&r.lower_bound_per_hour)),
+            ("whole-node floor".into(), series(&r.floor_per_hour)),
         ],
-        caption: "Each hour's VM cost at list prices under each policy, and the lower bound: the cheapest fractional mix of the groups' sizes covering the requests of every pod that exists, plus a DaemonSet pod per node.".into(),
+        caption: "Each hour's VM cost at list prices under each policy, and the lower bound: the cheapest fractional mix of the groups' sizes covering the requests of every pod that exists, plus a DaemonSet pod per node; and the whole-node floor: the cheapest whole nodes that cover the same and span the spread workload's three zone domains.".into(),
     }
 }
 
@@ -1066,6 +1350,9 @@ pub async fn demo(args: &DemoArgs) -> anyhow::Result<CostReport> {
             .max_bulk_soft_taint_count
             .unwrap_or(d.max_bulk_soft_taint_count),
         empty_first: args.empty_first.unwrap_or(d.empty_first),
+        consolidation_delay_after_add: args
+            .consolidation_delay_after_add
+            .unwrap_or(d.consolidation_delay_after_add),
     };
     let r = tokio::task::spawn_blocking(move || run_paused(seed, quick, quiet, dials))
         .await
@@ -1171,6 +1458,109 @@ mod tests {
         assert!(lb > 0.0);
     }
 
+    fn needing(cpu_milli: f64, memory_mib: f64, domains: u32, shapes: Vec<Shape>) -> Need {
+        Need {
+            cpu_milli,
+            memory_mib,
+            domains,
+            shapes,
+        }
+    }
+
+    fn f(cpu: f64, mem: f64, price: f64, zones: u32) -> FloorSize {
+        FloorSize {
+            size: s(cpu, mem, price),
+            zones,
+        }
+    }
+
+    #[test]
+    fn the_floor_takes_whole_nodes_and_is_never_under_the_lower_bound() {
+        let d = f(4000.0, 16000.0, 0.2, 3);
+        let e = f(4000.0, 32000.0, 0.25, 0);
+        let need = |cpu: f64, mem: f64| needing(cpu, mem, 0, Vec::new());
+        // 8 cpu, 48 GiB: the fractional bound's 1 D + 1 E is already whole.
+        assert!((floor_rate(&[d, e], &need(8000.0, 48000.0)) - 0.45).abs() < 1e-9);
+        // 9 cpu: a third node; three Ds cover 48 GiB too, for less than 2 D + 1 E.
+        let fl = floor_rate(&[d, e], &need(9000.0, 48000.0));
+        assert!((fl - 0.6).abs() < 1e-9, "{fl}");
+        // Brute force over whole counts agrees, and the fractional bound is never above it.
+        for (cpu, mem) in [
+            (1.0, 1.0),
+            (9000.0, 20000.0),
+            (23000.0, 140000.0),
+            (500.0, 70000.0),
+        ] {
+            let mut best = f64::INFINITY;
+            for a in 0..=40u32 {
+                for b in 0..=40u32 {
+                    let (a, b) = (f64::from(a), f64::from(b));
+                    if a * 4000.0 + b * 4000.0 >= cpu && a * 16000.0 + b * 32000.0 >= mem {
+                        best = best.min(a * 0.2 + b * 0.25);
+                    }
+                }
+            }
+            let fl = floor_rate(&[d, e], &need(cpu, mem));
+            assert!((fl - best).abs() < 1e-9, "{cpu} {mem}: {fl} {best}");
+            assert!(lower_bound_rate(&[d.size, e.size], cpu, mem) <= fl + 1e-9);
+        }
+        assert_eq!(floor_rate(&[d, e], &need(0.0, 0.0)), 0.0);
+    }
+
+    #[test]
+    fn the_floor_spans_the_zone_domains_the_spread_needs() {
+        // One small pod, three domains: three zonal nodes, or two and one regional node.
+        let d = f(4000.0, 16000.0, 0.2, 3);
+        let e = f(4000.0, 32000.0, 0.25, 0);
+        let need = needing(100.0, 100.0, 3, Vec::new());
+        assert!((floor_rate(&[d, e], &need) - 0.6).abs() < 1e-9);
+        let cheap_e = f(4000.0, 32000.0, 0.1, 0);
+        assert!((floor_rate(&[d, cheap_e], &need) - 0.5).abs() < 1e-9);
+        // Regional nodes alone give one domain however many there are: unreachable.
+        assert_eq!(floor_rate(&[e], &need), f64::INFINITY);
+        // The trace's sizes: D4s in three zones, D8s and E8s regional.
+        let whole = floor_sizes();
+        assert_eq!(
+            whole.iter().map(|s| s.zones).collect::<Vec<_>>(),
+            vec![3, 0, 0]
+        );
+    }
+
+    #[test]
+    fn the_floor_holds_each_shapes_pods_whole() {
+        let d = f(4000.0, 16000.0, 0.2, 3);
+        let e = f(8000.0, 64000.0, 0.5, 0);
+        // Two 3-cpu pods: 6 cpu would fit on 1.5 Ds, but a D holds one such pod: 2 Ds.
+        let job = Shape {
+            cpu_milli: 3000.0,
+            memory_mib: 1000.0,
+            count: 2,
+        };
+        assert_eq!(job.fit(&d.size), 1);
+        assert_eq!(job.fit(&e.size), 2);
+        let need = needing(6000.0, 2000.0, 0, vec![job]);
+        let fl = floor_rate(&[d, e], &need);
+        assert!((fl - 0.4).abs() < 1e-9, "{fl}");
+        assert!(lower_bound_rate(&[d.size, e.size], 6000.0, 2000.0) < fl);
+        // A shape no size holds cannot be served.
+        let huge = Shape {
+            cpu_milli: 9000.0,
+            memory_mib: 1.0,
+            count: 1,
+        };
+        let need = needing(9000.0, 1.0, 0, vec![huge]);
+        assert_eq!(floor_rate(&[d, e], &need), f64::INFINITY);
+        // The trace's every minute: the floor is between the lower bound and what cluster-
+        // autoscaler's policy paid in any run (well under 2x the bound).
+        let trace = Trace::generate(7, DAY);
+        let (sizes, whole) = (size_options(), floor_sizes());
+        for n in trace.needs_per_minute().iter().step_by(37) {
+            let lb = lower_bound_rate(&sizes, n.cpu_milli, n.memory_mib);
+            let fl = floor_rate(&whole, n);
+            assert!(lb <= fl + 1e-9 && fl < 2.0 * lb, "{n:?}: {lb} {fl}");
+        }
+    }
+
     #[test]
     fn the_trace_is_seeded_diurnal_and_has_jobs() {
         let a = Trace::generate(7, DAY);
@@ -1187,6 +1577,8 @@ mod tests {
             d[15 * 60],
             d[3 * 60]
         );
+        // The spread workload needs its three domains every minute (3 replicas at least).
+        assert!(a.needs_per_minute().iter().all(|n| n.domains == 3));
         // Quick mode is the day's beginning.
         let q = Trace::generate(7, QUICK);
         assert_eq!(q.demand_per_minute()[..60], d[..60]);

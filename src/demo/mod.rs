@@ -449,6 +449,11 @@ pub struct DemoArgs {
     /// nodes get this long to empty before any of their pods is evicted; default off).
     #[arg(long, requires = "cost", value_name = "DURATION", value_parser = crate::config::parse_duration_arg)]
     pub empty_first: Option<Duration>,
+    /// With `--cost`: the consolidation run's `consolidation.delayAfterAdd` (consolidation
+    /// held this long after a scale-up of any group; default 0s, as Karpenter; `10m` holds it as
+    /// cluster-autoscaler's `--scale-down-delay-after-add` holds its scale-down).
+    #[arg(long, requires = "cost", value_name = "DURATION", value_parser = crate::config::parse_duration_arg)]
+    pub consolidation_delay_after_add: Option<Duration>,
     /// Write a self-contained HTML report (timelines of capacity, Ready nodes and pending pods,
     /// the writes, 412s, rival writes and lost updates, the summary) to FILE. The default demo
     /// writes `demo-report.html` unless given another FILE.

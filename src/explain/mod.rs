@@ -444,6 +444,7 @@ impl World {
                 size: g.resource.as_ref().and_then(|r| r.capacity),
                 deleting: 0,
                 recently_grown: false,
+                grown_ago: None,
                 refused: g
                     .resource
                     .as_ref()

@@ -6,7 +6,7 @@
 //!
 //! Candidates are the nodes scale-down could remove (same blockers: PDBs, `safe-to-evict`,
 //! pods without a controller, kube-system pods without a PDB, local storage,
-//! `scale-down-disabled`, floors, groups grown within `delayAfterAdd`, sizes unknown), less those
+//! `scale-down-disabled`, floors, groups grown within `consolidation.delayAfterAdd` (0 s by default: Karpenter has no such hold), sizes unknown), less those
 //! a pod marks `karpenter.sh/do-not-disrupt` (`"true"`, or a duration from the pod's start),
 //! those whose pods changed within `consolidateAfter`, those a pod is nominated to or a pending
 //! pod could run on, those no disruption budget allows, and, while the pods' requests rose
@@ -363,9 +363,11 @@ fn node_check(
             g.name
         )));
     }
-    if g.recently_grown {
+    if g.grown_ago
+        .is_some_and(|ago| ago < input.settings.delay_after_add)
+    {
         return Err(Unconsolidatable::Group(format!(
-            "scale-down is held after a scale-up (scaleDown.delayAfterAdd): node group {} grew, or (without scaleDown.delayTypeLocal) another group did",
+            "consolidation is held after a scale-up (consolidation.delayAfterAdd): node group {} grew, or (without scaleDown.delayTypeLocal) another group did",
             g.name
         )));
     }
@@ -1179,6 +1181,7 @@ mod tests {
     use crate::pods::volumes::Volumes;
     use k8s_openapi::api::policy::v1::PodDisruptionBudget;
     use serde_json::{json, Value};
+    use std::time::Duration;
 
     const SUB: &str = "00000000-0000-0000-0000-000000000000";
 
@@ -1245,6 +1248,7 @@ mod tests {
             size: Some(size),
             deleting: 0,
             recently_grown: false,
+            grown_ago: None,
             refused: None,
         }
     }
@@ -1693,16 +1697,45 @@ mod tests {
         );
     }
 
-    #[test]
-    fn while_demand_rises_a_node_whose_pods_would_move_waits_and_an_empty_node_still_goes() {
+    /// Three nodes of one group: n0 and n1 hold a 1-cpu pod each, n2 is empty.
+    fn two_busy_and_one_empty() -> World {
         let nodes: Vec<_> = (0..3)
             .map(|i| node(&format!("n{i}"), "dear", i, "4"))
             .collect();
-        // n0 and n1 hold a pod each; n2 is empty.
         let pods: Vec<_> = (0..2)
             .map(|i| pod(&format!("p{i}"), &format!("n{i}"), "1"))
             .collect();
-        let mut w = World::new(vec![group("dear", 3)], vec![1.0], nodes, &pods);
+        World::new(vec![group("dear", 3)], vec![1.0], nodes, &pods)
+    }
+
+    #[test]
+    fn a_scale_up_holds_consolidation_only_for_its_own_delay_after_add() {
+        let mut w = two_busy_and_one_empty();
+        // The group grew a minute ago, and scale-down is held (cluster-autoscaler's 10 min);
+        // consolidation, as Karpenter's, is not held by default.
+        w.groups[0].grown_ago = Some(Duration::from_secs(60));
+        w.groups[0].recently_grown = true;
+        assert_eq!(w.settings.delay_after_add, Duration::ZERO);
+        assert_eq!(gone(&w.run()).len(), 2);
+        // With consolidation.delayAfterAdd at 10 min every node waits, for that reason.
+        w.settings.delay_after_add = Duration::from_secs(600);
+        let c = w.run();
+        assert!(gone(&c).is_empty(), "{c:?}");
+        for n in ["n0", "n1", "n2"] {
+            assert!(
+                matches!(c.unconsolidatable.get(n), Some(Unconsolidatable::Group(why)) if why.contains("consolidation.delayAfterAdd")),
+                "{n}: {:?}",
+                c.unconsolidatable.get(n)
+            );
+        }
+        // Once the growth is older than the delay, they go.
+        w.groups[0].grown_ago = Some(Duration::from_secs(601));
+        assert_eq!(gone(&w.run()).len(), 2);
+    }
+
+    #[test]
+    fn while_demand_rises_a_node_whose_pods_would_move_waits_and_an_empty_node_still_goes() {
+        let mut w = two_busy_and_one_empty();
         let command = w.run().command.expect("a command while demand is flat");
         assert_eq!(
             command.nodes.len(),
@@ -1729,14 +1762,7 @@ mod tests {
     #[test]
     fn with_empty_first_a_node_whose_pods_would_move_waits_until_it_is_ripe_and_stays_in_the_drain_order(
     ) {
-        let nodes: Vec<_> = (0..3)
-            .map(|i| node(&format!("n{i}"), "dear", i, "4"))
-            .collect();
-        // n0 and n1 hold a pod each; n2 is empty.
-        let pods: Vec<_> = (0..2)
-            .map(|i| pod(&format!("p{i}"), &format!("n{i}"), "1"))
-            .collect();
-        let mut w = World::new(vec![group("dear", 3)], vec![1.0], nodes, &pods);
+        let mut w = two_busy_and_one_empty();
         w.ripe = Some(HashSet::new());
         let c = w.run();
         assert_eq!(gone(&c), ["n2"], "only the empty node goes");

@@ -82,6 +82,7 @@ mod tests {
             size: Some(5),
             deleting: 0,
             recently_grown: false,
+            grown_ago: None,
             refused: None,
         }
     }

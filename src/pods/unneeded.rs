@@ -41,8 +41,12 @@ pub struct DownGroup {
     pub size: Option<i64>,
     /// Deletions of this group started and not yet confirmed by Azure.
     pub deleting: u32,
-    /// Whether the group grew within `delayAfterAdd`.
+    /// Whether the group grew within `scaleDown.delayAfterAdd` (or, without
+    /// `scaleDown.delayTypeLocal`, any group did).
     pub recently_grown: bool,
+    /// How long ago the group grew (or, without `scaleDown.delayTypeLocal`, any group did), if
+    /// it did since the controller started: consolidation holds by its own `delayAfterAdd`.
+    pub grown_ago: Option<std::time::Duration>,
     /// Why this controller does not write the group, if it does not (an agent pool that AKS's
     /// own autoscaler scales): none of its nodes or instances is a candidate, since the delete
     /// would be refused after the drain. Its nodes are still room for other nodes' pods.
@@ -719,6 +723,7 @@ mod tests {
             size,
             deleting: 0,
             recently_grown: false,
+            grown_ago: None,
             refused: None,
         }
     }

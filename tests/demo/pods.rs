@@ -22,6 +22,7 @@ fn args() -> DemoArgs {
         stabilization_window: None,
         max_bulk_soft_taint_count: None,
         empty_first: None,
+        consolidation_delay_after_add: None,
         report: None,
         report_defaulted: false,
     }

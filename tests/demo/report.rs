@@ -82,6 +82,7 @@ async fn the_demo_report_renders_in_headless_chromium_with_its_charts_and_summar
         stabilization_window: None,
         max_bulk_soft_taint_count: None,
         empty_first: None,
+        consolidation_delay_after_add: None,
         report: Some(page.clone()),
         report_defaulted: false,
     };

@@ -280,9 +280,10 @@ async fn a_replacement_azure_refuses_abandons_the_replace_with_nothing_tainted_o
     c.stop().await;
 }
 
-/// With cluster-autoscaler's `delayAfterAdd` (10 min, held in every group): the replace's own
-/// growth of the cheaper group is no scale-up, so it does not hold the replace it launched
-/// (before, every replace was abandoned on re-validation, its new node left for scale-down).
+/// With consolidation held 10 min after a scale-up of any group (`consolidation.delayAfterAdd`,
+/// as cluster-autoscaler's `delayAfterAdd` holds its scale-down): the replace's own growth of the
+/// cheaper group is no scale-up, so it does not hold the replace it launched (before, every
+/// replace was abandoned on re-validation, its new node left for scale-down).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replace_is_not_held_by_delay_after_add_for_the_growth_it_launched_itself() {
     let c = Cluster::start_simulated(
@@ -291,6 +292,7 @@ async fn a_replace_is_not_held_by_delay_after_add_for_the_growth_it_launched_its
         |s| {
             replacing(s);
             s.scale_down.delay_after_add = Duration::from_secs(600);
+            s.consolidation.delay_after_add = Duration::from_secs(600);
         },
     )
     .await;

@@ -78,19 +78,21 @@ impl ScaleDownLoop {
                 floor: s.groups.floor(g),
                 size,
                 deleting: deleting.get(&g.name).copied().unwrap_or(0),
-                recently_grown: self
-                    .grew_at
-                    .get(&g.name)
-                    .is_some_and(|t| now.duration_since(*t) < delay_after_add),
+                recently_grown: false,
+                grown_ago: self.grew_at.get(&g.name).map(|t| now.duration_since(*t)),
                 refused: s.groups.write_refusal(g),
             });
         }
         // cluster-autoscaler's default (`--scale-down-delay-type-local=false`): a scale-up of
         // any group holds scale-down in all of them.
-        if !s.settings.scale_down.delay_type_local && down.iter().any(|g| g.recently_grown) {
+        if !s.settings.scale_down.delay_type_local {
+            let latest = down.iter().filter_map(|g| g.grown_ago).min();
             for g in &mut down {
-                g.recently_grown = true;
+                g.grown_ago = latest;
             }
+        }
+        for g in &mut down {
+            g.recently_grown = g.grown_ago.is_some_and(|ago| ago < delay_after_add);
         }
         down
     }
