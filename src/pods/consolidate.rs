@@ -6,12 +6,13 @@
 //!
 //! Candidates are the nodes scale-down could remove (same blockers: PDBs, `safe-to-evict`,
 //! pods without a controller, kube-system pods without a PDB, local storage,
-//! `scale-down-disabled`, floors, groups grown within `consolidation.delayAfterAdd` (0 s by default: Karpenter has no such hold), sizes unknown), less those
-//! a pod marks `karpenter.sh/do-not-disrupt` (`"true"`, or a duration from the pod's start),
-//! those whose pods changed within `consolidateAfter`, those a pod is nominated to or a pending
-//! pod could run on, those no disruption budget allows, and, while the pods' requests rose
-//! within `stabilizationWindow` ([`super::stabilization`]), every node whose pods would move. They are sorted by the price saved
-//! over the disruption (Karpenter's `SavingsRatio`: the group's price per hour over
+//! `scale-down-disabled`, floors, sizes unknown), less those of groups grown within
+//! `consolidation.delayAfterAdd` (0 s by default: Karpenter has no such hold), those a pod
+//! marks `karpenter.sh/do-not-disrupt` (`"true"`, or a duration from the pod's start), those
+//! whose pods changed within `consolidateAfter`, those a pod is nominated to or a pending pod
+//! could run on, those no disruption budget allows, and, while the pods' requests rose within
+//! `stabilizationWindow` ([`super::stabilization`]), every node whose pods would move. They are
+//! sorted by the price saved over the disruption (Karpenter's `SavingsRatio`: the group's price per hour over
 //! `1 + Σ max(0, evictionCost)`), the first [`MAX_CONSOLIDATION_CANDIDATES`] are searched by
 //! prefix (binary search: the largest prefix whose pods all fit elsewhere), and when the time
 //! limit runs out the last valid answer stands. When no prefix holds, the next
