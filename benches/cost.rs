@@ -69,9 +69,10 @@ fn main() {
             (ca, co) => co as f64 / ca as f64,
         };
         println!(
-            "cost / lower bound: cluster-autoscaler's policy {:.2}x, consolidation {:.2}x; savings vs cluster-autoscaler's policy {:.1} % ({})",
+            "cost / lower bound: cluster-autoscaler's policy {:.2}x, consolidation {:.2}x, the whole-node floor {:.2}x; savings vs cluster-autoscaler's policy {:.1} % ({})",
             r.ca.dollars / r.lower_bound.max(1e-9),
             ratio,
+            r.floor / r.lower_bound.max(1e-9),
             savings * 100.0,
             verdict(ratio <= 1.10 && savings >= 0.20)
         );

@@ -50,6 +50,9 @@ const SIM_TICK: Duration = Duration::from_secs(5);
 const SAMPLE: Duration = Duration::from_secs(15);
 /// A pod that replaced an evicted one and waited longer than this counts against the goal.
 pub const PENDING_GOAL: Duration = Duration::from_secs(120);
+/// A pending pod that waited longer than this waited for a node to boot (a VM of the trace takes
+/// 110 s to create and become Ready; a pod with room is bound within a few scheduler ticks).
+pub const NEW_NODE_WAIT: Duration = Duration::from_secs(60);
 /// The DaemonSet's pod on every node.
 const DS_CPU_MILLI: f64 = 100.0;
 const DS_MEMORY_MIB: f64 = 128.0;
@@ -589,6 +592,13 @@ pub struct ArmReport {
     pub pending_pod_hours: f64,
     /// Pods that replaced an evicted one and waited more than [`PENDING_GOAL`].
     pub replaced_pending_over_goal: usize,
+    /// Pods that replaced an evicted one and were seen pending (a replacement bound before the
+    /// next look, every 15 s, is not seen).
+    pub replaced: usize,
+    /// Of those, the ones that waited more than [`NEW_NODE_WAIT`]: longer than the scheduler
+    /// takes where there is room, so they waited for a node to boot (a move undone by a
+    /// scale-up: delete, then re-provision).
+    pub replaced_waited_for_node: usize,
     /// Pods under a PodDisruptionBudget that went down with their node (no admitted eviction).
     pub pdb_violations: usize,
     /// Any pod that went down with its node.
@@ -652,6 +662,7 @@ impl CostReport {
                 ),
                 format!("{:.2}", a.pending_pod_hours),
                 format!("{}", a.replaced_pending_over_goal),
+                format!("{} / {}", a.replaced, a.replaced_waited_for_node),
                 format!("{}", a.lost_updates),
             ]
         };
@@ -665,6 +676,7 @@ impl CostReport {
             "pending time: mean / p99 / max",
             "pod-hours pending",
             "evicted pods' replacements pending > 2 min",
+            "evicted pods' replacements seen pending / of them > 1 min (for a new node)",
             "lost updates",
         ];
         let (ca, co) = (arm(&self.ca), arm(&self.consolidation));
@@ -1231,7 +1243,18 @@ impl Look {
                 *replaced && b.unwrap_or(*last).duration_since(*a) > PENDING_GOAL
             })
             .count();
+        let replaced: Vec<f64> = self
+            .pods
+            .values()
+            .filter(|(_, _, replaced, _)| *replaced)
+            .map(|(a, b, _, last)| b.unwrap_or(*last).duration_since(*a).as_secs_f64())
+            .collect();
         ArmReport {
+            replaced: replaced.len(),
+            replaced_waited_for_node: replaced
+                .iter()
+                .filter(|w| **w > NEW_NODE_WAIT.as_secs_f64())
+                .count(),
             pods: self.pods.len(),
             scheduled: waits.len(),
             wait_mean: if waits.is_empty() {
