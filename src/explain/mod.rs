@@ -194,6 +194,11 @@ pub struct NodeExplanation {
     /// not, in words.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub consolidation: Option<String>,
+    /// Since when the controller has kept its soft taint on the node (`PreferNoSchedule`, as a
+    /// deletion candidate: new pods prefer other nodes), if it carries one: the taint's value
+    /// (unix seconds) as a time, or `unknown` when the value is not one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub soft_tainted_since: Option<String>,
 }
 
 /// The pod that keeps a node.
@@ -744,6 +749,7 @@ impl World {
             blocking_pod: None,
             summary: String::new(),
             consolidation: None,
+            soft_tainted_since: soft_tainted_since(node),
         };
         let Some(group) = self.group_of(node) else {
             out.reason = "NotAutoscaled".into();
@@ -1138,6 +1144,13 @@ impl Explanation {
                 if let Some(c) = &n.consolidation {
                     let _ = writeln!(s, "  consolidation: {c}");
                 }
+                if let Some(t) = &n.soft_tainted_since {
+                    let _ = writeln!(
+                        s,
+                        "  soft-tainted as a deletion candidate since {t} ({}:PreferNoSchedule): new pods prefer other nodes",
+                        crate::kube::nodes::DELETION_CANDIDATE_TAINT
+                    );
+                }
             }
             Explanation::Group(g) => {
                 let _ = writeln!(
@@ -1245,4 +1258,20 @@ impl Explanation {
         }
         s
     }
+}
+
+/// The time [`crate::kube::nodes::DELETION_CANDIDATE_TAINT`]'s value names (unix seconds, as the
+/// controller writes it), if the node carries the taint.
+fn soft_tainted_since(node: &NodeRecord) -> Option<String> {
+    let t = node
+        .taints
+        .iter()
+        .find(|t| t.key == crate::kube::nodes::DELETION_CANDIDATE_TAINT)?;
+    Some(
+        t.value
+            .as_deref()
+            .and_then(|v| v.parse::<i64>().ok())
+            .and_then(|secs| Timestamp::from_second(secs).ok())
+            .map_or_else(|| "unknown".to_string(), |ts| ts.to_string()),
+    )
 }

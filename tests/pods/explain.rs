@@ -1194,6 +1194,11 @@ async fn explain_node_says_whether_a_node_is_consolidated_by_a_replace_and_why_n
         )
         .expect("pod created");
     }
+    // The second node carries the controller's soft taint, written at 2026-11-28T12:00:00Z.
+    let mut node = kube.get("v1", "nodes", "", &dear[1]).expect("the node");
+    node["spec"]["taints"] = json!([{"key": "vmss-capacity-controller/deletion-candidate",
+        "value": "1795867200", "effect": "PreferNoSchedule"}]);
+    kube.update("v1", "nodes", "", node).expect("soft-tainted");
     let dir = tempfile::tempdir().unwrap();
     save(&emulator, dir.path()).await;
     drop(emulator);
@@ -1242,5 +1247,30 @@ async fn explain_node_says_whether_a_node_is_consolidated_by_a_replace_and_why_n
     assert!(
         why.starts_with("not consolidated") && why.contains("reasons: [Replace]"),
         "{why}"
+    );
+    // The soft taint is said, with when it went on; a node without it says nothing of it.
+    let path = config(0.3, "{nodes: \"100%\"}");
+    let node_json = |name: &str| {
+        json_of(
+            dir.path(),
+            &["--config", path.to_str().unwrap(), "node", name],
+        )
+    };
+    let tainted = node_json(&dear[1]);
+    assert_eq!(tainted["softTaintedSince"], "2026-11-28T12:00:00Z");
+    assert!(node_json(&dear[0]).get("softTaintedSince").is_none());
+    // docs/explain.schema.json knows both keys consolidation adds.
+    let schema = explain_schema();
+    assert!(tainted.get("consolidation").is_some(), "{tainted}");
+    let errors = schema_errors(&schema, &schema, &tainted, "$");
+    assert!(errors.is_empty(), "{errors:?}: {tainted}");
+    let (code, text, _) = explain(
+        dir.path(),
+        &["--config", path.to_str().unwrap(), "node", &dear[1]],
+    );
+    assert_eq!(code, 0);
+    assert!(
+        text.contains("soft-tainted as a deletion candidate since 2026-11-28T12:00:00Z"),
+        "{text}"
     );
 }
