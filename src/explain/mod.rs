@@ -1263,10 +1263,7 @@ impl Explanation {
 /// The time [`crate::kube::nodes::DELETION_CANDIDATE_TAINT`]'s value names (unix seconds, as the
 /// controller writes it), if the node carries the taint.
 fn soft_tainted_since(node: &NodeRecord) -> Option<String> {
-    let t = node
-        .taints
-        .iter()
-        .find(|t| t.key == crate::kube::nodes::DELETION_CANDIDATE_TAINT)?;
+    let t = crate::kube::nodes::soft_taint_record(node)?;
     Some(
         t.value
             .as_deref()

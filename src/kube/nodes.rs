@@ -177,27 +177,35 @@ pub trait NodeActions: Send + Sync {
     ) -> AnnotateOutcome;
 }
 
-/// Whether `node` carries [`TO_BE_DELETED_TAINT`] (with any effect).
-pub fn has_our_taint(node: &Node) -> bool {
+/// `node`'s taint keyed `key`, if it carries one (with any effect).
+fn taint_keyed<'a>(node: &'a Node, key: &str) -> Option<&'a Taint> {
     node.spec
         .as_ref()
         .and_then(|s| s.taints.as_ref())
-        .is_some_and(|ts| ts.iter().any(|t| t.key == TO_BE_DELETED_TAINT))
+        .and_then(|ts| ts.iter().find(|t| t.key == key))
+}
+
+/// Whether `node` carries [`TO_BE_DELETED_TAINT`] (with any effect).
+pub fn has_our_taint(node: &Node) -> bool {
+    taint_keyed(node, TO_BE_DELETED_TAINT).is_some()
 }
 
 /// Whether `node` carries [`DELETION_CANDIDATE_TAINT`].
 fn has_soft_taint(node: &Node) -> bool {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_some_and(|ts| ts.iter().any(|t| t.key == DELETION_CANDIDATE_TAINT))
+    taint_keyed(node, DELETION_CANDIDATE_TAINT).is_some()
+}
+
+/// The node record's [`DELETION_CANDIDATE_TAINT`], if it carries one (its value: the unix
+/// second it went on).
+pub fn soft_taint_record(node: &NodeRecord) -> Option<&Taint> {
+    node.taints
+        .iter()
+        .find(|t| t.key == DELETION_CANDIDATE_TAINT)
 }
 
 /// Whether the node record carries [`DELETION_CANDIDATE_TAINT`].
 pub fn has_soft_taint_record(node: &NodeRecord) -> bool {
-    node.taints
-        .iter()
-        .any(|t| t.key == DELETION_CANDIDATE_TAINT)
+    soft_taint_record(node).is_some()
 }
 
 /// Whether the node record carries [`TO_BE_DELETED_TAINT`] (with any effect).
