@@ -29,6 +29,7 @@ use super::*;
 use crate::capacity::prices::PriceTable;
 use crate::emulator::kube::KubeState;
 use crate::emulator::sim::{sizes, PodTemplate, SimSettings};
+use crate::pods::quantity;
 use rand::rngs::StdRng;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
@@ -572,6 +573,17 @@ pub struct ArmReport {
     pub node_hours: f64,
     /// Per hour of the trace: USD.
     pub dollars_per_hour: Vec<f64>,
+    /// USD on nodes that ran no pod of the trace's (only the DaemonSet's): emptied and not yet
+    /// removed, or new and not yet used.
+    pub empty_dollars: f64,
+    /// USD on VMs that were not (yet, or no longer) registered nodes: booting or being deleted.
+    pub unregistered_dollars: f64,
+    /// Per hour of the trace: USD on empty nodes and unregistered VMs together.
+    pub idle_per_hour: Vec<f64>,
+    /// Looks (one every 15 s) at which the Ready nodes not being removed gave less cpu or
+    /// memory than the running pods ask for (the bound pods and the evicted pods' pending
+    /// replacements): a removal, or a replace, that went before the capacity it relied on.
+    pub capacity_short_looks: usize,
     /// Evictions the API admitted.
     pub evictions: u64,
     /// Nodes removed (scale-down and consolidation).
@@ -650,6 +662,7 @@ impl CostReport {
                 format!("${:.2}", a.dollars),
                 format!("{:.2}x", a.dollars / self.lower_bound.max(1e-9)),
                 format!("{:.1}", a.node_hours),
+                format!("${:.2} / ${:.2}", a.empty_dollars, a.unregistered_dollars),
                 format!("{} ({:.2}/h)", a.evictions, a.evictions as f64 / h),
                 format!(
                     "{} ({} by consolidation)",
@@ -663,6 +676,7 @@ impl CostReport {
                 format!("{:.2}", a.pending_pod_hours),
                 format!("{}", a.replaced_pending_over_goal),
                 format!("{} / {}", a.replaced, a.replaced_waited_for_node),
+                format!("{}", a.capacity_short_looks),
                 format!("{}", a.lost_updates),
             ]
         };
@@ -670,6 +684,7 @@ impl CostReport {
             "cost (list prices)",
             "cost / lower bound",
             "node-hours",
+            "of the cost: nodes with no pod of the trace's / VMs not registered as nodes",
             "evictions (per hour)",
             "nodes removed",
             "PDB violations",
@@ -677,6 +692,7 @@ impl CostReport {
             "pod-hours pending",
             "evicted pods' replacements pending > 2 min",
             "evicted pods' replacements seen pending / of them > 1 min (for a new node)",
+            "looks with the staying Ready nodes short of the running pods' requests",
             "lost updates",
         ];
         let (ca, co) = (arm(&self.ca), arm(&self.consolidation));
@@ -697,8 +713,8 @@ impl CostReport {
             "hours (UTC)".to_string(),
             "lower bound".into(),
             "whole-node floor".into(),
-            "cluster-autoscaler's policy".into(),
-            "consolidation".into(),
+            "cluster-autoscaler's policy (idle)".into(),
+            "consolidation (idle)".into(),
         ]];
         let hours = self.lower_bound_per_hour.len();
         let sum = |v: &[f64], from: usize, to: usize| -> f64 {
@@ -708,12 +724,19 @@ impl CostReport {
             let to = (from + 6).min(hours);
             let lb = sum(&self.lower_bound_per_hour, from, to);
             let cell = |d: f64| format!("${d:.2} ({:.2}x)", d / lb.max(1e-9));
+            let arm = |a: &ArmReport| {
+                format!(
+                    "{} (${:.2})",
+                    cell(sum(&a.dollars_per_hour, from, to)),
+                    sum(&a.idle_per_hour, from, to)
+                )
+            };
             rows.push(vec![
                 format!("{from:02}-{to:02}"),
                 format!("${lb:.2}"),
                 cell(sum(&self.floor_per_hour, from, to)),
-                cell(sum(&self.ca.dollars_per_hour, from, to)),
-                cell(sum(&self.consolidation.dollars_per_hour, from, to)),
+                arm(&self.ca),
+                arm(&self.consolidation),
             ]);
         }
         rows
@@ -761,6 +784,13 @@ impl CostReport {
                 self.consolidation.replaced_pending_over_goal,
                 self.ca.replaced_pending_over_goal,
                 mark(self.consolidation.replaced_pending_over_goal == 0)
+            ),
+            format!(
+                "goal capacity never below what the running pods need: {} of {} looks (every 15 s) found the Ready nodes not being removed short of the running pods' requests with consolidation on ({} with cluster-autoscaler's policy) ({})",
+                self.consolidation.capacity_short_looks,
+                self.length.as_secs() / SAMPLE.as_secs(),
+                self.ca.capacity_short_looks,
+                mark(self.consolidation.capacity_short_looks == 0)
             ),
         ]
     }
@@ -1024,6 +1054,10 @@ async fn run_arm(
     let mut dollars = 0.0;
     let mut node_seconds = 0.0;
     let mut per_hour = vec![0.0; trace.length.as_secs().div_ceil(3600) as usize];
+    let mut idle_per_hour = vec![0.0; per_hour.len()];
+    let mut empty_dollars = 0.0;
+    let mut unregistered_dollars = 0.0;
+    let mut capacity_short_looks = 0usize;
     let mut last_line = 0u64;
     loop {
         tick.tick().await;
@@ -1059,15 +1093,52 @@ async fn run_arm(
         // What the VMs cost since the last look.
         let dt = SAMPLE.as_secs_f64();
         let hour = (at / 3600) as usize;
+        let mut sample_dollars = 0.0;
         for (g, price) in groups.iter().zip(&group_price) {
             let n = capacity_of(&state, g).unwrap_or(0).max(0) as f64;
-            dollars += n * price * dt / 3600.0;
+            sample_dollars += n * price * dt / 3600.0;
             node_seconds += n * dt;
-            if let Some(h) = per_hour.get_mut(hour) {
-                *h += n * price * dt / 3600.0;
+        }
+        dollars += sample_dollars;
+        if let Some(h) = per_hour.get_mut(hour) {
+            *h += sample_dollars;
+        }
+        let seen = look.sample(&kube, tokio::time::Instant::now(), &shrunk);
+        // Where this look's dollars went: nodes with a pod of the trace's, nodes without one,
+        // and VMs that are no registered node (booting, or going).
+        let mut registered = 0.0;
+        let mut empty = 0.0;
+        // What the Ready nodes that are not being removed give the trace's pods (allocatable
+        // less the DaemonSet's pod): the capacity the running pods must never lack.
+        let mut staying = Resources::default();
+        for node in kube.list_all("v1", "nodes", None) {
+            if crate::emulator::sim::nodes::is_ready(&node) && !node_going(&node) {
+                let a = Resources::at(&[&node], "/status/allocatable");
+                staying.cpu += a.cpu - DS_CPU_MILLI as quantity::Milli;
+                staying.memory +=
+                    a.memory - (DS_MEMORY_MIB as quantity::Milli) * 1024 * 1024 * 1000;
+            }
+            let price = node
+                .pointer("/metadata/labels/node.kubernetes.io~1instance-type")
+                .and_then(Value::as_str)
+                .map_or(0.0, |size| price_of(&prices, size))
+                * dt
+                / 3600.0;
+            registered += price;
+            let name = node.pointer("/metadata/name").and_then(Value::as_str);
+            if !name.is_some_and(|n| seen.occupied.contains(n)) {
+                empty += price;
             }
         }
-        look.sample(&kube, tokio::time::Instant::now(), &shrunk);
+        if staying.short_of(&seen.need) {
+            capacity_short_looks += 1;
+        }
+        let unregistered = (sample_dollars - registered).max(0.0);
+        empty_dollars += empty;
+        unregistered_dollars += unregistered;
+        if let Some(h) = idle_per_hour.get_mut(hour) {
+            *h += empty + unregistered;
+        }
         if !quiet && at >= last_line + 3600 {
             last_line = at;
             let counts = kube.pod_counts(Some(NS));
@@ -1111,6 +1182,10 @@ async fn run_arm(
     r.dollars = dollars;
     r.node_hours = node_seconds / 3600.0;
     r.dollars_per_hour = per_hour;
+    r.empty_dollars = empty_dollars;
+    r.unregistered_dollars = unregistered_dollars;
+    r.idle_per_hour = idle_per_hour;
+    r.capacity_short_looks = capacity_short_looks;
     r.evictions =
         crate::metrics::Metrics::counter_sum(&metrics.evicted_pods_total, &[("result", "evicted")]);
     r.nodes_removed = counter(&[]);
@@ -1120,6 +1195,57 @@ async fn run_arm(
     r.lost_updates = state.lost_updates().len();
     r.wall_seconds = wall.elapsed().as_secs_f64();
     Ok(r)
+}
+
+/// What one look saw of the trace's pods.
+struct Seen {
+    /// The nodes that hold a pod of the trace's (terminating ones included).
+    occupied: HashSet<String>,
+    /// What the running pods ask for: the bound pods not terminating, plus the evicted pods'
+    /// replacements not yet bound (each stands for a pod that was running). Cpu and memory in
+    /// milli-units ([`quantity::parse`]).
+    need: Resources,
+}
+
+/// Cpu and memory in milli-units, as [`quantity::parse`] gives them.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Resources {
+    cpu: quantity::Milli,
+    memory: quantity::Milli,
+}
+
+impl Resources {
+    /// The sum of `values`' `cpu` and `memory` quantities under `pointer` (a container's
+    /// requests, a node's allocatable); one that is absent or does not parse counts 0.
+    fn at(values: &[&Value], pointer: &str) -> Resources {
+        let mut r = Resources::default();
+        for v in values {
+            let q = |name: &str| {
+                v.pointer(&format!("{pointer}/{name}"))
+                    .and_then(Value::as_str)
+                    .and_then(|t| quantity::parse(t).ok())
+                    .unwrap_or(0)
+            };
+            r.cpu += q("cpu");
+            r.memory += q("memory");
+        }
+        r
+    }
+
+    /// What `pod`'s containers request.
+    fn requested(pod: &Value) -> Resources {
+        let containers: Vec<&Value> = pod
+            .pointer("/spec/containers")
+            .and_then(Value::as_array)
+            .map(|cs| cs.iter().collect())
+            .unwrap_or_default();
+        Resources::at(&containers, "/resources/requests")
+    }
+
+    /// Whether either resource of `self` is short of `need`.
+    fn short_of(&self, need: &Resources) -> bool {
+        self.cpu < need.cpu || self.memory < need.memory
+    }
 }
 
 /// What the runs see of the pods, every [`SAMPLE`].
@@ -1142,6 +1268,22 @@ struct Look {
     pending_seconds: f64,
 }
 
+/// Whether `node` is on its way out: tainted to be deleted (by the controller's scale-down or
+/// consolidation), or deleted.
+fn node_going(node: &Value) -> bool {
+    node.pointer("/metadata/deletionTimestamp")
+        .is_some_and(|v| !v.is_null())
+        || node
+            .pointer("/spec/taints")
+            .and_then(Value::as_array)
+            .is_some_and(|ts| {
+                ts.iter().any(|t| {
+                    t.get("key").and_then(Value::as_str)
+                        == Some(crate::kube::nodes::TO_BE_DELETED_TAINT)
+                })
+            })
+}
+
 fn workload_of(p: &Value) -> Option<String> {
     p.pointer("/metadata/labels/app")
         .and_then(Value::as_str)
@@ -1156,13 +1298,22 @@ impl Look {
         kube: &KubeState,
         now: tokio::time::Instant,
         shrunk: &HashMap<String, u32>,
-    ) {
+    ) -> Seen {
         let pods = kube.list_all("v1", "pods", Some(NS));
+        let mut occupied: HashSet<String> = HashSet::new();
+        let mut requests: HashMap<String, Resources> = HashMap::new();
         let mut bound_now: HashMap<String, String> = HashMap::new();
         let mut alive: HashSet<String> = HashSet::new();
         let mut pending_new: Vec<(String, String)> = Vec::new();
         let mut pending = 0usize;
         for p in &pods {
+            if let Some(node) = p
+                .pointer("/spec/nodeName")
+                .and_then(Value::as_str)
+                .filter(|n| !n.is_empty())
+            {
+                occupied.insert(node.to_string());
+            }
             let Some(uid) = p.pointer("/metadata/uid").and_then(Value::as_str) else {
                 continue;
             };
@@ -1173,6 +1324,7 @@ impl Look {
             }
             let Some(w) = workload_of(p) else { continue };
             alive.insert(uid.to_string());
+            requests.insert(uid.to_string(), Resources::requested(p));
             let is_bound = p
                 .pointer("/spec/nodeName")
                 .and_then(Value::as_str)
@@ -1216,8 +1368,23 @@ impl Look {
                 }
             }
         }
+        // The running pods' need: the bound (not terminating) pods and the evicted pods'
+        // replacements still pending.
+        let mut need = Resources::default();
+        for (uid, r) in &requests {
+            let running = bound_now.contains_key(uid)
+                || self
+                    .pods
+                    .get(uid)
+                    .is_some_and(|(_, bound, replaced, _)| *replaced && bound.is_none());
+            if running {
+                need.cpu += r.cpu;
+                need.memory += r.memory;
+            }
+        }
         self.bound = bound_now;
         self.pending_seconds += pending as f64 * SAMPLE.as_secs_f64();
+        Seen { occupied, need }
     }
 
     fn report(&self) -> ArmReport {
@@ -1605,5 +1772,59 @@ mod tests {
         // Quick mode is the day's beginning.
         let q = Trace::generate(7, QUICK);
         assert_eq!(q.demand_per_minute()[..60], d[..60]);
+    }
+
+    #[test]
+    fn the_capacity_check_sums_requests_and_allocatable_and_leaves_out_nodes_on_their_way_out() {
+        let pod = serde_json::json!({"spec": {"containers": [
+            {"resources": {"requests": {"cpu": "250m", "memory": "512Mi"}}},
+            {"resources": {"requests": {"cpu": "1"}}},
+            {"resources": {}},
+        ]}});
+        let r = Resources::requested(&pod);
+        assert_eq!(r.cpu, 1250);
+        assert_eq!(r.memory, 512 * 1024 * 1024 * 1000);
+        let node = |ready: &str, taints: Value, deleted: bool| {
+            let mut n = serde_json::json!({
+                "metadata": {"name": "n"},
+                "spec": {"taints": taints},
+                "status": {"allocatable": {"cpu": "3860m", "memory": "14Gi"},
+                    "conditions": [{"type": "Ready", "status": ready}]},
+            });
+            if deleted {
+                n["metadata"]["deletionTimestamp"] = serde_json::json!("2026-11-29T00:00:00Z");
+            }
+            n
+        };
+        let staying = node("True", serde_json::json!([]), false);
+        assert!(crate::emulator::sim::nodes::is_ready(&staying) && !node_going(&staying));
+        assert_eq!(Resources::at(&[&staying], "/status/allocatable").cpu, 3860);
+        assert!(!crate::emulator::sim::nodes::is_ready(&node(
+            "False",
+            serde_json::json!([]),
+            false
+        )));
+        let tainted = serde_json::json!([{"key": crate::kube::nodes::TO_BE_DELETED_TAINT,
+            "effect": "NoSchedule"}]);
+        assert!(node_going(&node("True", tainted, false)));
+        assert!(node_going(&node("True", serde_json::json!([]), true)));
+        // The soft taint is no removal: its node stays.
+        let soft = serde_json::json!([{"key": crate::kube::nodes::DELETION_CANDIDATE_TAINT,
+            "effect": "PreferNoSchedule"}]);
+        assert!(!node_going(&node("True", soft, false)));
+        // Short when either resource is.
+        let have = Resources {
+            cpu: 4000,
+            memory: 10,
+        };
+        assert!(!have.short_of(&Resources {
+            cpu: 4000,
+            memory: 10
+        }));
+        assert!(have.short_of(&Resources {
+            cpu: 4001,
+            memory: 0
+        }));
+        assert!(have.short_of(&Resources { cpu: 0, memory: 11 }));
     }
 }

@@ -80,6 +80,28 @@ pub fn moves(pod: &PodRecord) -> bool {
     !pod.is_daemonset_pod() && !pod.is_mirror()
 }
 
+/// Sorts pods to place the largest first, then by name: the same order however the pods were
+/// listed (a decision and the re-check after its taint read them from different views, and
+/// first-fit in two orders can disagree), and the order first-fit packs best.
+pub fn largest_first(pods: &mut [Arc<PodRecord>]) {
+    pods.sort_by_cached_key(|p| {
+        let r = &p.facts().requests;
+        (
+            std::cmp::Reverse(r.get("cpu").copied().unwrap_or(0)),
+            std::cmp::Reverse(r.get("memory").copied().unwrap_or(0)),
+            p.key(),
+        )
+    });
+}
+
+/// Whether `pod`, on a node being removed, still needs room elsewhere: it moves, a controller
+/// recreates it (cluster-autoscaler's `IsRecreatablePod`: one without a controller is gone once
+/// evicted), and it is not terminating or finished (an evicted pod's replacement is a pod of its
+/// own).
+pub fn still_to_move(pod: &PodRecord) -> bool {
+    moves(pod) && pod.controller.is_some() && !pod.terminating && !pod.finished()
+}
+
 /// The larger of cpu and memory request utilisation (all pods counted, as cluster-autoscaler
 /// does by default: the node's requested sum is every placed pod's requests).
 pub fn utilization(node: &NodeState) -> f64 {
@@ -208,17 +230,7 @@ pub fn removable_hinted(
         return Err(Blocker::ScaleDownDisabled);
     }
     let mut moving = pods_to_move(node);
-    // The largest first, then by name: the same order however the pods were listed (a decision
-    // and the re-check after its taint read them from different views, and first-fit in two
-    // orders can disagree), and the order first-fit packs best.
-    moving.sort_by_cached_key(|p| {
-        let r = &p.facts().requests;
-        (
-            std::cmp::Reverse(r.get("cpu").copied().unwrap_or(0)),
-            std::cmp::Reverse(r.get("memory").copied().unwrap_or(0)),
-            p.key(),
-        )
-    });
+    largest_first(&mut moving);
     for p in &moving {
         if let Some(b) = pod_blocker(p, pdbs) {
             return Err(b);
@@ -249,8 +261,22 @@ pub fn removable_hinted(
     if u >= threshold {
         return Err(Blocker::Utilized((u * 100.0).round() as u32));
     }
-    // Spread and affinity, counted without this node's pods (`skip` leaves the node out).
-    let moving = prepare(&moving);
+    place_greedily(&moving, others, skip, cluster, hints)
+}
+
+/// Where each of `moving` would go on `others` (those whose index `skip` does not leave out),
+/// placed greedily in the order given so two pods are never both counted into the same free
+/// room: `namespace/name` and the index in `others`, or the first pod that fits nowhere. Spread
+/// and affinity are counted over `cluster` without the nodes `skip` leaves out. `hints` as
+/// [`removable_hinted`] keeps them.
+pub fn place_greedily(
+    moving: &[Arc<PodRecord>],
+    others: &[NodeState],
+    skip: impl Fn(usize) -> bool,
+    cluster: Option<&Cluster>,
+    hints: &mut Hints,
+) -> Result<Vec<(String, usize)>, Blocker> {
+    let moving = prepare(moving);
     let mut topology = match cluster {
         Some(c) => Topology::over(&moving, c, &skip, &[]),
         None => Topology::default(),

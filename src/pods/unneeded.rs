@@ -14,8 +14,11 @@
 use super::fit::NodeState;
 use super::index::PodIndex;
 use super::recheck::{counts, takes_pods, threshold_for, uid_or_key};
-use super::record::NodeRecord;
-use super::scale_down::{moves, pods_to_move, removable_hinted, utilization, Blocker, Hints};
+use super::record::{NodeRecord, PodRecord};
+use super::scale_down::{
+    largest_first, moves, place_greedily, pods_to_move, removable_hinted, still_to_move,
+    utilization, Blocker, Hints,
+};
 use super::topology::{Cluster, NamespaceLabels};
 use super::volumes::Volumes;
 use crate::cache::Instance;
@@ -300,6 +303,13 @@ pub(super) struct Sim<'c> {
 impl<'c> Sim<'c> {
     /// The simulation over `room` (taken), with `elsewhere`'s pods counted for spread and
     /// affinity through `bare` (from [`bare_nodes`]; empty: no cross-node view).
+    ///
+    /// The pods still to move off the nodes being removed (`input.busy`) take their room
+    /// first, as cluster-autoscaler injects the pods of the nodes it drains into its snapshot
+    /// and Karpenter simulates the pods of deleting nodes: a later pass must not count on the
+    /// room a drain under way relies on, nor remove the node its pods are to go to. Each counts
+    /// once for spread and affinity, where it goes. One that fits nowhere takes none: once
+    /// evicted, its replacement is a pending pod the scale-up provides for.
     pub(super) fn new(
         room: Vec<NodeState>,
         elsewhere: &[NodeState],
@@ -307,13 +317,22 @@ impl<'c> Sim<'c> {
         bare: &'c [NodeState],
         input: &DownInput<'c>,
     ) -> Self {
+        let mut draining: Vec<Arc<PodRecord>> = elsewhere
+            .iter()
+            .filter(|n| input.busy.contains(&n.name))
+            .flat_map(|n| n.pods())
+            .filter(|p| still_to_move(p))
+            .cloned()
+            .collect();
+        let moving: HashSet<String> = draining.iter().map(|p| p.key()).collect();
         let cluster = (!bare.is_empty()).then(|| {
             Cluster::of_parts(
                 bare,
                 room.iter()
                     .chain(elsewhere)
                     .enumerate()
-                    .flat_map(|(i, n)| n.pods().iter().map(move |p| (i, p))),
+                    .flat_map(|(i, n)| n.pods().iter().map(move |p| (i, p)))
+                    .filter(|(_, p)| !moving.contains(&p.key())),
             )
             .with_volumes(input.volumes)
             .with_namespaces(input.namespaces)
@@ -322,11 +341,38 @@ impl<'c> Sim<'c> {
         for i in not_room {
             gone[*i] = true;
         }
-        Self {
+        let mut sim = Self {
             room,
             gone,
             pdbs: input.pdbs.to_vec(),
             cluster,
+        };
+        // The largest first, as a removal places its pods.
+        largest_first(&mut draining);
+        for pod in &draining {
+            sim.reserve(pod);
+        }
+        sim
+    }
+
+    /// Places `pod` (of a node being removed) where it would go, if it fits anywhere.
+    fn reserve(&mut self, pod: &Arc<PodRecord>) {
+        let gone = &self.gone;
+        let skip = |i: usize| gone.get(i).copied().unwrap_or(false);
+        let placed = place_greedily(
+            std::slice::from_ref(pod),
+            &self.room,
+            skip,
+            self.cluster.as_ref(),
+            &mut Hints::default(),
+        );
+        if let Ok(plan) = placed {
+            for (_, dest) in plan {
+                self.room[dest].place(pod.clone());
+                if let Some(cluster) = self.cluster.as_mut() {
+                    cluster.place(pod, dest);
+                }
+            }
         }
     }
 
@@ -782,6 +828,55 @@ mod tests {
             power_state: Some("deallocated".into()),
             ..instance(id, machine, state)
         }
+    }
+
+    #[test]
+    fn the_pods_of_a_node_being_removed_keep_the_room_they_go_to_from_a_later_pass() {
+        // `going` is being removed and still runs a 2-cpu pod; `spare` is empty, and `full`
+        // has 1 of 4 cpus left. The pod can go only to `spare`: a later pass that took `spare`
+        // for an empty node would leave it nowhere.
+        let nodes = vec![
+            node("going", "ss", 0, "4"),
+            node("spare", "ss", 1, "4"),
+            node("full", "ss", 2, "4"),
+        ];
+        let mut terminating = (*pod("gone", "going", "2")).clone();
+        terminating.terminating = true;
+        let pods = vec![
+            pod("w", "going", "2"),
+            Arc::new(terminating),
+            pod("x", "full", "3"),
+        ];
+        let groups = vec![group("ss", Some(3), 0)];
+        let pass = |busy: &HashSet<String>, pods: &[Arc<PodRecord>]| {
+            unneeded(&DownInput {
+                now: k8s_openapi::jiff::Timestamp::now(),
+                groups: &groups,
+                nodes: &nodes,
+                pods: &PodIndex::of(pods),
+                pdbs: &[],
+                threshold: 0.5,
+                busy,
+                unready: &HashSet::new(),
+                previously: &HashSet::new(),
+                non_empty_candidates: 30,
+                volumes: Volumes::none(),
+                namespaces: NamespaceLabels::none(),
+            })
+        };
+        let busy = HashSet::from(["going".to_string()]);
+        let c = pass(&busy, &pods);
+        assert!(names(&c).is_empty(), "{:?}", names(&c));
+        // `spare` holds the pod in the simulation: half used, at the threshold.
+        assert_eq!(c.blocked.get("spare"), Some(&Blocker::Utilized(50)));
+        // Once the pod has moved (its replacement runs on `spare`), nothing is held for it; and
+        // a terminating pod (its replacement is a pod of its own) holds nothing anyway.
+        let moved = vec![pod("w2", "spare", "2"), pod("x", "full", "3")];
+        let c = pass(&busy, &moved);
+        assert!(names(&c).is_empty(), "{:?}", names(&c));
+        let idle = vec![pods[1].clone(), pod("x", "full", "3")];
+        let c = pass(&busy, &idle);
+        assert_eq!(names(&c), vec!["spare"]);
     }
 
     #[test]

@@ -314,7 +314,7 @@ fn node_object(ss: &ScaleSetInventory, id: u64, ready: bool) -> Value {
 }
 
 /// Whether a Node's `Ready` condition is `True`.
-pub(crate) fn is_ready(node: &Value) -> bool {
+pub fn is_ready(node: &Value) -> bool {
     node.pointer("/status/conditions")
         .and_then(Value::as_array)
         .is_some_and(|cs| {
