@@ -3,7 +3,8 @@
 //! (no delete can take either), are replaced by one new node of a cheaper group. The new node
 //! comes first, through the reconciler's `If-Match` write; a rival's write to the cheaper scale
 //! set meanwhile makes that write a 412, re-read and re-planned, and the rival's change stays.
-//! A replacement Azure refuses abandons the replace: nothing tainted, evicted or deleted.
+//! A replacement Azure refuses abandons the replace: nothing tainted, evicted or deleted; so
+//! does one whose VM never registers a Node, once `maxNodeProvisionTime` has passed.
 
 use crate::consolidating::{annotate, consolidating, running_web};
 use crate::support;
@@ -277,6 +278,77 @@ async fn a_replacement_azure_refuses_abandons_the_replace_with_nothing_tainted_o
     // Azure's refusal marks the cheap offering out, as for a scale-up: no replace is launched
     // again meanwhile (a single write to the cheap group).
     assert_eq!(puts_to(&c, &cheap).len(), 1, "{:?}", puts_to(&c, &cheap));
+    c.stop().await;
+}
+
+/// A replacement Azure creates but whose VM never registers a Node (a broken image, a bootstrap
+/// that fails): no refusal to read, so the replace waits `maxNodeProvisionTime` for its new node
+/// and is abandoned then, with nothing tainted, evicted or deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replacement_that_never_registers_abandons_the_replace_after_max_node_provision_time() {
+    use vmss_capacity_controller::emulator::sim::nodes::NEVER_REGISTER_TAG;
+    let c = Cluster::start_simulated(
+        &[
+            ("dear", DEAR, 2, &[]),
+            ("cheap", CHEAP, 0, &[(NEVER_REGISTER_TAG, "true")]),
+        ],
+        5,
+        |s| {
+            replacing(s);
+            s.pod_demand.max_node_provision_time = Duration::from_secs(4);
+        },
+    )
+    .await;
+    let cheap = c.scale_set_name("cheap");
+    let nodes = two_dear_nodes(&c).await;
+    let timed_out = |events: &[k8s_openapi::api::events::v1::Event]| {
+        events.iter().any(|e| {
+            e.note.as_deref().is_some_and(|n| {
+                n.contains("replace abandoned")
+                    && n.contains("not Ready within maxNodeProvisionTime")
+            })
+        })
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    let mut seen = false;
+    while tokio::time::Instant::now() < deadline && !seen {
+        seen = timed_out(&c.events("Unconsolidatable").await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        seen,
+        "the replace was not abandoned for its timeout: {:?}",
+        c.events("Unconsolidatable").await
+    );
+    // It was launched: the cheap group grew, and its VM is there without a Node.
+    assert!(!puts_to(&c, &cheap).is_empty());
+    assert!(c.nodes_of("cheap").is_empty(), "{:?}", c.nodes_of("cheap"));
+    assert_eq!(c.capacity("dear"), 2);
+    let dear_deleted: Vec<_> = c
+        .state
+        .instance_deletions()
+        .into_iter()
+        .filter(|d| d.scale_set == "dear")
+        .collect();
+    assert!(dear_deleted.is_empty(), "{dear_deleted:?}");
+    assert_eq!(Metrics::counter_sum(&c.metrics.evicted_pods_total, &[]), 0);
+    let api: kube::Api<Node> = kube::Api::all(c.client.clone());
+    for n in &nodes {
+        assert!(
+            !has_our_taint(&api.get(n).await.expect("node")),
+            "{n} tainted"
+        );
+    }
+    let mut on = running_web(&c);
+    on.sort();
+    assert_eq!(on, nodes, "the web pods still run where they ran");
+    assert!(
+        Metrics::counter_sum(
+            &c.metrics.failed_scale_downs_total,
+            &[("reason", "replace_aborted")]
+        ) >= 1
+    );
+    assert!(c.state.lost_updates().is_empty());
     c.stop().await;
 }
 
