@@ -3,6 +3,7 @@
 //! instance takes its Node (and any pod still on it, which the simulation reports as lost).
 //! Real time with short waits (`unneededTime` 1 s); every wait is bounded.
 
+use crate::consolidating::annotate;
 use crate::support;
 
 use k8s_openapi::api::core::v1::Node;
@@ -62,15 +63,6 @@ fn node_of(c: &Cluster, app: &str) -> Vec<String> {
                 .map(str::to_string)
         })
         .collect()
-}
-
-async fn annotate(c: &Cluster, node: &str, disabled: Option<&str>) {
-    let api: kube::Api<Node> = kube::Api::all(c.client.clone());
-    let patch = json!({"metadata": {"annotations": {
-        "cluster-autoscaler.kubernetes.io/scale-down-disabled": disabled}}});
-    api.patch(node, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .expect("node annotated");
 }
 
 fn deletes(c: &Cluster) -> Vec<vmss_capacity_controller::emulator::RequestRecord> {
