@@ -308,8 +308,8 @@ impl<'c> Sim<'c> {
     /// first, as cluster-autoscaler injects the pods of the nodes it drains into its snapshot
     /// and Karpenter simulates the pods of deleting nodes: a later pass must not count on the
     /// room a drain under way relies on, nor remove the node its pods are to go to. Each counts
-    /// once for spread and affinity, where it goes. One that fits nowhere takes none: once
-    /// evicted, its replacement is a pending pod the scale-up provides for.
+    /// once for spread and affinity, where it goes. One that fits nowhere takes none and counts
+    /// where it runs: once evicted, its replacement is a pending pod the scale-up provides for.
     pub(super) fn new(
         room: Vec<NodeState>,
         elsewhere: &[NodeState],
@@ -317,14 +317,17 @@ impl<'c> Sim<'c> {
         bare: &'c [NodeState],
         input: &DownInput<'c>,
     ) -> Self {
-        let mut draining: Vec<Arc<PodRecord>> = elsewhere
+        // Each with its node's index in the cluster view (`room`, then `elsewhere`).
+        let first = room.len();
+        let draining: Vec<(usize, Arc<PodRecord>)> = elsewhere
             .iter()
-            .filter(|n| input.busy.contains(&n.name))
-            .flat_map(|n| n.pods())
-            .filter(|p| still_to_move(p))
-            .cloned()
+            .enumerate()
+            .filter(|(_, n)| input.busy.contains(&n.name))
+            .flat_map(|(i, n)| n.pods().iter().map(move |p| (first + i, p)))
+            .filter(|(_, p)| still_to_move(p))
+            .map(|(i, p)| (i, p.clone()))
             .collect();
-        let moving: HashSet<String> = draining.iter().map(|p| p.key()).collect();
+        let moving: HashSet<String> = draining.iter().map(|(_, p)| p.key()).collect();
         let cluster = (!bare.is_empty()).then(|| {
             Cluster::of_parts(
                 bare,
@@ -347,16 +350,20 @@ impl<'c> Sim<'c> {
             pdbs: input.pdbs.to_vec(),
             cluster,
         };
+        let home: HashMap<String, usize> = draining.iter().map(|(i, p)| (p.key(), *i)).collect();
+        let mut pods: Vec<Arc<PodRecord>> = draining.into_iter().map(|(_, p)| p).collect();
         // The largest first, as a removal places its pods.
-        largest_first(&mut draining);
-        for pod in &draining {
-            sim.reserve(pod);
+        largest_first(&mut pods);
+        for pod in &pods {
+            sim.reserve(pod, home.get(&pod.key()).copied());
         }
         sim
     }
 
-    /// Places `pod` (of a node being removed) where it would go, if it fits anywhere.
-    fn reserve(&mut self, pod: &Arc<PodRecord>) {
+    /// Places `pod` (of a node being removed) where it would go, if it fits anywhere; one that
+    /// fits nowhere still runs where it is, and counts there (`home`, its node's index in the
+    /// cluster view) for spread and affinity.
+    fn reserve(&mut self, pod: &Arc<PodRecord>, home: Option<usize>) {
         let gone = &self.gone;
         let skip = |i: usize| gone.get(i).copied().unwrap_or(false);
         let placed = place_greedily(
@@ -366,11 +373,18 @@ impl<'c> Sim<'c> {
             self.cluster.as_ref(),
             &mut Hints::default(),
         );
-        if let Ok(plan) = placed {
-            for (_, dest) in plan {
-                self.room[dest].place(pod.clone());
-                if let Some(cluster) = self.cluster.as_mut() {
-                    cluster.place(pod, dest);
+        match placed {
+            Ok(plan) => {
+                for (_, dest) in plan {
+                    self.room[dest].place(pod.clone());
+                    if let Some(cluster) = self.cluster.as_mut() {
+                        cluster.place(pod, dest);
+                    }
+                }
+            }
+            Err(_) => {
+                if let (Some(cluster), Some(home)) = (self.cluster.as_mut(), home) {
+                    cluster.place(pod, home);
                 }
             }
         }
@@ -780,6 +794,17 @@ mod tests {
         pods: &[Arc<PodRecord>],
         pdbs: &[Arc<PodDisruptionBudget>],
     ) -> Candidates {
+        run_busy(groups, nodes, pods, pdbs, &HashSet::new())
+    }
+
+    /// [`run`] with the nodes in `busy` being removed.
+    fn run_busy(
+        groups: &[DownGroup],
+        nodes: &[Arc<NodeRecord>],
+        pods: &[Arc<PodRecord>],
+        pdbs: &[Arc<PodDisruptionBudget>],
+        busy: &HashSet<String>,
+    ) -> Candidates {
         unneeded(&DownInput {
             now: k8s_openapi::jiff::Timestamp::now(),
             groups,
@@ -787,7 +812,7 @@ mod tests {
             pods: &PodIndex::of(pods),
             pdbs,
             threshold: 0.5,
-            busy: &HashSet::new(),
+            busy,
             unready: &HashSet::new(),
             previously: &HashSet::new(),
             non_empty_candidates: 30,
@@ -849,20 +874,7 @@ mod tests {
         ];
         let groups = vec![group("ss", Some(3), 0)];
         let pass = |busy: &HashSet<String>, pods: &[Arc<PodRecord>]| {
-            unneeded(&DownInput {
-                now: k8s_openapi::jiff::Timestamp::now(),
-                groups: &groups,
-                nodes: &nodes,
-                pods: &PodIndex::of(pods),
-                pdbs: &[],
-                threshold: 0.5,
-                busy,
-                unready: &HashSet::new(),
-                previously: &HashSet::new(),
-                non_empty_candidates: 30,
-                volumes: Volumes::none(),
-                namespaces: NamespaceLabels::none(),
-            })
+            run_busy(&groups, &nodes, pods, &[], busy)
         };
         let busy = HashSet::from(["going".to_string()]);
         let c = pass(&busy, &pods);
@@ -877,6 +889,56 @@ mod tests {
         let idle = vec![pods[1].clone(), pod("x", "full", "3")];
         let c = pass(&busy, &idle);
         assert_eq!(names(&c), vec!["spare"]);
+    }
+
+    #[test]
+    fn a_drained_pod_with_no_room_still_counts_for_spread_where_it_runs() {
+        // One zone-spread app (`maxSkew: 1`): `s1` runs on `going` (zone a, being removed) and
+        // fits nowhere else; `s2` on `cand` (zone b, its only node), `s3` on `dest` (zone c).
+        // kube-scheduler still counts `s1` in zone a until it is evicted, so `s2` may go to
+        // zone c (a 1, c 2) and `cand` can go. Counted nowhere, zone a would be empty and
+        // zone c's second pod a skew of 2: `cand` would be kept for nothing.
+        let zoned = |name: &str, id: u32, zone: &str| {
+            let mut n = (*node(name, "ss", id, "4")).clone();
+            Arc::make_mut(&mut n.labels)
+                .insert(crate::pods::template::ZONE_LABEL.into(), zone.into());
+            Arc::new(n)
+        };
+        let spread = |name: &str, node: &str, cpu: &str| {
+            Arc::new(PodRecord::of(
+                serde_json::from_value(json!({
+                    "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"), "labels": {"app": "web"},
+                        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": true}]},
+                    "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}],
+                        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": crate::pods::template::ZONE_LABEL,
+                            "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}}]},
+                }))
+                .unwrap(),
+            ))
+        };
+        let nodes = vec![
+            zoned("going", 0, "a"),
+            zoned("full", 1, "a"),
+            zoned("cand", 2, "b"),
+            zoned("dest", 3, "c"),
+        ];
+        let mut filler = (*pod("x", "full", "4")).clone();
+        filler.labels = Arc::new([("app".to_string(), "other".to_string())].into());
+        let pods = vec![
+            spread("s1", "going", "3"),
+            Arc::new(filler),
+            spread("s2", "cand", "1"),
+            spread("s3", "dest", "1"),
+        ];
+        let groups = vec![group("ss", Some(4), 0)];
+        let busy = HashSet::from(["going".to_string()]);
+        let c = run_busy(&groups, &nodes, &pods, &[], &busy);
+        assert!(
+            names(&c).contains(&"cand"),
+            "{:?} {:?}",
+            names(&c),
+            c.blocked
+        );
     }
 
     #[test]
@@ -1265,20 +1327,7 @@ mod tests {
         // b's pod would move to c, which is then full.
         assert!(matches!(c.blocked.get("c"), Some(Blocker::Utilized(_))));
         let busy = HashSet::from(["a".to_string()]);
-        let c = unneeded(&DownInput {
-            now: k8s_openapi::jiff::Timestamp::now(),
-            groups: &[group("ss", Some(4), 0)],
-            nodes: &nodes,
-            pods: &PodIndex::of(&pods),
-            pdbs: &[],
-            threshold: 0.5,
-            busy: &busy,
-            unready: &HashSet::new(),
-            previously: &HashSet::new(),
-            non_empty_candidates: 30,
-            volumes: Volumes::none(),
-            namespaces: NamespaceLabels::none(),
-        });
+        let c = run_busy(&[group("ss", Some(4), 0)], &nodes, &pods, &[], &busy);
         assert_eq!(names(&c), ["d", "b"]);
     }
 
