@@ -77,6 +77,53 @@ fn puts_to(c: &Cluster, scale_set: &str) -> Vec<vmss_capacity_controller::emulat
         .collect()
 }
 
+/// Whether the `Unconsolidatable` Events come to satisfy `told` within `within` (looked at every
+/// 100 ms).
+async fn told_within(
+    c: &Cluster,
+    within: Duration,
+    told: impl Fn(&[k8s_openapi::api::events::v1::Event]) -> bool,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut seen = false;
+    while tokio::time::Instant::now() < deadline && !seen {
+        seen = told(&c.events("Unconsolidatable").await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    seen
+}
+
+/// An abandoned replace took nothing: both dear nodes still there, none deleted, tainted or
+/// drained, the web pods where they ran, the abort counted, no update lost.
+async fn nothing_taken(c: &Cluster, nodes: &[String]) {
+    assert_eq!(c.capacity("dear"), 2);
+    let dear_deleted: Vec<_> = c
+        .state
+        .instance_deletions()
+        .into_iter()
+        .filter(|d| d.scale_set == "dear")
+        .collect();
+    assert!(dear_deleted.is_empty(), "{dear_deleted:?}");
+    assert_eq!(Metrics::counter_sum(&c.metrics.evicted_pods_total, &[]), 0);
+    let api: kube::Api<Node> = kube::Api::all(c.client.clone());
+    for n in nodes {
+        assert!(
+            !has_our_taint(&api.get(n).await.expect("node")),
+            "{n} tainted"
+        );
+    }
+    let mut on = running_web(c);
+    on.sort();
+    assert_eq!(on, nodes, "the web pods still run where they ran");
+    assert!(
+        Metrics::counter_sum(
+            &c.metrics.failed_scale_downs_total,
+            &[("reason", "replace_aborted")]
+        ) >= 1
+    );
+    assert!(c.state.lost_updates().is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_dear_nodes_are_replaced_by_one_cheaper_node_whose_write_meets_a_rivals_412_without_losing_it(
 ) {
@@ -234,12 +281,7 @@ async fn a_replacement_azure_refuses_abandons_the_replace_with_nothing_tainted_o
         // a node told something else before shows that note.)
         !on.is_empty()
     };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
-    let mut seen = false;
-    while tokio::time::Instant::now() < deadline && !seen {
-        seen = abandoned(&c.events("Unconsolidatable").await);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let seen = told_within(&c, Duration::from_secs(40), abandoned).await;
     assert!(
         seen,
         "the replace was not abandoned: {:?}",
@@ -248,33 +290,8 @@ async fn a_replacement_azure_refuses_abandons_the_replace_with_nothing_tainted_o
     // It was launched (one write to the cheap group), never acted on.
     assert!(!puts_to(&c, &cheap).is_empty());
     tokio::time::sleep(Duration::from_secs(3)).await;
-    assert_eq!(c.capacity("dear"), 2);
     // (The cheap group's failed VM is Azure's and the controller's usual business.)
-    let dear_deleted: Vec<_> = c
-        .state
-        .instance_deletions()
-        .into_iter()
-        .filter(|d| d.scale_set == "dear")
-        .collect();
-    assert!(dear_deleted.is_empty(), "{dear_deleted:?}");
-    assert_eq!(Metrics::counter_sum(&c.metrics.evicted_pods_total, &[]), 0);
-    let api: kube::Api<Node> = kube::Api::all(c.client.clone());
-    for n in &nodes {
-        assert!(
-            !has_our_taint(&api.get(n).await.expect("node")),
-            "{n} tainted"
-        );
-    }
-    let mut on = running_web(&c);
-    on.sort();
-    assert_eq!(on, nodes, "the web pods still run where they ran");
-    assert!(
-        Metrics::counter_sum(
-            &c.metrics.failed_scale_downs_total,
-            &[("reason", "replace_aborted")]
-        ) >= 1
-    );
-    assert!(c.state.lost_updates().is_empty());
+    nothing_taken(&c, &nodes).await;
     // Azure's refusal marks the cheap offering out, as for a scale-up: no replace is launched
     // again meanwhile (a single write to the cheap group).
     assert_eq!(puts_to(&c, &cheap).len(), 1, "{:?}", puts_to(&c, &cheap));
@@ -309,12 +326,7 @@ async fn a_replacement_that_never_registers_abandons_the_replace_after_max_node_
             })
         })
     };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
-    let mut seen = false;
-    while tokio::time::Instant::now() < deadline && !seen {
-        seen = timed_out(&c.events("Unconsolidatable").await);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let seen = told_within(&c, Duration::from_secs(40), timed_out).await;
     assert!(
         seen,
         "the replace was not abandoned for its timeout: {:?}",
@@ -323,32 +335,7 @@ async fn a_replacement_that_never_registers_abandons_the_replace_after_max_node_
     // It was launched: the cheap group grew, and its VM is there without a Node.
     assert!(!puts_to(&c, &cheap).is_empty());
     assert!(c.nodes_of("cheap").is_empty(), "{:?}", c.nodes_of("cheap"));
-    assert_eq!(c.capacity("dear"), 2);
-    let dear_deleted: Vec<_> = c
-        .state
-        .instance_deletions()
-        .into_iter()
-        .filter(|d| d.scale_set == "dear")
-        .collect();
-    assert!(dear_deleted.is_empty(), "{dear_deleted:?}");
-    assert_eq!(Metrics::counter_sum(&c.metrics.evicted_pods_total, &[]), 0);
-    let api: kube::Api<Node> = kube::Api::all(c.client.clone());
-    for n in &nodes {
-        assert!(
-            !has_our_taint(&api.get(n).await.expect("node")),
-            "{n} tainted"
-        );
-    }
-    let mut on = running_web(&c);
-    on.sort();
-    assert_eq!(on, nodes, "the web pods still run where they ran");
-    assert!(
-        Metrics::counter_sum(
-            &c.metrics.failed_scale_downs_total,
-            &[("reason", "replace_aborted")]
-        ) >= 1
-    );
-    assert!(c.state.lost_updates().is_empty());
+    nothing_taken(&c, &nodes).await;
     c.stop().await;
 }
 
