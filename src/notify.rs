@@ -284,6 +284,11 @@ pub struct GroupStatus {
     /// register within `maxNodeProvisionTime`, if it does.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provision_backoff_until: Option<String>,
+    /// When the scale-down loop last saw it grow, if it has since the leader started: scale-down
+    /// is held `scaleDown.delayAfterAdd` from it (from the latest of every group's, unless
+    /// `scaleDown.delayTypeLocal`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_scale_up: Option<String>,
     /// Its nodes the last scale-down pass found unneeded, longest first (at most
     /// [`UNNEEDED_LISTED`]; `unneeded_nodes_count` has them all).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

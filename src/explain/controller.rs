@@ -127,6 +127,11 @@ impl ControllerStatus {
         out
     }
 
+    /// When the leader last saw `group` grow, if its status says.
+    pub fn last_scale_up(&self, group: &str) -> Option<Timestamp> {
+        time(self.group(group)?.last_scale_up.as_ref()?)
+    }
+
     /// Since when the leader has found `node` unneeded, if its status lists it.
     pub fn unneeded_since(&self, node: &str) -> Option<Timestamp> {
         self.groups

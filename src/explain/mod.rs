@@ -440,7 +440,10 @@ impl World {
     }
 
     fn down_groups(&self) -> Vec<DownGroup> {
-        self.groups
+        // How long ago each group grew, as a fresh status of the running controller says.
+        let status = self.fresh_status();
+        let mut down: Vec<DownGroup> = self
+            .groups
             .iter()
             .map(|g| DownGroup {
                 name: g.spec.name.clone(),
@@ -449,7 +452,9 @@ impl World {
                 size: g.resource.as_ref().and_then(|r| r.capacity),
                 deleting: 0,
                 recently_grown: false,
-                grown_ago: None,
+                grown_ago: status
+                    .and_then(|s| s.last_scale_up(&g.spec.name))
+                    .map(|t| Duration::try_from(self.now.duration_since(t)).unwrap_or_default()),
                 refused: g
                     .resource
                     .as_ref()
@@ -457,7 +462,20 @@ impl World {
                     .filter(|p| p.enable_auto_scaling)
                     .map(|_| crate::hold::WriteRefusal::AksAutoscaler),
             })
-            .collect()
+            .collect();
+        unneeded::hold_after_add(
+            &mut down,
+            self.scale_down.delay_after_add,
+            self.scale_down.delay_type_local,
+        );
+        down
+    }
+
+    /// The running controller's status, unless too old to say anything of the present.
+    fn fresh_status(&self) -> Option<&ControllerStatus> {
+        self.controller
+            .as_ref()
+            .filter(|c| c.age(self.now) <= controller::STALE_AFTER)
     }
 
     /// The scale-down decision's groups, unready nodes and candidates, as one pass sees them
@@ -621,9 +639,11 @@ impl World {
 
     /// What consolidation decides of node `name` in this view, as if nothing else were being
     /// removed and every node's pods had been as they are for `consolidateAfter` (what only the
-    /// running controller knows).
+    /// running controller knows); `emptyFirst` counts from each node's soft taint.
     fn consolidation_of(&self, name: &str) -> String {
-        use crate::pods::consolidate::{decide, Action, ConsolidationInput, ReplaceOption};
+        use crate::pods::consolidate::{
+            decide, Action, ConsolidationInput, ReplaceOption, Unconsolidatable,
+        };
         let groups = self.down_groups();
         let all: Vec<&Group> = self.groups.iter().collect();
         let up = self.scale_up_input(&all, self.pods.clone());
@@ -643,6 +663,23 @@ impl World {
         let at = time::OffsetDateTime::from_unix_timestamp(self.now.as_second())
             .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
         let active = self.consolidation.active_at(at);
+        // `emptyFirst`: the running controller times it from when it hinted a node, and it
+        // soft-taints the nodes it hints; the soft taint's date stands in for that time here.
+        let empty_first = self.consolidation.empty_first;
+        let ripe: Option<HashSet<String>> = (!empty_first.is_zero()).then(|| {
+            self.nodes
+                .iter()
+                .filter(|n| {
+                    soft_taint_time(n).is_some_and(|t| {
+                        self.now
+                            .duration_since(t)
+                            .try_into()
+                            .is_ok_and(|age: std::time::Duration| age >= empty_first)
+                    })
+                })
+                .map(|n| n.name.clone())
+                .collect()
+        });
         let input = ConsolidationInput {
             down: DownInput {
                 now: self.now,
@@ -666,7 +703,7 @@ impl World {
             // One snapshot has no history: neither `consolidateAfter` nor
             // `stabilizationWindow` can be judged from it.
             demand_rising: false,
-            ripe: None,
+            ripe: ripe.as_ref(),
         };
         // A replacement may come from a group that may grow now: a new node as the scale-up's
         // planner imagines it.
@@ -727,6 +764,27 @@ impl World {
             );
         }
         match found.unconsolidatable.get(name) {
+            Some(why @ Unconsolidatable::Emptying) => {
+                let ripe_at = self
+                    .nodes
+                    .iter()
+                    .find(|n| n.name == name)
+                    .and_then(|n| soft_taint_time(n))
+                    .and_then(|t| {
+                        t.checked_add(k8s_openapi::jiff::SignedDuration::try_from(empty_first).ok()?)
+                            .ok()
+                    });
+                match ripe_at {
+                    Some(at) => format!(
+                        "not consolidated: {why}; soft-tainted long enough at {at} (consolidation.emptyFirst, {})",
+                        humantime::format_duration(empty_first)
+                    ),
+                    None => format!(
+                        "not consolidated: {why}; it is not soft-tainted yet, and consolidation.emptyFirst ({}) counts from when the running controller hints and soft-taints it",
+                        humantime::format_duration(empty_first)
+                    ),
+                }
+            }
             Some(why) => format!("not consolidated: {why}"),
             None => "not a consolidation candidate (not Ready, cordoned, or not Ready past its startup window)".into(),
         }
@@ -798,10 +856,7 @@ impl World {
         // How long each candidate has been unneeded: as the running controller's status says
         // (a node it does not list: not yet), or, without it (or with one too old to say),
         // long enough.
-        let status = self
-            .controller
-            .as_ref()
-            .filter(|c| c.age(self.now) <= controller::STALE_AFTER);
+        let status = self.fresh_status();
         let unneeded_for: HashMap<String, Duration> = candidates
             .unneeded
             .iter()
@@ -860,6 +915,33 @@ impl World {
         } else {
             "NotUnneededLongEnough"
         };
+        // `scaleDown.delayAfterAdd`: until when, from the growth the status says.
+        let held_after_add = {
+            let d = self.scale_down.delay_after_add;
+            let grown = groups
+                .iter()
+                .find(|g| g.name == group.spec.name)
+                .and_then(|g| g.grown_ago);
+            let until = grown
+                .and_then(|ago| d.checked_sub(ago))
+                .and_then(|left| k8s_openapi::jiff::SignedDuration::try_from(left).ok())
+                .and_then(|left| self.now.checked_add(left).ok());
+            let whose = if self.scale_down.delay_type_local {
+                "its group's last scale-up"
+            } else {
+                "the last scale-up of any group (scaleDown.delayTypeLocal is false)"
+            };
+            match until {
+                Some(t) => format!(
+                    "scale-down is held until {t}: scaleDown.delayAfterAdd ({}) after {whose}, as the running controller's status says",
+                    humantime::format_duration(d)
+                ),
+                None => format!(
+                    "scale-down is held for scaleDown.delayAfterAdd ({}) after {whose}",
+                    humantime::format_duration(d)
+                ),
+            }
+        };
         let hold = |w: &str| -> (&'static str, String) {
             match w {
                 "min_size" => (
@@ -877,6 +959,7 @@ impl World {
                         group.spec.name
                     ),
                 ),
+                "delay_after_add" => ("ScaleDownInCooldown", held_after_add.clone()),
                 other => (long_enough, format!("it waits its turn ({other})")),
             }
         };
@@ -1263,12 +1346,16 @@ impl Explanation {
 /// The time [`crate::kube::nodes::DELETION_CANDIDATE_TAINT`]'s value names (unix seconds, as the
 /// controller writes it), if the node carries the taint.
 fn soft_tainted_since(node: &NodeRecord) -> Option<String> {
-    let t = crate::kube::nodes::soft_taint_record(node)?;
-    Some(
-        t.value
-            .as_deref()
-            .and_then(|v| v.parse::<i64>().ok())
-            .and_then(|secs| Timestamp::from_second(secs).ok())
-            .map_or_else(|| "unknown".to_string(), |ts| ts.to_string()),
-    )
+    crate::kube::nodes::soft_taint_record(node)?;
+    Some(soft_taint_time(node).map_or_else(|| "unknown".to_string(), |ts| ts.to_string()))
+}
+
+/// When the node's [`crate::kube::nodes::DELETION_CANDIDATE_TAINT`] went on, if it carries one
+/// whose value is a time.
+fn soft_taint_time(node: &NodeRecord) -> Option<Timestamp> {
+    crate::kube::nodes::soft_taint_record(node)?
+        .value
+        .as_deref()
+        .and_then(|v| v.parse::<i64>().ok())
+        .and_then(|secs| Timestamp::from_second(secs).ok())
 }

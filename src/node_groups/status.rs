@@ -23,6 +23,9 @@ pub(super) struct Reported {
     /// ConfigMaps). The wall-clock time is fixed when a node is first reported, so the status
     /// shows the same instant on every write.
     unneeded: Mutex<BTreeMap<String, Vec<UnneededSince>>>,
+    /// When the scale-down loop last saw each group grow (`scaleDown.delayAfterAdd` counts from
+    /// it), as wall-clock time.
+    grown: Mutex<BTreeMap<String, OffsetDateTime>>,
 }
 
 /// RFC 3339 in UTC, as the status ConfigMap shows times.
@@ -35,6 +38,13 @@ impl NodeGroups {
     /// Records why scale-down is halted (`None`: it is not), shown in [`NodeGroups::status`].
     pub fn set_scale_down_halted(&self, why: Option<String>) {
         *self.status.scale_down_halted.lock() = why;
+    }
+
+    /// Records that the scale-down loop saw `group` grow now (a scale-up; a replace's own
+    /// launch is none), shown as `lastScaleUp` in [`NodeGroups::status`].
+    pub fn set_grown(&self, group: &str) {
+        let wall = self.now();
+        self.status.grown.lock().insert(group.to_string(), wall);
     }
 
     /// Records the unneeded nodes per group the last scale-down pass found, each with since
@@ -93,6 +103,7 @@ impl NodeGroups {
         let snapshot = self.scale_sets().snapshot();
         let halted = self.status.scale_down_halted.lock().clone();
         let unneeded = self.status.unneeded.lock().clone();
+        let grown = self.status.grown.lock().clone();
         self.groups()
             .iter()
             .map(|g| {
@@ -124,6 +135,7 @@ impl NodeGroups {
                     held: health.held().map(|r| r.metric_label().to_string()),
                     scale_down_halted: halted.clone(),
                     provision_backoff_until: until(o.provision_backoff_until),
+                    last_scale_up: grown.get(&g.name).copied().map(rfc3339),
                     unneeded: unneeded
                         .get(&g.name)
                         .map(|nodes| {

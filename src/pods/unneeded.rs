@@ -620,6 +620,21 @@ pub struct Limits {
     pub balance: bool,
 }
 
+/// `scaleDown.delayAfterAdd`: with each group's `grown_ago` as seen, marks the groups scale-down
+/// leaves alone. cluster-autoscaler's default (`--scale-down-delay-type-local=false`): a scale-up
+/// of any group holds scale-down in all of them, so every group takes the latest growth.
+pub fn hold_after_add(groups: &mut [DownGroup], delay_after_add: Duration, type_local: bool) {
+    if !type_local {
+        let latest = groups.iter().filter_map(|g| g.grown_ago).min();
+        for g in groups.iter_mut() {
+            g.grown_ago = latest;
+        }
+    }
+    for g in groups.iter_mut() {
+        g.recently_grown = g.grown_ago.is_some_and(|ago| ago < delay_after_add);
+    }
+}
+
 /// Which unneeded nodes go this pass (indices into `candidates.unneeded`), and why each other
 /// one stays, for logs.
 pub fn select(
@@ -1513,5 +1528,30 @@ mod tests {
         );
         assert_eq!(chosen.len(), 6);
         assert_eq!(waiting.get("p"), Some(&"one_drain_at_a_time"));
+    }
+
+    #[test]
+    fn a_scale_up_of_any_group_holds_every_group_unless_the_delay_is_local() {
+        let ten = Duration::from_secs(600);
+        let groups = || {
+            let mut grown = group("grown", Some(2), 0);
+            grown.grown_ago = Some(Duration::from_secs(120));
+            let mut old = group("old", Some(2), 0);
+            old.grown_ago = Some(Duration::from_secs(3600));
+            vec![grown, old, group("never", Some(2), 0)]
+        };
+        let mut all = groups();
+        hold_after_add(&mut all, ten, false);
+        assert!(all.iter().all(|g| g.recently_grown), "{all:?}");
+        assert!(all
+            .iter()
+            .all(|g| g.grown_ago == Some(Duration::from_secs(120))));
+        let mut local = groups();
+        hold_after_add(&mut local, ten, true);
+        let held: Vec<bool> = local.iter().map(|g| g.recently_grown).collect();
+        assert_eq!(held, [true, false, false]);
+        let mut past = groups();
+        hold_after_add(&mut past, Duration::from_secs(60), false);
+        assert!(past.iter().all(|g| !g.recently_grown), "the hold ran out");
     }
 }

@@ -640,6 +640,9 @@ async fn explain_applies_what_only_the_running_controller_knows_from_its_status_
     assert_eq!(c["leader"], "controller-0", "{g:#}");
     assert_eq!(c["lastWrite"]["to"], 3, "{g:#}");
     assert_eq!(c["lastWrite"]["from"], 2, "{g:#}");
+    // Its scale-up was refused: no growth for `delayAfterAdd` to count from.
+    let grown = group_status(&status(), "pool-a");
+    assert!(grown["lastScaleUp"].is_null(), "{grown:#}");
     assert!(c["ageSeconds"].as_u64().is_some_and(|s| s < 60), "{g:#}");
     assert!(
         c["holds"].as_array().is_some_and(|h| h.iter().any(|h| h
@@ -709,6 +712,44 @@ async fn explain_applies_what_only_the_running_controller_knows_from_its_status_
     assert_eq!(said, since, "{n:#}");
     let g = json_of(snap.path(), &["group", "pool-a"]);
     assert_eq!(g["controller"]["lastWrite"]["to"], 3, "{g:#}");
+    // A scale-up of another group two minutes before the status was written, the node unneeded
+    // for an hour: scale-down is held for `delayAfterAdd` (10 min) in every group, until when.
+    let mut doc: vmss_capacity_controller::kube::status::StatusDocument =
+        serde_yaml::from_str(cm["data"]["status"].as_str().unwrap()).unwrap();
+    let written: k8s_openapi::jiff::Timestamp = doc.time.parse().unwrap();
+    let minutes = |m: i64| written - k8s_openapi::jiff::SignedDuration::from_mins(m);
+    for g in &mut doc.node_groups {
+        if g.name == "pool-a" {
+            g.last_scale_up = Some(minutes(2).to_string());
+        }
+        for u in &mut g.unneeded {
+            if u.node == full[0] {
+                u.since = minutes(60).to_string();
+            }
+        }
+    }
+    let mut held = cm.clone();
+    held["data"]["status"] = json!(serde_yaml::to_string(&doc).unwrap());
+    let status_path = snap.path().join("status.json");
+    std::fs::write(&status_path, serde_json::to_vec(&held).unwrap()).unwrap();
+    let n = json_of(snap.path(), &["node", full[0].as_str()]);
+    assert_eq!(n["reason"], "ScaleDownInCooldown", "{n:#}");
+    let summary = n["summary"].as_str().unwrap();
+    assert!(
+        summary.contains(&format!("scale-down is held until {}", minutes(-8)))
+            && summary.contains("after the last scale-up of any group"),
+        "{summary}"
+    );
+    // Past the hold, the floor is what keeps it.
+    for g in &mut doc.node_groups {
+        if g.name == "pool-a" {
+            g.last_scale_up = Some(minutes(11).to_string());
+        }
+    }
+    held["data"]["status"] = json!(serde_yaml::to_string(&doc).unwrap());
+    std::fs::write(&status_path, serde_json::to_vec(&held).unwrap()).unwrap();
+    let n = json_of(snap.path(), &["node", full[0].as_str()]);
+    assert_eq!(n["reason"], "NodeGroupMinSizeReached", "{n:#}");
     // Without it, the snapshot says what it cannot know.
     std::fs::remove_file(snap.path().join("status.json")).unwrap();
     let g = json_of(snap.path(), &["group", "pool-a"]);
@@ -1272,5 +1313,35 @@ async fn explain_node_says_whether_a_node_is_consolidated_by_a_replace_and_why_n
     assert!(
         text.contains("soft-tainted as a deletion candidate since 2026-11-28T12:00:00Z"),
         "{text}"
+    );
+    // With `emptyFirst` the soft taint dates the hint: the node soft-tainted long ago is ripe
+    // and replaced alone; the other waits for its pods to leave on their own.
+    let empty_first = dir.path().join("config-empty-first.yaml");
+    std::fs::write(
+        &empty_first,
+        std::fs::read_to_string(&path).unwrap().replace(
+            "consolidation: {enabled: true,",
+            "consolidation: {enabled: true, emptyFirst: 10m, deletionCostHints: 3,",
+        ),
+    )
+    .unwrap();
+    let said_of = |name: &str| {
+        let v = json_of(
+            dir.path(),
+            &["--config", empty_first.to_str().unwrap(), "node", name],
+        );
+        v["consolidation"].as_str().unwrap_or_default().to_string()
+    };
+    let why = said_of(&dear[0]);
+    assert!(
+        why.starts_with("not consolidated")
+            && why.contains("consolidation.emptyFirst")
+            && why.contains("not soft-tainted yet"),
+        "{why}"
+    );
+    let why = said_of(&dear[1]);
+    assert!(
+        why.contains("consolidated by a replace") && why.contains("goes with 1 node(s)"),
+        "{why}"
     );
 }

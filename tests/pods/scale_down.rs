@@ -683,6 +683,23 @@ async fn idle_node_goes_after_big_grows(delay_type_local: bool) -> Option<Durati
         "big never grew for the 4-cpu pod"
     );
     let grew = tokio::time::Instant::now();
+    // The status says when `big` grew (`lastScaleUp`, what `explain` counts the hold from).
+    assert!(
+        eventually(Duration::from_secs(30), || c
+            .reconciler
+            .status()
+            .iter()
+            .any(|g| g.name == "big" && g.last_scale_up.is_some()))
+        .await,
+        "the status never said when big grew"
+    );
+    assert!(
+        c.reconciler
+            .status()
+            .iter()
+            .all(|g| g.name == "big" || g.last_scale_up.is_none()),
+        "idle never grew"
+    );
     let went = eventually(Duration::from_secs(15 * 60), || c.capacity("idle") == 1).await;
     let after = went.then(|| grew.elapsed());
     assert!(c._emulator.pods_lost_with_nodes().is_empty());

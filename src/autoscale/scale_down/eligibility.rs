@@ -67,6 +67,7 @@ impl ScaleDownLoop {
                     .is_some_and(|r| r.group.name == g.name && now_size <= r.target);
                 if now_size > *prev && !launch {
                     self.grew_at.insert(g.name.clone(), now);
+                    s.groups.set_grown(&g.name);
                 }
             }
             if let Some(v) = size {
@@ -83,17 +84,11 @@ impl ScaleDownLoop {
                 refused: s.groups.write_refusal(g),
             });
         }
-        // cluster-autoscaler's default (`--scale-down-delay-type-local=false`): a scale-up of
-        // any group holds scale-down in all of them.
-        if !s.settings.scale_down.delay_type_local {
-            let latest = down.iter().filter_map(|g| g.grown_ago).min();
-            for g in &mut down {
-                g.grown_ago = latest;
-            }
-        }
-        for g in &mut down {
-            g.recently_grown = g.grown_ago.is_some_and(|ago| ago < delay_after_add);
-        }
+        unneeded::hold_after_add(
+            &mut down,
+            delay_after_add,
+            s.settings.scale_down.delay_type_local,
+        );
         down
     }
 
