@@ -808,7 +808,13 @@ pub struct Dials {
     pub empty_first: Duration,
     /// The consolidation run's `consolidation.delayAfterAdd` (zero: no hold, the default).
     pub consolidation_delay_after_add: Duration,
+    /// The consolidation run's `consolidation.deletionCostHints` (3 by default).
+    pub deletion_cost_hints: u32,
 }
+
+/// The consolidation run's deletion-cost hints unless `--deletion-cost-hints` says otherwise:
+/// its three best candidates' pods go first when a Deployment scales in.
+const DELETION_COST_HINTS: u32 = 3;
 
 impl Default for Dials {
     fn default() -> Self {
@@ -819,6 +825,7 @@ impl Default for Dials {
             empty_first: Duration::ZERO,
             consolidation_delay_after_add: crate::config::ConsolidationSettings::default()
                 .delay_after_add,
+            deletion_cost_hints: DELETION_COST_HINTS,
         }
     }
 }
@@ -960,6 +967,7 @@ async fn run_arm(
         max_bulk_soft_taint_count: None,
         empty_first: None,
         consolidation_delay_after_add: None,
+        deletion_cost_hints: None,
         report: None,
         report_defaulted: false,
     };
@@ -987,8 +995,9 @@ async fn run_arm(
         ]);
         settings.consolidation.enabled = true;
         settings.consolidation.policy = crate::config::ConsolidationPolicy::Balanced;
-        // Its three best candidates' pods go first when a Deployment scales in.
-        settings.consolidation.deletion_cost_hints = 3;
+        // Its best candidates' pods go first when a Deployment scales in (three unless
+        // `--deletion-cost-hints`).
+        settings.consolidation.deletion_cost_hints = dials.deletion_cost_hints;
         // `--stabilization-window`: moves that evict wait while demand grows (off by default).
         settings.consolidation.stabilization_window = dials.stabilization_window;
         // `--empty-first`: the hinted nodes get this long to empty before any eviction.
@@ -1132,6 +1141,13 @@ async fn run_arm(
         }
         if staying.short_of(&seen.need) {
             capacity_short_looks += 1;
+            tracing::warn!(
+                policy = policy_name(consolidation),
+                at = %format!("{:02}:{:02}:{:02}", at / 3600, at / 60 % 60, at % 60),
+                cpu_milli_short = seen.need.cpu - staying.cpu,
+                memory_mib_short = (seen.need.memory - staying.memory) / 1000 / 1024 / 1024,
+                "the Ready nodes not being removed are short of the running pods' requests"
+            );
         }
         let unregistered = (sample_dollars - registered).max(0.0);
         empty_dollars += empty;
@@ -1471,6 +1487,12 @@ pub fn print(r: &CostReport) {
             humantime::format_duration(r.dials.empty_first)
         );
     }
+    if r.dials.deletion_cost_hints != DELETION_COST_HINTS {
+        println!(
+            "consolidation with consolidation.deletionCostHints: {} (its best candidates whose pods go first in a scale-in)",
+            r.dials.deletion_cost_hints
+        );
+    }
     if r.dials.consolidation_delay_after_add != Dials::default().consolidation_delay_after_add {
         println!(
             "consolidation with consolidation.delayAfterAdd: {} (consolidation held that long after a scale-up of any group)",
@@ -1543,7 +1565,13 @@ pub async fn demo(args: &DemoArgs) -> anyhow::Result<CostReport> {
         consolidation_delay_after_add: args
             .consolidation_delay_after_add
             .unwrap_or(d.consolidation_delay_after_add),
+        deletion_cost_hints: args.deletion_cost_hints.unwrap_or(d.deletion_cost_hints),
     };
+    if !dials.empty_first.is_zero() && dials.deletion_cost_hints == 0 {
+        anyhow::bail!(
+            "--empty-first needs --deletion-cost-hints of at least 1: the nodes given time to empty are the hinted ones (as consolidation.emptyFirst needs consolidation.deletionCostHints)"
+        );
+    }
     let r = tokio::task::spawn_blocking(move || run_paused(seed, quick, quiet, dials))
         .await
         .context("the cost trace's task")??;

@@ -449,6 +449,11 @@ pub struct DemoArgs {
     /// nodes get this long to empty before any of their pods is evicted; default off).
     #[arg(long, requires = "cost", value_name = "DURATION", value_parser = crate::config::parse_duration_arg)]
     pub empty_first: Option<Duration>,
+    /// With `--cost`: the consolidation run's `consolidation.deletionCostHints` (how many of
+    /// its best candidates' pods get a lower `controller.kubernetes.io/pod-deletion-cost`, and
+    /// with `--empty-first` how many nodes are given time to empty at once; default 3).
+    #[arg(long, requires = "cost", value_name = "COUNT")]
+    pub deletion_cost_hints: Option<u32>,
     /// With `--cost`: the consolidation run's `consolidation.delayAfterAdd` (consolidation
     /// held this long after a scale-up of any group; default 0s, as Karpenter; `10m` holds it as
     /// cluster-autoscaler's `--scale-down-delay-after-add` holds its scale-down).

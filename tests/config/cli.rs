@@ -235,6 +235,27 @@ fn bad_cli_arguments_get_a_clear_error_not_a_panic() {
 }
 
 #[test]
+fn demo_cost_refuses_empty_first_without_hinted_nodes_before_it_runs() {
+    let out = run(&[
+        "demo",
+        "--cost",
+        "--empty-first",
+        "10m",
+        "--deletion-cost-hints",
+        "0",
+    ]);
+    assert_ne!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--empty-first needs --deletion-cost-hints of at least 1")
+            && !err.contains("panicked"),
+        "{err}"
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(!said.contains("cost trace"), "the day was not run: {said}");
+}
+
+#[test]
 fn help_explains_every_subcommand() {
     let out = run(&["--help"]);
     let text = String::from_utf8_lossy(&out.stdout);

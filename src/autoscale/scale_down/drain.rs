@@ -212,10 +212,13 @@ impl Drain<'_> {
                 .with_label_values(&[label])
                 .inc();
             match outcome {
-                EvictOutcome::Evicted => self.events.record(ControllerEvent::ScaleDown {
-                    object: pod_ref(&p),
-                    note: format!("deleting pod for node scale down (node {node})"),
-                }),
+                EvictOutcome::Evicted => {
+                    debug!(%node, pod = %pod_name(&p), "pod evicted");
+                    self.events.record(ControllerEvent::ScaleDown {
+                        object: pod_ref(&p),
+                        note: format!("deleting pod for node scale down (node {node})"),
+                    });
+                }
                 EvictOutcome::Gone => {}
                 EvictOutcome::Blocked(why) | EvictOutcome::Failed(why) => {
                     last = format!("{}: {why}", pod_name(&p));
