@@ -471,6 +471,30 @@ impl World {
         down
     }
 
+    /// `scaleDown.delayAfterAdd`: whether it holds scale-down in `group` now and until when,
+    /// from the growth the running controller's status says (`None`: it does not hold).
+    fn held_after_add(&self, groups: &[DownGroup], group: &str) -> Option<String> {
+        let held = groups
+            .iter()
+            .find(|g| g.name == group)
+            .filter(|g| g.recently_grown)?;
+        let d = self.scale_down.delay_after_add;
+        let until = held
+            .grown_ago
+            .and_then(|ago| d.checked_sub(ago))
+            .and_then(|left| k8s_openapi::jiff::SignedDuration::try_from(left).ok())
+            .and_then(|left| self.now.checked_add(left).ok())?;
+        let whose = if self.scale_down.delay_type_local {
+            "its group's last scale-up"
+        } else {
+            "the last scale-up of any group (scaleDown.delayTypeLocal is false)"
+        };
+        Some(format!(
+            "scale-down is held until {until}: scaleDown.delayAfterAdd ({}) after {whose}, as the running controller's status says",
+            humantime::format_duration(d)
+        ))
+    }
+
     /// The running controller's status, unless too old to say anything of the present.
     fn fresh_status(&self) -> Option<&ControllerStatus> {
         self.controller
@@ -915,33 +939,9 @@ impl World {
         } else {
             "NotUnneededLongEnough"
         };
-        // `scaleDown.delayAfterAdd`: until when, from the growth the status says.
-        let held_after_add = {
-            let d = self.scale_down.delay_after_add;
-            let grown = groups
-                .iter()
-                .find(|g| g.name == group.spec.name)
-                .and_then(|g| g.grown_ago);
-            let until = grown
-                .and_then(|ago| d.checked_sub(ago))
-                .and_then(|left| k8s_openapi::jiff::SignedDuration::try_from(left).ok())
-                .and_then(|left| self.now.checked_add(left).ok());
-            let whose = if self.scale_down.delay_type_local {
-                "its group's last scale-up"
-            } else {
-                "the last scale-up of any group (scaleDown.delayTypeLocal is false)"
-            };
-            match until {
-                Some(t) => format!(
-                    "scale-down is held until {t}: scaleDown.delayAfterAdd ({}) after {whose}, as the running controller's status says",
-                    humantime::format_duration(d)
-                ),
-                None => format!(
-                    "scale-down is held for scaleDown.delayAfterAdd ({}) after {whose}",
-                    humantime::format_duration(d)
-                ),
-            }
-        };
+        let held_after_add = self
+            .held_after_add(&groups, &group.spec.name)
+            .unwrap_or_else(|| "scale-down is held for scaleDown.delayAfterAdd".into());
         let hold = |w: &str| -> (&'static str, String) {
             match w {
                 "min_size" => (
@@ -1097,7 +1097,11 @@ impl World {
                     last_conflict: s.last_conflict.clone(),
                     foreign_writes: s.foreign_writes,
                     template_mismatch: s.template_mismatch.clone(),
-                    holds: c.holds(&g.spec.name, self.now),
+                    holds: c
+                        .holds(&g.spec.name, self.now)
+                        .into_iter()
+                        .chain(self.held_after_add(&groups, &g.spec.name))
+                        .collect(),
                 })
             }),
             not_known_here: match &self.controller {

@@ -740,6 +740,16 @@ async fn explain_applies_what_only_the_running_controller_knows_from_its_status_
             && summary.contains("after the last scale-up of any group"),
         "{summary}"
     );
+    // The group says it among what holds it.
+    let g = json_of(snap.path(), &["group", "pool-full"]);
+    assert!(
+        g["controller"]["holds"]
+            .as_array()
+            .is_some_and(|h| h.iter().any(|h| h.as_str().is_some_and(
+                |h| h.starts_with(&format!("scale-down is held until {}", minutes(-8)))
+            ))),
+        "{g:#}"
+    );
     // Past the hold, the floor is what keeps it.
     for g in &mut doc.node_groups {
         if g.name == "pool-a" {
@@ -750,6 +760,13 @@ async fn explain_applies_what_only_the_running_controller_knows_from_its_status_
     std::fs::write(&status_path, serde_json::to_vec(&held).unwrap()).unwrap();
     let n = json_of(snap.path(), &["node", full[0].as_str()]);
     assert_eq!(n["reason"], "NodeGroupMinSizeReached", "{n:#}");
+    let g = json_of(snap.path(), &["group", "pool-full"]);
+    assert!(
+        !g["controller"]["holds"]
+            .to_string()
+            .contains("delayAfterAdd"),
+        "{g:#}"
+    );
     // Without it, the snapshot says what it cannot know.
     std::fs::remove_file(snap.path().join("status.json")).unwrap();
     let g = json_of(snap.path(), &["group", "pool-a"]);
