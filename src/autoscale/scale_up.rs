@@ -130,15 +130,47 @@ struct Provisioning {
     excluded_until: Option<Instant>,
 }
 
+/// cluster-autoscaler's node group backoff: a group whose new nodes failed is backed off 5 min,
+/// doubling per failure in a row up to 30 min, from the first again after 3 h without one.
+#[derive(Debug, Default)]
+pub struct GroupBackoff {
+    /// Failures in a row per group, when the last was, and until when it backs the group off.
+    failures: HashMap<String, (u32, Instant, Instant)>,
+}
+
+impl GroupBackoff {
+    /// Records a failure of `group` at `now`: until when it is backed off.
+    pub fn fail(&mut self, group: &str, now: Instant) -> Instant {
+        let count = match self.failures.get(group) {
+            Some(&(count, last, _)) if now.duration_since(last) < PROVISION_BACKOFF_RESET => {
+                count + 1
+            }
+            _ => 1,
+        };
+        let until = now
+            + PROVISION_BACKOFF
+                .saturating_mul(1 << (count - 1).min(8))
+                .min(PROVISION_BACKOFF_MAX);
+        self.failures.insert(group.to_string(), (count, now, until));
+        until
+    }
+
+    /// Until when `group` is backed off at `now`, if it is.
+    pub fn until(&self, group: &str, now: Instant) -> Option<Instant> {
+        self.failures
+            .get(group)
+            .map(|&(_, _, until)| until)
+            .filter(|until| now < *until)
+    }
+}
+
 /// Groups whose requested nodes do not register within `maxNodeProvisionTime` are out of
-/// scale-up for a backoff that expires, as cluster-autoscaler backs a node group off: 5 min,
-/// doubling per failure in a row up to 30 min, from the first again after 3 h without one. When
-/// the backoff ends the group is tried again with a new `maxNodeProvisionTime` to show progress.
+/// scale-up for a backoff that expires ([`GroupBackoff`]). When the backoff ends the group is
+/// tried again with a new `maxNodeProvisionTime` to show progress.
 #[derive(Debug, Default)]
 pub struct ProvisionWatch {
     open: HashMap<String, Provisioning>,
-    /// Failures in a row per group, and when the last was.
-    failures: HashMap<String, (u32, Instant)>,
+    failures: GroupBackoff,
 }
 
 impl ProvisionWatch {
@@ -179,17 +211,7 @@ impl ProvisionWatch {
                 None
             }
             None if now.duration_since(p.since) >= limit => {
-                let (count, last) = self.failures.get(group).copied().unwrap_or((0, now));
-                let count = if now.duration_since(last) >= PROVISION_BACKOFF_RESET {
-                    1
-                } else {
-                    count + 1
-                };
-                self.failures.insert(group.to_string(), (count, now));
-                let backoff = PROVISION_BACKOFF
-                    .saturating_mul(1 << (count - 1).min(8))
-                    .min(PROVISION_BACKOFF_MAX);
-                let until = now + backoff;
+                let until = self.failures.fail(group, now);
                 p.excluded_until = Some(until);
                 Some((until, true))
             }
@@ -1028,6 +1050,27 @@ pub(crate) fn shape_of<'a>(g: &'a NodeGroupSpec, ss: &'a crate::cache::ScaleSet)
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_groups_backoff_doubles_per_failure_in_a_row_up_to_30_min_and_starts_over_after_3_h() {
+        let t0 = Instant::now();
+        let at = |mins: u64| t0 + Duration::from_secs(mins * 60);
+        let mut b = super::GroupBackoff::default();
+        assert_eq!(b.until("g", at(0)), None);
+        assert_eq!(b.fail("g", at(0)), at(5));
+        assert_eq!(b.until("g", at(4)), Some(at(5)));
+        assert_eq!(b.until("g", at(5)), None, "over at its end");
+        assert_eq!(b.until("other", at(4)), None, "one group's failure only");
+        assert_eq!(b.fail("g", at(10)), at(20));
+        assert_eq!(b.fail("g", at(20)), at(40));
+        assert_eq!(b.fail("g", at(40)), at(70), "30 min at most");
+        assert_eq!(b.fail("g", at(70)), at(100));
+        assert_eq!(
+            b.fail("g", at(70 + 180)),
+            at(70 + 180 + 5),
+            "3 h without one"
+        );
+    }
+
     #[test]
     fn a_group_whose_nodes_never_come_is_backed_off_and_tried_again_when_the_backoff_ends() {
         let limit = Duration::from_secs(15 * 60);

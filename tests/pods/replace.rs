@@ -323,6 +323,7 @@ async fn a_replacement_that_never_registers_abandons_the_replace_after_max_node_
             e.note.as_deref().is_some_and(|n| {
                 n.contains("replace abandoned")
                     && n.contains("not Ready within maxNodeProvisionTime")
+                    && n.contains("no replace asks it again for 5m")
             })
         })
     };
@@ -336,6 +337,16 @@ async fn a_replacement_that_never_registers_abandons_the_replace_after_max_node_
     assert!(!puts_to(&c, &cheap).is_empty());
     assert!(c.nodes_of("cheap").is_empty(), "{:?}", c.nodes_of("cheap"));
     nothing_taken(&c, &nodes).await;
+    // Its group is backed off for replaces (5 min first): three more `maxNodeProvisionTime`s
+    // later nothing asked it again (before, a replace grew it, timed out and had its VM
+    // cleaned up every few seconds).
+    let grown = puts_to(&c, &cheap).len();
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert_eq!(
+        puts_to(&c, &cheap).len(),
+        grown,
+        "the replace asked the group whose node never came again"
+    );
     c.stop().await;
 }
 

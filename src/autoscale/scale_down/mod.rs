@@ -168,6 +168,9 @@ pub struct ScaleDownLoop {
     demand: Option<Arc<super::scale_up::PodDemand>>,
     /// A replace launched and waiting for its new node.
     replacing: Option<Replacing>,
+    /// Groups whose replacement node did not come within `maxNodeProvisionTime`: no replace
+    /// asks them again until their backoff ends (cluster-autoscaler's node group backoff).
+    replace_backoff: super::scale_up::GroupBackoff,
     /// A replace's new nodes, kept from scale-down until the nodes they replace are removed.
     protected: Option<Protected>,
     /// Deletion-cost hints the last consolidation decision asked for, written at the end of
@@ -326,6 +329,7 @@ impl ScaleDownLoop {
             told: HashMap::new(),
             demand: None,
             replacing: None,
+            replace_backoff: Default::default(),
             hints: Vec::new(),
             hint_writer: hints::HintWriter::default(),
             drain_first: HashMap::new(),

@@ -215,7 +215,7 @@ impl ScaleDownLoop {
         let checked = match command.action {
             Action::Delete => consolidate::revalidate(&command, input),
             Action::Replace { group, .. } => {
-                let options = self.replace_options(v, prices);
+                let options = self.replace_options(v, prices, now);
                 match options.iter().find(|o| o.group == group) {
                     Some(opt) => consolidate::revalidate_launch(&command, input, opt),
                     None => Err((
@@ -265,7 +265,7 @@ impl ScaleDownLoop {
         let deadline = std::time::Instant::now() + cfg.timeout;
         let started = std::time::Instant::now();
         let options = if self.demand.is_some() {
-            self.replace_options(v, prices)
+            self.replace_options(v, prices, now)
         } else {
             Vec::new()
         };
@@ -386,7 +386,12 @@ impl ScaleDownLoop {
     /// its learned node, else its shape; DaemonSets taken off): below their max, with a known
     /// size and template, not refused (a co-writer's pool, an offering Azure refused lately)
     /// and not backed off.
-    pub(super) fn replace_options(&self, v: &PassView, prices: &[f64]) -> Vec<ReplaceOption> {
+    pub(super) fn replace_options(
+        &self,
+        v: &PassView,
+        prices: &[f64],
+        now: Instant,
+    ) -> Vec<ReplaceOption> {
         use crate::pods::scale_up::{group_templates, GroupInput};
         let s = &self.shared;
         let cached: Vec<_> = v
@@ -432,8 +437,9 @@ impl ScaleDownLoop {
         for (i, (g, t)) in v.groups.iter().zip(templates).enumerate() {
             let Ok(template) = t else { continue };
             let grows = v.down[i].size.is_some_and(|n| n < i64::from(g.max_size));
-            let held =
-                v.down[i].refused.is_some() || s.groups.health(&g.name).out_of_scale_up().is_some();
+            let held = v.down[i].refused.is_some()
+                || s.groups.health(&g.name).out_of_scale_up().is_some()
+                || self.replace_backoff.until(&g.name, now).is_some();
             if grows && !held {
                 out.push(ReplaceOption {
                     group: i,
@@ -546,10 +552,16 @@ impl ScaleDownLoop {
         } else if let Some(w) = refused {
             Some(format!("its new node of {} does not come: {w}", g.name))
         } else if now.duration_since(r.since) >= limit {
+            // No replace asks the group again until its backoff ends: a group whose nodes
+            // never register would otherwise be grown, timed out and cleaned up in a loop.
+            let until = self.replace_backoff.fail(&g.name, now);
             Some(format!(
-                "its new node of {} was not Ready within maxNodeProvisionTime ({})",
+                "its new node of {} was not Ready within maxNodeProvisionTime ({}); no replace asks it again for {}",
                 g.name,
-                humantime::format_duration(limit)
+                humantime::format_duration(limit),
+                humantime::format_duration(std::time::Duration::from_secs(
+                    until.saturating_duration_since(now).as_secs()
+                ))
             ))
         } else {
             debug!(scale_set = %g.name, target = r.target, "replace waiting for its new node");
