@@ -22,12 +22,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// The first "did not help" backoff.
-pub const NOT_HELPED_BACKOFF: Duration = Duration::from_secs(5 * 60);
-/// The longest.
-pub const NOT_HELPED_BACKOFF_MAX: Duration = Duration::from_secs(30 * 60);
-/// After this long without a failure, the next starts from the first backoff again.
-pub const NOT_HELPED_RESET: Duration = Duration::from_secs(3 * 60 * 60);
+/// The first "did not help" backoff: cluster-autoscaler's node group backoff, as a group whose
+/// nodes do not come earns ([`super::scale_up::backoff_after`]).
+pub const NOT_HELPED_BACKOFF: Duration = super::scale_up::PROVISION_BACKOFF;
 
 /// A scale-up being followed.
 #[derive(Debug, Clone)]
@@ -266,13 +263,11 @@ impl FollowUp {
             }
             for (workload, f) in workloads {
                 let key = (group.clone(), workload.to_string());
-                let failures = match self.backoffs.get(&key) {
-                    Some(b) if now.duration_since(b.last) < NOT_HELPED_RESET => b.failures + 1,
-                    _ => 1,
-                };
-                let backoff = NOT_HELPED_BACKOFF
-                    .saturating_mul(1 << (failures - 1).min(8))
-                    .min(NOT_HELPED_BACKOFF_MAX);
+                let failures = super::scale_up::failures_in_row(
+                    self.backoffs.get(&key).map(|b| (b.failures, b.last)),
+                    now,
+                );
+                let backoff = super::scale_up::backoff_after(failures);
                 let why = format!(
                     "a scale-up of {group} for it did not help: its new node {} cannot take it ({}); passed over for {}s",
                     names[0],

@@ -138,19 +138,32 @@ pub struct GroupBackoff {
     failures: HashMap<String, (u32, Instant, Instant)>,
 }
 
+/// How many failures in a row a failure at `now` makes after `previous` (their count and when
+/// the last was): from 1 again after [`PROVISION_BACKOFF_RESET`] without one.
+pub fn failures_in_row(previous: Option<(u32, Instant)>, now: Instant) -> u32 {
+    match previous {
+        Some((count, last)) if now.duration_since(last) < PROVISION_BACKOFF_RESET => count + 1,
+        _ => 1,
+    }
+}
+
+/// The backoff `failures` in a row earn (the first is 1): [`PROVISION_BACKOFF`], doubling per
+/// failure up to [`PROVISION_BACKOFF_MAX`].
+pub fn backoff_after(failures: u32) -> Duration {
+    PROVISION_BACKOFF
+        .saturating_mul(1 << failures.saturating_sub(1).min(8))
+        .min(PROVISION_BACKOFF_MAX)
+}
+
 impl GroupBackoff {
     /// Records a failure of `group` at `now`: until when it is backed off.
     pub fn fail(&mut self, group: &str, now: Instant) -> Instant {
-        let count = match self.failures.get(group) {
-            Some(&(count, last, _)) if now.duration_since(last) < PROVISION_BACKOFF_RESET => {
-                count + 1
-            }
-            _ => 1,
-        };
-        let until = now
-            + PROVISION_BACKOFF
-                .saturating_mul(1 << (count - 1).min(8))
-                .min(PROVISION_BACKOFF_MAX);
+        let previous = self
+            .failures
+            .get(group)
+            .map(|&(count, last, _)| (count, last));
+        let count = failures_in_row(previous, now);
+        let until = now + backoff_after(count);
         self.failures.insert(group.to_string(), (count, now, until));
         until
     }
