@@ -33,6 +33,7 @@
 pub mod app;
 pub mod autoscale;
 pub mod azure;
+pub mod backoff;
 pub mod cache;
 pub mod capacity;
 pub mod cli;

@@ -22,9 +22,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// The first "did not help" backoff: cluster-autoscaler's node group backoff, as a group whose
-/// nodes do not come earns ([`super::scale_up::backoff_after`]).
-pub const NOT_HELPED_BACKOFF: Duration = super::scale_up::PROVISION_BACKOFF;
+/// The first "did not help" backoff: cluster-autoscaler's node group backoff
+/// ([`crate::backoff`]).
+pub const NOT_HELPED_BACKOFF: Duration = crate::backoff::INITIAL;
 
 /// A scale-up being followed.
 #[derive(Debug, Clone)]
@@ -263,11 +263,11 @@ impl FollowUp {
             }
             for (workload, f) in workloads {
                 let key = (group.clone(), workload.to_string());
-                let failures = super::scale_up::failures_in_row(
+                let failures = crate::backoff::failures_in_row(
                     self.backoffs.get(&key).map(|b| (b.failures, b.last)),
                     now,
                 );
-                let backoff = super::scale_up::backoff_after(failures);
+                let backoff = crate::backoff::after(failures);
                 let why = format!(
                     "a scale-up of {group} for it did not help: its new node {} cannot take it ({}); passed over for {}s",
                     names[0],

@@ -112,15 +112,6 @@ pub fn demand_source(settings: &Settings) -> Option<Arc<PodDemand>> {
     (settings.pod_demand.kind == DemandKind::Pods).then(|| Arc::new(PodDemand::default()))
 }
 
-/// cluster-autoscaler's first backoff of a node group whose scale-up failed
-/// (`--initial-node-group-backoff-duration`).
-pub const PROVISION_BACKOFF: Duration = Duration::from_secs(5 * 60);
-/// Its longest backoff (`--max-node-group-backoff-duration`).
-pub const PROVISION_BACKOFF_MAX: Duration = Duration::from_secs(30 * 60);
-/// After this long without a failure, the next backoff starts from the first again
-/// (`--node-group-backoff-reset-timeout`).
-pub const PROVISION_BACKOFF_RESET: Duration = Duration::from_secs(3 * 60 * 60);
-
 /// Since when a group has had requested nodes that did not register, with no progress.
 #[derive(Debug, Clone, Copy)]
 struct Provisioning {
@@ -130,29 +121,11 @@ struct Provisioning {
     excluded_until: Option<Instant>,
 }
 
-/// cluster-autoscaler's node group backoff: a group whose new nodes failed is backed off 5 min,
-/// doubling per failure in a row up to 30 min, from the first again after 3 h without one.
+/// Per group, failures of its new nodes and the backoff they earn ([`crate::backoff`]).
 #[derive(Debug, Default)]
 pub struct GroupBackoff {
     /// Failures in a row per group, when the last was, and until when it backs the group off.
     failures: HashMap<String, (u32, Instant, Instant)>,
-}
-
-/// How many failures in a row a failure at `now` makes after `previous` (their count and when
-/// the last was): from 1 again after [`PROVISION_BACKOFF_RESET`] without one.
-pub fn failures_in_row(previous: Option<(u32, Instant)>, now: Instant) -> u32 {
-    match previous {
-        Some((count, last)) if now.duration_since(last) < PROVISION_BACKOFF_RESET => count + 1,
-        _ => 1,
-    }
-}
-
-/// The backoff `failures` in a row earn (the first is 1): [`PROVISION_BACKOFF`], doubling per
-/// failure up to [`PROVISION_BACKOFF_MAX`].
-pub fn backoff_after(failures: u32) -> Duration {
-    PROVISION_BACKOFF
-        .saturating_mul(1 << failures.saturating_sub(1).min(8))
-        .min(PROVISION_BACKOFF_MAX)
 }
 
 impl GroupBackoff {
@@ -162,8 +135,8 @@ impl GroupBackoff {
             .failures
             .get(group)
             .map(|&(count, last, _)| (count, last));
-        let count = failures_in_row(previous, now);
-        let until = now + backoff_after(count);
+        let count = crate::backoff::failures_in_row(previous, now);
+        let until = now + crate::backoff::after(count);
         self.failures.insert(group.to_string(), (count, now, until));
         until
     }
@@ -1131,7 +1104,7 @@ mod tests {
         assert_eq!(backoffs, [5, 10, 20, 30, 30]);
         // Three hours without a failure: the next one is backed off 5 minutes again.
         w.observe("g", Some(0), 0, limit, now);
-        now += super::PROVISION_BACKOFF_RESET;
+        now += crate::backoff::RESET;
         w.observe("g", Some(2), 0, limit, now);
         now += limit;
         let (until, _) = w.observe("g", Some(2), 0, limit, now).expect("backed off");

@@ -24,14 +24,14 @@ pub const SKU_NOT_AVAILABLE_TTL: Duration = Duration::from_secs(23 * 3600);
 /// 1 h, which costs nothing to a pod another group can serve (it is planned there anyway) but
 /// leaves a pod only this group can serve (a zonal disk, a pinned size) pending an hour after a
 /// shortage that may be over in minutes.
-pub const NO_CAPACITY_BACKOFF_BASE: Duration = Duration::from_secs(5 * 60);
+pub const NO_CAPACITY_BACKOFF_BASE: Duration = crate::backoff::INITIAL;
 
 /// The longest a run of capacity shortages keeps an offering out.
-pub const NO_CAPACITY_BACKOFF_MAX: Duration = Duration::from_secs(30 * 60);
+pub const NO_CAPACITY_BACKOFF_MAX: Duration = crate::backoff::MAX;
 
 /// How long after its last shortage an offering's backoff starts from the base again
 /// (cluster-autoscaler's `node-group-backoff-reset-timeout`).
-pub const NO_CAPACITY_BACKOFF_RESET: Duration = Duration::from_secs(3 * 3600);
+pub const NO_CAPACITY_BACKOFF_RESET: Duration = crate::backoff::RESET;
 
 /// How long a spot eviction keeps its offering out: Azure wants that capacity back now, so new
 /// spot VMs of the size there would likely be evicted too; Karpenter keeps a spot offering out
@@ -209,10 +209,7 @@ pub struct UnavailableOfferings {
 
 /// How long the `n`-th capacity shortage in a row (from 1) keeps its offering out.
 pub fn no_capacity_backoff(n: u32) -> Duration {
-    let doublings = n.saturating_sub(1).min(16);
-    NO_CAPACITY_BACKOFF_BASE
-        .saturating_mul(1 << doublings)
-        .min(NO_CAPACITY_BACKOFF_MAX)
+    crate::backoff::after(n)
 }
 
 impl UnavailableOfferings {
