@@ -5,6 +5,7 @@
 //! (`--max-node-group-backoff-duration`), from 5 min again after 3 h without one
 //! (`--node-group-backoff-reset-timeout`).
 
+use std::collections::HashMap;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -34,9 +35,59 @@ pub fn after(failures: u32) -> Duration {
         .min(MAX)
 }
 
+/// Per group, failures of its new nodes and the backoff they earn (the rule above).
+#[derive(Debug, Default)]
+pub struct GroupBackoff {
+    /// Failures in a row per group, when the last was, and until when it backs the group off.
+    failures: HashMap<String, (u32, Instant, Instant)>,
+}
+
+impl GroupBackoff {
+    /// Records a failure of `group` at `now`: until when it is backed off.
+    pub fn fail(&mut self, group: &str, now: Instant) -> Instant {
+        let previous = self
+            .failures
+            .get(group)
+            .map(|&(count, last, _)| (count, last));
+        let count = failures_in_row(previous, now);
+        let until = now + after(count);
+        self.failures.insert(group.to_string(), (count, now, until));
+        until
+    }
+
+    /// Until when `group` is backed off at `now`, if it is.
+    pub fn until(&self, group: &str, now: Instant) -> Option<Instant> {
+        self.failures
+            .get(group)
+            .map(|&(_, _, until)| until)
+            .filter(|until| now < *until)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_groups_backoff_doubles_per_failure_in_a_row_up_to_30_min_and_starts_over_after_3_h() {
+        let t0 = Instant::now();
+        let at = |mins: u64| t0 + Duration::from_secs(mins * 60);
+        let mut b = GroupBackoff::default();
+        assert_eq!(b.until("g", at(0)), None);
+        assert_eq!(b.fail("g", at(0)), at(5));
+        assert_eq!(b.until("g", at(4)), Some(at(5)));
+        assert_eq!(b.until("g", at(5)), None, "over at its end");
+        assert_eq!(b.until("other", at(4)), None, "one group's failure only");
+        assert_eq!(b.fail("g", at(10)), at(20));
+        assert_eq!(b.fail("g", at(20)), at(40));
+        assert_eq!(b.fail("g", at(40)), at(70), "30 min at most");
+        assert_eq!(b.fail("g", at(70)), at(100));
+        assert_eq!(
+            b.fail("g", at(70 + 180)),
+            at(70 + 180 + 5),
+            "3 h without one"
+        );
+    }
 
     #[test]
     fn the_backoff_doubles_per_failure_in_a_row_to_thirty_minutes() {

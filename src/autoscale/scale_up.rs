@@ -121,42 +121,13 @@ struct Provisioning {
     excluded_until: Option<Instant>,
 }
 
-/// Per group, failures of its new nodes and the backoff they earn ([`crate::backoff`]).
-#[derive(Debug, Default)]
-pub struct GroupBackoff {
-    /// Failures in a row per group, when the last was, and until when it backs the group off.
-    failures: HashMap<String, (u32, Instant, Instant)>,
-}
-
-impl GroupBackoff {
-    /// Records a failure of `group` at `now`: until when it is backed off.
-    pub fn fail(&mut self, group: &str, now: Instant) -> Instant {
-        let previous = self
-            .failures
-            .get(group)
-            .map(|&(count, last, _)| (count, last));
-        let count = crate::backoff::failures_in_row(previous, now);
-        let until = now + crate::backoff::after(count);
-        self.failures.insert(group.to_string(), (count, now, until));
-        until
-    }
-
-    /// Until when `group` is backed off at `now`, if it is.
-    pub fn until(&self, group: &str, now: Instant) -> Option<Instant> {
-        self.failures
-            .get(group)
-            .map(|&(_, _, until)| until)
-            .filter(|until| now < *until)
-    }
-}
-
 /// Groups whose requested nodes do not register within `maxNodeProvisionTime` are out of
-/// scale-up for a backoff that expires ([`GroupBackoff`]). When the backoff ends the group is
-/// tried again with a new `maxNodeProvisionTime` to show progress.
+/// scale-up for a backoff that expires ([`crate::backoff::GroupBackoff`]). When the backoff
+/// ends the group is tried again with a new `maxNodeProvisionTime` to show progress.
 #[derive(Debug, Default)]
 pub struct ProvisionWatch {
     open: HashMap<String, Provisioning>,
-    failures: GroupBackoff,
+    failures: crate::backoff::GroupBackoff,
 }
 
 impl ProvisionWatch {
@@ -1036,27 +1007,6 @@ pub(crate) fn shape_of<'a>(g: &'a NodeGroupSpec, ss: &'a crate::cache::ScaleSet)
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn a_groups_backoff_doubles_per_failure_in_a_row_up_to_30_min_and_starts_over_after_3_h() {
-        let t0 = Instant::now();
-        let at = |mins: u64| t0 + Duration::from_secs(mins * 60);
-        let mut b = super::GroupBackoff::default();
-        assert_eq!(b.until("g", at(0)), None);
-        assert_eq!(b.fail("g", at(0)), at(5));
-        assert_eq!(b.until("g", at(4)), Some(at(5)));
-        assert_eq!(b.until("g", at(5)), None, "over at its end");
-        assert_eq!(b.until("other", at(4)), None, "one group's failure only");
-        assert_eq!(b.fail("g", at(10)), at(20));
-        assert_eq!(b.fail("g", at(20)), at(40));
-        assert_eq!(b.fail("g", at(40)), at(70), "30 min at most");
-        assert_eq!(b.fail("g", at(70)), at(100));
-        assert_eq!(
-            b.fail("g", at(70 + 180)),
-            at(70 + 180 + 5),
-            "3 h without one"
-        );
-    }
-
     #[test]
     fn a_group_whose_nodes_never_come_is_backed_off_and_tried_again_when_the_backoff_ends() {
         let limit = Duration::from_secs(15 * 60);

@@ -301,15 +301,20 @@ async fn a_replacement_azure_refuses_abandons_the_replace_with_nothing_tainted_o
 /// A replacement Azure creates but whose VM never registers a Node (a broken image, a bootstrap
 /// that fails): no refusal to read, so the replace waits `maxNodeProvisionTime` for its new node
 /// and is abandoned then, with nothing tainted, evicted or deleted.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[tokio::test(start_paused = true)]
 async fn a_replacement_that_never_registers_abandons_the_replace_after_max_node_provision_time() {
     use vmss_capacity_controller::emulator::sim::nodes::NEVER_REGISTER_TAG;
-    let c = Cluster::start_simulated(
+    use vmss_capacity_controller::emulator::sim::SimSettings;
+    let c = Cluster::start_simulated_on_tokio_clock(
         &[
             ("dear", DEAR, 2, &[]),
             ("cheap", CHEAP, 0, &[(NEVER_REGISTER_TAG, "true")]),
         ],
         5,
+        SimSettings {
+            boot_delay: Duration::from_millis(200),
+            tick: Duration::from_millis(20),
+        },
         |s| {
             replacing(s);
             s.pod_demand.max_node_provision_time = Duration::from_secs(4);

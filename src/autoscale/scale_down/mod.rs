@@ -170,7 +170,7 @@ pub struct ScaleDownLoop {
     replacing: Option<Replacing>,
     /// Groups whose replacement node did not come within `maxNodeProvisionTime`: no replace
     /// asks them again until their backoff ends (cluster-autoscaler's node group backoff).
-    replace_backoff: super::scale_up::GroupBackoff,
+    replace_backoff: crate::backoff::GroupBackoff,
     /// A replace's new nodes, kept from scale-down until the nodes they replace are removed.
     protected: Option<Protected>,
     /// Deletion-cost hints the last consolidation decision asked for, written at the end of
