@@ -181,6 +181,13 @@ pub struct ConsolidationSettings {
     /// cluster-autoscaler's scale-down (10 min). The pending pods that a node could take hold it
     /// without this.
     pub delay_after_add: Duration,
+    /// `consolidation.disruptJobs` (false): whether consolidation may evict a pod that runs to
+    /// completion (its controller a Job). Off, a node running one is left until the pod ends:
+    /// an evicted Job pod starts its work again from the beginning, so moving it costs the
+    /// hours it ran, and a Job evicted more than its `backoffLimit` fails (Karpenter evicts
+    /// them, kubernetes-sigs/karpenter#701; `true` is its behaviour). Scale-down of underused
+    /// nodes (cluster-autoscaler's policy) drains them as cluster-autoscaler does either way.
+    pub disrupt_jobs: bool,
 }
 
 impl Default for ConsolidationSettings {
@@ -198,6 +205,7 @@ impl Default for ConsolidationSettings {
             stabilization_window: Duration::ZERO,
             empty_first: Duration::ZERO,
             delay_after_add: Duration::ZERO,
+            disrupt_jobs: false,
         }
     }
 }
@@ -454,6 +462,7 @@ pub(super) fn consolidation_settings(
             Some(HumanDuration(t)) => t,
             None => d.delay_after_add,
         },
+        disrupt_jobs: raw.disrupt_jobs.unwrap_or(d.disrupt_jobs),
     }
 }
 
@@ -572,6 +581,15 @@ deletionCostHints: 500",
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].0, "consolidation.delayAfterAdd");
         assert!(found[0].1.contains("at most 24h"), "{found:?}");
+    }
+
+    #[test]
+    fn consolidation_waits_for_jobs_pods_unless_disrupt_jobs_is_true() {
+        assert!(!ConsolidationSettings::default().disrupt_jobs);
+        assert!(!parse("enabled: true", true).0.disrupt_jobs);
+        let (s, found) = parse("enabled: true\ndisruptJobs: true", true);
+        assert!(s.disrupt_jobs, "{found:?}");
+        assert!(found.is_empty(), "{found:?}");
     }
 
     #[test]

@@ -410,6 +410,7 @@ pub(super) struct RawConsolidation {
     pub(super) stabilization_window: Option<HumanDuration>,
     pub(super) empty_first: Option<HumanDuration>,
     pub(super) delay_after_add: Option<HumanDuration>,
+    pub(super) disrupt_jobs: Option<bool>,
 }
 
 /// One budget of `consolidation:`.

@@ -7,9 +7,10 @@
 //!   PodDisruptionBudgets (`maxUnavailable: 1`), following the day;
 //! - `cache` (500m, 6Gi), memory-heavy, under a PodDisruptionBudget, following the day;
 //! - `spread` (500m, 1Gi), spread over the three zones (`maxSkew: 1`, `minDomains: 3`);
-//! - batch Jobs (2 cpu, 4Gi per pod, 2 to 6 pods, 20 to 90 min, more of them at night),
-//!   modelled as ReplicaSets scaled up at the job's start and to zero at its end (the
-//!   simulation has no Job controller);
+//! - batch Jobs (2 cpu, 4Gi per pod, 2 to 6 pods run at once, 20 to 90 min, more of them at
+//!   night): `batch/v1` Jobs whose pods the simulation runs for the job's time and then ends
+//!   (`Succeeded`); an evicted pod is replaced after the Job controller's backoff and runs its
+//!   whole time again, so a job whose pods are evicted ends late and costs the work redone;
 //! - a DaemonSet (100m, 128Mi) on every node.
 //!
 //! The node groups: `d4-z1`, `d4-z2`, `d4-z3` (`Standard_D4s_v5`, one zone each, balanced),
@@ -132,14 +133,16 @@ pub enum Step {
         /// Its replicas from now on.
         replicas: u32,
     },
-    /// Batch job `job` starts with `pods` pods.
+    /// Batch job `job` starts with `pods` pods, each running `runs` seconds.
     JobStart {
         /// Its number.
         job: usize,
         /// Its pods.
         pods: u32,
+        /// Seconds each pod's work runs.
+        runs: u64,
     },
-    /// Batch job `job` ends (its pods go).
+    /// Batch job `job` ends, if none of its pods was evicted (its pods go).
     JobEnd {
         /// Its number.
         job: usize,
@@ -198,7 +201,7 @@ impl Trace {
             let hour = t as f64 / 3600.0 % 24.0;
             let pods = rng.gen_range(2..=6u32);
             let runs = rng.gen_range(20..=90u64) * 60;
-            steps.push((t, Step::JobStart { job, pods }));
+            steps.push((t, Step::JobStart { job, pods, runs }));
             if t + runs < end {
                 steps.push((t + runs, Step::JobEnd { job }));
             }
@@ -239,7 +242,7 @@ impl Trace {
                         service,
                         replicas: n,
                     } => replicas[*service] = *n,
-                    Step::JobStart { job, pods } => {
+                    Step::JobStart { job, pods, .. } => {
                         jobs.insert(*job, *pods);
                     }
                     Step::JobEnd { job } => {
@@ -611,6 +614,19 @@ pub struct ArmReport {
     /// takes where there is room, so they waited for a node to boot (a move undone by a
     /// scale-up: delete, then re-provision).
     pub replaced_waited_for_node: usize,
+    /// Pod-hours of batch work thrown away: what each job pod evicted or lost had run (its
+    /// replacement runs it again).
+    pub job_work_lost_hours: f64,
+    /// Minutes after the trace's end of each job (its start plus its run) that it completed:
+    /// the mean over the jobs that completed, and the most. Pending time and the 15 s between
+    /// looks make every job a little late; an evicted pod's rerun makes its job later.
+    pub jobs_late_mean_minutes: f64,
+    /// The most.
+    pub jobs_late_max_minutes: f64,
+    /// Jobs the trace ended within the day that had not completed by its end.
+    pub jobs_unfinished: usize,
+    /// Jobs that failed (evicted more often than their backoff limit allows).
+    pub jobs_failed: usize,
     /// Pods under a PodDisruptionBudget that went down with their node (no admitted eviction).
     pub pdb_violations: usize,
     /// Any pod that went down with its node.
@@ -664,6 +680,14 @@ impl CostReport {
                 format!("{:.1}", a.node_hours),
                 format!("${:.2} / ${:.2}", a.empty_dollars, a.unregistered_dollars),
                 format!("{} ({:.2}/h)", a.evictions, a.evictions as f64 / h),
+                format!("{:.2}", a.job_work_lost_hours),
+                format!(
+                    "{:.1} min / {:.1} min; {} / {}",
+                    a.jobs_late_mean_minutes,
+                    a.jobs_late_max_minutes,
+                    a.jobs_unfinished,
+                    a.jobs_failed
+                ),
                 format!(
                     "{} ({} by consolidation)",
                     a.nodes_removed, a.nodes_consolidated
@@ -686,6 +710,8 @@ impl CostReport {
             "node-hours",
             "of the cost: nodes with no pod of the trace's / VMs not registered as nodes",
             "evictions (per hour)",
+            "batch work redone (pod-hours run by pods evicted or lost)",
+            "jobs: completed late by (mean / max); unfinished at the end / failed",
             "nodes removed",
             "PDB violations",
             "pending time: mean / p99 / max",
@@ -810,6 +836,9 @@ pub struct Dials {
     pub consolidation_delay_after_add: Duration,
     /// The consolidation run's `consolidation.deletionCostHints` (3 by default).
     pub deletion_cost_hints: u32,
+    /// The consolidation run's `consolidation.disruptJobs` (false, the default: it waits for
+    /// a Job's running pods to end).
+    pub disrupt_jobs: bool,
 }
 
 /// The consolidation run's deletion-cost hints unless `--deletion-cost-hints` says otherwise:
@@ -826,6 +855,7 @@ impl Default for Dials {
             consolidation_delay_after_add: crate::config::ConsolidationSettings::default()
                 .delay_after_add,
             deletion_cost_hints: DELETION_COST_HINTS,
+            disrupt_jobs: crate::config::ConsolidationSettings::default().disrupt_jobs,
         }
     }
 }
@@ -967,6 +997,7 @@ async fn run_arm(
         max_bulk_soft_taint_count: None,
         empty_first: None,
         consolidation_delay_after_add: None,
+        disrupt_jobs: false,
         deletion_cost_hints: None,
         report: None,
         report_defaulted: false,
@@ -1002,6 +1033,7 @@ async fn run_arm(
         settings.consolidation.stabilization_window = dials.stabilization_window;
         // `--empty-first`: the hinted nodes get this long to empty before any eviction.
         settings.consolidation.empty_first = dials.empty_first;
+        settings.consolidation.disrupt_jobs = dials.disrupt_jobs;
         // `--consolidation-delay-after-add`: consolidation held after a scale-up (0 s, no hold:
         // Karpenter's behaviour and the default).
         settings.consolidation.delay_after_add = dials.consolidation_delay_after_add;
@@ -1085,17 +1117,14 @@ async fn run_arm(
                         before.saturating_sub(*replicas);
                     kube.scale_replica_set(NS, name, i64::from(*replicas))?;
                 }
-                Step::JobStart { job, pods } => {
+                Step::JobStart { job, pods, runs } => {
                     let name = format!("batch-{job}");
-                    desired.insert(name.clone(), *pods);
-                    kube.create_replica_set(NS, &name, i64::from(*pods), &job_template)?;
+                    let template = job_template.clone().runs_for(Duration::from_secs(*runs));
+                    kube.create_job(NS, &name, i64::from(*pods), &template)?;
+                    look.job_ends.insert(name, trace.steps[next].0 + runs);
                 }
-                Step::JobEnd { job } => {
-                    let name = format!("batch-{job}");
-                    let before = desired.insert(name.clone(), 0).unwrap_or(0);
-                    *shrunk.entry(name.clone()).or_default() += before;
-                    kube.scale_replica_set(NS, &name, 0)?;
-                }
+                // The Job's pods end on their own (`Succeeded`), each when its run is done.
+                Step::JobEnd { .. } => {}
             }
             next += 1;
         }
@@ -1113,6 +1142,7 @@ async fn run_arm(
             *h += sample_dollars;
         }
         let seen = look.sample(&kube, tokio::time::Instant::now(), &shrunk);
+        look.jobs(&kube, at);
         // Where this look's dollars went: nodes with a pod of the trace's, nodes without one,
         // and VMs that are no registered node (booting, or going).
         let mut registered = 0.0;
@@ -1193,7 +1223,7 @@ async fn run_arm(
     let counter = |labels: &[(&str, &str)]| {
         crate::metrics::Metrics::counter_sum(&metrics.scaled_down_nodes_total, labels)
     };
-    let mut r = look.report();
+    let mut r = look.report(trace.length.as_secs());
     r.policy = policy_name(consolidation).into();
     r.dollars = dollars;
     r.node_hours = node_seconds / 3600.0;
@@ -1282,6 +1312,15 @@ struct Look {
     /// Bound pods at the last look: uid → workload.
     bound: HashMap<String, String>,
     pending_seconds: f64,
+    /// Pod-seconds of batch work thrown away: the time each job pod that went without
+    /// finishing (evicted, lost with its node) had run.
+    job_work_lost_seconds: f64,
+    /// Batch jobs by name: when the trace ends each (its start plus its run), seconds.
+    job_ends: HashMap<String, u64>,
+    /// When each batch job was first seen `Complete`, seconds of the trace.
+    job_done: HashMap<String, u64>,
+    /// Batch jobs seen `Failed` (their backoff limit exceeded).
+    jobs_failed: HashSet<String>,
 }
 
 /// Whether `node` is on its way out: tainted to be deleted (by the controller's scale-down or
@@ -1307,6 +1346,29 @@ fn workload_of(p: &Value) -> Option<String> {
 }
 
 impl Look {
+    /// Notes the batch jobs that completed or failed since the last look.
+    fn jobs(&mut self, kube: &KubeState, at: u64) {
+        for job in kube.list_all("batch/v1", "jobs", Some(NS)) {
+            let Some(name) = job.pointer("/metadata/name").and_then(Value::as_str) else {
+                continue;
+            };
+            let condition = |kind: &str| {
+                job.pointer("/status/conditions")
+                    .and_then(Value::as_array)
+                    .is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c["type"] == kind && c["status"] == "True")
+                    })
+            };
+            if condition("Complete") && !self.job_done.contains_key(name) {
+                self.job_done.insert(name.to_string(), at);
+            }
+            if condition("Failed") {
+                self.jobs_failed.insert(name.to_string());
+            }
+        }
+    }
+
     /// `shrunk`: by workload, how many replicas the trace took away since the last look (the
     /// bound pods gone beyond that were evicted or lost, and their replacements are counted).
     fn sample(
@@ -1321,6 +1383,7 @@ impl Look {
         let mut bound_now: HashMap<String, String> = HashMap::new();
         let mut alive: HashSet<String> = HashSet::new();
         let mut pending_new: Vec<(String, String)> = Vec::new();
+        let mut finished: HashSet<String> = HashSet::new();
         let mut pending = 0usize;
         for p in &pods {
             if let Some(node) = p
@@ -1336,6 +1399,13 @@ impl Look {
             if p.pointer("/metadata/deletionTimestamp")
                 .is_some_and(|v| !v.is_null())
             {
+                continue;
+            }
+            if matches!(
+                p.pointer("/status/phase").and_then(Value::as_str),
+                Some("Succeeded" | "Failed")
+            ) {
+                finished.insert(uid.to_string());
                 continue;
             }
             let Some(w) = workload_of(p) else { continue };
@@ -1366,11 +1436,17 @@ impl Look {
                 pending += 1;
             }
         }
-        // Bound pods gone (or going) beyond what the trace took away: their replacements.
+        // Bound pods gone (or going) beyond what the trace took away: their replacements. A
+        // job's pod that finished is the trace's doing; one gone unfinished threw its run away.
         let mut credit: HashMap<String, i64> = HashMap::new();
         for (uid, w) in &self.bound {
-            if !alive.contains(uid) {
+            if !alive.contains(uid) && !finished.contains(uid) {
                 *credit.entry(w.clone()).or_default() += 1;
+                if self.job_ends.contains_key(w) {
+                    if let Some(at) = self.pods.get(uid).and_then(|e| e.1) {
+                        self.job_work_lost_seconds += now.duration_since(at).as_secs_f64();
+                    }
+                }
             }
         }
         for (w, n) in shrunk {
@@ -1403,7 +1479,8 @@ impl Look {
         Seen { occupied, need }
     }
 
-    fn report(&self) -> ArmReport {
+    /// `length`: the trace's, in seconds (a job the trace ends later is not late yet).
+    fn report(&self, length: u64) -> ArmReport {
         let mut waits: Vec<f64> = self
             .pods
             .values()
@@ -1432,7 +1509,28 @@ impl Look {
             .filter(|(_, _, replaced, _)| *replaced)
             .map(|(a, b, _, last)| b.unwrap_or(*last).duration_since(*a).as_secs_f64())
             .collect();
+        // Each job the trace ended within the day: how long after its trace end it completed
+        // (the look's 15 s included), or, not complete by the end, that it is unfinished.
+        let mut late: Vec<f64> = Vec::new();
+        let mut jobs_unfinished = 0;
+        for (name, end) in &self.job_ends {
+            match self.job_done.get(name) {
+                Some(done) => late.push(done.saturating_sub(*end) as f64 / 60.0),
+                None if *end < length => jobs_unfinished += 1,
+                None => {}
+            }
+        }
+        late.sort_by(f64::total_cmp);
         ArmReport {
+            job_work_lost_hours: self.job_work_lost_seconds / 3600.0,
+            jobs_late_mean_minutes: if late.is_empty() {
+                0.0
+            } else {
+                late.iter().sum::<f64>() / late.len() as f64
+            },
+            jobs_late_max_minutes: late.last().copied().unwrap_or(0.0),
+            jobs_unfinished,
+            jobs_failed: self.jobs_failed.len(),
             replaced: replaced.len(),
             replaced_waited_for_node: replaced
                 .iter()
@@ -1491,6 +1589,17 @@ pub fn print(r: &CostReport) {
         println!(
             "consolidation with consolidation.deletionCostHints: {} (its best candidates whose pods go first in a scale-in)",
             r.dials.deletion_cost_hints
+        );
+    }
+    if r.dials.disrupt_jobs != Dials::default().disrupt_jobs {
+        println!(
+            "consolidation with consolidation.disruptJobs: {} ({})",
+            r.dials.disrupt_jobs,
+            if r.dials.disrupt_jobs {
+                "it evicts the Jobs' running pods, as Karpenter does"
+            } else {
+                "it waits for the Jobs' running pods to end"
+            }
         );
     }
     if r.dials.consolidation_delay_after_add != Dials::default().consolidation_delay_after_add {
@@ -1566,6 +1675,7 @@ pub async fn demo(args: &DemoArgs) -> anyhow::Result<CostReport> {
             .consolidation_delay_after_add
             .unwrap_or(d.consolidation_delay_after_add),
         deletion_cost_hints: args.deletion_cost_hints.unwrap_or(d.deletion_cost_hints),
+        disrupt_jobs: args.disrupt_jobs || d.disrupt_jobs,
     };
     if !dials.empty_first.is_zero() && dials.deletion_cost_hints == 0 {
         anyhow::bail!(

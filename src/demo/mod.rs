@@ -459,6 +459,11 @@ pub struct DemoArgs {
     /// cluster-autoscaler's `--scale-down-delay-after-add` holds its scale-down).
     #[arg(long, requires = "cost", value_name = "DURATION", value_parser = crate::config::parse_duration_arg)]
     pub consolidation_delay_after_add: Option<Duration>,
+    /// With `--cost`: the consolidation run's `consolidation.disruptJobs: true` (consolidation
+    /// may evict the batch Jobs' running pods, as Karpenter does; by default it waits for them
+    /// to end).
+    #[arg(long, requires = "cost")]
+    pub disrupt_jobs: bool,
     /// Write a self-contained HTML report (timelines of capacity, Ready nodes and pending pods,
     /// the writes, 412s, rival writes and lost updates, the summary) to FILE. The default demo
     /// writes `demo-report.html` unless given another FILE.

@@ -276,6 +276,12 @@ pub fn do_not_disrupt(pod: &PodRecord, now: k8s_openapi::jiff::Timestamp) -> boo
     }
 }
 
+/// Whether `pod` runs to completion: its controller is a `batch` Job (a CronJob's too). Its
+/// eviction throws away the work it has done; a Deployment's pod loses only a restart.
+pub fn runs_to_completion(pod: &PodRecord) -> bool {
+    pod.controller.as_ref().is_some_and(|c| c.kind == "Job")
+}
+
 /// A candidate that passed every check of one node.
 struct Cand<'a> {
     c: Candidate<'a>,
@@ -332,6 +338,12 @@ fn node_check(
         if do_not_disrupt(p, down.now) {
             return Err(Unconsolidatable::Blocked(format!(
                 "pod {} is annotated {DO_NOT_DISRUPT}",
+                p.key()
+            )));
+        }
+        if !input.settings.disrupt_jobs && runs_to_completion(p) {
+            return Err(Unconsolidatable::Blocked(format!(
+                "pod {} runs to completion (its controller is a Job): evicted, it would start its work again, so consolidation waits for it to end (consolidation.disruptJobs: false)",
                 p.key()
             )));
         }
@@ -1572,6 +1584,39 @@ mod tests {
         w.settings.policy = ConsolidationPolicy::Balanced;
         let c = w.run();
         assert_eq!(gone(&c), vec!["n3"], "{c:?}");
+    }
+
+    #[test]
+    fn a_jobs_running_pod_keeps_its_node_unless_disrupt_jobs_says_consolidation_may_evict_it() {
+        let job_pod = pod_with(
+            "j",
+            Some("a"),
+            "1",
+            json!({"labels": {"job-name": "nightly"},
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "nightly", "uid": "j", "controller": true}]}),
+            json!({"phase": "Running"}),
+        );
+        assert!(runs_to_completion(&job_pod));
+        assert!(!runs_to_completion(&pod("q", "a", "1")));
+        let nodes = vec![node("a", "dear", 0, "4"), node("b", "dear", 1, "4")];
+        let pods = [job_pod, pod("q", "b", "2")];
+        // By default: the Job's node stays, and says why; a Deployment's pod would move.
+        let w = World::new(vec![group("dear", 2)], vec![1.0], nodes.clone(), &pods);
+        let c = w.run();
+        assert!(!gone(&c).contains(&"a"), "{c:?}");
+        let why = c
+            .unconsolidatable
+            .get("a")
+            .map(|w| w.to_string())
+            .unwrap_or_default();
+        assert!(
+            why.contains("default/j runs to completion") && why.contains("disruptJobs"),
+            "{why}"
+        );
+        // With disruptJobs, Karpenter's behaviour: the node with least to move goes.
+        let mut w = World::new(vec![group("dear", 2)], vec![1.0], nodes, &pods);
+        w.settings.disrupt_jobs = true;
+        assert_eq!(gone(&w.run()), ["a"]);
     }
 
     #[test]

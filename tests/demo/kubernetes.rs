@@ -24,6 +24,7 @@ async fn two_replicas_hand_the_lease_over_halfway_and_only_the_leader_writes_to_
         max_bulk_soft_taint_count: None,
         empty_first: None,
         consolidation_delay_after_add: None,
+        disrupt_jobs: false,
         deletion_cost_hints: None,
         report: None,
         report_defaulted: false,

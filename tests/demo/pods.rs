@@ -23,6 +23,7 @@ fn args() -> DemoArgs {
         max_bulk_soft_taint_count: None,
         empty_first: None,
         consolidation_delay_after_add: None,
+        disrupt_jobs: false,
         deletion_cost_hints: None,
         report: None,
         report_defaulted: false,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use vmss_capacity_controller::emulator::kube::KubeState;
-use vmss_capacity_controller::emulator::sim::{PodTemplate, SimSettings};
+use vmss_capacity_controller::emulator::sim::{PodTemplate, SimSettings, FAILURE_BACKOFF};
 use vmss_capacity_controller::emulator::{
     AgentPoolSeed, ClusterSeed, EmulatorBuilder, EmulatorHandle, ScaleSetSeed,
 };
@@ -1216,4 +1216,162 @@ async fn a_simulated_node_reports_every_node_info_field_and_a_bound_pod_runs_wit
         assert_eq!(c["lastState"], json!({}));
         assert!(c["imageID"].is_string() && c["image"].is_string());
     }
+}
+
+fn phase_of(kube: &KubeState, pod: &str) -> Option<String> {
+    kube.get("v1", "pods", "default", pod)
+        .ok()
+        .and_then(|p| p["status"]["phase"].as_str().map(str::to_string))
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_jobs_pods_succeed_after_their_run_and_an_evicted_one_is_replaced_after_the_backoff_and_runs_again_from_the_start(
+) {
+    let (handle, kube) = start().await;
+    seed(&handle, "pool", "Standard_D4s_v5", 1);
+    let run = Duration::from_secs(600);
+    kube.create_job(
+        "default",
+        "batch",
+        2,
+        &PodTemplate::new("500m", "512Mi").runs_for(run),
+    )
+    .expect("job created");
+    let pods = bound_pods(&kube, "batch", 2).await;
+    let started = tokio::time::Instant::now();
+    let pod = kube.get("v1", "pods", "default", &pods[0].0).expect("pod");
+    assert_eq!(
+        pod["metadata"]["ownerReferences"][0]["apiVersion"],
+        "batch/v1"
+    );
+    assert_eq!(
+        pod["metadata"]["labels"]["batch.kubernetes.io/job-name"],
+        "batch"
+    );
+    assert_eq!(pod["spec"]["restartPolicy"], "Never");
+
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    assert_eq!(phase_of(&kube, &pods[0].0).as_deref(), Some("Running"));
+    assert_eq!(evict(&handle, &kube, &pods[0].0).await, 201);
+    // The Job controller's failure backoff: no replacement for 10 s.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let others = |kube: &KubeState| -> Vec<String> {
+        pods_of(kube, "batch")
+            .iter()
+            .map(name)
+            .filter(|n| n != &pods[0].0 && n != &pods[1].0)
+            .collect()
+    };
+    assert!(others(&kube).is_empty(), "replaced within the backoff");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let replacement = others(&kube);
+    assert_eq!(replacement.len(), 1, "one replacement after the backoff");
+    let replacement = replacement[0].clone();
+
+    // The pod not evicted ends at its run's end; the replacement runs its whole run again.
+    tokio::time::sleep((started + run + Duration::from_secs(2)) - tokio::time::Instant::now())
+        .await;
+    assert_eq!(phase_of(&kube, &pods[1].0).as_deref(), Some("Succeeded"));
+    assert_eq!(phase_of(&kube, &replacement).as_deref(), Some("Running"));
+    let job = kube
+        .get("batch/v1", "jobs", "default", "batch")
+        .expect("job");
+    assert_eq!(job["status"]["active"], 1, "{job}");
+    assert_eq!(job["status"]["succeeded"], 1, "{job}");
+    assert_eq!(job["status"]["failed"], 1, "{job}");
+    assert!(job["status"]["conditions"].is_null(), "{job}");
+    let done = kube.get("v1", "pods", "default", &pods[1].0).expect("pod");
+    let ready = done["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+        .cloned()
+        .expect("a Ready condition");
+    assert_eq!(ready["status"], "False");
+    assert_eq!(ready["reason"], "PodCompleted");
+    assert_eq!(
+        done["status"]["containerStatuses"][0]["state"]["terminated"]["reason"],
+        "Completed"
+    );
+
+    tokio::time::sleep(Duration::from_secs(310)).await;
+    assert_eq!(phase_of(&kube, &replacement).as_deref(), Some("Succeeded"));
+    let job = kube
+        .get("batch/v1", "jobs", "default", "batch")
+        .expect("job");
+    assert_eq!(job["status"]["active"], 0, "{job}");
+    assert_eq!(job["status"]["succeeded"], 2, "{job}");
+    assert_eq!(job["status"]["conditions"][0]["type"], "Complete", "{job}");
+    assert!(job["status"]["completionTime"].is_string(), "{job}");
+    // Finished, nothing more is created; the evicted pod is gone, the two that ran stay.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    let left = pods_of(&kube, "batch");
+    assert_eq!(left.len(), 2);
+    assert!(left.iter().all(|p| p["status"]["phase"] == "Succeeded"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_job_evicted_past_its_backoff_limit_fails_and_its_active_pods_are_deleted() {
+    let (handle, kube) = start().await;
+    seed(&handle, "pool", "Standard_D4s_v5", 1);
+    let mut job_template = PodTemplate::new("500m", "512Mi")
+        .runs_for(Duration::from_secs(3600))
+        .to_json("batch");
+    job_template["spec"]["restartPolicy"] = json!("Never");
+    kube.create(
+        "batch/v1",
+        "jobs",
+        "default",
+        json!({"metadata": {"name": "batch"},
+            "spec": {"parallelism": 2, "completions": 2, "backoffLimit": 1, "template": job_template}}),
+    )
+    .expect("job created");
+    let first = bound_pods(&kube, "batch", 2).await;
+    assert_eq!(evict(&handle, &kube, &first[0].0).await, 201);
+    tokio::time::sleep(FAILURE_BACKOFF).await;
+    let second = eventually("a replacement", || {
+        pods_of(&kube, "batch")
+            .iter()
+            .filter(|p| p["status"]["phase"] == "Running")
+            .map(name)
+            .find(|n| n != &first[0].0 && n != &first[1].0)
+    })
+    .await;
+    assert_eq!(evict(&handle, &kube, &second).await, 201);
+    let job = eventually("the job to fail", || {
+        kube.get("batch/v1", "jobs", "default", "batch")
+            .ok()
+            .filter(|j| j["status"]["conditions"][0]["type"] == "Failed")
+    })
+    .await;
+    assert_eq!(
+        job["status"]["conditions"][0]["reason"],
+        "BackoffLimitExceeded"
+    );
+    assert_eq!(job["status"]["failed"], 2, "{job}");
+    eventually("the job's last pod to be deleted", || {
+        pods_of(&kube, "batch")
+            .iter()
+            .all(|p| p["metadata"]["deletionTimestamp"].is_string())
+            .then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_job_whose_pods_would_restart_in_place_is_refused_as_the_api_server_refuses_it() {
+    let (_handle, kube) = start().await;
+    let template = PodTemplate::new("500m", "512Mi").to_json("batch");
+    let err = kube
+        .create(
+            "batch/v1",
+            "jobs",
+            "default",
+            json!({"metadata": {"name": "batch"}, "spec": {"template": template}}),
+        )
+        .expect_err("restartPolicy Always is refused");
+    assert_eq!(err.code, 422);
+    assert!(
+        err.to_string().contains("spec.template.spec.restartPolicy"),
+        "{err}"
+    );
 }

@@ -390,3 +390,138 @@ async fn a_replace_is_not_held_by_delay_after_add_for_the_growth_it_launched_its
     );
     c.stop().await;
 }
+
+/// The pods of the Job `name` by phase: (running, succeeded), and the Job's `status.failed`.
+fn job_state(c: &Cluster, name: &str) -> (usize, usize, i64) {
+    let pods = c.kube.list_all("v1", "pods", Some("default"));
+    let mine = |p: &&serde_json::Value| {
+        p.pointer("/metadata/labels/job-name")
+            .and_then(|v| v.as_str())
+            == Some(name)
+    };
+    let phase = |want: &str| {
+        pods.iter()
+            .filter(mine)
+            .filter(|p| p.pointer("/status/phase").and_then(|v| v.as_str()) == Some(want))
+            .filter(|p| p.pointer("/metadata/deletionTimestamp").is_none())
+            .count()
+    };
+    let failed = c
+        .kube
+        .get("batch/v1", "jobs", "default", name)
+        .ok()
+        .and_then(|j| j.pointer("/status/failed").and_then(|v| v.as_i64()))
+        .unwrap_or(0);
+    (phase("Running"), phase("Succeeded"), failed)
+}
+
+async fn a_jobs_running_pod_and_a_web_pod_on_two_dear_nodes(c: &Cluster, runs: Duration) {
+    assert!(
+        eventually(Duration::from_secs(10), || c.nodes_of("dear").len() == 2
+            && c.kube.ready_nodes().len() == 2)
+        .await,
+        "never 2 Ready nodes"
+    );
+    let nodes = c.nodes_of("dear");
+    for n in &nodes {
+        annotate(c, n, Some("true")).await;
+    }
+    // 1.2 cpu each on 1.9-cpu nodes: one per node, and either would move to one cheap node.
+    c.kube
+        .create_replica_set("default", "web", 1, &PodTemplate::new("1200m", "256Mi"))
+        .expect("replica set");
+    c.kube
+        .create_job(
+            "default",
+            "batch",
+            1,
+            &PodTemplate::new("1200m", "256Mi").runs_for(runs),
+        )
+        .expect("job");
+    assert!(
+        eventually(Duration::from_secs(10), || running_web(c).len() == 1
+            && job_state(c, "batch").0 == 1)
+        .await,
+        "web and the job never both ran"
+    );
+    for n in &nodes {
+        annotate(c, n, None).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consolidation_waits_for_a_jobs_running_pod_to_end_instead_of_evicting_it_and_its_node_goes_after(
+) {
+    const RUNS: Duration = Duration::from_secs(20);
+    let c = Cluster::start_simulated(
+        &[("dear", DEAR, 2, &[]), ("cheap", CHEAP, 0, &[])],
+        5,
+        replacing,
+    )
+    .await;
+    a_jobs_running_pod_and_a_web_pod_on_two_dear_nodes(&c, RUNS).await;
+    let released = tokio::time::Instant::now();
+    // The node of the Job's pod is told why it stays.
+    assert!(
+        told_within(&c, Duration::from_secs(15), |events| events.iter().any(
+            |e| e
+                .note
+                .as_deref()
+                .is_some_and(|n| n.contains("default/batch-")
+                    && n.contains("runs to completion")
+                    && n.contains("consolidation.disruptJobs"))
+        ))
+        .await,
+        "no Unconsolidatable Event named the Job's pod"
+    );
+    // Its run is never cut: until it ends, the Job's pod runs and nothing failed.
+    while released.elapsed() < RUNS - Duration::from_secs(2) {
+        let (running, succeeded, failed) = job_state(&c, "batch");
+        assert_eq!(
+            (running + succeeded, failed),
+            (1, 0),
+            "the Job's pod was disrupted"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Then it succeeds, once, and the dear nodes go: the web pod onto a cheap node.
+    assert!(
+        eventually(Duration::from_secs(60), || c.capacity("dear") == 0
+            && c.capacity("cheap") == 1
+            && running_web(&c).len() == 1)
+        .await,
+        "never consolidated after the Job's pod ended: dear {}, cheap {}",
+        c.capacity("dear"),
+        c.capacity("cheap")
+    );
+    assert_eq!(job_state(&c, "batch").2, 0, "the Job counted a failure");
+    assert!(c.state.lost_updates().is_empty());
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_disrupt_jobs_consolidation_evicts_a_jobs_running_pod_as_karpenter_does() {
+    let c = Cluster::start_simulated(
+        &[("dear", DEAR, 2, &[]), ("cheap", CHEAP, 0, &[])],
+        5,
+        |s| {
+            replacing(s);
+            s.consolidation.disrupt_jobs = true;
+        },
+    )
+    .await;
+    a_jobs_running_pod_and_a_web_pod_on_two_dear_nodes(&c, Duration::from_secs(600)).await;
+    // Both dear nodes go long before the run would end: the Job's pod was evicted and runs
+    // again on the cheap node, its first run counted as a failure.
+    assert!(
+        eventually(Duration::from_secs(60), || c.capacity("dear") == 0
+            && job_state(&c, "batch").2 == 1
+            && job_state(&c, "batch").0 == 1)
+        .await,
+        "the Job's pod was never evicted: dear {}, job {:?}",
+        c.capacity("dear"),
+        job_state(&c, "batch")
+    );
+    assert!(c.state.lost_updates().is_empty());
+    c.stop().await;
+}

@@ -231,6 +231,8 @@ pub static RESOURCES: &[ResourceType] = &[
         true,
         true,
     ),
+    // Jobs: the simulation runs their pods to completion (`sim::jobs`).
+    rt("batch", "v1", "jobs", "job", "Job", true, &[], true, true),
     // ResourceQuotas: `status.hard`/`status.used` are written by kube-controller-manager's
     // quota controller through the status subresource (a test writes them so here).
     rt(

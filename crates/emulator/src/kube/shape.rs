@@ -162,6 +162,8 @@ const DEPLOYMENT: &[Rule] = &[
 
 const REPLICA_SET: &[Rule] = &[("spec", obj), ("status", obj), ("status/replicas", zero)];
 
+const JOB: &[Rule] = &[("spec", obj), ("status", obj)];
+
 const DAEMON_SET: &[Rule] = &[
     ("spec", obj),
     ("spec/updateStrategy", obj),
@@ -242,6 +244,7 @@ pub fn always_sent(rt: &ResourceType, v: &mut Value) {
         ("apps", "deployments") => templated(v, DEPLOYMENT),
         ("apps", "replicasets") => templated(v, REPLICA_SET),
         ("apps", "daemonsets") => templated(v, DAEMON_SET),
+        ("batch", "jobs") => templated(v, JOB),
         ("", "podtemplates") => {
             apply(v, "", CORE_POD_TEMPLATE);
             apply(v, "template/spec", POD_SPEC);

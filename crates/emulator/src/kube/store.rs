@@ -366,6 +366,7 @@ impl Store {
             }
         }
         self.check_namespace(rt, namespace)?;
+        validate(rt, &name, &obj)?;
         let key = Self::key(rt, namespace, &name);
         if self.objects.contains_key(&key) {
             return Err(status::already_exists(rt, &name));
@@ -673,6 +674,29 @@ fn by_id_namespaced(id: &str) -> bool {
 }
 
 /// Server-side defaults the clients rely on.
+/// What the Go API server's validation refuses on create, for the types whose rules the
+/// simulation depends on: a Job's pods must not restart in place (`restartPolicy` `Never` or
+/// `OnFailure`; absent, it would default to `Always`).
+fn validate(rt: &ResourceType, name: &str, obj: &Value) -> Result<(), KubeError> {
+    if (rt.group, rt.plural) == ("batch", "jobs") {
+        let policy = obj
+            .pointer("/spec/template/spec/restartPolicy")
+            .and_then(Value::as_str)
+            .unwrap_or("Always");
+        if !matches!(policy, "Never" | "OnFailure") {
+            return Err(status::invalid(
+                rt,
+                name,
+                "spec.template.spec.restartPolicy",
+                &format!(
+                    "Unsupported value: \"{policy}\": supported values: \"OnFailure\", \"Never\""
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn defaults(rt: &ResourceType, obj: &mut Value) {
     match (rt.group, rt.plural) {
         ("", "namespaces") => {
@@ -697,6 +721,24 @@ fn defaults(rt: &ResourceType, obj: &mut Value) {
         }
         ("apps", "replicasets") => {
             set_absent(obj, "/spec", "replicas", json!(1));
+            template_defaults(obj);
+        }
+        ("batch", "jobs") => {
+            // As the Go API server defaults a Job (`batch/v1` `SetDefaults_Job`): completions
+            // and parallelism 1 when both are absent, parallelism from completions otherwise.
+            let completions = obj.pointer("/spec/completions").cloned();
+            let parallelism = obj.pointer("/spec/parallelism").cloned();
+            match (completions, parallelism) {
+                (None, None) => {
+                    set_absent(obj, "/spec", "completions", json!(1));
+                    set_absent(obj, "/spec", "parallelism", json!(1));
+                }
+                (Some(c), None) => set_absent(obj, "/spec", "parallelism", c),
+                _ => {}
+            }
+            set_absent(obj, "/spec", "backoffLimit", json!(6));
+            set_absent(obj, "/spec", "completionMode", json!("NonIndexed"));
+            set_absent(obj, "/spec", "suspend", json!(false));
             template_defaults(obj);
         }
         ("apps", "daemonsets") => {

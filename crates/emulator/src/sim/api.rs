@@ -33,6 +33,9 @@ pub struct PodTemplate {
     pub anti_affinity: Vec<Value>,
     /// `terminationGracePeriodSeconds` (`None`: Kubernetes' default, 30).
     pub termination_grace_seconds: Option<i64>,
+    /// How long each pod's work runs ([`super::RUNS_FOR_ANNOTATION`]; `None`: it runs until
+    /// deleted). Only a pod that does not restart in place ends: a Job's.
+    pub runs_for: Option<std::time::Duration>,
 }
 
 impl PodTemplate {
@@ -98,6 +101,12 @@ impl PodTemplate {
         self
     }
 
+    /// Each pod's work runs for `d` and then ends (in a Job's pods: `Succeeded`).
+    pub fn runs_for(mut self, d: std::time::Duration) -> Self {
+        self.runs_for = Some(d);
+        self
+    }
+
     /// Adds a label.
     pub fn label(mut self, key: &str, value: &str) -> Self {
         self.labels.insert(key.to_string(), value.to_string());
@@ -142,7 +151,12 @@ impl PodTemplate {
                 "requiredDuringSchedulingIgnoredDuringExecution": self.anti_affinity
             }});
         }
-        json!({"metadata": {"labels": labels}, "spec": spec})
+        let mut metadata = json!({"labels": labels});
+        if let Some(d) = self.runs_for {
+            metadata["annotations"] =
+                json!({super::RUNS_FOR_ANNOTATION: format!("{}s", d.as_secs().max(1))});
+        }
+        json!({"metadata": metadata, "spec": spec})
     }
 
     fn labels_or_default(&self, name: &str) -> BTreeMap<String, String> {
@@ -185,6 +199,30 @@ impl KubeState {
                     "selector": {"matchLabels": labels},
                     "template": template.to_json(name),
                 },
+            }),
+        )
+    }
+
+    /// Creates a `batch/v1` Job of `pods` pods from `template`, all run at once (`parallelism`
+    /// and `completions` both `pods`), not restarted in place (`restartPolicy: Never`); with the
+    /// simulation on, it keeps its pods running until `pods` of them succeeded (each runs for
+    /// [`PodTemplate::runs_for`]), an evicted one replaced and run again from the start.
+    pub fn create_job(
+        &self,
+        namespace: &str,
+        name: &str,
+        pods: i64,
+        template: &PodTemplate,
+    ) -> Result<Value, KubeError> {
+        let mut spec = template.to_json(name);
+        spec["spec"]["restartPolicy"] = json!("Never");
+        self.create(
+            "batch/v1",
+            "jobs",
+            namespace,
+            json!({
+                "metadata": {"name": name, "labels": template.labels_or_default(name)},
+                "spec": {"parallelism": pods, "completions": pods, "template": spec},
             }),
         )
     }

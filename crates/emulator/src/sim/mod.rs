@@ -6,9 +6,11 @@
 //!
 //! 1. every VMSS instance (plain and AKS backing scale sets alike) gets a Node, `Ready` after the
 //!    boot delay; a Node whose instance is gone goes, with every pod bound to it ([`nodes`]);
-//! 2. ReplicaSets and DaemonSets get their pods back (`workloads`);
+//! 2. ReplicaSets and DaemonSets get their pods back (`workloads`), Jobs keep their pods running
+//!    until enough succeeded (`jobs`);
 //! 3. pending pods are bound where they fit, or marked `Unschedulable` (`scheduler`);
-//! 4. PodDisruptionBudgets get their `status` written, as the disruption controller writes it
+//! 4. runs that are due end: their pods turn `Succeeded` (`jobs`);
+//! 5. PodDisruptionBudgets get their `status` written, as the disruption controller writes it
 //!    (`workloads`).
 //!
 //! | module | owns |
@@ -18,6 +20,7 @@
 //! | `quantity` | resource quantities |
 //! | `scheduler` | binding pending pods, the `Unschedulable` message |
 //! | `workloads` | ReplicaSets and DaemonSets |
+//! | `jobs` | Jobs, and pods that end on their own ([`RUNS_FOR_ANNOTATION`]) |
 //! | `api` | the Rust API for tests and the demo, on [`KubeState`] |
 //!
 //! None of it shares code with the planner's fit code (the controller's `pods` module): if they
@@ -25,6 +28,7 @@
 //! depend on the controller.
 
 mod api;
+mod jobs;
 pub mod nodes;
 mod placement;
 mod quantity;
@@ -39,6 +43,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 
 pub use api::{PodCounts, PodTemplate};
+pub use jobs::{FAILURE_BACKOFF, MAX_FAILURE_BACKOFF, RUNS_FOR_ANNOTATION};
 pub use nodes::PodLoss;
 
 use super::arm::inventory::ScaleSetInventory;
@@ -85,6 +90,9 @@ struct Simulation {
     settled: Option<(Vec<u64>, Vec<ScaleSetInventory>)>,
     /// When the next booting Node turns `Ready`.
     next_boot: Option<Instant>,
+    /// When the next run ends or the next Job's failure backoff does.
+    next_job: Option<Instant>,
+    jobs: jobs::JobMemory,
     /// Owners seen alive, by plural: their dependents are collected once they are gone.
     owners: std::collections::BTreeMap<&'static str, std::collections::HashSet<String>>,
 }
@@ -97,6 +105,7 @@ fn versions(store: &Store) -> Vec<u64> {
         ("apps", "deployments"),
         ("apps", "replicasets"),
         ("apps", "daemonsets"),
+        ("batch", "jobs"),
         ("policy", "poddisruptionbudgets"),
         ("", "persistentvolumeclaims"),
         ("", "persistentvolumes"),
@@ -117,7 +126,10 @@ impl Simulation {
         let now = Instant::now();
         kube.with_store(|store| {
             let before = versions(store);
-            let due = self.next_boot.is_some_and(|t| now >= t);
+            let due = [self.next_boot, self.next_job]
+                .into_iter()
+                .flatten()
+                .any(|t| now >= t);
             if !due
                 && self
                     .settled
@@ -141,8 +153,12 @@ impl Simulation {
             workloads::reconcile_deployments(store);
             workloads::collect_garbage(store, &mut self.owners);
             workloads::reconcile_replica_sets(store);
+            let backoff = jobs::reconcile_jobs(store, &mut self.jobs, now);
             workloads::reconcile_daemon_sets(store);
             scheduler::schedule(store);
+            // After the binding: a pod bound now starts its run now.
+            let runs = jobs::finish_runs(store, &mut self.jobs, now);
+            self.next_job = [runs, backoff].into_iter().flatten().min();
             workloads::reconcile_disruption_budgets(store);
             let after = versions(store);
             // A step that wrote something may have left work for the next (a status to catch up).

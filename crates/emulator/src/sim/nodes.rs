@@ -355,7 +355,13 @@ pub(crate) fn delete_pods_on(store: &mut Store, node: &str) -> Vec<PodLoss> {
         .iter()
         .filter(|p| p.pointer("/spec/nodeName").and_then(Value::as_str) == Some(node))
         .map(|p| {
-            let deleted = p.pointer("/metadata/deletionTimestamp").is_some();
+            // A finished pod (`Succeeded`, `Failed`) loses nothing with its node: the pod garbage
+            // collector deletes it, as it does one already deleted.
+            let deleted = p.pointer("/metadata/deletionTimestamp").is_some()
+                || matches!(
+                    p.pointer("/status/phase").and_then(Value::as_str),
+                    Some("Succeeded" | "Failed")
+                );
             let loss = PodLoss {
                 namespace: p
                     .pointer("/metadata/namespace")
@@ -385,7 +391,8 @@ pub(crate) fn delete_pods_on(store: &mut Store, node: &str) -> Vec<PodLoss> {
                 .is_ok()
         })
         // A pod already deleted through the API (its kubelet dead, so it waited with a
-        // `deletionTimestamp`) is finished by the pod garbage collector, not lost with its node.
+        // `deletionTimestamp`), or finished, is collected by the pod garbage collector, not lost
+        // with its node.
         .filter(|(_, deleted)| !deleted)
         .map(|(loss, _)| loss)
         .collect()

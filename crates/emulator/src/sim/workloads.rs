@@ -45,7 +45,7 @@ fn is_live(pod: &Value) -> bool {
         )
 }
 
-fn pod_ready(pod: &Value) -> bool {
+pub(crate) fn pod_ready(pod: &Value) -> bool {
     pod.pointer("/status/conditions")
         .and_then(Value::as_array)
         .is_some_and(|cs| {
@@ -75,8 +75,9 @@ fn deletion_cost(pod: &Value) -> i32 {
         .unwrap_or(0)
 }
 
-/// A pod from `owner`'s template, owned by it, named `<owner>-<5 random chars>`.
-fn pod_from_template(owner: &Value, kind: &str) -> Value {
+/// A pod from `owner`'s template, owned by it (`api_version` `kind`), named `<owner>-<5 random
+/// chars>`; a Job's pods also get the labels the Job controller adds.
+fn pod_from_template(owner: &Value, kind: &str, api_version: &str) -> Value {
     let name = name_of(owner).unwrap_or("pod");
     let template = owner
         .pointer("/spec/template")
@@ -88,8 +89,19 @@ fn pod_from_template(owner: &Value, kind: &str) -> Value {
     }
     meta["name"] = json!(format!("{name}-{}", random_suffix()));
     meta["generateName"] = json!(format!("{name}-"));
+    if kind == "Job" {
+        if !meta.get("labels").is_some_and(Value::is_object) {
+            meta["labels"] = json!({});
+        }
+        for key in ["batch.kubernetes.io/controller-uid", "controller-uid"] {
+            meta["labels"][key] = json!(uid_of(owner));
+        }
+        for key in ["batch.kubernetes.io/job-name", "job-name"] {
+            meta["labels"][key] = json!(name);
+        }
+    }
     meta["ownerReferences"] = json!([{
-        "apiVersion": "apps/v1",
+        "apiVersion": api_version,
         "kind": kind,
         "name": name,
         "uid": uid_of(owner),
@@ -106,15 +118,16 @@ fn pod_from_template(owner: &Value, kind: &str) -> Value {
 }
 
 /// Creates a pod, retrying on the (unlikely) name collision.
-fn create_pod(
+pub(crate) fn create_pod(
     store: &mut Store,
     pods_rt: &ResourceType,
     ns: &str,
     owner: &Value,
     kind: &str,
+    api_version: &str,
 ) -> Option<Value> {
     for _ in 0..5 {
-        let pod = pod_from_template(owner, kind);
+        let pod = pod_from_template(owner, kind, api_version);
         match store.create(pods_rt, ns, pod) {
             Ok(p) => return Some(p),
             Err(e) if e.code == 409 => continue,
@@ -132,7 +145,7 @@ fn create_pod(
 }
 
 /// Writes `status` on `obj` when it differs from what is stored.
-fn write_status(store: &mut Store, rt: &ResourceType, obj: &Value, status: Value) {
+pub(crate) fn write_status(store: &mut Store, rt: &ResourceType, obj: &Value, status: Value) {
     let mut want = status;
     if let Some(m) = want.as_object_mut() {
         m.insert(
@@ -363,19 +376,20 @@ pub(crate) fn reconcile_deployments(store: &mut Store) {
 }
 
 /// Deletes what owners the simulation has seen and that are gone now leave behind (the garbage
-/// collector's work): ReplicaSets of a deleted Deployment, pods of a deleted ReplicaSet. Objects
+/// collector's work): ReplicaSets of a deleted Deployment, pods of a deleted ReplicaSet or Job. Objects
 /// whose owner the simulation never saw (made by hand, or by a test) stay.
 pub(crate) fn collect_garbage(
     store: &mut Store,
     seen: &mut BTreeMap<&'static str, HashSet<String>>,
 ) {
     let all = Selector::default();
-    for (owner_plural, dependent) in [
-        ("deployments", ("apps", "replicasets")),
-        ("replicasets", ("", "pods")),
+    for ((owner_group, owner_plural), dependent) in [
+        (("apps", "deployments"), ("apps", "replicasets")),
+        (("apps", "replicasets"), ("", "pods")),
+        (("batch", "jobs"), ("", "pods")),
     ] {
         let (Some(owner_rt), Some(dep_rt)) = (
-            resources::find("apps", "v1", owner_plural),
+            resources::find(owner_group, "v1", owner_plural),
             resources::find(dependent.0, "v1", dependent.1),
         ) else {
             continue;
@@ -449,7 +463,7 @@ pub(crate) fn reconcile_replica_sets(store: &mut Store) {
         let mut created = Vec::new();
         if live.len() < want {
             for _ in live.len()..want {
-                if let Some(p) = create_pod(store, pods_rt, &ns, rs, "ReplicaSet") {
+                if let Some(p) = create_pod(store, pods_rt, &ns, rs, "ReplicaSet", "apps/v1") {
                     created.push(p);
                 }
             }
@@ -529,7 +543,7 @@ pub(crate) fn reconcile_disruption_budgets(store: &mut Store) {
 
 /// A bound, running pod of `ds` on `node`.
 fn daemon_pod(store: &mut Store, pods_rt: &ResourceType, ns: &str, ds: &Value, node: &str) {
-    let mut pod = pod_from_template(ds, "DaemonSet");
+    let mut pod = pod_from_template(ds, "DaemonSet", "apps/v1");
     pod["spec"]["nodeName"] = json!(node);
     pod["status"] = Value::Object(super::scheduler::kubelet_status(store, &pod, node));
     if let Err(e) = store.create(pods_rt, ns, pod) {
