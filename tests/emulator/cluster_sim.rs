@@ -1371,7 +1371,84 @@ async fn a_job_whose_pods_would_restart_in_place_is_refused_as_the_api_server_re
         .expect_err("restartPolicy Always is refused");
     assert_eq!(err.code, 422);
     assert!(
-        err.to_string().contains("spec.template.spec.restartPolicy"),
+        err.to_string().contains(
+            "spec.template.spec.restartPolicy: Required value: valid values: \"OnFailure\", \"Never\""
+        ),
         "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_job_is_defaulted_as_the_api_server_does_and_kubectl_gets_its_completions() {
+    let (handle, kube) = start().await;
+    let job = kube
+        .create_job("default", "nightly", 2, &PodTemplate::new("100m", "64Mi"))
+        .expect("job created");
+    let uid = job["metadata"]["uid"].as_str().expect("a uid").to_string();
+    assert_eq!(job["spec"]["backoffLimit"], 6);
+    assert_eq!(job["spec"]["completionMode"], "NonIndexed");
+    assert_eq!(
+        job["spec"]["selector"],
+        json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}})
+    );
+    let labels = &job["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(labels["controller-uid"], uid.as_str());
+    assert_eq!(labels["batch.kubernetes.io/job-name"], "nightly");
+    assert_eq!(labels["job-name"], "nightly");
+    // With no labels of its own, a Job takes its template's.
+    let mut template = PodTemplate::new("100m", "64Mi").to_json("bare");
+    template["spec"]["restartPolicy"] = json!("OnFailure");
+    template["metadata"] = json!({});
+    let bare = kube
+        .create(
+            "batch/v1",
+            "jobs",
+            "default",
+            json!({"metadata": {"name": "bare"}, "spec": {"template": template}}),
+        )
+        .expect("job created");
+    assert_eq!(bare["spec"]["completions"], 1);
+    assert_eq!(bare["spec"]["parallelism"], 1);
+    assert_eq!(bare["metadata"]["labels"]["job-name"], "bare");
+    // `kubectl get jobs`: its printer's columns and cells.
+    let table: Value = reqwest::Client::new()
+        .get(format!(
+            "{}/apis/batch/v1/namespaces/default/jobs",
+            handle.base_url()
+        ))
+        .bearer_auth(kube.token())
+        .header("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+        .send()
+        .await
+        .expect("answered")
+        .json()
+        .await
+        .expect("a table");
+    let names: Vec<&str> = table["columnDefinitions"]
+        .as_array()
+        .expect("columns")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "Name",
+            "Completions",
+            "Duration",
+            "Age",
+            "Containers",
+            "Images",
+            "Selector"
+        ]
+    );
+    let row = table["rows"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["cells"][0] == "nightly"))
+        .expect("the job's row");
+    assert_eq!(row["cells"][1], "0/2");
+    assert_eq!(
+        row["cells"][6],
+        format!("batch.kubernetes.io/controller-uid={uid}")
     );
 }

@@ -251,6 +251,43 @@ def main():
         time.sleep(0.2)
     check(quota_hard == {"requests.cpu": "5"}, f"{where}: read_namespaced_resource_quota and its status ({quota_hard})")
 
+    # Jobs (the simulation runs their pods): defaulted as the Go API server defaults them, and a
+    # template whose pods would restart in place refused with its 422. `parallelism: 0`: no pod
+    # is made (the real server has no kubelet to run it).
+    batch = client.BatchV1Api()
+    job_spec = client.V1PodSpec(restart_policy="Never",
+                                containers=[client.V1Container(name="main", image="registry.k8s.io/pause:3.9")])
+    batch.create_namespaced_job(ns, client.V1Job(
+        metadata=client.V1ObjectMeta(name="nightly"),
+        spec=client.V1JobSpec(parallelism=0, template=client.V1PodTemplateSpec(spec=job_spec))))
+    job = batch.read_namespaced_job("nightly", ns)
+    job_uid = job.metadata.uid
+    # `completions` is defaulted (to 1) only when `parallelism` is absent too: a work queue here.
+    check(job.spec.backoff_limit == 6 and job.spec.completions is None and job.spec.parallelism == 0,
+          f"{where}: a Job's backoffLimit 6 by default, no completions beside a parallelism "
+          f"({job.spec.backoff_limit}, {job.spec.completions}, {job.spec.parallelism})")
+    selector = job.spec.selector.match_labels or {}
+    template_labels = job.spec.template.metadata.labels or {}
+    check(any(k.endswith("controller-uid") and v == job_uid for k, v in selector.items())
+          and template_labels.get("controller-uid") == job_uid and template_labels.get("job-name") == "nightly"
+          and (job.metadata.labels or {}).get("job-name") == "nightly",
+          f"{where}: the Job's selector, its template's and its own labels name its uid and name ({selector}, {template_labels})")
+    job_spec.restart_policy = "Always"
+    try:
+        batch.create_namespaced_job(ns, client.V1Job(
+            metadata=client.V1ObjectMeta(name="restarts"),
+            spec=client.V1JobSpec(parallelism=0, template=client.V1PodTemplateSpec(spec=job_spec))))
+        check(False, f"{where}: a Job whose pods restart in place is refused")
+    except client.exceptions.ApiException as e:
+        body = json.loads(e.body)
+        cause = (body.get("details") or {}).get("causes", [{}])[0]
+        check(e.status == 422 and body.get("reason") == "Invalid"
+              and cause.get("field") == "spec.template.spec.restartPolicy"
+              and body.get("message") == 'Job.batch "restarts" is invalid: spec.template.spec.restartPolicy: '
+                                         'Required value: valid values: "OnFailure", "Never"',
+              f"{where}: a Job whose pods restart in place is refused with 422 Invalid at "
+              f"spec.template.spec.restartPolicy ({e.status}, {body.get('message')})")
+
     # Table answers: the columns, as the real server defines them.
     tables = {}
     for plural, path in [
@@ -268,6 +305,7 @@ def main():
         ("storageclasses", "/apis/storage.k8s.io/v1/storageclasses"),
         ("csinodes", "/apis/storage.k8s.io/v1/csinodes"),
         ("resourcequotas", f"/api/v1/namespaces/{ns}/resourcequotas"),
+        ("jobs", f"/apis/batch/v1/namespaces/{ns}/jobs"),
     ]:
         t = raw("GET", path, accept=TABLE)
         check(t["kind"] == "Table" and t["rows"], f"{where}: a Table of {plural} with rows")

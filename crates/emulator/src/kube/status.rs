@@ -141,6 +141,15 @@ pub fn bad_request(message: impl Into<String>) -> KubeError {
     failure(400, "BadRequest", message, None)
 }
 
+/// `GroupKind.String()`: `Kind.group`, or `Kind` for the core group.
+fn qualified_kind(rt: &ResourceType) -> String {
+    if rt.group.is_empty() {
+        rt.kind.to_string()
+    } else {
+        format!("{}.{}", rt.kind, rt.group)
+    }
+}
+
 /// 422 Invalid for one field.
 pub fn invalid(rt: &ResourceType, name: &str, field: &str, message: &str) -> KubeError {
     let mut d = details(rt, name);
@@ -148,7 +157,11 @@ pub fn invalid(rt: &ResourceType, name: &str, field: &str, message: &str) -> Kub
     failure(
         422,
         "Invalid",
-        format!("{} \"{name}\" is invalid: {field}: {message}", rt.kind),
+        // The Go server's `NewInvalid` names the kind qualified by its group (`Job.batch`).
+        format!(
+            "{} \"{name}\" is invalid: {field}: {message}",
+            qualified_kind(rt)
+        ),
         Some(d),
     )
 }

@@ -673,30 +673,37 @@ fn by_id_namespaced(id: &str) -> bool {
     resources::by_id(id).is_some_and(|r| r.namespaced)
 }
 
-/// Server-side defaults the clients rely on.
 /// What the Go API server's validation refuses on create, for the types whose rules the
 /// simulation depends on: a Job's pods must not restart in place (`restartPolicy` `Never` or
-/// `OnFailure`; absent, it would default to `Always`).
+/// `OnFailure`; absent, it defaults to `Always`, refused the same way: `validateJobSpec`).
 fn validate(rt: &ResourceType, name: &str, obj: &Value) -> Result<(), KubeError> {
     if (rt.group, rt.plural) == ("batch", "jobs") {
         let policy = obj
             .pointer("/spec/template/spec/restartPolicy")
             .and_then(Value::as_str)
-            .unwrap_or("Always");
-        if !matches!(policy, "Never" | "OnFailure") {
+            .unwrap_or("");
+        let message = match policy {
+            "Never" | "OnFailure" => None,
+            "Always" | "" => {
+                Some("Required value: valid values: \"OnFailure\", \"Never\"".to_string())
+            }
+            other => Some(format!(
+                "Unsupported value: \"{other}\": supported values: \"OnFailure\", \"Never\""
+            )),
+        };
+        if let Some(m) = message {
             return Err(status::invalid(
                 rt,
                 name,
                 "spec.template.spec.restartPolicy",
-                &format!(
-                    "Unsupported value: \"{policy}\": supported values: \"OnFailure\", \"Never\""
-                ),
+                &m,
             ));
         }
     }
     Ok(())
 }
 
+/// Server-side defaults the clients rely on.
 fn defaults(rt: &ResourceType, obj: &mut Value) {
     match (rt.group, rt.plural) {
         ("", "namespaces") => {
@@ -739,6 +746,50 @@ fn defaults(rt: &ResourceType, obj: &mut Value) {
             set_absent(obj, "/spec", "backoffLimit", json!(6));
             set_absent(obj, "/spec", "completionMode", json!("NonIndexed"));
             set_absent(obj, "/spec", "suspend", json!(false));
+            set_absent(
+                obj,
+                "/spec",
+                "podReplacementPolicy",
+                json!("TerminatingOrFailed"),
+            );
+            // The Job strategy's `PrepareForCreate` without `manualSelector`: a selector on the
+            // Job's uid, its labels on the template (both keys, as 1.27 and later write them),
+            // and the template's labels on a Job without labels of its own.
+            let uid = obj.pointer("/metadata/uid").cloned().unwrap_or(json!(""));
+            let name = obj.pointer("/metadata/name").cloned().unwrap_or(json!(""));
+            if obj.pointer("/spec/manualSelector") != Some(&json!(true))
+                && obj.pointer("/spec/template").is_some_and(Value::is_object)
+            {
+                if !obj
+                    .pointer("/spec/template/metadata")
+                    .is_some_and(Value::is_object)
+                {
+                    obj["spec"]["template"]["metadata"] = json!({});
+                }
+                if !obj
+                    .pointer("/spec/template/metadata/labels")
+                    .is_some_and(Value::is_object)
+                {
+                    obj["spec"]["template"]["metadata"]["labels"] = json!({});
+                }
+                let labels = &mut obj["spec"]["template"]["metadata"]["labels"];
+                for key in ["batch.kubernetes.io/controller-uid", "controller-uid"] {
+                    labels[key] = uid.clone();
+                }
+                for key in ["batch.kubernetes.io/job-name", "job-name"] {
+                    labels[key] = name.clone();
+                }
+                obj["spec"]["selector"] =
+                    json!({"matchLabels": {"batch.kubernetes.io/controller-uid": uid}});
+                if obj
+                    .pointer("/metadata/labels")
+                    .and_then(Value::as_object)
+                    .is_none_or(|l| l.is_empty())
+                {
+                    obj["metadata"]["labels"] =
+                        obj["spec"]["template"]["metadata"]["labels"].clone();
+                }
+            }
             template_defaults(obj);
         }
         ("apps", "daemonsets") => {

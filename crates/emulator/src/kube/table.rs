@@ -262,6 +262,43 @@ fn cells(rt: &ResourceType, obj: &Value, now: time::OffsetDateTime) -> Vec<Value
                 json!(selector_string(obj.pointer("/spec/selector"))),
             ]
         }
+        ("batch", "jobs") => {
+            // `printJob`: succeeded/completions, and the run's length (to its completion, or
+            // until now while it runs; empty before it started).
+            let (containers, images) = containers_and_images(obj);
+            let parse = |p: &str| {
+                time::OffsetDateTime::parse(
+                    s(obj, p),
+                    &time::format_description::well_known::Rfc3339,
+                )
+                .ok()
+            };
+            let duration = match (parse("/status/startTime"), parse("/status/completionTime")) {
+                (Some(start), Some(end)) => human_duration(end - start),
+                (Some(start), None) => human_duration(now - start),
+                _ => String::new(),
+            };
+            let completions = match obj.pointer("/spec/completions").and_then(Value::as_i64) {
+                Some(c) => format!("{}/{c}", int(obj, "/status/succeeded")),
+                None => {
+                    let parallelism = int(obj, "/spec/parallelism");
+                    if parallelism > 1 {
+                        format!("{}/1 of {parallelism}", int(obj, "/status/succeeded"))
+                    } else {
+                        format!("{}/1", int(obj, "/status/succeeded"))
+                    }
+                }
+            };
+            vec![
+                name,
+                json!(completions),
+                json!(duration),
+                age(obj, now),
+                json!(containers),
+                json!(images),
+                json!(selector_string(obj.pointer("/spec/selector"))),
+            ]
+        }
         ("apps", "daemonsets") => {
             let (containers, images) = containers_and_images(obj);
             vec![

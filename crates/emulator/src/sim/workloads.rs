@@ -76,7 +76,7 @@ fn deletion_cost(pod: &Value) -> i32 {
 }
 
 /// A pod from `owner`'s template, owned by it (`api_version` `kind`), named `<owner>-<5 random
-/// chars>`; a Job's pods also get the labels the Job controller adds.
+/// chars>` (a Job's template carries the labels the API server gave it on create).
 fn pod_from_template(owner: &Value, kind: &str, api_version: &str) -> Value {
     let name = name_of(owner).unwrap_or("pod");
     let template = owner
@@ -89,17 +89,6 @@ fn pod_from_template(owner: &Value, kind: &str, api_version: &str) -> Value {
     }
     meta["name"] = json!(format!("{name}-{}", random_suffix()));
     meta["generateName"] = json!(format!("{name}-"));
-    if kind == "Job" {
-        if !meta.get("labels").is_some_and(Value::is_object) {
-            meta["labels"] = json!({});
-        }
-        for key in ["batch.kubernetes.io/controller-uid", "controller-uid"] {
-            meta["labels"][key] = json!(uid_of(owner));
-        }
-        for key in ["batch.kubernetes.io/job-name", "job-name"] {
-            meta["labels"][key] = json!(name);
-        }
-    }
     meta["ownerReferences"] = json!([{
         "apiVersion": api_version,
         "kind": kind,
