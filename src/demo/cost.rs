@@ -11,7 +11,9 @@
 //!   night): `batch/v1` Jobs whose pods the simulation runs for the job's time and then ends
 //!   (`Succeeded`); an evicted pod is replaced after the Job controller's backoff and runs its
 //!   whole time again, so a job whose pods are evicted ends late and costs the work redone;
-//! - a DaemonSet (100m, 128Mi) on every node.
+//! - a DaemonSet (100m, 128Mi) on every node;
+//! - the services' pods are Ready 20 s after they run ([`READY_AFTER`]): a drain under a
+//!   budget waits for each replacement to warm up.
 //!
 //! The node groups: `d4-z1`, `d4-z2`, `d4-z3` (`Standard_D4s_v5`, one zone each, balanced),
 //! `d8` (`Standard_D8s_v5`) and `e8` (`Standard_E8s_v5`), all 0..30, at their list prices in
@@ -839,7 +841,15 @@ pub struct Dials {
     /// The consolidation run's `consolidation.disruptJobs` (false, the default: it waits for
     /// a Job's running pods to end).
     pub disrupt_jobs: bool,
+    /// The trace's, both runs: how long a service's pod runs before it is Ready ([`READY_AFTER`];
+    /// zero: Ready as soon as it runs). Until then its PodDisruptionBudget counts it unhealthy,
+    /// so a drain waits for each replacement to warm up, as on a real cluster.
+    pub ready_after: Duration,
 }
+
+/// How long the trace's services' pods take to be Ready once they run (an application's
+/// warm-up: image pull, start, its readiness probe's first success).
+pub const READY_AFTER: Duration = Duration::from_secs(20);
 
 /// The consolidation run's deletion-cost hints unless `--deletion-cost-hints` says otherwise:
 /// its three best candidates' pods go first when a Deployment scales in.
@@ -856,6 +866,7 @@ impl Default for Dials {
                 .delay_after_add,
             deletion_cost_hints: DELETION_COST_HINTS,
             disrupt_jobs: crate::config::ConsolidationSettings::default().disrupt_jobs,
+            ready_after: READY_AFTER,
         }
     }
 }
@@ -998,6 +1009,7 @@ async fn run_arm(
         empty_first: None,
         consolidation_delay_after_add: None,
         disrupt_jobs: false,
+        ready_after: None,
         deletion_cost_hints: None,
         report: None,
         report_defaulted: false,
@@ -1058,7 +1070,10 @@ async fn run_arm(
         &PodTemplate::new(&format!("{DS_CPU_MILLI}m"), &format!("{DS_MEMORY_MIB}Mi")),
     )?;
     let template = |s: &Service| {
-        let t = PodTemplate::new(&format!("{}m", s.cpu_milli), &format!("{}Mi", s.memory_mib));
+        let mut t = PodTemplate::new(&format!("{}m", s.cpu_milli), &format!("{}Mi", s.memory_mib));
+        if !dials.ready_after.is_zero() {
+            t = t.ready_after(dials.ready_after);
+        }
         if s.spread {
             t.spread_by("topology.kubernetes.io/zone", 1, s.name)
                 .min_domains(SPREAD_MIN_DOMAINS)
@@ -1591,6 +1606,12 @@ pub fn print(r: &CostReport) {
             r.dials.deletion_cost_hints
         );
     }
+    if r.dials.ready_after != Dials::default().ready_after {
+        println!(
+            "both runs with the services' pods Ready {} after they run",
+            humantime::format_duration(r.dials.ready_after)
+        );
+    }
     if r.dials.disrupt_jobs != Dials::default().disrupt_jobs {
         println!(
             "consolidation with consolidation.disruptJobs: {} ({})",
@@ -1676,6 +1697,7 @@ pub async fn demo(args: &DemoArgs) -> anyhow::Result<CostReport> {
             .unwrap_or(d.consolidation_delay_after_add),
         deletion_cost_hints: args.deletion_cost_hints.unwrap_or(d.deletion_cost_hints),
         disrupt_jobs: args.disrupt_jobs || d.disrupt_jobs,
+        ready_after: args.ready_after.unwrap_or(d.ready_after),
     };
     if !dials.empty_first.is_zero() && dials.deletion_cost_hints == 0 {
         anyhow::bail!(

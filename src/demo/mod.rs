@@ -464,6 +464,10 @@ pub struct DemoArgs {
     /// to end).
     #[arg(long, requires = "cost")]
     pub disrupt_jobs: bool,
+    /// With `--cost`: how long the trace's services' pods run before they are Ready (both runs;
+    /// default 20s; 0s: Ready as soon as they run).
+    #[arg(long, requires = "cost", value_name = "DURATION", value_parser = crate::config::parse_duration_arg)]
+    pub ready_after: Option<Duration>,
     /// Write a self-contained HTML report (timelines of capacity, Ready nodes and pending pods,
     /// the writes, 412s, rival writes and lost updates, the summary) to FILE. The default demo
     /// writes `demo-report.html` unless given another FILE.

@@ -25,6 +25,7 @@ async fn two_replicas_hand_the_lease_over_halfway_and_only_the_leader_writes_to_
         empty_first: None,
         consolidation_delay_after_add: None,
         disrupt_jobs: false,
+        ready_after: None,
         deletion_cost_hints: None,
         report: None,
         report_defaulted: false,

@@ -24,6 +24,7 @@ fn args() -> DemoArgs {
         empty_first: None,
         consolidation_delay_after_add: None,
         disrupt_jobs: false,
+        ready_after: None,
         deletion_cost_hints: None,
         report: None,
         report_defaulted: false,

@@ -84,6 +84,7 @@ async fn the_demo_report_renders_in_headless_chromium_with_its_charts_and_summar
         empty_first: None,
         consolidation_delay_after_add: None,
         disrupt_jobs: false,
+        ready_after: None,
         deletion_cost_hints: None,
         report: Some(page.clone()),
         report_defaulted: false,

@@ -1452,3 +1452,77 @@ async fn a_job_is_defaulted_as_the_api_server_does_and_kubectl_gets_its_completi
         format!("batch.kubernetes.io/controller-uid={uid}")
     );
 }
+
+fn ready_of(kube: &KubeState, pod: &str) -> Option<String> {
+    kube.get("v1", "pods", "default", pod).ok().and_then(|p| {
+        p["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Ready")
+            .map(|c| {
+                format!(
+                    "{}/{}",
+                    c["status"].as_str().unwrap_or(""),
+                    c["reason"].as_str().unwrap_or("")
+                )
+            })
+    })
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pod_that_takes_a_while_to_be_ready_is_no_healthy_pod_for_its_budget_until_it_is() {
+    let (handle, kube) = start().await;
+    seed(&handle, "pool", "Standard_D4s_v5", 1);
+    let warm_up = Duration::from_secs(20);
+    kube.create_replica_set(
+        "default",
+        "web",
+        2,
+        &PodTemplate::new("100m", "128Mi").ready_after(warm_up),
+    )
+    .expect("rs created");
+    kube.create(
+        "policy/v1",
+        "poddisruptionbudgets",
+        "default",
+        json!({"metadata": {"name": "web"}, "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "web"}}}}),
+    )
+    .expect("pdb created");
+    let pods = bound_pods(&kube, "web", 2).await;
+    // Running, not Ready: the kubelet's words, and the budget allows nothing.
+    assert_eq!(
+        ready_of(&kube, &pods[0].0).as_deref(),
+        Some("False/ContainersNotReady")
+    );
+    let pod = kube.get("v1", "pods", "default", &pods[0].0).expect("pod");
+    assert_eq!(pod["status"]["containerStatuses"][0]["ready"], false);
+    assert_eq!(pod["status"]["containerStatuses"][0]["started"], true);
+    assert_eq!(evict(&handle, &kube, &pods[0].0).await, 429);
+    // Once warmed up, both Ready: one may go.
+    tokio::time::sleep(warm_up + Duration::from_secs(1)).await;
+    assert_eq!(ready_of(&kube, &pods[0].0).as_deref(), Some("True/"));
+    eventually("the replica set to count two ready pods", || {
+        kube.get("apps/v1", "replicasets", "default", "web")
+            .ok()
+            .filter(|rs| rs["status"]["readyReplicas"] == 2)
+    })
+    .await;
+    assert_eq!(evict(&handle, &kube, &pods[0].0).await, 201);
+    // Its replacement runs but warms up: the other pod may not go until it is Ready.
+    let replacement = eventually("a replacement running", || {
+        pods_of(&kube, "web")
+            .iter()
+            .filter(|p| p["status"]["phase"] == "Running")
+            .map(name)
+            .find(|n| n != &pods[0].0 && n != &pods[1].0)
+    })
+    .await;
+    assert_eq!(
+        ready_of(&kube, &replacement).as_deref(),
+        Some("False/ContainersNotReady")
+    );
+    assert_eq!(evict(&handle, &kube, &pods[1].0).await, 429);
+    tokio::time::sleep(warm_up + Duration::from_secs(1)).await;
+    assert_eq!(ready_of(&kube, &replacement).as_deref(), Some("True/"));
+    assert_eq!(evict(&handle, &kube, &pods[1].0).await, 201);
+}

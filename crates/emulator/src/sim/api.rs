@@ -36,6 +36,9 @@ pub struct PodTemplate {
     /// How long each pod's work runs ([`super::RUNS_FOR_ANNOTATION`]; `None`: it runs until
     /// deleted). Only a pod that does not restart in place ends: a Job's.
     pub runs_for: Option<std::time::Duration>,
+    /// How long each pod runs before it is Ready ([`super::READY_AFTER_ANNOTATION`]; `None`:
+    /// Ready as soon as it runs).
+    pub ready_after: Option<std::time::Duration>,
 }
 
 impl PodTemplate {
@@ -107,6 +110,12 @@ impl PodTemplate {
         self
     }
 
+    /// Each pod is Ready only `d` after it runs (its probes' first success).
+    pub fn ready_after(mut self, d: std::time::Duration) -> Self {
+        self.ready_after = Some(d);
+        self
+    }
+
     /// Adds a label.
     pub fn label(mut self, key: &str, value: &str) -> Self {
         self.labels.insert(key.to_string(), value.to_string());
@@ -152,9 +161,13 @@ impl PodTemplate {
             }});
         }
         let mut metadata = json!({"labels": labels});
-        if let Some(d) = self.runs_for {
-            metadata["annotations"] =
-                json!({super::RUNS_FOR_ANNOTATION: format!("{}s", d.as_secs().max(1))});
+        for (key, d) in [
+            (super::RUNS_FOR_ANNOTATION, self.runs_for),
+            (super::READY_AFTER_ANNOTATION, self.ready_after),
+        ] {
+            if let Some(d) = d {
+                metadata["annotations"][key] = json!(format!("{}s", d.as_secs().max(1)));
+            }
         }
         json!({"metadata": metadata, "spec": spec})
     }

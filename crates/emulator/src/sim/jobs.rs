@@ -65,7 +65,7 @@ struct Tracked {
 }
 
 /// `45m`, `1h30m`, `90s`, `2h`: whole numbers with `h`, `m` or `s`.
-fn parse_duration(text: &str) -> Option<Duration> {
+pub(crate) fn parse_duration(text: &str) -> Option<Duration> {
     let mut total = 0u64;
     let mut digits = String::new();
     for c in text.trim().chars() {

@@ -9,7 +9,8 @@
 //! 2. ReplicaSets and DaemonSets get their pods back (`workloads`), Jobs keep their pods running
 //!    until enough succeeded (`jobs`);
 //! 3. pending pods are bound where they fit, or marked `Unschedulable` (`scheduler`);
-//! 4. runs that are due end: their pods turn `Succeeded` (`jobs`);
+//! 4. runs that are due end: their pods turn `Succeeded` (`jobs`); pods that take a while to be
+//!    Ready turn Ready when their time has come (`readiness`);
 //! 5. PodDisruptionBudgets get their `status` written, as the disruption controller writes it
 //!    (`workloads`).
 //!
@@ -21,6 +22,7 @@
 //! | `scheduler` | binding pending pods, the `Unschedulable` message |
 //! | `workloads` | ReplicaSets and DaemonSets |
 //! | `jobs` | Jobs, and pods that end on their own ([`RUNS_FOR_ANNOTATION`]) |
+//! | `readiness` | pods that are Ready only a while after they run ([`READY_AFTER_ANNOTATION`]) |
 //! | `api` | the Rust API for tests and the demo, on [`KubeState`] |
 //!
 //! None of it shares code with the planner's fit code (the controller's `pods` module): if they
@@ -32,6 +34,7 @@ mod jobs;
 pub mod nodes;
 mod placement;
 mod quantity;
+mod readiness;
 mod scheduler;
 pub mod sizes;
 mod workloads;
@@ -45,6 +48,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 pub use api::{PodCounts, PodTemplate};
 pub use jobs::{FAILURE_BACKOFF, MAX_FAILURE_BACKOFF, RUNS_FOR_ANNOTATION};
 pub use nodes::PodLoss;
+pub use readiness::READY_AFTER_ANNOTATION;
 
 use super::arm::inventory::ScaleSetInventory;
 use super::kube::resources;
@@ -90,9 +94,10 @@ struct Simulation {
     settled: Option<(Vec<u64>, Vec<ScaleSetInventory>)>,
     /// When the next booting Node turns `Ready`.
     next_boot: Option<Instant>,
-    /// When the next run ends or the next Job's failure backoff does.
+    /// When the next run ends, the next Job's failure backoff does, or the next pod turns Ready.
     next_job: Option<Instant>,
     jobs: jobs::JobMemory,
+    readiness: readiness::ReadinessMemory,
     /// Owners seen alive, by plural: their dependents are collected once they are gone.
     owners: std::collections::BTreeMap<&'static str, std::collections::HashSet<String>>,
 }
@@ -156,9 +161,10 @@ impl Simulation {
             let backoff = jobs::reconcile_jobs(store, &mut self.jobs, now);
             workloads::reconcile_daemon_sets(store);
             scheduler::schedule(store);
-            // After the binding: a pod bound now starts its run now.
+            // After the binding: a pod bound now starts its run, and its wait to be Ready, now.
             let runs = jobs::finish_runs(store, &mut self.jobs, now);
-            self.next_job = [runs, backoff].into_iter().flatten().min();
+            let ready = readiness::make_ready(store, &mut self.readiness, now);
+            self.next_job = [runs, backoff, ready].into_iter().flatten().min();
             workloads::reconcile_disruption_budgets(store);
             let after = versions(store);
             // A step that wrote something may have left work for the next (a status to catch up).

@@ -436,9 +436,12 @@ fn condition(kind: &str, status: &str) -> Value {
 
 /// The status a kubelet on `node` writes for `pod` once its containers run: phase `Running`,
 /// every condition `True`, the node's address as `hostIP`, a pod IP, and a `running`, ready status
-/// per container (init containers `Completed`), as a real kubelet reports them.
+/// per container (init containers `Completed`), as a real kubelet reports them. A pod annotated
+/// [`super::READY_AFTER_ANNOTATION`] runs not Ready yet (`ContainersNotReady`, its containers
+/// started, not ready): [`super::readiness`] turns it Ready once that time has passed.
 pub(crate) fn kubelet_status(store: &Store, pod: &Value, node: &str) -> Map<String, Value> {
     let now = now_rfc3339();
+    let ready = super::readiness::ready_after(pod).is_none();
     let host_ip = resources::find("", "v1", "nodes")
         .and_then(|rt| store.get(rt, "", node).ok())
         .and_then(|n| {
@@ -463,7 +466,7 @@ pub(crate) fn kubelet_status(store: &Store, pod: &Value, node: &str) -> Map<Stri
                             "name": c.get("name").cloned().unwrap_or(json!("")),
                             "state": state,
                             "lastState": {},
-                            "ready": true,
+                            "ready": ready || list != "containers",
                             "restartCount": 0,
                             "image": c.get("image").cloned().unwrap_or(json!("")),
                             "imageID": "",
@@ -482,8 +485,16 @@ pub(crate) fn kubelet_status(store: &Store, pod: &Value, node: &str) -> Map<Stri
         "conditions".into(),
         json!([
             condition("Initialized", "True"),
-            condition("Ready", "True"),
-            condition("ContainersReady", "True"),
+            if ready {
+                condition("Ready", "True")
+            } else {
+                super::readiness::not_ready("Ready", pod)
+            },
+            if ready {
+                condition("ContainersReady", "True")
+            } else {
+                super::readiness::not_ready("ContainersReady", pod)
+            },
             condition("PodScheduled", "True"),
         ]),
     );
