@@ -1217,10 +1217,9 @@ async fn explain_json_names_each_key_once_and_matches_docs_explain_schema_for_ev
     );
 }
 
-/// Two D2s_v5 nodes of `dear`, each with a 1.2-cpu pod the other has no room for, and an empty
-/// `cheap` D4s_v5 group; `explain node` with consolidation on says whether a node goes, and how.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn explain_node_says_whether_a_node_is_consolidated_by_a_replace_and_why_not() {
+/// A simulated cluster with scale set `dear` (two Ready nodes of `size`, returned by name) and,
+/// with `cheap`, an empty `cheap` of `Standard_D4s_v5`.
+async fn two_dear_nodes(size: &str, cheap: bool) -> (EmulatorHandle, Vec<String>) {
     let emulator = EmulatorBuilder::new()
         .kubernetes(true)
         .cluster_simulation(SimSettings {
@@ -1231,8 +1230,10 @@ async fn explain_node_says_whether_a_node_is_consolidated_by_a_replace_and_why_n
         .await
         .expect("emulator starts");
     let state = emulator.state();
-    state.seed_scale_set(seed("dear", "Standard_D2s_v5", 2, &[]));
-    state.seed_scale_set(seed("cheap", "Standard_D4s_v5", 0, &[]));
+    state.seed_scale_set(seed("dear", size, 2, &[]));
+    if cheap {
+        state.seed_scale_set(seed("cheap", "Standard_D4s_v5", 0, &[]));
+    }
     let kube = emulator.kube().expect("kubernetes side");
     let mut dear = Vec::new();
     for _ in 0..500 {
@@ -1243,6 +1244,15 @@ async fn explain_node_says_whether_a_node_is_consolidated_by_a_replace_and_why_n
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(dear.len(), 2);
+    (emulator, dear)
+}
+
+/// Two D2s_v5 nodes of `dear`, each with a 1.2-cpu pod the other has no room for, and an empty
+/// `cheap` D4s_v5 group; `explain node` with consolidation on says whether a node goes, and how.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_node_says_whether_a_node_is_consolidated_by_a_replace_and_why_not() {
+    let (emulator, dear) = two_dear_nodes("Standard_D2s_v5", true).await;
+    let kube = emulator.kube().expect("kubernetes side");
     for (i, n) in dear.iter().enumerate() {
         kube.create(
             "v1",
@@ -1359,6 +1369,56 @@ async fn explain_node_says_whether_a_node_is_consolidated_by_a_replace_and_why_n
     let why = said_of(&dear[1]);
     assert!(
         why.contains("consolidated by a replace") && why.contains("goes with 1 node(s)"),
+        "{why}"
+    );
+}
+
+#[tokio::test]
+async fn explain_node_says_a_node_running_a_jobs_pod_waits_for_it_unless_disrupt_jobs() {
+    let (emulator, dear) = two_dear_nodes("Standard_D4s_v5", false).await;
+    let kube = emulator.kube().expect("kubernetes side");
+    // A Job's running pod on the first node, which would fit on the second.
+    let mut job_pod = pod("nightly-x7k2p", "500m", Some(&dear[0]), json!({}));
+    job_pod["metadata"]["ownerReferences"] = json!([{"apiVersion": "batch/v1", "kind": "Job",
+        "name": "nightly", "uid": "job-uid", "controller": true}]);
+    kube.create("v1", "pods", "default", job_pod)
+        .expect("pod created");
+    kube.create(
+        "v1",
+        "pods",
+        "default",
+        pod("web-0", "500m", Some(&dear[1]), json!({})),
+    )
+    .expect("pod created");
+    let dir = tempfile::tempdir().unwrap();
+    save(&emulator, dir.path()).await;
+    drop(emulator);
+    let said = |extra: &str| {
+        let path = dir.path().join(format!("config-{}.yaml", extra.len()));
+        std::fs::write(
+            &path,
+            format!(
+                "azure:\n  resourceManagerEndpoint: https://127.0.0.1:1\n  authorityHost: https://127.0.0.1:1\n  tenantId: tenant\n  subscriptionId: {SUB}\n  resourceGroup: {RG}\n  auth: {{method: managedIdentity}}\nnodeGroups:\n  - {{name: dear, minSize: 0, maxSize: 3}}\nkubernetes: {{enabled: true}}\ndemand: pods\nprices: {{fetch: false}}\nconsolidation: {{enabled: true, budgets: [{{nodes: \"100%\"}}]{extra}}}\n",
+            ),
+        )
+        .unwrap();
+        let v = json_of(
+            dir.path(),
+            &["--config", path.to_str().unwrap(), "node", &dear[0]],
+        );
+        v["consolidation"].as_str().unwrap_or_default().to_string()
+    };
+    let why = said("");
+    assert!(
+        why.starts_with("not consolidated")
+            && why.contains("default/nightly-x7k2p runs to completion")
+            && why.contains("consolidation.disruptJobs: false"),
+        "{why}"
+    );
+    // With disruptJobs, the node's pod would move: it is consolidated.
+    let why = said(", disruptJobs: true");
+    assert!(
+        why.starts_with("consolidated") && !why.contains("runs to completion"),
         "{why}"
     );
 }
