@@ -262,3 +262,38 @@ async fn the_watch_log_tells_fresh_watches_resumes_and_refusals_apart() {
         ]
     );
 }
+
+#[tokio::test]
+async fn an_admitted_eviction_marks_the_pod_a_disruption_target_before_it_deletes_it() {
+    let h = start().await;
+    let k = h.kube().expect("kubernetes side");
+    k.add_pod(&PodSeed {
+        namespace: "default".into(),
+        name: "a".into(),
+        node: Some("n1".into()),
+        labels: [("app".to_string(), "web".to_string())].into(),
+        phase: "Running".into(),
+        ready: true,
+    })
+    .expect("pod seeded");
+    let mut changes = k.subscribe_changes();
+    let (s, _) = send(&h, reqwest::Method::POST, "/api/v1/namespaces/default/pods/a/eviction",
+        Some(json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "a", "namespace": "default"}}))).await;
+    assert_eq!(s, 201);
+    let mut seen = Vec::new();
+    while let Ok(c) = changes.try_recv() {
+        if c.object.pointer("/metadata/name") == Some(&json!("a")) {
+            seen.push((c.event.as_str().to_string(), c.object.clone()));
+        }
+    }
+    let events: Vec<&str> = seen.iter().map(|(e, _)| e.as_str()).collect();
+    assert_eq!(events, ["MODIFIED", "DELETED"], "{seen:?}");
+    let marked = seen[0].1["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "DisruptionTarget"))
+        .cloned()
+        .expect("a DisruptionTarget condition");
+    assert_eq!(marked["status"], "True");
+    assert_eq!(marked["reason"], "EvictionByEvictionAPI");
+    assert_eq!(marked["message"], "Eviction API: evicting");
+}

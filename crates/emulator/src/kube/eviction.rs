@@ -208,8 +208,44 @@ pub fn evict(
             }
         }
     }
+    mark_disruption_target(store, &pod);
     delete_pod(store, namespace, name, None)?;
     Ok(status::success(201))
+}
+
+/// Before the delete, as the API server does since `PodDisruptionConditions` (GA in 1.31): the
+/// pod's status gets `DisruptionTarget=True` (`EvictionByEvictionAPI`), so whoever watches it (a
+/// Job controller's `podFailurePolicy`, a kubelet) sees why it goes. A write that fails (the
+/// pod changed meanwhile) is skipped: the eviction goes on.
+fn mark_disruption_target(store: &mut Store, pod: &Value) {
+    let Some(pods_rt) = resources::find("", "v1", "pods") else {
+        return;
+    };
+    let mut write = pod.clone();
+    let condition = json!({"type": "DisruptionTarget", "status": "True",
+        "reason": "EvictionByEvictionAPI", "message": "Eviction API: evicting",
+        "lastProbeTime": null, "lastTransitionTime": crate::sim::nodes::now_rfc3339()});
+    match write
+        .pointer_mut("/status/conditions")
+        .and_then(Value::as_array_mut)
+    {
+        Some(cs) => {
+            cs.retain(|c| c["type"] != "DisruptionTarget");
+            cs.push(condition);
+        }
+        None => write["status"]["conditions"] = json!([condition]),
+    }
+    let namespace = pod
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let _ = store.update(
+        pods_rt,
+        namespace,
+        name_of(pod).unwrap_or(""),
+        write,
+        Some("status"),
+    );
 }
 
 /// Deletes a pod as the API server and a kubelet together do: at once, unless the pod is bound
