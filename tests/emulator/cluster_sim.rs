@@ -1526,3 +1526,49 @@ async fn a_pod_that_takes_a_while_to_be_ready_is_no_healthy_pod_for_its_budget_u
     assert_eq!(ready_of(&kube, &replacement).as_deref(), Some("True/"));
     assert_eq!(evict(&handle, &kube, &pods[1].0).await, 201);
 }
+
+#[tokio::test]
+async fn a_negative_scale_is_refused_naming_the_scale_as_the_api_server_does_and_an_absent_one_is_zero(
+) {
+    let (handle, kube) = start().await;
+    kube.create_replica_set("default", "web", 2, &PodTemplate::new("100m", "64Mi"))
+        .expect("rs created");
+    let url = format!(
+        "{}/apis/apps/v1/namespaces/default/replicasets/web/scale",
+        handle.base_url()
+    );
+    let answer = reqwest::Client::new()
+        .patch(&url)
+        .bearer_auth(kube.token())
+        .header("content-type", "application/merge-patch+json")
+        .body(json!({"spec": {"replicas": -1}}).to_string())
+        .send()
+        .await
+        .expect("scale answered");
+    assert_eq!(answer.status().as_u16(), 422);
+    let status: Value = answer.json().await.expect("a Status");
+    // As kube-apiserver answers it (checked against 1.20).
+    assert_eq!(
+        status["message"],
+        "Scale.autoscaling \"web\" is invalid: spec.replicas: Invalid value: -1: must be greater than or equal to 0"
+    );
+    assert_eq!(
+        status["details"],
+        json!({"name": "web", "group": "autoscaling", "kind": "Scale", "causes": [{
+            "reason": "FieldValueInvalid", "field": "spec.replicas",
+            "message": "Invalid value: -1: must be greater than or equal to 0"}]})
+    );
+    // A Scale without `spec.replicas` (an int32, not a pointer) asks for 0.
+    let scale: Value = reqwest::Client::new()
+        .put(&url)
+        .bearer_auth(kube.token())
+        .json(&json!({"apiVersion": "autoscaling/v1", "kind": "Scale",
+            "metadata": {"name": "web", "namespace": "default"}, "spec": {}}))
+        .send()
+        .await
+        .expect("scale answered")
+        .json()
+        .await
+        .expect("a Scale");
+    assert_eq!(scale["spec"]["replicas"], 0, "{scale}");
+}

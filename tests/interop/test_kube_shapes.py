@@ -281,8 +281,11 @@ def main():
     except client.exceptions.ApiException as e:
         body = json.loads(e.body)
         cause = (body.get("details") or {}).get("causes", [{}])[0]
+        details = body.get("details") or {}
         check(e.status == 422 and body.get("reason") == "Invalid"
               and cause.get("field") == "spec.template.spec.restartPolicy"
+              and cause.get("reason") == "FieldValueRequired"
+              and details.get("kind") == "Job" and details.get("group") == "batch"
               and body.get("message") == 'Job.batch "restarts" is invalid: spec.template.spec.restartPolicy: '
                                          'Required value: valid values: "OnFailure", "Never"',
               f"{where}: a Job whose pods restart in place is refused with 422 Invalid at "

@@ -692,18 +692,28 @@ fn scale(
         }
         _ => return Err(status::no_route()),
     }
-    let replicas = wanted
-        .pointer("/spec/replicas")
-        .and_then(Value::as_i64)
-        .filter(|r| *r >= 0)
-        .ok_or_else(|| {
-            status::invalid(
-                rt,
-                name,
-                "spec.replicas",
-                "Invalid value: must be greater than or equal to 0",
-            )
-        })?;
+    // `spec.replicas` is an int32, not a pointer: absent, it is 0. Negative, the Go server's
+    // validation refuses it, naming the Scale (not the ReplicaSet).
+    let replicas = match wanted.pointer("/spec/replicas") {
+        None | Some(Value::Null) => 0,
+        Some(v) => match v.as_i64() {
+            Some(r) if r >= 0 => r,
+            Some(r) => {
+                return Err(status::invalid_of(
+                    "autoscaling",
+                    "Scale",
+                    name,
+                    "spec.replicas",
+                    &format!("Invalid value: {r}: must be greater than or equal to 0"),
+                ))
+            }
+            None => {
+                return Err(status::bad_request(format!(
+                    "Scale in version \"v1\" cannot be handled as a Scale: spec.replicas: {v} is not an integer"
+                )))
+            }
+        },
+    };
     let mut updated = rs;
     updated["spec"]["replicas"] = json!(replicas);
     match wanted

@@ -141,27 +141,39 @@ pub fn bad_request(message: impl Into<String>) -> KubeError {
     failure(400, "BadRequest", message, None)
 }
 
-/// `GroupKind.String()`: `Kind.group`, or `Kind` for the core group.
-fn qualified_kind(rt: &ResourceType) -> String {
-    if rt.group.is_empty() {
-        rt.kind.to_string()
-    } else {
-        format!("{}.{}", rt.kind, rt.group)
-    }
+/// 422 Invalid for one field of `rt`'s kind (see [`invalid_of`]).
+pub fn invalid(rt: &ResourceType, name: &str, field: &str, message: &str) -> KubeError {
+    invalid_of(rt.group, rt.kind, name, field, message)
 }
 
-/// 422 Invalid for one field.
-pub fn invalid(rt: &ResourceType, name: &str, field: &str, message: &str) -> KubeError {
-    let mut d = details(rt, name);
-    d["causes"] = json!([{"reason": "FieldValueRequired", "message": message, "field": field}]);
+/// 422 Invalid for one field of a `kind` of `group`, as the Go server's `NewInvalid` answers:
+/// the message names the kind qualified by its group (`Job.batch`, `Scale.autoscaling`; `Pod`
+/// for the core group), the details carry the group and the kind (not the resource), and the
+/// cause's reason is the error type the message starts with (`Required value`,
+/// `Invalid value`, `Unsupported value`).
+pub fn invalid_of(group: &str, kind: &str, name: &str, field: &str, message: &str) -> KubeError {
+    let reason = if message.starts_with("Required value") {
+        "FieldValueRequired"
+    } else if message.starts_with("Unsupported value") {
+        "FieldValueNotSupported"
+    } else {
+        "FieldValueInvalid"
+    };
+    let mut d = json!({"name": name});
+    if !group.is_empty() {
+        d["group"] = json!(group);
+    }
+    d["kind"] = json!(kind);
+    d["causes"] = json!([{"reason": reason, "message": message, "field": field}]);
+    let qualified = if group.is_empty() {
+        kind.to_string()
+    } else {
+        format!("{kind}.{group}")
+    };
     failure(
         422,
         "Invalid",
-        // The Go server's `NewInvalid` names the kind qualified by its group (`Job.batch`).
-        format!(
-            "{} \"{name}\" is invalid: {field}: {message}",
-            qualified_kind(rt)
-        ),
+        format!("{qualified} \"{name}\" is invalid: {field}: {message}"),
         Some(d),
     )
 }
