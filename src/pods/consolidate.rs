@@ -1349,6 +1349,14 @@ mod tests {
         }
     }
 
+    /// Why `node` is not consolidated, or nothing.
+    fn reason(c: &Consolidation, node: &str) -> String {
+        c.unconsolidatable
+            .get(node)
+            .map(|w| w.to_string())
+            .unwrap_or_default()
+    }
+
     fn gone(c: &Consolidation) -> Vec<&str> {
         c.command
             .iter()
@@ -1604,11 +1612,7 @@ mod tests {
         let w = World::new(vec![group("dear", 2)], vec![1.0], nodes.clone(), &pods);
         let c = w.run();
         assert!(!gone(&c).contains(&"a"), "{c:?}");
-        let why = c
-            .unconsolidatable
-            .get("a")
-            .map(|w| w.to_string())
-            .unwrap_or_default();
+        let why = reason(&c, "a");
         assert!(
             why.contains("default/j runs to completion") && why.contains("disruptJobs"),
             "{why}"
@@ -1670,11 +1674,7 @@ mod tests {
             );
             let c = w.run();
             assert!(!gone(&c).contains(&"a"), "{c:?}");
-            let why = c
-                .unconsolidatable
-                .get("a")
-                .map(|w| w.to_string())
-                .unwrap_or_default();
+            let why = reason(&c, "a");
             assert!(why.contains(words), "{why}");
         }
         // The node annotated itself.
@@ -2085,11 +2085,7 @@ mod tests {
         )];
         let c = w.with(|i| decide(i, &opts, &mut || false));
         assert!(c.command.is_none(), "{c:?}");
-        let why = c
-            .unconsolidatable
-            .get("d0")
-            .map(|w| w.to_string())
-            .unwrap_or_default();
+        let why = reason(&c, "d0");
         assert!(
             why.contains("no cheaper node group's new node replaces") && why.contains("cheap:"),
             "{why}"
@@ -2103,11 +2099,7 @@ mod tests {
         let spot = json!([{"key": "kubernetes.azure.com/scalesetpriority", "value": "spot", "effect": "NoSchedule"}]);
         let c = w.with(|i| decide(i, &[option("8", 0.5, z1(), spot.clone())], &mut || false));
         assert!(c.command.is_none(), "{c:?}");
-        let why = c
-            .unconsolidatable
-            .get("d1")
-            .map(|w| w.to_string())
-            .unwrap_or_default();
+        let why = reason(&c, "d1");
         assert!(why.contains("taint"), "{why}");
         // Pods that tolerate it move.
         let tolerant = |name: &str, node: &str| {
@@ -2163,11 +2155,7 @@ mod tests {
         // Room for everything on the new node, but not for the spread.
         let c = w.with(|i| decide(i, &[option("16", 0.5, z1(), json!([]))], &mut || false));
         assert!(c.command.is_none(), "{c:?}");
-        let why = c
-            .unconsolidatable
-            .get("d0")
-            .map(|w| w.to_string())
-            .unwrap_or_default();
+        let why = reason(&c, "d0");
         assert!(
             why.contains("no cheaper node group's new node replaces"),
             "{why}"
@@ -2192,11 +2180,7 @@ mod tests {
         // $2.5/h for one node against $2/h for the two it replaces.
         let c = w.with(|i| decide(i, &[option("8", 2.5, z1(), json!([]))], &mut || false));
         assert!(c.command.is_none(), "{c:?}");
-        let why = c
-            .unconsolidatable
-            .get("d0")
-            .map(|w| w.to_string())
-            .unwrap_or_default();
+        let why = reason(&c, "d0");
         assert!(why.contains("not less than"), "{why}");
         // Equal is not cheaper either.
         let c = w.with(|i| decide(i, &[option("8", 2.0, z1(), json!([]))], &mut || false));
@@ -2210,11 +2194,7 @@ mod tests {
         assert!(c.command.is_none(), "{c:?}");
         // No group may grow: said so.
         let c = w.with(|i| decide(i, &[], &mut || false));
-        let why = c
-            .unconsolidatable
-            .get("d0")
-            .map(|w| w.to_string())
-            .unwrap_or_default();
+        let why = reason(&c, "d0");
         assert!(why.contains("may grow"), "{why}");
     }
 
@@ -2229,11 +2209,7 @@ mod tests {
         }];
         let c = w.with(|i| decide(i, &opts, &mut || false));
         assert!(c.command.is_none(), "{c:?}");
-        let why = c
-            .unconsolidatable
-            .get("d0")
-            .map(|w| w.to_string())
-            .unwrap_or_default();
+        let why = reason(&c, "d0");
         assert!(
             why.contains("reasons: [Replace]") && why.contains("not replaced"),
             "{why}"

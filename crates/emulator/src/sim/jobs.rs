@@ -30,8 +30,10 @@ use crate::kube::resources;
 use crate::kube::select::Selector;
 use crate::kube::store::{name_of, Store};
 
+use super::clocks::PodClocks;
 use super::nodes::now_rfc3339;
-use super::workloads::{controller_uid, create_pod, pod_ready, write_status};
+use super::scheduler::{namespace_of, write_pod_status};
+use super::workloads::{controller_uid, create_pod, pod_ready, uid_of, write_status};
 
 /// How long a pod's work runs once it is running (an emulator knob: a real pod's containers
 /// decide when they end). A duration such as `45m`, `1h30m` or `90s`.
@@ -46,8 +48,8 @@ pub const MAX_FAILURE_BACKOFF: Duration = Duration::from_secs(360);
 /// clock (tokio's: paused in tests and the cost demo).
 #[derive(Debug, Default)]
 pub(crate) struct JobMemory {
-    /// Pods with a run time: when each was first seen running.
-    running_since: HashMap<String, Instant>,
+    /// Pods with a run time: since each was first seen running.
+    runs: PodClocks,
     /// By Job uid.
     jobs: HashMap<String, Tracked>,
 }
@@ -83,20 +85,6 @@ pub(crate) fn parse_duration(text: &str) -> Option<Duration> {
         };
     }
     (digits.is_empty() && total > 0).then(|| Duration::from_secs(total))
-}
-
-fn uid_of(obj: &Value) -> String {
-    obj.pointer("/metadata/uid")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string()
-}
-
-fn namespace_of(obj: &Value) -> String {
-    obj.pointer("/metadata/namespace")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string()
 }
 
 fn phase(pod: &Value) -> Option<&str> {
@@ -164,8 +152,6 @@ pub(crate) fn finish_runs(
     let pods = store
         .list(pods_rt, None, &Selector::default(), None, None)
         .items;
-    let mut seen = HashSet::new();
-    let mut next: Option<Instant> = None;
     for pod in &pods {
         let Some(run) = runs_for(pod) else { continue };
         let running = phase(pod) == Some("Running")
@@ -174,32 +160,11 @@ pub(crate) fn finish_runs(
                 .pointer("/spec/nodeName")
                 .and_then(Value::as_str)
                 .is_some_and(|n| !n.is_empty());
-        if !running {
-            continue;
+        if running && memory.runs.elapsed(uid_of(pod), run, now) {
+            write_pod_status(store, pod, succeeded(pod));
         }
-        let uid = uid_of(pod);
-        let since = *memory.running_since.entry(uid.clone()).or_insert(now);
-        seen.insert(uid);
-        let due = since + run;
-        if now < due {
-            next = Some(next.map_or(due, |n| n.min(due)));
-            continue;
-        }
-        let mut write = pod.clone();
-        write["status"] = succeeded(pod);
-        if let Some(m) = write["metadata"].as_object_mut() {
-            m.remove("resourceVersion");
-        }
-        let _ = store.update(
-            pods_rt,
-            &namespace_of(pod),
-            name_of(pod).unwrap_or(""),
-            write,
-            Some("status"),
-        );
     }
-    memory.running_since.retain(|uid, _| seen.contains(uid));
-    next
+    memory.runs.end_pass()
 }
 
 fn int_at(obj: &Value, pointer: &str) -> Option<i64> {
@@ -226,7 +191,7 @@ pub(crate) fn reconcile_jobs(
     let pods_rt = resources::find("", "v1", "pods")?;
     let all = Selector::default();
     let jobs = store.list(jobs_rt, None, &all, None, None).items;
-    let live: HashSet<String> = jobs.iter().map(uid_of).collect();
+    let live: HashSet<String> = jobs.iter().map(|j| uid_of(j).to_string()).collect();
     memory.jobs.retain(|uid, _| live.contains(uid));
     if jobs.is_empty() {
         return None;
@@ -237,7 +202,7 @@ pub(crate) fn reconcile_jobs(
         if terminating(job) {
             continue;
         }
-        let uid = uid_of(job);
+        let uid = uid_of(job).to_string();
         let ns = namespace_of(job);
         let owned: Vec<&Value> = pods
             .iter()
@@ -246,7 +211,7 @@ pub(crate) fn reconcile_jobs(
         let t = memory.jobs.entry(uid.clone()).or_default();
         let mut active: HashSet<String> = HashSet::new();
         for p in &owned {
-            let pod_uid = uid_of(p);
+            let pod_uid = uid_of(p).to_string();
             match phase(p) {
                 Some("Succeeded") => {
                     if t.succeeded.insert(pod_uid) {
@@ -288,7 +253,7 @@ pub(crate) fn reconcile_jobs(
         let complete = has_condition(job, "Complete") || t.succeeded.len() >= completions;
         let failed = has_condition(job, "Failed") || t.failed.len() > backoff_limit;
         if failed && !active.is_empty() {
-            for p in owned.iter().filter(|p| active.contains(&uid_of(p))) {
+            for p in owned.iter().filter(|p| active.contains(uid_of(p))) {
                 let _ = store.delete(pods_rt, &ns, name_of(p).unwrap_or(""), None);
             }
             active.clear();
@@ -312,7 +277,7 @@ pub(crate) fn reconcile_jobs(
                 _ => {
                     for _ in 0..missing {
                         if let Some(p) = create_pod(store, pods_rt, &ns, job, "Job", "batch/v1") {
-                            active.insert(uid_of(&p));
+                            active.insert(uid_of(&p).to_string());
                         }
                     }
                 }
@@ -321,7 +286,7 @@ pub(crate) fn reconcile_jobs(
         t.active = active.clone();
         let ready = owned
             .iter()
-            .filter(|p| active.contains(&uid_of(p)) && pod_ready(p))
+            .filter(|p| active.contains(uid_of(p)) && pod_ready(p))
             .count();
         let mut status = json!({
             "active": active.len(),

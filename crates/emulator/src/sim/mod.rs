@@ -30,6 +30,7 @@
 //! depend on the controller.
 
 mod api;
+mod clocks;
 mod jobs;
 pub mod nodes;
 mod placement;

@@ -6,7 +6,6 @@
 //! API counts only Ready pods), no ready replica for its ReplicaSet, and a drain under a budget
 //! waits for it, as on a real cluster. Pods without the annotation are Ready when they run.
 
-use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -14,18 +13,21 @@ use tokio::time::Instant;
 
 use crate::kube::resources;
 use crate::kube::select::Selector;
-use crate::kube::store::{name_of, Store};
+use crate::kube::store::Store;
 
+use super::clocks::PodClocks;
 use super::nodes::now_rfc3339;
+use super::scheduler::write_pod_status;
+use super::workloads::uid_of;
 
 /// How long a running pod takes to be Ready (an emulator knob: a real pod's probes decide). A
 /// duration such as `20s`, `1m` or `1m30s`.
 pub const READY_AFTER_ANNOTATION: &str = "emulator-ready-after";
 
-/// When each pod not Ready yet was first seen running, on the simulation's clock.
+/// Since each pod not Ready yet was first seen running.
 #[derive(Debug, Default)]
 pub(crate) struct ReadinessMemory {
-    started: HashMap<String, Instant>,
+    started: PodClocks,
 }
 
 /// The pod's time to Ready, if it has one.
@@ -80,30 +82,16 @@ pub(crate) fn make_ready(
     let pods = store
         .list(pods_rt, None, &Selector::default(), None, None)
         .items;
-    let mut seen = HashSet::new();
-    let mut next: Option<Instant> = None;
     for pod in pods.iter().filter(|p| waiting(p)) {
         let Some(delay) = ready_after(pod) else {
             continue;
         };
-        let uid = pod
-            .pointer("/metadata/uid")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let since = *memory.started.entry(uid.clone()).or_insert(now);
-        seen.insert(uid);
-        let due = since + delay;
-        if now < due {
-            next = Some(next.map_or(due, |n| n.min(due)));
+        if !memory.started.elapsed(uid_of(pod), delay, now) {
             continue;
         }
         let stamp = now_rfc3339();
-        let mut write = pod.clone();
-        if let Some(cs) = write
-            .pointer_mut("/status/conditions")
-            .and_then(Value::as_array_mut)
-        {
+        let mut status = pod.get("status").cloned().unwrap_or(json!({}));
+        if let Some(cs) = status.get_mut("conditions").and_then(Value::as_array_mut) {
             for c in cs.iter_mut() {
                 if matches!(c["type"].as_str(), Some("Ready" | "ContainersReady")) {
                     *c = json!({"type": c["type"], "status": "True", "lastProbeTime": null,
@@ -111,32 +99,17 @@ pub(crate) fn make_ready(
                 }
             }
         }
-        if let Some(cs) = write
-            .pointer_mut("/status/containerStatuses")
+        if let Some(cs) = status
+            .get_mut("containerStatuses")
             .and_then(Value::as_array_mut)
         {
             for c in cs.iter_mut() {
                 c["ready"] = json!(true);
             }
         }
-        if let Some(m) = write["metadata"].as_object_mut() {
-            m.remove("resourceVersion");
-        }
-        let ns = pod
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        let _ = store.update(
-            pods_rt,
-            &ns,
-            name_of(pod).unwrap_or(""),
-            write,
-            Some("status"),
-        );
+        write_pod_status(store, pod, status);
     }
-    memory.started.retain(|uid, _| seen.contains(uid));
-    next
+    memory.started.end_pass()
 }
 
 #[cfg(test)]

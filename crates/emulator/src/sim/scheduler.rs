@@ -423,11 +423,31 @@ fn fit_error(nodes: usize, reasons: &HashMap<&str, usize>) -> String {
     format!("0/{nodes} nodes are available: {}.", parts.join(", "))
 }
 
-fn namespace_of(obj: &Value) -> String {
+pub(crate) fn namespace_of(obj: &Value) -> String {
     obj.pointer("/metadata/namespace")
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_string()
+}
+
+/// Writes `status` as `pod`'s, through the status subresource, whatever its version is now (the
+/// simulation's own writes, under the store's lock); a pod gone meanwhile is skipped.
+pub(crate) fn write_pod_status(store: &mut Store, pod: &Value, status: Value) {
+    let Some(pods_rt) = resources::find("", "v1", "pods") else {
+        return;
+    };
+    let mut write = pod.clone();
+    write["status"] = status;
+    if let Some(m) = write["metadata"].as_object_mut() {
+        m.remove("resourceVersion");
+    }
+    let _ = store.update(
+        pods_rt,
+        &namespace_of(pod),
+        name_of(pod).unwrap_or(""),
+        write,
+        Some("status"),
+    );
 }
 
 fn condition(kind: &str, status: &str) -> Value {
@@ -560,9 +580,6 @@ pub(crate) fn bind(store: &mut Store, pod: &Value, node: &str) {
 
 /// Writes `PodScheduled=False/Unschedulable` with `message`, unless the pod already says so.
 fn mark_unschedulable(store: &mut Store, pod: &Value, message: &str) {
-    let Some(pods_rt) = resources::find("", "v1", "pods") else {
-        return;
-    };
     let mut conditions: Vec<Value> = pod
         .pointer("/status/conditions")
         .and_then(Value::as_array)
@@ -584,18 +601,9 @@ fn mark_unschedulable(store: &mut Store, pod: &Value, message: &str) {
     cond["reason"] = json!("Unschedulable");
     cond["message"] = json!(message);
     conditions.push(cond);
-    let mut write = pod.clone();
-    write["status"]["conditions"] = Value::Array(conditions);
-    if let Some(m) = write["metadata"].as_object_mut() {
-        m.remove("resourceVersion");
-    }
-    let _ = store.update(
-        pods_rt,
-        &namespace_of(pod),
-        name_of(pod).unwrap_or(""),
-        write,
-        Some("status"),
-    );
+    let mut status = pod.get("status").cloned().unwrap_or(json!({}));
+    status["conditions"] = Value::Array(conditions);
+    write_pod_status(store, pod, status);
 }
 
 /// One scheduling pass over every pending pod (higher priority first, then oldest).

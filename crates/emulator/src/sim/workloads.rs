@@ -22,7 +22,7 @@ fn random_suffix() -> String {
         .collect()
 }
 
-fn uid_of(obj: &Value) -> &str {
+pub(crate) fn uid_of(obj: &Value) -> &str {
     obj.pointer("/metadata/uid")
         .and_then(Value::as_str)
         .unwrap_or("")
