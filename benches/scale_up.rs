@@ -429,6 +429,7 @@ fn scenario(
         non_empty_candidates: vmss_capacity_controller::config::DEFAULT_NON_EMPTY_CANDIDATES,
         volumes: vmss_capacity_controller::pods::volumes::Volumes::none(),
         namespaces: vmss_capacity_controller::pods::topology::NamespaceLabels::none(),
+        keep_jobs: false,
     };
     let candidates = unneeded(&down_input);
     println!(

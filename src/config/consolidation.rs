@@ -185,8 +185,10 @@ pub struct ConsolidationSettings {
     /// completion (its controller a Job). Off, a node running one is left until the pod ends:
     /// an evicted Job pod starts its work again from the beginning, so moving it costs the
     /// hours it ran, and a Job evicted more than its `backoffLimit` fails (Karpenter evicts
-    /// them, kubernetes-sigs/karpenter#701; `true` is its behaviour). Scale-down of underused
-    /// nodes (cluster-autoscaler's policy) drains them as cluster-autoscaler does either way.
+    /// them, kubernetes-sigs/karpenter#701; `true` is its behaviour). With consolidation on,
+    /// the scale-down of underused nodes waits for them too ([`Self::keeps_jobs`]): one
+    /// controller does not evict for cost what it promised to wait for. With consolidation off,
+    /// that scale-down drains them as cluster-autoscaler does.
     pub disrupt_jobs: bool,
 }
 
@@ -211,6 +213,12 @@ impl Default for ConsolidationSettings {
 }
 
 impl ConsolidationSettings {
+    /// Whether a node running a Job's pod stays until the pod ends, for consolidation and
+    /// for the scale-down of underused nodes: consolidation on, `disruptJobs: false`.
+    pub fn keeps_jobs(&self) -> bool {
+        self.enabled && !self.disrupt_jobs
+    }
+
     /// The budgets of node group `group`.
     pub fn budgets_of(&self, group: &str) -> &[Budget] {
         self.group_budgets.get(group).unwrap_or(&self.budgets)
@@ -590,6 +598,11 @@ deletionCostHints: 500",
         let (s, found) = parse("enabled: true\ndisruptJobs: true", true);
         assert!(s.disrupt_jobs, "{found:?}");
         assert!(found.is_empty(), "{found:?}");
+        // Jobs' pods keep their nodes (in the scale-down of underused nodes too) only while
+        // consolidation is on: off, cluster-autoscaler's rules alone.
+        assert!(!ConsolidationSettings::default().keeps_jobs());
+        assert!(parse("enabled: true", true).0.keeps_jobs());
+        assert!(!s.keeps_jobs());
     }
 
     #[test]

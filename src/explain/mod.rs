@@ -525,6 +525,7 @@ impl World {
             non_empty_candidates: u32::MAX,
             volumes: &self.volumes,
             namespaces: &self.namespaces,
+            keep_jobs: self.consolidation.keeps_jobs(),
         });
         (groups, unready, candidates)
     }
@@ -718,6 +719,7 @@ impl World {
                 non_empty_candidates: u32::MAX,
                 volumes: &self.volumes,
                 namespaces: &self.namespaces,
+                keep_jobs: self.consolidation.keeps_jobs(),
             },
             prices: &prices,
             chosen: &none,
@@ -1188,6 +1190,8 @@ fn ca_reason(b: &Blocker) -> (&'static str, Option<BlockingPod>) {
         ),
         Blocker::Utilized(_) => ("NotUnderutilized", None),
         Blocker::NoPlaceFor(_) => ("NoPlaceToMovePods", None),
+        // Not one of cluster-autoscaler's: this controller's own (`consolidation.disruptJobs`).
+        Blocker::RunsToCompletion(p) => ("BlockedByPod", pod(p, "RunsToCompletion")),
     }
 }
 

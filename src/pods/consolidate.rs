@@ -23,7 +23,7 @@
 
 use super::fit::NodeState;
 use super::record::{NodeRecord, PodRecord, DO_NOT_DISRUPT, POD_DELETION_COST};
-use super::scale_down::{moves, pod_blocker, Hints, SCALE_DOWN_DISABLED};
+use super::scale_down::{job_blocker, moves, pod_blocker, Hints, SCALE_DOWN_DISABLED};
 use super::unneeded::{bare_nodes, listed, Candidate, DownInput, Sim};
 use crate::config::{
     ConsolidationPolicy, ConsolidationSettings, DisruptionReason, BALANCED_K,
@@ -276,12 +276,6 @@ pub fn do_not_disrupt(pod: &PodRecord, now: k8s_openapi::jiff::Timestamp) -> boo
     }
 }
 
-/// Whether `pod` runs to completion: its controller is a `batch` Job (a CronJob's too). Its
-/// eviction throws away the work it has done; a Deployment's pod loses only a restart.
-pub fn runs_to_completion(pod: &PodRecord) -> bool {
-    pod.controller.as_ref().is_some_and(|c| c.kind == "Job")
-}
-
 /// A candidate that passed every check of one node.
 struct Cand<'a> {
     c: Candidate<'a>,
@@ -341,12 +335,9 @@ fn node_check(
                 p.key()
             )));
         }
-        if !input.settings.disrupt_jobs && runs_to_completion(p) {
-            return Err(Unconsolidatable::Blocked(format!(
-                "pod {} runs to completion (its controller is a Job): evicted, it would start its work again, so consolidation waits for it to end (consolidation.disruptJobs: false)",
-                p.key()
-            )));
-        }
+    }
+    if let Some(b) = job_blocker(&pods, down.keep_jobs) {
+        return Err(Unconsolidatable::Blocked(b.to_string()));
     }
     if !pods.is_empty() && input.settings.policy == ConsolidationPolicy::WhenEmpty {
         return Err(Unconsolidatable::Blocked(
@@ -1332,6 +1323,7 @@ mod tests {
                     non_empty_candidates: 30,
                     volumes: Volumes::none(),
                     namespaces: NamespaceLabels::none(),
+                    keep_jobs: self.settings.keeps_jobs(),
                 },
                 prices: &self.prices,
                 chosen: &none,
@@ -1604,8 +1596,10 @@ mod tests {
                 "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "nightly", "uid": "j", "controller": true}]}),
             json!({"phase": "Running"}),
         );
-        assert!(runs_to_completion(&job_pod));
-        assert!(!runs_to_completion(&pod("q", "a", "1")));
+        assert!(crate::pods::scale_down::runs_to_completion(&job_pod));
+        assert!(!crate::pods::scale_down::runs_to_completion(&pod(
+            "q", "a", "1"
+        )));
         let nodes = vec![node("a", "dear", 0, "4"), node("b", "dear", 1, "4")];
         let pods = [job_pod, pod("q", "b", "2")];
         // By default: the Job's node stays, and says why; a Deployment's pod would move.

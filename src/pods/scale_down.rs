@@ -45,6 +45,9 @@ pub enum Blocker {
     Utilized(u32),
     /// A pod that would move fits on no other node.
     NoPlaceFor(String),
+    /// A pod runs to completion ([`runs_to_completion`]) and consolidation is on with
+    /// `consolidation.disruptJobs: false`: its node waits for it to end.
+    RunsToCompletion(String),
 }
 
 impl std::fmt::Display for Blocker {
@@ -66,6 +69,10 @@ impl std::fmt::Display for Blocker {
             ),
             Blocker::Utilized(pct) => write!(f, "utilization {pct}% is at or above the threshold"),
             Blocker::NoPlaceFor(p) => write!(f, "pod {p} fits on no other node"),
+            Blocker::RunsToCompletion(p) => write!(
+                f,
+                "pod {p} runs to completion (its controller is a Job): evicted, it would start its work again, so its node waits for it to end (consolidation.disruptJobs: false)"
+            ),
         }
     }
 }
@@ -73,6 +80,29 @@ impl std::fmt::Display for Blocker {
 /// The pods that would have to move if the node went (not DaemonSet or mirror pods).
 pub fn pods_to_move(node: &NodeState) -> Vec<Arc<PodRecord>> {
     node.pods().iter().filter(|p| moves(p)).cloned().collect()
+}
+
+/// Whether `pod` runs to completion: its controller is a `batch` Job (a CronJob's too). Its
+/// eviction throws away the work it has done; a Deployment's pod loses only a restart.
+pub fn runs_to_completion(pod: &PodRecord) -> bool {
+    pod.controller.as_ref().is_some_and(|c| c.kind == "Job")
+}
+
+/// The first pod of `pods` that keeps its node while `keep_jobs` ([`DownInput::keep_jobs`]):
+/// one that runs to completion and is not being deleted (a terminating pod's run is lost
+/// already, and one stuck on a dead kubelet must not keep its node for ever).
+///
+/// [`DownInput::keep_jobs`]: super::unneeded::DownInput::keep_jobs
+pub fn job_blocker<'a>(
+    pods: impl IntoIterator<Item = &'a Arc<PodRecord>>,
+    keep_jobs: bool,
+) -> Option<Blocker> {
+    if !keep_jobs {
+        return None;
+    }
+    pods.into_iter()
+        .find(|p| moves(p) && !p.terminating && runs_to_completion(p))
+        .map(|p| Blocker::RunsToCompletion(p.key()))
 }
 
 /// Whether `pod` would have to move if its node went (not a DaemonSet or mirror pod).

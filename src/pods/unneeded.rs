@@ -16,8 +16,8 @@ use super::index::PodIndex;
 use super::recheck::{counts, takes_pods, threshold_for, uid_or_key};
 use super::record::{NodeRecord, PodRecord};
 use super::scale_down::{
-    largest_first, moves, place_greedily, pods_to_move, removable_hinted, still_to_move,
-    utilization, Blocker, Hints,
+    job_blocker, largest_first, moves, place_greedily, pods_to_move, removable_hinted,
+    still_to_move, utilization, Blocker, Hints,
 };
 use super::topology::{Cluster, NamespaceLabels};
 use super::volumes::Volumes;
@@ -89,6 +89,12 @@ pub struct DownInput<'a> {
     pub volumes: &'a Volumes,
     /// Namespaces' labels, for affinity terms that select namespaces by them.
     pub namespaces: &'a NamespaceLabels,
+    /// A node running a pod that runs to completion (a Job's) stays until the pod ends, in
+    /// consolidation and in the scale-down of underused nodes alike
+    /// ([`crate::config::ConsolidationSettings::keeps_jobs`]: consolidation on with
+    /// `disruptJobs: false`). Off, cluster-autoscaler's rules alone: its scale-down drains a
+    /// Job's pods like any other.
+    pub keep_jobs: bool,
 }
 
 /// A node nobody needs, as of this pass.
@@ -159,6 +165,10 @@ pub fn unneeded(input: &DownInput) -> Candidates {
         if moves_any && u >= threshold {
             out.blocked
                 .insert(n, Blocker::Utilized((u * 100.0).round() as u32));
+            continue;
+        }
+        if let Some(b) = job_blocker(state.pods(), input.keep_jobs) {
+            out.blocked.insert(n, b);
             continue;
         }
         if moves_any {
@@ -820,6 +830,18 @@ mod tests {
         pdbs: &[Arc<PodDisruptionBudget>],
         busy: &HashSet<String>,
     ) -> Candidates {
+        run_with(groups, nodes, pods, pdbs, busy, false)
+    }
+
+    /// [`run_busy`] with [`DownInput::keep_jobs`] as given.
+    fn run_with(
+        groups: &[DownGroup],
+        nodes: &[Arc<NodeRecord>],
+        pods: &[Arc<PodRecord>],
+        pdbs: &[Arc<PodDisruptionBudget>],
+        busy: &HashSet<String>,
+        keep_jobs: bool,
+    ) -> Candidates {
         unneeded(&DownInput {
             now: k8s_openapi::jiff::Timestamp::now(),
             groups,
@@ -833,6 +855,7 @@ mod tests {
             non_empty_candidates: 30,
             volumes: Volumes::none(),
             namespaces: NamespaceLabels::none(),
+            keep_jobs,
         })
     }
 
@@ -868,6 +891,41 @@ mod tests {
             power_state: Some("deallocated".into()),
             ..instance(id, machine, state)
         }
+    }
+
+    #[test]
+    fn an_underused_node_running_a_jobs_pod_stays_while_consolidation_keeps_jobs_and_goes_otherwise(
+    ) {
+        // `a` runs a Job's 1-cpu pod (25 %), which would fit beside `b`'s 2-cpu web pod.
+        let nodes = vec![node("a", "ss", 0, "4"), node("b", "ss", 1, "4")];
+        let mut job = (*pod("j", "a", "1")).clone();
+        job.controller = Some(crate::pods::record::Controller {
+            kind: "Job".into(),
+            name: "nightly".into(),
+            uid: "uid-nightly".into(),
+        });
+        let pods = vec![Arc::new(job.clone()), pod("w", "b", "2")];
+        let groups = vec![group("ss", Some(2), 0)];
+        let none = HashSet::new();
+        // cluster-autoscaler's rules alone (consolidation off, or `disruptJobs: true`): the
+        // Job's pod is drained like any other.
+        let c = run_with(&groups, &nodes, &pods, &[], &none, false);
+        assert_eq!(names(&c), ["a"]);
+        // Consolidation on with `disruptJobs: false`: the node waits for the pod to end.
+        let c = run_with(&groups, &nodes, &pods, &[], &none, true);
+        assert!(names(&c).is_empty(), "{:?}", names(&c));
+        let b = c.blocked.get("a").expect("a blocked");
+        assert_eq!(b, &Blocker::RunsToCompletion("default/j".into()));
+        assert!(
+            b.to_string().contains("consolidation.disruptJobs: false"),
+            "{b}"
+        );
+        // A Job's pod being deleted keeps nothing: its run is lost already (and one stuck on a
+        // dead kubelet must not keep its node for ever).
+        job.terminating = true;
+        let pods = vec![Arc::new(job), pod("w", "b", "2")];
+        let c = run_with(&groups, &nodes, &pods, &[], &none, true);
+        assert_eq!(names(&c), ["a"]);
     }
 
     #[test]
@@ -1016,6 +1074,7 @@ mod tests {
             non_empty_candidates: 30,
             volumes: Volumes::none(),
             namespaces: NamespaceLabels::none(),
+            keep_jobs: false,
         };
         let c = unneeded(&input(&unready));
         // `p` (3 cpu) fits on no Ready node (ok has 2 left) and never on `dead`: sick stays;
@@ -1116,6 +1175,7 @@ mod tests {
             non_empty_candidates: 2,
             volumes: Volumes::none(),
             namespaces: NamespaceLabels::none(),
+            keep_jobs: false,
         });
         // Two simulations: d first (unneeded last pass), then the least utilised by name (a);
         // b and c wait for a later pass.
@@ -1249,6 +1309,7 @@ mod tests {
             non_empty_candidates: 30,
             volumes: &volumes,
             namespaces: NamespaceLabels::none(),
+            keep_jobs: false,
         });
         assert!(
             matches!(c.blocked.get("a"), Some(Blocker::NoPlaceFor(p)) if p == "default/db-0"),

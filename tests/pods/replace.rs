@@ -499,6 +499,102 @@ async fn consolidation_waits_for_a_jobs_running_pod_to_end_instead_of_evicting_i
     c.stop().await;
 }
 
+/// Three dear nodes: two keep a 1.2-cpu `web` pod each and stay (annotated
+/// `scale-down-disabled`), the third runs a Job's 0.6-cpu pod, 32 % of it: under
+/// cluster-autoscaler's 50 % threshold, and the pod would fit beside either `web` pod.
+async fn a_jobs_pod_alone_on_an_underused_node(c: &Cluster, runs: Duration) -> String {
+    assert!(
+        eventually(Duration::from_secs(10), || c.nodes_of("dear").len() == 3
+            && c.kube.ready_nodes().len() == 3)
+        .await,
+        "never 3 Ready nodes"
+    );
+    let nodes = c.nodes_of("dear");
+    for n in &nodes {
+        annotate(c, n, Some("true")).await;
+    }
+    c.kube
+        .create_replica_set("default", "web", 2, &PodTemplate::new("1200m", "256Mi"))
+        .expect("replica set");
+    assert!(
+        eventually(Duration::from_secs(10), || running_web(c).len() == 2).await,
+        "web never ran"
+    );
+    c.kube
+        .create_job(
+            "default",
+            "batch",
+            1,
+            &PodTemplate::new("600m", "256Mi").runs_for(runs),
+        )
+        .expect("job");
+    assert!(
+        eventually(Duration::from_secs(10), || job_state(c, "batch").0 == 1).await,
+        "the job never ran"
+    );
+    let web = running_web(c);
+    let job_node = nodes
+        .iter()
+        .find(|n| !web.contains(n))
+        .expect("the Job's pod has a node of its own")
+        .clone();
+    annotate(c, &job_node, None).await;
+    job_node
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_consolidation_on_the_scale_down_of_underused_nodes_waits_for_a_jobs_running_pod_too()
+{
+    const RUNS: Duration = Duration::from_secs(20);
+    let c = Cluster::start_simulated(&[("dear", DEAR, 3, &[])], 5, |s| {
+        replacing(s);
+        // cluster-autoscaler's threshold: the Job's node (32 %) is underused, the others not.
+        s.scale_down.utilization_threshold = 0.5;
+    })
+    .await;
+    let job_node = a_jobs_pod_alone_on_an_underused_node(&c, RUNS).await;
+    let released = tokio::time::Instant::now();
+    // Neither consolidation nor the scale-down of underused nodes (1 s unneeded here) evicts
+    // it: until the run ends the Job's pod runs, and nothing failed.
+    while released.elapsed() < RUNS - Duration::from_secs(2) {
+        let (running, succeeded, failed) = job_state(&c, "batch");
+        assert_eq!(
+            (running + succeeded, failed),
+            (1, 0),
+            "the Job's pod was disrupted"
+        );
+        assert!(
+            c.nodes_of("dear").contains(&job_node),
+            "its node was removed"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Then it succeeds and its node, empty, goes.
+    assert!(
+        eventually(Duration::from_secs(60), || !c
+            .nodes_of("dear")
+            .contains(&job_node)
+            && c.capacity("dear") == 2)
+        .await,
+        "the Job's node never went after its pod ended: dear {}",
+        c.capacity("dear")
+    );
+    let job = c
+        .kube
+        .get("batch/v1", "jobs", "default", "batch")
+        .expect("the Job");
+    assert_eq!(
+        (
+            job.pointer("/status/succeeded").and_then(|v| v.as_i64()),
+            job.pointer("/status/failed").and_then(|v| v.as_i64())
+        ),
+        (Some(1), Some(0)),
+        "{job}"
+    );
+    assert!(c.state.lost_updates().is_empty());
+    c.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_disrupt_jobs_consolidation_evicts_a_jobs_running_pod_as_karpenter_does() {
     let c = Cluster::start_simulated(

@@ -116,6 +116,7 @@ impl ScaleDownLoop {
             non_empty_candidates: settings.non_empty_candidates_count,
             volumes: v.volumes,
             namespaces: v.namespaces,
+            keep_jobs: s.settings.consolidation.keeps_jobs(),
         });
         // A replace's new node is not removed while the replace needs it.
         self.protection(v.busy);

@@ -124,6 +124,7 @@ impl ScaleDownLoop {
                 non_empty_candidates: s.settings.scale_down.non_empty_candidates_count,
                 volumes: v.volumes,
                 namespaces: v.namespaces,
+                keep_jobs: s.settings.consolidation.keeps_jobs(),
             },
             prices: &prices,
             chosen: &none,
