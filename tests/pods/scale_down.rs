@@ -200,11 +200,14 @@ async fn an_underused_node_is_drained_through_evictions_and_only_its_instance_is
         ) == 1)
         .await
     );
-    let events = c.events("ScaleDown").await;
-    assert!(
+    let on_node = |events: &[k8s_openapi::api::events::v1::Event]| {
         events
             .iter()
-            .any(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(drain.as_str())),
+            .any(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(drain.as_str()))
+    };
+    let events = c.events_once("ScaleDown", on_node).await;
+    assert!(
+        on_node(&events),
         "no ScaleDown Event on the node: {events:?}"
     );
     c.stop().await;
@@ -377,13 +380,13 @@ async fn a_pod_that_lands_after_the_taint_aborts_the_deletion_and_the_node_is_un
     assert!(untainted, "the node kept the taint");
     assert!(deletes(&c).is_empty());
     assert_eq!(c.capacity("pool"), 2);
-    let failed = c.events("ScaleDownFailed").await;
-    assert!(
-        failed
+    let names_late = |events: &[k8s_openapi::api::events::v1::Event]| {
+        events
             .iter()
-            .any(|e| e.note.as_deref().unwrap_or("").contains("default/late")),
-        "{failed:?}"
-    );
+            .any(|e| e.note.as_deref().unwrap_or("").contains("default/late"))
+    };
+    let failed = c.events_once("ScaleDownFailed", names_late).await;
+    assert!(names_late(&failed), "{failed:?}");
     c.stop().await;
 }
 

@@ -475,14 +475,15 @@ async fn a_pod_whose_disk_lives_in_zone_two_grows_the_zone_two_group_and_an_imme
     );
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(zone_sizes(&c), [0, 1, 0], "the waiting pod grows nothing");
-    let waiting = c.events("NotTriggerScaleUp").await;
-    assert!(
-        waiting.iter().any(|e| e
-            .note
-            .as_deref()
-            .is_some_and(|n| n.contains("pod has unbound immediate PersistentVolumeClaims"))),
-        "{waiting:?}"
-    );
+    let unbound = |events: &[k8s_openapi::api::events::v1::Event]| {
+        events.iter().any(|e| {
+            e.note
+                .as_deref()
+                .is_some_and(|n| n.contains("pod has unbound immediate PersistentVolumeClaims"))
+        })
+    };
+    let waiting = c.events_once("NotTriggerScaleUp", unbound).await;
+    assert!(unbound(&waiting), "{waiting:?}");
     c.stop().await;
 }
 

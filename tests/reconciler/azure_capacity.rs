@@ -87,13 +87,16 @@ async fn quota_caps_a_scale_up_and_the_pods_it_leaves_over_go_to_the_next_group_
         8,
         "as read before the scale-up"
     );
-    let triggered = c.events("TriggeredScaleUp").await;
+    let capped = |events: &[k8s_openapi::api::events::v1::Event]| {
+        events.iter().any(|e| {
+            e.note.as_deref().unwrap_or_default().contains(
+                "dsv5 0->2 (max: 20, capped at +2 by quota: standardDSv5Family in westeurope had 8 vCPUs left)",
+            )
+        })
+    };
+    let triggered = c.events_once("TriggeredScaleUp", capped).await;
     assert!(
-        triggered
-            .iter()
-            .any(|e| e.note.as_deref().unwrap_or_default().contains(
-                "dsv5 0->2 (max: 20, capped at +2 by quota: standardDSv5Family in westeurope had 8 vCPUs left)"
-            )),
+        capped(&triggered),
         "the Event says what quota capped: {:?}",
         triggered.iter().map(|e| e.note.clone()).collect::<Vec<_>>()
     );

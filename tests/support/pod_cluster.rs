@@ -550,6 +550,20 @@ impl Cluster {
             .collect()
     }
 
+    /// The Events of `reason` once `done` holds of them, or as they are after 10 s (the
+    /// controller writes Events beside what it does, not before: a state or metric seen
+    /// changed does not mean its Event is written yet).
+    pub async fn events_once(&self, reason: &str, done: impl Fn(&[Event]) -> bool) -> Vec<Event> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let events = self.events(reason).await;
+            if done(&events) || tokio::time::Instant::now() >= deadline {
+                return events;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     pub async fn stop(self) {
         self.stop.cancel();
         for t in self.tasks {
