@@ -1406,9 +1406,36 @@ async fn explain_node_says_a_node_running_a_jobs_pod_waits_for_it_unless_disrupt
             dir.path(),
             &["--config", path.to_str().unwrap(), "node", &dear[0]],
         );
-        v["consolidation"].as_str().unwrap_or_default().to_string()
+        v
     };
-    let why = said("");
+    // Consolidation's verdict, and the scale-down of underused nodes': whether unneeded, its
+    // reason and the blocking pod's reason.
+    let verdicts = |extra: &str| {
+        let v = said(extra);
+        (
+            v["consolidation"].as_str().unwrap_or_default().to_string(),
+            (
+                v["unneeded"].as_bool(),
+                v["reason"].as_str().unwrap_or_default().to_string(),
+                v["blockingPod"]["reason"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            ),
+        )
+    };
+    let (why, down) = verdicts("");
+    // The node is under cluster-autoscaler's threshold and its pod fits beside `web-0`, yet the
+    // scale-down of underused nodes keeps it too while consolidation keeps Jobs.
+    assert_eq!(
+        down,
+        (
+            Some(false),
+            "BlockedByPod".to_string(),
+            "RunsToCompletion".to_string()
+        ),
+        "{why}"
+    );
     assert!(
         why.starts_with("not consolidated")
             && why.contains("default/nightly-x7k2p runs to completion")
@@ -1416,7 +1443,8 @@ async fn explain_node_says_a_node_running_a_jobs_pod_waits_for_it_unless_disrupt
         "{why}"
     );
     // With disruptJobs, the node's pod would move: it is consolidated.
-    let why = said(", disruptJobs: true");
+    let (why, down) = verdicts(", disruptJobs: true");
+    assert_eq!(down.0, Some(true), "{down:?}");
     assert!(
         why.starts_with("consolidated") && !why.contains("runs to completion"),
         "{why}"
