@@ -415,17 +415,24 @@ fn job_state(c: &Cluster, name: &str) -> (usize, usize, i64) {
     (phase("Running"), phase("Succeeded"), failed)
 }
 
-async fn a_jobs_running_pod_and_a_web_pod_on_two_dear_nodes(c: &Cluster, runs: Duration) {
+/// Waits for `n` Ready dear nodes and annotates each `scale-down-disabled`, so nothing is removed
+/// while the test places its pods; returns their names.
+async fn held_dear_nodes(c: &Cluster, n: usize) -> Vec<String> {
     assert!(
-        eventually(Duration::from_secs(10), || c.nodes_of("dear").len() == 2
-            && c.kube.ready_nodes().len() == 2)
+        eventually(Duration::from_secs(10), || c.nodes_of("dear").len() == n
+            && c.kube.ready_nodes().len() == n)
         .await,
-        "never 2 Ready nodes"
+        "never {n} Ready nodes"
     );
     let nodes = c.nodes_of("dear");
-    for n in &nodes {
-        annotate(c, n, Some("true")).await;
+    for node in &nodes {
+        annotate(c, node, Some("true")).await;
     }
+    nodes
+}
+
+async fn a_jobs_running_pod_and_a_web_pod_on_two_dear_nodes(c: &Cluster, runs: Duration) {
+    let nodes = held_dear_nodes(c, 2).await;
     // 1.2 cpu each on 1.9-cpu nodes: one per node, and either would move to one cheap node.
     c.kube
         .create_replica_set("default", "web", 1, &PodTemplate::new("1200m", "256Mi"))
@@ -503,16 +510,7 @@ async fn consolidation_waits_for_a_jobs_running_pod_to_end_instead_of_evicting_i
 /// `scale-down-disabled`), the third runs a Job's 0.6-cpu pod, 32 % of it: under
 /// cluster-autoscaler's 50 % threshold, and the pod would fit beside either `web` pod.
 async fn a_jobs_pod_alone_on_an_underused_node(c: &Cluster, runs: Duration) -> String {
-    assert!(
-        eventually(Duration::from_secs(10), || c.nodes_of("dear").len() == 3
-            && c.kube.ready_nodes().len() == 3)
-        .await,
-        "never 3 Ready nodes"
-    );
-    let nodes = c.nodes_of("dear");
-    for n in &nodes {
-        annotate(c, n, Some("true")).await;
-    }
+    let nodes = held_dear_nodes(c, 3).await;
     c.kube
         .create_replica_set("default", "web", 2, &PodTemplate::new("1200m", "256Mi"))
         .expect("replica set");
