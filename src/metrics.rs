@@ -140,7 +140,8 @@ pub struct Metrics {
     /// `leftover`: a node a previous leader tainted whose VM was then gone or deleted again).
     pub scaled_down_nodes_total: IntCounterVec,
     /// Removals started and not finished, by group and where they stopped (`aborted`: the
-    /// re-check after the taint, `drain_failed`, `refused`: the guards before the delete,
+    /// re-check after the taint, or the pods left on the node lost their room during its
+    /// drain, `drain_failed`, `refused`: the guards before the delete,
     /// `delete_failed`: Azure said no or its operation failed).
     pub failed_scale_downs_total: IntCounterVec,
     /// Instance deletes sent (scale-down), by group and result (`accepted`,

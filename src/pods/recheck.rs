@@ -3,11 +3,13 @@
 //! removable against the cluster as it is now. It judges by the rules [`super::unneeded`]
 //! decided by, and both call the ones here: which pods still count on a node
 //! ([`counts`]), which nodes take pods ([`takes_pods`]), which utilisation keeps a node
-//! ([`threshold_for`]); the node itself is judged by [`super::scale_down::removable`].
+//! ([`threshold_for`]); the node itself is judged by [`super::scale_down::removable`]. Both
+//! it and the question a drain asks between its rounds ([`room_left`]) first give the pending
+//! pods the scheduler is about to place their room ([`reserve_pending`]).
 
 use super::fit::NodeState;
 use super::record::{NodeRecord, PodRecord};
-use super::scale_down::{moves, removable};
+use super::scale_down::{largest_first, moves, place_greedily, removable, still_to_move, Hints};
 use super::topology::{Cluster, NamespaceLabels};
 use super::volumes::Volumes;
 use crate::node_groups::{is_ready, schedulable};
@@ -69,19 +71,14 @@ pub struct Recheck<'a> {
 }
 
 /// `Ok` when the tainted node may still go: no pod on it that was not planned, and every pod
-/// that moves still fits on the nodes that take pods, no budget nor annotation forbidding it;
-/// else why not, for the node's `ScaleDownFailed` Event.
+/// that moves still fits on the nodes that take pods once the pending pods have their room
+/// ([`reserve_pending`]), no budget nor annotation forbidding it; else why not, for the node's
+/// `ScaleDownFailed` Event.
 pub fn recheck(input: &Recheck) -> Result<(), String> {
     let name = input.node.name.as_str();
-    let mut by_node: HashMap<&str, Vec<&Arc<PodRecord>>> = HashMap::new();
-    for p in input.pods.iter().filter(|p| counts(p, input.now)) {
-        if let Some(n) = p.node_name.as_deref() {
-            by_node.entry(n).or_default().push(p);
-        }
-    }
-    let on = |n: &str| by_node.get(n).into_iter().flatten().copied();
+    let world = World::of(input);
     let planned: HashSet<&str> = input.planned.iter().map(String::as_str).collect();
-    let now_on: Vec<&Arc<PodRecord>> = on(name).filter(|p| moves(p)).collect();
+    let now_on: Vec<&Arc<PodRecord>> = world.on(name).filter(|p| moves(p)).collect();
     if let Some(p) = now_on
         .iter()
         .find(|p| !planned.contains(uid_or_key(p).as_str()))
@@ -94,34 +91,9 @@ pub fn recheck(input: &Recheck) -> Result<(), String> {
     if now_on.is_empty() {
         return Ok(());
     }
-    let state = NodeState::from_node(input.node, on(name));
-    // Destinations: the nodes that take pods. The rest (but this node, whose pods are the
-    // ones moving) still count for spread and affinity.
-    let (others, rest): (Vec<_>, Vec<_>) = input
-        .nodes
-        .iter()
-        .filter(|n| n.name != name)
-        .map(|n| {
-            let mut state = NodeState::from_node(n, on(&n.name));
-            state.set_volume_limits(input.volumes.limits(&n.name));
-            (takes_pods(n, input.busy), state)
-        })
-        .partition(|(room, _)| *room);
-    let others: Vec<NodeState> = others.into_iter().map(|(_, n)| n).collect();
-    let rest: Vec<NodeState> = rest.into_iter().map(|(_, n)| n).collect();
-    let cross_node = state.pods().iter().any(|p| {
-        p.facts().has_cross_node_rules()
-            || (!input.volumes.is_empty() && super::volumes::has_claims(p.spec()))
-    }) || others
-        .iter()
-        .chain(&rest)
-        .flat_map(|n| n.pods())
-        .any(|p| p.facts().has_remote_anti_affinity());
-    let topology = cross_node.then(|| {
-        Cluster::new(others.iter().chain(&rest))
-            .with_volumes(input.volumes)
-            .with_namespaces(input.namespaces)
-    });
+    let state = NodeState::from_node(input.node, world.on(name));
+    let (others, rest) = world.destinations(input);
+    let topology = topology(input, state.pods(), &others, &rest);
     removable(
         &state,
         &input.node.annotations,
@@ -133,6 +105,130 @@ pub fn recheck(input: &Recheck) -> Result<(), String> {
     )
     .map(|_| ())
     .map_err(|b| format!("no longer removable: {b}"))
+}
+
+/// `Ok` while the pods still on the tainted node ([`still_to_move`]: not those evicted already)
+/// fit on the nodes that take pods once the pending pods, the evicted ones' replacements among
+/// them, have their room ([`reserve_pending`]); else why not. A drain asks before each round
+/// of evictions after the first: room the decision counted on can be taken while a budget
+/// paces the drain (a new replica, another node's evicted pods), and a pod evicted then would
+/// wait for a new node's boot. Budgets and utilisation are not asked again: the drain itself
+/// is what holds the budget at zero.
+pub fn room_left(input: &Recheck) -> Result<(), String> {
+    let name = input.node.name.as_str();
+    let world = World::of(input);
+    let mut moving: Vec<Arc<PodRecord>> = world
+        .on(name)
+        .filter(|p| still_to_move(p))
+        .cloned()
+        .collect();
+    if moving.is_empty() {
+        return Ok(());
+    }
+    largest_first(&mut moving);
+    let (others, rest) = world.destinations(input);
+    let topology = topology(input, &moving, &others, &rest);
+    place_greedily(
+        &moving,
+        &others,
+        |_| false,
+        topology.as_ref(),
+        &mut Hints::default(),
+    )
+    .map(|_| ())
+    .map_err(|b| format!("no room left for the pods still on the node: {b}"))
+}
+
+/// Reserves the room the scheduler is about to hand out: each pending pod it has not found
+/// unschedulable (a new replica, an evicted pod's replacement), the largest first, placed on
+/// its nominated node or else the first of `others` that takes it. The node's pods are then
+/// not counted into room such a pod will take, as cluster-autoscaler's `FilterOutSchedulable`
+/// places the schedulable pending pods before it simulates a scale-down. A pod that fits
+/// nowhere waits for a scale-up and takes nothing here; one the scheduler marked
+/// `Unschedulable` found no node with this room already.
+pub fn reserve_pending(others: &mut [NodeState], pods: &[Arc<PodRecord>]) {
+    let mut pending: Vec<Arc<PodRecord>> = pods
+        .iter()
+        .filter(|p| p.node_name.is_none() && !p.unschedulable)
+        .filter(|p| moves(p) && !p.terminating && !p.finished())
+        .cloned()
+        .collect();
+    largest_first(&mut pending);
+    for p in pending {
+        let nominated = p
+            .nominated_node
+            .as_deref()
+            .and_then(|n| others.iter().position(|o| o.name == n))
+            .filter(|&i| others[i].fits(&p).is_ok());
+        if let Some(i) = nominated.or_else(|| others.iter().position(|o| o.fits(&p).is_ok())) {
+            others[i].place(p);
+        }
+    }
+}
+
+/// The cluster as [`recheck`] and [`room_left`] read it: the pods that count, by node.
+struct World<'a> {
+    by_node: HashMap<&'a str, Vec<&'a Arc<PodRecord>>>,
+}
+
+impl<'a> World<'a> {
+    fn of(input: &Recheck<'a>) -> Self {
+        let mut by_node: HashMap<&str, Vec<&Arc<PodRecord>>> = HashMap::new();
+        for p in input.pods.iter().filter(|p| counts(p, input.now)) {
+            if let Some(n) = p.node_name.as_deref() {
+                by_node.entry(n).or_default().push(p);
+            }
+        }
+        Self { by_node }
+    }
+
+    fn on(&self, node: &str) -> impl Iterator<Item = &'a Arc<PodRecord>> + '_ {
+        self.by_node.get(node).into_iter().flatten().copied()
+    }
+
+    /// The nodes that take pods, the pending pods' room reserved on them, and the nodes that
+    /// take none (but the tainted node, whose pods are the ones moving): those still count for
+    /// spread and affinity.
+    fn destinations(&self, input: &Recheck<'a>) -> (Vec<NodeState>, Vec<NodeState>) {
+        let name = input.node.name.as_str();
+        let (others, rest): (Vec<_>, Vec<_>) = input
+            .nodes
+            .iter()
+            .filter(|n| n.name != name)
+            .map(|n| {
+                let mut state = NodeState::from_node(n, self.on(&n.name));
+                state.set_volume_limits(input.volumes.limits(&n.name));
+                (takes_pods(n, input.busy), state)
+            })
+            .partition(|(room, _)| *room);
+        let mut others: Vec<NodeState> = others.into_iter().map(|(_, n)| n).collect();
+        let rest: Vec<NodeState> = rest.into_iter().map(|(_, n)| n).collect();
+        reserve_pending(&mut others, input.pods);
+        (others, rest)
+    }
+}
+
+/// The cluster spread and affinity count over, when `moving` (or a pod already placed) has
+/// rules that reach across nodes; none when nobody has.
+fn topology<'c>(
+    input: &Recheck<'c>,
+    moving: &[Arc<PodRecord>],
+    others: &'c [NodeState],
+    rest: &'c [NodeState],
+) -> Option<Cluster<'c>> {
+    let cross_node = moving.iter().any(|p| {
+        p.facts().has_cross_node_rules()
+            || (!input.volumes.is_empty() && super::volumes::has_claims(p.spec()))
+    }) || others
+        .iter()
+        .chain(rest)
+        .flat_map(|n| n.pods())
+        .any(|p| p.facts().has_remote_anti_affinity());
+    cross_node.then(|| {
+        Cluster::new(others.iter().chain(rest))
+            .with_volumes(input.volumes)
+            .with_namespaces(input.namespaces)
+    })
 }
 
 /// How a planned pod is named in a removal: its uid, else `namespace/name`.
@@ -298,6 +394,99 @@ mod tests {
         assert_eq!(w.check(&["a", "b"], 0.5, true), Ok(()));
         assert_eq!(threshold_for(0.5, true), f64::INFINITY);
         assert_eq!(threshold_for(0.5, false), 0.5);
+    }
+
+    /// A ReplicaSet's pod of `cpu` the scheduler has not bound, with `status` as given.
+    fn pending(name: &str, cpu: &str, status: serde_json::Value) -> Arc<PodRecord> {
+        Arc::new(PodRecord::of(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"), "labels": {"app": "web"},
+                    "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": true}]},
+                "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
+                "status": status,
+            }))
+            .unwrap(),
+        ))
+    }
+
+    fn room_left_in(w: &World) -> Result<(), String> {
+        room_left(&Recheck {
+            node: &w.nodes[0],
+            planned: &[],
+            nodes: &w.nodes,
+            pods: &w.pods,
+            pdbs: &w.pdbs,
+            busy: &w.busy,
+            volumes: Volumes::none(),
+            namespaces: NamespaceLabels::none(),
+            threshold: 0.5,
+            unready: false,
+            consolidation: false,
+            now: k8s_openapi::jiff::Timestamp::now(),
+        })
+    }
+
+    #[test]
+    fn a_pending_pod_the_scheduler_is_about_to_place_keeps_its_room_from_the_recheck() {
+        let mut w = World::new();
+        w.nodes[1] = node("n2", "1");
+        w.pods
+            .push(pending("new", "900m", json!({"phase": "Pending"})));
+        let why = w.check(&["a"], 0.5, false).unwrap_err();
+        assert!(why.contains("default/a"), "{why}");
+        // Nominated elsewhere, it takes that node's room instead.
+        w.nodes.push(node("n3", "1"));
+        w.pods[1] = pending(
+            "new",
+            "900m",
+            json!({"phase": "Pending", "nominatedNodeName": "n3"}),
+        );
+        assert_eq!(w.check(&["a"], 0.5, false), Ok(()));
+    }
+
+    #[test]
+    fn pending_pods_the_scheduler_found_no_room_for_or_that_fit_nowhere_take_no_room() {
+        let unschedulable = json!({"phase": "Pending", "conditions": [
+            {"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]});
+        for (cpu, status) in [("900m", unschedulable), ("2", json!({"phase": "Pending"}))] {
+            let mut w = World::new();
+            w.nodes[1] = node("n2", "1");
+            w.pods.push(pending("new", cpu, status));
+            assert_eq!(w.check(&["a"], 0.5, false), Ok(()), "{cpu}");
+        }
+    }
+
+    /// The drain's question between two rounds: `b` was evicted (terminating) and its
+    /// replacement waits to be bound; `c` is still on the node.
+    fn half_drained(room: &str) -> World {
+        let mut w = World::new();
+        w.nodes[1] = node("n2", room);
+        let mut b = (*pod("b", "n1", "500m")).clone();
+        b.terminating = true;
+        w.pods = vec![
+            Arc::new(b),
+            pod("c", "n1", "500m"),
+            pending("b-again", "500m", json!({"phase": "Pending"})),
+        ];
+        // The budget is what paces the drain: it does not count here.
+        w.pdbs.push(pdb(0));
+        w
+    }
+
+    #[test]
+    fn the_pods_left_on_a_draining_node_have_room_only_beside_the_evicted_ones_replacements() {
+        assert_eq!(room_left_in(&half_drained("1")), Ok(()));
+        // Room for one: the replacement takes it, and `c` would wait for a new node.
+        let why = room_left_in(&half_drained("700m")).unwrap_err();
+        assert!(
+            why.starts_with("no room left for the pods still on the node")
+                && why.contains("default/c"),
+            "{why}"
+        );
+        // Nothing left to move: nothing to ask.
+        let mut w = half_drained("700m");
+        w.pods.retain(|p| p.name != "c");
+        assert_eq!(room_left_in(&w), Ok(()));
     }
 
     #[test]

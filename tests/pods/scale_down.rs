@@ -328,6 +328,230 @@ async fn a_budget_with_max_unavailable_zero_keeps_the_node_untouched() {
     c.stop().await;
 }
 
+/// A node's allocatable cpu in millicores.
+fn allocatable_cpu(c: &Cluster, node: &str) -> i128 {
+    let n = c.kube.get("v1", "nodes", "", node).expect("node");
+    let cpu = n
+        .pointer("/status/allocatable/cpu")
+        .and_then(|v| v.as_str())
+        .expect("allocatable cpu");
+    vmss_capacity_controller::pods::quantity::parse(cpu).expect("quantity")
+}
+
+/// The name of each Running pod labelled `app` on `node`, not being deleted.
+fn running_on(c: &Cluster, app: &str, node: &str) -> Vec<String> {
+    c.kube
+        .list_all("v1", "pods", Some("default"))
+        .into_iter()
+        .filter(|p| p.pointer("/metadata/labels/app").and_then(|v| v.as_str()) == Some(app))
+        .filter(|p| p.pointer("/spec/nodeName").and_then(|v| v.as_str()) == Some(node))
+        .filter(|p| p.pointer("/metadata/deletionTimestamp").is_none())
+        .filter_map(|p| {
+            p.pointer("/metadata/name")
+                .and_then(|v| v.as_str())
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+/// A drain's first round evicts one of the node's two pods; the other's budget refuses (its
+/// guard on the other node was replaced meanwhile and is not Ready yet), and before the retry a
+/// new pod takes the room the decision counted on. The drain stops, the node is untainted and
+/// keeps the pod left, which would otherwise have been evicted into a wait for a new node's
+/// boot. Each pod request waits 3 s in the API server while it happens, so the test acts
+/// between the two evictions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_whose_remaining_pods_lose_their_room_stops_and_the_node_keeps_them() {
+    use vmss_capacity_controller::emulator::kube::KindDelay;
+    let c = Cluster::start_simulated(&[("pool", SIZE, 2, &[])], 5, |s| {
+        fast(s, 0);
+        s.scale_down.node_delete_delay_after_taint = Duration::from_secs(2);
+        s.scale_down.max_pod_eviction_time = Duration::from_secs(40);
+    })
+    .await;
+    let names = ready(&c, 2).await;
+    for n in &names {
+        annotate(&c, n, Some("true")).await;
+    }
+    let (keep, drain) = (names[0].clone(), names[1].clone());
+    let on_keep = |t: PodTemplate| t.node_selector("kubernetes.io/hostname", &keep);
+    // On `keep`: a guard of each budget (Ready 8 s after it runs), and `fill`, which leaves
+    // 700m free.
+    for b in ["p1", "p2"] {
+        let t = PodTemplate::new("100m", "64Mi")
+            .label("app", b)
+            .label("side", "guard")
+            .ready_after(Duration::from_secs(8));
+        c.kube
+            .create_replica_set("default", &format!("{b}-guard"), 1, &on_keep(t))
+            .expect("guard");
+    }
+    let fill = allocatable_cpu(&c, &keep) - 200 - 700;
+    c.kube
+        .create_replica_set(
+            "default",
+            "fill",
+            1,
+            &on_keep(PodTemplate::new(&format!("{fill}m"), "64Mi")),
+        )
+        .expect("fill");
+    assert!(
+        eventually(Duration::from_secs(10), || node_of(&c, "fill")
+            == [keep.clone()])
+        .await
+    );
+    // On `drain` (`keep` cordoned meanwhile): one pod of each budget, 300m each.
+    let api: kube::Api<Node> = kube::Api::all(c.client.clone());
+    let cordon = |on: bool| {
+        let api = api.clone();
+        let keep = keep.clone();
+        async move {
+            api.patch(
+                &keep,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"spec": {"unschedulable": on}})),
+            )
+            .await
+            .expect("cordon")
+        }
+    };
+    cordon(true).await;
+    for b in ["p1", "p2"] {
+        let t = PodTemplate::new("300m", "64Mi")
+            .label("app", b)
+            .label("side", "moving");
+        c.kube
+            .create_replica_set("default", b, 1, &t)
+            .expect("moving pod");
+    }
+    let placed = || {
+        ["p1", "p2"]
+            .iter()
+            .all(|b| running_on(&c, b, &drain).len() == 1 && running_on(&c, b, &keep).len() == 1)
+            && node_of(&c, "fill") == [keep.clone()]
+    };
+    assert!(
+        eventually(Duration::from_secs(10), placed).await,
+        "{:?}",
+        c.kube
+            .list_all("v1", "pods", Some("default"))
+            .iter()
+            .map(|p| (p["metadata"]["name"].clone(), p["spec"]["nodeName"].clone()))
+            .collect::<Vec<_>>()
+    );
+    cordon(false).await;
+    // The budgets, once the guards are Ready: one disruption each.
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    for b in ["p1", "p2"] {
+        c.kube
+            .create(
+                "policy/v1",
+                "poddisruptionbudgets",
+                "default",
+                json!({"metadata": {"name": b},
+                    "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": b}}}}),
+            )
+            .expect("pdb");
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    annotate(&c, &drain, None).await;
+    let tainted = || {
+        c.kube
+            .get("v1", "nodes", "", &drain)
+            .ok()
+            .and_then(|n| serde_json::from_value::<Node>(n).ok())
+            .is_some_and(|n| has_our_taint(&n))
+    };
+    assert!(
+        eventually(Duration::from_secs(20), tainted).await,
+        "never tainted"
+    );
+    c.kube.set_kind_delay(
+        "pods",
+        KindDelay {
+            latency: Duration::from_secs(3),
+            slow_answer: Duration::ZERO,
+        },
+    );
+    assert!(
+        eventually(Duration::from_secs(20), || count(
+            &c,
+            &c.metrics.evicted_pods_total,
+            &[("result", "evicted")]
+        ) == 1)
+        .await,
+        "the drain never evicted"
+    );
+    // While the second eviction waits in the server: both guards replaced (their budgets
+    // now refuse), and a new pod on `keep` where the pod left was to go.
+    for b in ["p1", "p2"] {
+        for pod in running_on(&c, b, &keep) {
+            c.kube
+                .delete("v1", "pods", "default", &pod)
+                .expect("guard deleted");
+        }
+    }
+    c.kube
+        .create_replica_set(
+            "default",
+            "late",
+            1,
+            &on_keep(PodTemplate::new("300m", "64Mi")),
+        )
+        .expect("late");
+    assert!(
+        eventually(Duration::from_secs(30), || count(
+            &c,
+            &c.metrics.failed_scale_downs_total,
+            &[("reason", "aborted")]
+        ) == 1)
+        .await,
+        "the drain went on without room for the pod left: failed {:?}, evicted {:?}, pods {:?}",
+        ["aborted", "drain_failed", "taint", "refused"].map(|r| count(
+            &c,
+            &c.metrics.failed_scale_downs_total,
+            &[("reason", r)]
+        )),
+        ["evicted", "blocked", "failed", "gone"].map(|r| count(
+            &c,
+            &c.metrics.evicted_pods_total,
+            &[("result", r)]
+        )),
+        c.kube
+            .list_all("v1", "pods", Some("default"))
+            .iter()
+            .map(|p| (
+                p["metadata"]["name"].clone(),
+                p["spec"]["nodeName"].clone(),
+                p["status"]["phase"].clone()
+            ))
+            .collect::<Vec<_>>()
+    );
+    c.kube.set_kind_delay("pods", KindDelay::default());
+    assert!(eventually_untainted(&api).await, "the node kept the taint");
+    // The pod left was never evicted and still runs where it ran; nothing was deleted.
+    assert_eq!(
+        count(&c, &c.metrics.evicted_pods_total, &[("result", "evicted")]),
+        1
+    );
+    let left: Vec<String> = ["p1", "p2"]
+        .iter()
+        .flat_map(|b| running_on(&c, b, &drain))
+        .collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(deletes(&c).is_empty());
+    assert_eq!(c.capacity("pool"), 2);
+    assert_eq!(node_of(&c, "late"), [keep]);
+    let names_room = |events: &[k8s_openapi::api::events::v1::Event]| {
+        events
+            .iter()
+            .any(|e| e.note.as_deref().unwrap_or("").contains("no room left"))
+    };
+    let failed = c.events_once("ScaleDownFailed", names_room).await;
+    assert!(names_room(&failed), "{failed:?}");
+    c.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_that_lands_after_the_taint_aborts_the_deletion_and_the_node_is_untainted() {
     let c = Cluster::start_simulated(&[("pool", SIZE, 2, &[])], 5, |s| {

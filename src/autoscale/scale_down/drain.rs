@@ -1,8 +1,9 @@
 //! The drain of the nodes a removal takes: each tainted (our `NoSchedule` taint and cordon,
 //! under the `resourceVersion` the decision read), `nodeDeleteDelayAfterTaint` waited, each
 //! re-checked ([`Shared::recheck`]) and drained through the Eviction API (a budget's 429 retried
-//! every [`EVICTION_RETRY`] until `maxPodEvictionTime`, then the evicted pods must be gone); a
-//! node whose re-check or drain fails is untainted ([`Shared::abort`]) and stays.
+//! every [`EVICTION_RETRY`] until `maxPodEvictionTime` while the pods left still have room
+//! elsewhere, [`Shared::room_left`]; then the evicted pods must be gone); a node whose re-check
+//! or drain fails is untainted ([`Shared::abort`]) and stays, with the pods it still runs.
 
 use super::{node_ref, pod_name, wait, Removal, Shared};
 use crate::autoscale::scale_up::pod_ref;
@@ -63,10 +64,7 @@ impl Shared {
         let mut ready = Vec::with_capacity(tainted.len());
         for (r, nref) in tainted {
             let checked = match self.recheck(&r) {
-                Ok(()) if !r.pods.is_empty() => self
-                    .drain(&r, shutdown)
-                    .await
-                    .map_err(|why| ("drain_failed", why)),
+                Ok(()) if !r.pods.is_empty() => self.drain(&r, shutdown).await,
                 Ok(()) => Ok(()),
                 Err(why) => Err(("aborted", why)),
             };
@@ -92,8 +90,14 @@ impl Shared {
             .collect()
     }
 
-    /// Drains `r`'s node ([`Drain::run`]) with this loop's calls, metrics and Events.
-    async fn drain(&self, r: &Removal, shutdown: &CancellationToken) -> Result<(), String> {
+    /// Drains `r`'s node ([`Drain::run`]) with this loop's calls, metrics and Events; when it
+    /// stops, the label `failed_scale_downs_total` counts it under (`aborted`: the pods left
+    /// lost their room, [`Shared::room_left`]; `drain_failed`: any other end) and why.
+    async fn drain(
+        &self,
+        r: &Removal,
+        shutdown: &CancellationToken,
+    ) -> Result<(), (&'static str, String)> {
         Drain {
             actions: self.actions.as_ref(),
             metrics: &self.metrics,
@@ -101,9 +105,14 @@ impl Shared {
             limit: self.settings.scale_down.max_pod_eviction_time,
             leading: &|| self.reconciler.may_write(),
             pods_on: &|| self.pods_on(&r.node),
+            room_left: &|| self.room_left(r),
         }
         .run(&r.node, shutdown)
         .await
+        .map_err(|end| match end {
+            DrainEnd::NoRoom(why) => ("aborted", why),
+            DrainEnd::Failed(why) => ("drain_failed", why),
+        })
     }
 
     /// A removal that stops: the node is untainted (retried each pass if that fails) and stays.
@@ -158,35 +167,55 @@ pub(super) struct Drain<'a> {
     pub(super) leading: &'a (dyn Fn() -> bool + Sync),
     /// The pods on the node that have to move, as the cluster shows them now.
     pub(super) pods_on: &'a (dyn Fn() -> Vec<Arc<PodRecord>> + Sync),
+    /// Whether the pods still on the node have room elsewhere, as the cluster is now
+    /// ([`crate::pods::recheck::room_left`]); asked before each round after the first.
+    pub(super) room_left: &'a (dyn Fn() -> Result<(), String> + Sync),
+}
+
+/// Why a drain stopped.
+#[derive(Debug, PartialEq)]
+pub(super) enum DrainEnd {
+    /// Room the pods left on the node counted on was taken while the drain went on: the node
+    /// stays, and they with it.
+    NoRoom(String),
+    /// Anything else: refusals past `maxPodEvictionTime`, pods that never left, leadership
+    /// lost, shutdown.
+    Failed(String),
 }
 
 impl Drain<'_> {
     /// Evicts the node's pods (a refused eviction, a budget's 429, is retried every
-    /// [`EVICTION_RETRY`] until `limit`), then waits, as long again at most, for them to be gone.
-    pub(super) async fn run(&self, node: &str, shutdown: &CancellationToken) -> Result<(), String> {
+    /// [`EVICTION_RETRY`] until `limit`, each round after the first only while the pods left
+    /// still have room elsewhere), then waits, as long again at most, for them to be gone.
+    pub(super) async fn run(
+        &self,
+        node: &str,
+        shutdown: &CancellationToken,
+    ) -> Result<(), DrainEnd> {
         let deadline = Instant::now() + self.limit;
         let mut left: Vec<Arc<PodRecord>> = (self.pods_on)();
         loop {
             if !(self.leading)() {
-                return Err("this replica stopped leading".into());
+                return Err(DrainEnd::Failed("this replica stopped leading".into()));
             }
             let (refused, last) = self.evict_each(node, left).await;
             if refused.is_empty() {
                 break;
             }
             if Instant::now() >= deadline {
-                return Err(format!(
+                return Err(DrainEnd::Failed(format!(
                     "{} pod(s) could not be evicted within maxPodEvictionTime ({}s); last: {last}",
                     refused.len(),
                     self.limit.as_secs()
-                ));
+                )));
             }
             if !wait(EVICTION_RETRY, shutdown).await {
-                return Err("the controller is shutting down".into());
+                return Err(DrainEnd::Failed("the controller is shutting down".into()));
             }
+            (self.room_left)().map_err(DrainEnd::NoRoom)?;
             left = refused;
         }
-        self.gone(shutdown).await
+        self.gone(shutdown).await.map_err(DrainEnd::Failed)
     }
 
     /// One round of evictions: the pods refused (blocked by a budget, or failed) and the last
@@ -279,6 +308,8 @@ mod tests {
         protected: Mutex<HashSet<String>>,
         lingering: bool,
         evictions: Mutex<HashMap<String, u32>>,
+        /// What the room check answers: room taken once set.
+        room_taken: Mutex<Option<String>>,
     }
 
     #[async_trait::async_trait]
@@ -337,6 +368,15 @@ mod tests {
         }
 
         async fn drain(&self, metrics: &Metrics, leading: bool) -> Result<(), String> {
+            self.drain_to_end(metrics, leading)
+                .await
+                .map_err(|end| match end {
+                    DrainEnd::Failed(why) => why,
+                    DrainEnd::NoRoom(why) => panic!("no room: {why}"),
+                })
+        }
+
+        async fn drain_to_end(&self, metrics: &Metrics, leading: bool) -> Result<(), DrainEnd> {
             Drain {
                 actions: self,
                 metrics,
@@ -344,6 +384,10 @@ mod tests {
                 limit: Duration::from_secs(60),
                 leading: &|| leading,
                 pods_on: &|| self.on_node.lock().clone(),
+                room_left: &|| match self.room_taken.lock().clone() {
+                    Some(why) => Err(why),
+                    None => Ok(()),
+                },
             }
             .run("n1", &CancellationToken::new())
             .await
@@ -401,6 +445,43 @@ mod tests {
             4,
             "0 s, 5 s, 10 s refused; 15 s evicted"
         );
+    }
+
+    /// Room the decision counted on is taken while a budget paces the drain: the pods left stay
+    /// where they run instead of being evicted into a wait for a new node.
+    #[tokio::test(start_paused = true)]
+    async fn a_drain_whose_pods_left_lost_their_room_evicts_no_more_and_stops() {
+        let c = Arc::new(Cluster::with(&["a", "guarded"], &["guarded"]));
+        let take = {
+            let c = c.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(7)).await;
+                *c.room_taken.lock() = Some("default/guarded fits on no other node".into());
+            })
+        };
+        let started = Instant::now();
+        let end = c.drain_to_end(&Metrics::new(), true).await;
+        take.await.unwrap();
+        assert_eq!(
+            end,
+            Err(DrainEnd::NoRoom(
+                "default/guarded fits on no other node".into()
+            ))
+        );
+        assert_eq!(
+            c.evictions.lock()["guarded"],
+            2,
+            "0 s and 5 s refused; at 10 s the room was gone and nothing more was asked"
+        );
+        assert_eq!(c.evictions.lock()["a"], 1);
+        assert_eq!(started.elapsed(), Duration::from_secs(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_drain_that_evicts_everything_in_its_first_round_never_asks_for_room() {
+        let c = Cluster::with(&["a", "b"], &[]);
+        *c.room_taken.lock() = Some("asked".into());
+        assert_eq!(c.drain_to_end(&Metrics::new(), true).await, Ok(()));
     }
 
     #[tokio::test(start_paused = true)]

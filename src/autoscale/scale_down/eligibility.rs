@@ -6,7 +6,7 @@
 use super::{PassView, Removal, ScaleDownLoop, Shared};
 use crate::config::NodeGroupSpec;
 use crate::node_groups::backing;
-use crate::pods::recheck::{recheck, Recheck};
+use crate::pods::recheck::{recheck, room_left, Recheck};
 use crate::pods::record::NodeRecord;
 use crate::pods::unneeded::{self, Candidates, DownGroup, DownInput, Limits};
 use crate::resource::Victim;
@@ -223,6 +223,24 @@ impl Shared {
     /// After the taint: no pod landed that the decision did not see, and the node is still
     /// removable against the cluster as it is now ([`crate::pods::recheck`]).
     pub(super) fn recheck(&self, r: &Removal) -> Result<(), String> {
+        self.judge(r, recheck)
+    }
+
+    /// Between two rounds of a drain: the pods still on the node have room elsewhere, as the
+    /// cluster is now ([`crate::pods::recheck::room_left`]). A node gone has nothing left.
+    pub(super) fn room_left(&self, r: &Removal) -> Result<(), String> {
+        match self.node(&r.node) {
+            Some(_) => self.judge(r, room_left),
+            None => Ok(()),
+        }
+    }
+
+    /// `rule` applied to `r`'s node and the cluster as the reflectors show it now.
+    fn judge(
+        &self,
+        r: &Removal,
+        rule: impl FnOnce(&Recheck) -> Result<(), String>,
+    ) -> Result<(), String> {
         let Some(node) = self.node(&r.node) else {
             return Err("the node is gone".into());
         };
@@ -236,7 +254,7 @@ impl Shared {
                 .filter(|p| p.node_name.as_deref() == Some(r.node.as_str()))
                 .filter(|p| !p.long_terminating(now)),
         );
-        recheck(&Recheck {
+        rule(&Recheck {
             node: &node,
             planned: &r.pods,
             nodes: &nodes,
