@@ -154,14 +154,34 @@ pub fn reserve_pending(others: &mut [NodeState], pods: &[Arc<PodRecord>]) {
         .cloned()
         .collect();
     largest_first(&mut pending);
-    for p in pending {
+    // Where each kind of pod (same shape and labels, same namespace) may start looking: the
+    // nodes before it refused one alike, and they only fill up. A burst of thousands of alike
+    // pods that fit nowhere then costs one scan of the nodes, not one per pod.
+    let mut from: HashMap<(usize, usize, &str), usize> = HashMap::new();
+    for p in &pending {
         let nominated = p
             .nominated_node
             .as_deref()
             .and_then(|n| others.iter().position(|o| o.name == n))
-            .filter(|&i| others[i].fits(&p).is_ok());
-        if let Some(i) = nominated.or_else(|| others.iter().position(|o| o.fits(&p).is_ok())) {
-            others[i].place(p);
+            .filter(|&i| others[i].fits(p).is_ok());
+        if let Some(i) = nominated {
+            others[i].place(p.clone());
+            continue;
+        }
+        let key = (
+            Arc::as_ptr(&p.shape) as usize,
+            Arc::as_ptr(&p.labels) as usize,
+            p.namespace.as_str(),
+        );
+        let start = from.get(&key).copied().unwrap_or(0);
+        let found = others
+            .iter()
+            .skip(start)
+            .position(|o| o.fits(p).is_ok())
+            .map(|i| start + i);
+        from.insert(key, found.unwrap_or(others.len()));
+        if let Some(i) = found {
+            others[i].place(p.clone());
         }
     }
 }
@@ -454,6 +474,40 @@ mod tests {
             w.pods.push(pending("new", cpu, status));
             assert_eq!(w.check(&["a"], 0.5, false), Ok(()), "{cpu}");
         }
+    }
+
+    #[test]
+    fn pending_pods_alike_fill_the_nodes_in_order_and_a_smaller_one_still_finds_the_room_left() {
+        let nodes = [node("n2", "1"), node("n3", "1")];
+        let mut others: Vec<NodeState> = nodes
+            .iter()
+            .map(|n| NodeState::from_node(n, std::iter::empty()))
+            .collect();
+        // Three alike (one shape and label map, as the reflector shares them), then a small one.
+        let first = pending("a-0", "600m", json!({"phase": "Pending"}));
+        let alike = |name: &str| {
+            let mut p = (*first).clone();
+            p.name = name.into();
+            Arc::new(p)
+        };
+        let pods = vec![
+            first.clone(),
+            alike("a-1"),
+            alike("a-2"),
+            pending("small", "300m", json!({"phase": "Pending"})),
+        ];
+        reserve_pending(&mut others, &pods);
+        let on = |i: usize| -> Vec<String> {
+            let mut names: Vec<String> = others[i].pods().iter().map(|p| p.name.clone()).collect();
+            names.sort();
+            names
+        };
+        assert_eq!(
+            on(0),
+            ["a-0", "small"],
+            "a-2 fits nowhere; small fits beside a-0"
+        );
+        assert_eq!(on(1), ["a-1"]);
     }
 
     /// The drain's question between two rounds: `b` was evicted (terminating) and its
