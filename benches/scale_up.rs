@@ -491,22 +491,31 @@ fn scenario(
         consolidation: true,
         now: k8s_openapi::jiff::Timestamp::now(),
     };
-    let outcome = recheck(&check);
-    let rechecks = timed(iters.min(3), || {
-        black_box(recheck(black_box(&check))).ok();
-    });
-    println!(
-        "re-check of one tainted node ({} pods on it) over {} pods, {} of them pending (those not marked Unschedulable given their room first), {} runs: median {:.1} ms, max {:.1} ms ({})",
-        planned.len(),
-        all_pods.len(),
-        all_pods.iter().filter(|p| p.node_name.is_none()).count(),
-        rechecks.len(),
-        pct(&rechecks, 0.5),
-        rechecks[rechecks.len() - 1],
-        match &outcome {
-            Ok(()) => "it may go".to_string(),
-            Err(why) => format!("it stays: {why}"),
-        }
+    // Times `check` and prints what it found under `label`.
+    let time_recheck = |label: String, check: &Recheck| {
+        let outcome = recheck(check);
+        let rechecks = timed(iters.min(3), || {
+            black_box(recheck(black_box(check))).ok();
+        });
+        println!(
+            "{label}, {} runs: median {:.1} ms, max {:.1} ms ({})",
+            rechecks.len(),
+            pct(&rechecks, 0.5),
+            rechecks[rechecks.len() - 1],
+            match &outcome {
+                Ok(()) => "it may go".to_string(),
+                Err(why) => format!("it stays: {why}"),
+            }
+        );
+    };
+    time_recheck(
+        format!(
+            "re-check of one tainted node ({} pods on it) over {} pods, {} of them pending (those not marked Unschedulable given their room first)",
+            planned.len(),
+            all_pods.len(),
+            all_pods.iter().filter(|p| p.node_name.is_none()).count(),
+        ),
+        &check,
     );
     // The same before the scheduler has tried the pending pods (none marked `Unschedulable`
     // yet, as in the first seconds of a burst): every one of them is given room if it fits.
@@ -521,23 +530,12 @@ fn scenario(
             _ => p.clone(),
         })
         .collect();
-    let check = Recheck {
-        pods: &fresh,
-        ..check
-    };
-    let outcome = recheck(&check);
-    let rechecks = timed(iters.min(3), || {
-        black_box(recheck(black_box(&check))).ok();
-    });
-    println!(
-        "the same re-check before the scheduler has tried the pending pods, {} runs: median {:.1} ms, max {:.1} ms ({})",
-        rechecks.len(),
-        pct(&rechecks, 0.5),
-        rechecks[rechecks.len() - 1],
-        match &outcome {
-            Ok(()) => "it may go".to_string(),
-            Err(why) => format!("it stays: {why}"),
-        }
+    time_recheck(
+        "the same re-check before the scheduler has tried the pending pods".into(),
+        &Recheck {
+            pods: &fresh,
+            ..check
+        },
     );
     // Karpenter-style multi-node consolidation over the same snapshot (issue 45's goal: a
     // decision under 1 s at this size). Prices per node-hour proportional to vCPUs, as list

@@ -338,7 +338,7 @@ fn allocatable_cpu(c: &Cluster, node: &str) -> i128 {
     vmss_capacity_controller::pods::quantity::parse(cpu).expect("quantity")
 }
 
-/// The name of each Running pod labelled `app` on `node`, not being deleted.
+/// The name of each pod labelled `app` bound to `node`, not being deleted.
 fn running_on(c: &Cluster, app: &str, node: &str) -> Vec<String> {
     c.kube
         .list_all("v1", "pods", Some("default"))
